@@ -1,0 +1,198 @@
+//! The event log's vocabulary: what an event is, what it concerns, and how a
+//! reader says which events it wants.
+//!
+//! The log uses one unambiguous type name per kind of change (the constants in
+//! [`kind`]). Surfaces that speak another dialect (seed 000's run events, seed
+//! 001's worker events) map from these names; the log itself never stores two
+//! names for one thing.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::time::Millis;
+
+/// Event type names as stored in the log.
+pub mod kind {
+    // Workers (seed 001 surface: worker_started / worker_active / worker_idle / worker_closed / snapshot).
+    pub const WORKER_REGISTERED: &str = "worker.registered";
+    pub const WORKER_ACTIVE: &str = "worker.active";
+    pub const WORKER_IDLE: &str = "worker.idle";
+    pub const WORKER_INACTIVE: &str = "worker.inactive";
+    pub const WORKER_CLOSED: &str = "worker.closed";
+    pub const WORKERS_SNAPSHOT: &str = "workers.snapshot";
+    pub const RECOVERY_REPORT: &str = "server.recovered";
+    // Tasks.
+    pub const TASK_CREATED: &str = "task.created";
+    pub const TASK_DISPATCHED: &str = "task.dispatched";
+    pub const TASK_STATE_CHANGED: &str = "task.state_changed";
+    pub const TASK_CANCEL_REQUESTED: &str = "task.cancel_requested";
+    pub const TASK_TRANSITION_REJECTED: &str = "task.transition_rejected";
+    // Claims (seed 003 names the expiry event).
+    pub const CLAIM_GRANTED: &str = "worker.claim.granted";
+    pub const CLAIM_RELEASED: &str = "worker.claim.released";
+    pub const CLAIM_EXPIRED: &str = "worker.claim.expired";
+    // Runs (seed 000 surface: worker_started / worker_status / tool_started / tool_completed / worker_completed).
+    pub const RUN_STARTED: &str = "run.started";
+    pub const RUN_STATUS: &str = "run.status";
+    pub const RUN_STEP: &str = "run.step";
+    pub const RUN_COMPLETED: &str = "run.completed";
+    // Channels (seed 002's resources).
+    pub const CHANNEL_CREATED: &str = "channel.created";
+    pub const CHANNEL_ARCHIVED: &str = "channel.archived";
+    pub const AGENT_UPSERTED: &str = "agent.upserted";
+}
+
+/// The ids an event concerns. Each is optional; filters match on them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRefs {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+impl EventRefs {
+    pub fn agent(mut self, id: impl Into<String>) -> Self {
+        self.agent_id = Some(id.into());
+        self
+    }
+    pub fn worker(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+    pub fn task(mut self, id: impl Into<String>) -> Self {
+        self.task_id = Some(id.into());
+        self
+    }
+    pub fn run(mut self, id: impl Into<String>) -> Self {
+        self.run_id = Some(id.into());
+        self
+    }
+    pub fn channel(mut self, id: Option<String>) -> Self {
+        self.channel_id = id;
+        self
+    }
+    pub fn session(mut self, id: Option<String>) -> Self {
+        self.session_id = id;
+        self
+    }
+}
+
+/// An event about to be appended; the store assigns `seq` and `ts`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub kind: String,
+    pub refs: EventRefs,
+    pub data: Value,
+}
+
+impl NewEvent {
+    pub fn new(kind: impl Into<String>, refs: EventRefs, data: Value) -> Self {
+        NewEvent {
+            kind: kind.into(),
+            refs,
+            data,
+        }
+    }
+}
+
+/// A committed event. `seq` is its cursor: strictly increasing in commit order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: i64,
+    /// Milliseconds since the Unix epoch.
+    pub ts: Millis,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(flatten)]
+    pub refs: EventRefs,
+    pub data: Value,
+}
+
+/// Which events a reader wants. Empty fields match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    pub agent_id: Option<String>,
+    pub worker_id: Option<String>,
+    pub task_id: Option<String>,
+    pub run_id: Option<String>,
+    pub channel_id: Option<String>,
+    pub conversation_id: Option<String>,
+    pub session_id: Option<String>,
+    /// Exact type names, or prefixes ending in `*` (`worker.*`).
+    pub kinds: Vec<String>,
+}
+
+impl EventFilter {
+    pub fn is_empty(&self) -> bool {
+        *self == EventFilter::default()
+    }
+
+    pub fn matches(&self, e: &Event) -> bool {
+        fn eq(want: &Option<String>, have: &Option<String>) -> bool {
+            match want {
+                None => true,
+                Some(w) => have.as_deref() == Some(w.as_str()),
+            }
+        }
+        eq(&self.agent_id, &e.refs.agent_id)
+            && eq(&self.worker_id, &e.refs.worker_id)
+            && eq(&self.task_id, &e.refs.task_id)
+            && eq(&self.run_id, &e.refs.run_id)
+            && eq(&self.channel_id, &e.refs.channel_id)
+            && eq(&self.conversation_id, &e.refs.conversation_id)
+            && eq(&self.session_id, &e.refs.session_id)
+            && self.matches_kind(&e.kind)
+    }
+
+    pub fn matches_kind(&self, kind: &str) -> bool {
+        self.kinds.is_empty()
+            || self.kinds.iter().any(|k| match k.strip_suffix('*') {
+                Some(prefix) => kind.starts_with(prefix),
+                None => k == kind,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: &str, task: Option<&str>) -> Event {
+        Event {
+            seq: 1,
+            ts: 0,
+            kind: kind.into(),
+            refs: EventRefs {
+                task_id: task.map(String::from),
+                ..Default::default()
+            },
+            data: Value::Null,
+        }
+    }
+
+    #[test]
+    fn filters_by_ids_and_kind_prefixes() {
+        let f = EventFilter {
+            task_id: Some("VTID-1".into()),
+            kinds: vec!["worker.*".into(), "task.created".into()],
+            ..Default::default()
+        };
+        assert!(f.matches(&ev("worker.building", Some("VTID-1"))));
+        assert!(f.matches(&ev("task.created", Some("VTID-1"))));
+        assert!(!f.matches(&ev("task.dispatched", Some("VTID-1"))));
+        assert!(!f.matches(&ev("worker.building", Some("VTID-2"))));
+        assert!(!f.matches(&ev("worker.building", None)));
+        assert!(EventFilter::default().matches(&ev("anything", None)));
+    }
+}

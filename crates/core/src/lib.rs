@@ -1,0 +1,16 @@
+//! The domain of Shepherd: what tasks, claims, runs, workers and events *are*,
+//! and the rules that move them from state to state.
+//!
+//! This crate does no I/O. It never reads a clock (callers pass `now`), never
+//! touches a file, a socket or a database. Everything here is a pure function
+//! or a plain type, so the stores and the HTTP layer can share one meaning of
+//! every word without sharing any machinery.
+
+pub mod adapters;
+pub mod error;
+pub mod event;
+pub mod time;
+pub mod transcript;
+pub mod workflow;
+
+pub use error::{Error, ErrorKind, Result};

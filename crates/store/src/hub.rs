@@ -1,0 +1,185 @@
+//! Live delivery of committed events inside one node.
+//!
+//! A single pump task reads the log in `seq` order after every commit (its
+//! own node's, or another node's via NOTIFY) and broadcasts each event once.
+//! Reading back from the database rather than forwarding what the writer just
+//! wrote keeps the broadcast in true commit order across nodes.
+//!
+//! [`Tail`] turns "events after cursor C" plus the broadcast into one
+//! gap-free, duplicate-free stream: it subscribes first, backfills from the
+//! database up to the head it read, then takes live events, dropping any at
+//! or below its cursor. If it falls too far behind the broadcast it reports
+//! [`TailItem::Lagged`] and the caller decides (backfill again, or tell its
+//! client to resync).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shepherd_core::event::{Event, EventFilter};
+use shepherd_core::Error;
+use tokio::sync::{broadcast, watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::Store;
+
+/// How many events the broadcast keeps for slow subscribers.
+pub const BROADCAST_CAPACITY: usize = 4096;
+
+pub(crate) struct Hub {
+    pub(crate) tx: broadcast::Sender<Arc<Event>>,
+    pub(crate) published: watch::Sender<i64>,
+    pub(crate) wake: Arc<Notify>,
+}
+
+impl Hub {
+    pub(crate) fn new(wake: Arc<Notify>) -> Self {
+        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
+        let (published, _) = watch::channel(0);
+        Hub {
+            tx,
+            published,
+            wake,
+        }
+    }
+}
+
+/// Runs until `shutdown`: after each wake-up, publishes every event after
+/// the last one published.
+pub(crate) async fn pump(store: Store, shutdown: CancellationToken) {
+    let hub = store.hub();
+    let mut last = match store.head().await {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!(error = %e, "event pump cannot read the log head");
+            0
+        }
+    };
+    hub.published.send_replace(last);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = hub.wake.notified() => {}
+            // A safety net: even a lost notification delays delivery by at most this.
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        loop {
+            match store.read_events(last, &EventFilter::default(), 1000).await {
+                Ok(page) => {
+                    for e in page.events {
+                        last = e.seq;
+                        let _ = hub.tx.send(Arc::new(e));
+                    }
+                    last = last.max(page.next_cursor);
+                    hub.published.send_replace(last);
+                    if page.next_cursor >= page.head {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "event pump read failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// What a [`Tail`] yields.
+#[derive(Debug, Clone)]
+pub enum TailItem {
+    Event(Arc<Event>),
+    /// The live feed overran this reader; the cursor is still exact, so the
+    /// caller may call [`Tail::next`] again (it backfills) or give up.
+    Lagged,
+    /// The cursor is older than what retention kept: events were removed.
+    Expired,
+}
+
+/// A gap-free, duplicate-free reader of the log from a cursor onwards.
+pub struct Tail {
+    store: Store,
+    rx: broadcast::Receiver<Arc<Event>>,
+    cursor: i64,
+    filter: EventFilter,
+    backlog: std::collections::VecDeque<Event>,
+    /// How far the last backfill page scanned; the cursor moves there once
+    /// the backlog is delivered (events in between did not match the filter).
+    scanned_to: i64,
+    backfilling: bool,
+}
+
+impl Tail {
+    pub(crate) fn new(store: Store, cursor: i64, filter: EventFilter) -> Self {
+        // Subscribe before reading anything, so nothing committed after the
+        // backfill's head can be missed.
+        let rx = store.hub().tx.subscribe();
+        Tail {
+            store,
+            rx,
+            cursor,
+            filter,
+            backlog: Default::default(),
+            scanned_to: cursor,
+            backfilling: true,
+        }
+    }
+
+    /// The cursor: everything at or below it has been delivered or skipped.
+    pub fn cursor(&self) -> i64 {
+        self.cursor
+    }
+
+    /// True while the reader is still reading stored events rather than live ones.
+    pub fn is_backfilling(&self) -> bool {
+        self.backfilling || !self.backlog.is_empty()
+    }
+
+    /// The next matching event, waiting for one if necessary.
+    pub async fn next(&mut self) -> Result<TailItem, Error> {
+        loop {
+            if let Some(e) = self.backlog.pop_front() {
+                self.cursor = e.seq;
+                return Ok(TailItem::Event(Arc::new(e)));
+            }
+            self.cursor = self.cursor.max(self.scanned_to);
+            if self.backfilling {
+                let page = self
+                    .store
+                    .read_events(self.cursor, &self.filter, 500)
+                    .await?;
+                if page.cursor_expired {
+                    // Continue from where retention starts; the caller must reload state.
+                    self.cursor = self.store.pruned_through().await?;
+                    self.scanned_to = self.cursor;
+                    return Ok(TailItem::Expired);
+                }
+                self.backlog.extend(page.events);
+                self.scanned_to = page.next_cursor;
+                self.backfilling = page.next_cursor < page.head;
+                continue;
+            }
+            match self.rx.recv().await {
+                Ok(e) => {
+                    if e.seq <= self.cursor {
+                        continue;
+                    }
+                    self.cursor = e.seq;
+                    if self.filter.matches(&e) {
+                        return Ok(TailItem::Event(e));
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    self.backfilling = true;
+                    return Ok(TailItem::Lagged);
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    return Err(Error::unavailable(
+                        "shutting_down",
+                        "the server is shutting down",
+                    ));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! Shepherd's persistence: one store, two databases.
+//!
+//! [`Store`] is the only way the rest of Shepherd touches data. It is chosen
+//! from the database URL (`sqlite://…` embedded, `postgres://…` for several
+//! nodes) and offers domain operations, each of which changes tables and
+//! appends the events that describe the change in one transaction.
+//!
+//! Operations are written once (in `log.rs` and `ops/`) against the small
+//! [`sql::Db`] seam; each backend (`sqlite/`, `postgres/`) owns its driver,
+//! its migrations, its transaction and locking strategy. Only this crate
+//! contains SQL.
+
+pub mod hub;
+pub mod log;
+mod postgres;
+pub mod sql;
+mod sqlite;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use shepherd_core::event::{EventFilter, NewEvent};
+use shepherd_core::time::Millis;
+use shepherd_core::Error;
+use sql::Db;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+pub use hub::{Tail, TailItem};
+pub use log::EventPage;
+pub use postgres::PgOptions;
+pub use sqlite::SyncMode;
+
+use postgres::PgBackend;
+use sqlite::SqliteBackend;
+
+/// Runs a unit of work on the writer: `write!(store, |db| op(db, args))`.
+/// The body is a future built from `db: &mut impl Db`; it is compiled once
+/// per backend.
+macro_rules! write_op {
+    ($store:expr, |$db:ident| $body:expr) => {
+        match &$store.inner.backend {
+            Backend::Sqlite(b) => {
+                b.write(move |$db: &mut sqlite::SqliteDb<'_>| futures::executor::block_on($body))
+                    .await
+            }
+            Backend::Postgres(b) => {
+                b.write(move |mut __db: postgres::PgDb| {
+                    Box::pin(async move {
+                        let $db = &mut __db;
+                        $body.await
+                    })
+                })
+                .await
+            }
+        }
+    };
+}
+
+/// Runs a read on a consistent snapshot: `read!(store, |db| op(db, args))`.
+macro_rules! read_op {
+    ($store:expr, |$db:ident| $body:expr) => {
+        match &$store.inner.backend {
+            Backend::Sqlite(b) => {
+                b.read(move |$db: &mut sqlite::SqliteDb<'_>| futures::executor::block_on($body))
+                    .await
+            }
+            Backend::Postgres(b) => {
+                b.read(move |mut __db: postgres::PgDb| {
+                    Box::pin(async move {
+                        let $db = &mut __db;
+                        $body.await
+                    })
+                })
+                .await
+            }
+        }
+    };
+}
+
+enum Backend {
+    Sqlite(SqliteBackend),
+    Postgres(PgBackend),
+}
+
+struct Inner {
+    backend: Backend,
+    hub: hub::Hub,
+    shutdown: CancellationToken,
+    url: String,
+}
+
+/// Which database to open and how.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// `sqlite://PATH`, `sqlite::memory:` is not supported (the pump and the
+    /// readers need a file), or `postgres://…` / `postgresql://…`.
+    pub url: String,
+    pub sqlite_sync: SyncMode,
+    /// PostgreSQL only: use this schema (created if missing) instead of `public`.
+    pub pg_schema: Option<String>,
+    pub pg_pool_size: usize,
+}
+
+impl StoreConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        StoreConfig {
+            url: url.into(),
+            sqlite_sync: SyncMode::Normal,
+            pg_schema: None,
+            pg_pool_size: 16,
+        }
+    }
+}
+
+/// What kind of database a URL names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+/// Parses `SHEPHERD_DATABASE_URL`.
+pub fn parse_database_url(url: &str) -> Result<DatabaseUrl, Error> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(DatabaseUrl::Postgres(url.to_owned()));
+    }
+    if let Some(rest) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    {
+        let path = rest.split('?').next().unwrap_or_default();
+        if path.is_empty() || path == ":memory:" {
+            return Err(Error::invalid(
+                "bad_database_url",
+                "SHEPHERD_DATABASE_URL: a SQLite URL needs a file path, e.g. sqlite://./shepherd-data/shepherd.db",
+            ));
+        }
+        return Ok(DatabaseUrl::Sqlite(PathBuf::from(path)));
+    }
+    Err(Error::invalid(
+        "bad_database_url",
+        format!("SHEPHERD_DATABASE_URL: unsupported scheme in {url:?}; use sqlite://PATH or postgres://…"),
+    ))
+}
+
+/// The store. Cheap to clone; all clones share one backend.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+/// Milliseconds since the epoch, from the system clock.
+pub fn now_ms() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Store {
+    /// Opens the database named by the configuration, applies migrations and
+    /// starts the writer and the event pump. Must be called inside a tokio runtime.
+    pub async fn open(config: &StoreConfig) -> Result<Store, Error> {
+        let wake = Arc::new(Notify::new());
+        let shutdown = CancellationToken::new();
+        let backend = match parse_database_url(&config.url)? {
+            DatabaseUrl::Sqlite(path) => {
+                let wake = wake.clone();
+                let sync = config.sqlite_sync;
+                let b = tokio::task::spawn_blocking(move || SqliteBackend::open(&path, sync, wake))
+                    .await
+                    .map_err(|e| Error::internal(format!("open task failed: {e}")))??;
+                Backend::Sqlite(b)
+            }
+            DatabaseUrl::Postgres(url) => {
+                let opts = PgOptions {
+                    url,
+                    schema: config.pg_schema.clone(),
+                    pool_size: config.pg_pool_size,
+                };
+                Backend::Postgres(PgBackend::open(&opts, wake.clone(), shutdown.clone()).await?)
+            }
+        };
+        let store = Store {
+            inner: Arc::new(Inner {
+                backend,
+                hub: hub::Hub::new(wake),
+                shutdown: shutdown.clone(),
+                url: redact(&config.url),
+            }),
+        };
+        tokio::spawn(hub::pump(store.clone(), shutdown));
+        Ok(store)
+    }
+
+    pub(crate) fn hub(&self) -> &hub::Hub {
+        &self.inner.hub
+    }
+
+    /// The database URL with any password removed, for logs.
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        match self.inner.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Stops background tasks and closes connections. Queued writes finish first.
+    pub fn close(&self) {
+        self.inner.shutdown.cancel();
+        if let Backend::Postgres(b) = &self.inner.backend {
+            b.close();
+        }
+    }
+
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<(), Error> {
+        match &self.inner.backend {
+            Backend::Postgres(b) => b.ping().await,
+            Backend::Sqlite(_) => read_op!(self, |db| log::head(db)).map(|_| ()),
+        }
+    }
+
+    // ----- the event log -----
+
+    /// Appends events in one unit of work; returns their sequence numbers.
+    pub async fn append_events(&self, events: Vec<NewEvent>) -> Result<Vec<i64>, Error> {
+        let now = now_ms();
+        write_op!(self, |db| async move {
+            let mut seqs = Vec::with_capacity(events.len());
+            for e in &events {
+                seqs.push(log::append(db, now, e).await?);
+            }
+            Ok(seqs)
+        })
+    }
+
+    /// Like [`Store::append_events`], but the unit of work stays open for
+    /// `hold_ms` after appending (PostgreSQL only). Tests use it to make
+    /// transactions commit out of sequence order, the case the event log's
+    /// ordering guarantee exists for.
+    #[doc(hidden)]
+    pub async fn append_events_holding(
+        &self,
+        events: Vec<NewEvent>,
+        hold_ms: i64,
+    ) -> Result<Vec<i64>, Error> {
+        let now = now_ms();
+        write_op!(self, |db| async move {
+            let mut seqs = Vec::with_capacity(events.len());
+            for e in &events {
+                seqs.push(log::append(db, now, e).await?);
+            }
+            if hold_ms > 0 && db.dialect() == sql::Dialect::Postgres {
+                db.execute("SELECT pg_sleep($1::bigint / 1000.0)", params![hold_ms])
+                    .await?;
+            }
+            Ok(seqs)
+        })
+    }
+
+    /// The highest committed sequence number.
+    pub async fn head(&self) -> Result<i64, Error> {
+        read_op!(self, |db| log::head(db))
+    }
+
+    pub async fn pruned_through(&self) -> Result<i64, Error> {
+        read_op!(self, |db| log::pruned_through(db))
+    }
+
+    /// Events after `after` matching `filter`, oldest first.
+    pub async fn read_events(
+        &self,
+        after: i64,
+        filter: &EventFilter,
+        limit: i64,
+    ) -> Result<EventPage, Error> {
+        let filter = filter.clone();
+        read_op!(self, |db| async move {
+            log::read_after(db, after, &filter, limit).await
+        })
+    }
+
+    /// The latest `limit` events matching `filter`, oldest first.
+    pub async fn read_latest_events(
+        &self,
+        filter: &EventFilter,
+        limit: i64,
+    ) -> Result<EventPage, Error> {
+        let filter = filter.clone();
+        read_op!(self, |db| async move {
+            log::read_latest(db, &filter, limit).await
+        })
+    }
+
+    /// Events at or after a time, oldest first.
+    pub async fn read_events_since(
+        &self,
+        since: Millis,
+        filter: &EventFilter,
+        limit: i64,
+    ) -> Result<EventPage, Error> {
+        let filter = filter.clone();
+        read_op!(self, |db| async move {
+            log::read_since_ts(db, since, &filter, limit).await
+        })
+    }
+
+    /// A live, gap-free reader starting after `cursor`.
+    pub fn tail(&self, cursor: i64, filter: EventFilter) -> Tail {
+        Tail::new(self.clone(), cursor, filter)
+    }
+
+    /// The last sequence number the pump has published on this node.
+    pub fn published(&self) -> i64 {
+        *self.inner.hub.published.borrow()
+    }
+
+    /// Deletes events older than `cutoff`, in chunks so writers never wait long.
+    pub async fn prune_events(&self, cutoff: Millis) -> Result<u64, Error> {
+        let mut total = 0;
+        loop {
+            let n = write_op!(self, |db| log::prune_chunk(db, cutoff, 5000))?;
+            total += n;
+            if n == 0 {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_urls() {
+        assert_eq!(
+            parse_database_url("sqlite://./data/x.db").unwrap(),
+            DatabaseUrl::Sqlite("./data/x.db".into())
+        );
+        assert!(matches!(
+            parse_database_url("postgres://u@h/db"),
+            Ok(DatabaseUrl::Postgres(_))
+        ));
+        assert_eq!(
+            parse_database_url("mysql://x").unwrap_err().code,
+            "bad_database_url"
+        );
+        assert_eq!(
+            parse_database_url("sqlite::memory:").unwrap_err().code,
+            "bad_database_url"
+        );
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+    }
+}

@@ -1,0 +1,261 @@
+//! Appending to and reading from the event log, written once for both databases.
+//!
+//! Every state change in the store calls [`append`] inside the same unit of
+//! work that changes the tables, so an event exists if and only if its change
+//! committed.
+
+use shepherd_core::event::{Event, EventFilter, EventRefs, NewEvent};
+use shepherd_core::time::Millis;
+use shepherd_core::Error;
+
+use crate::params;
+use crate::sql::{Db, Row, Value};
+
+const COLUMNS: &str =
+    "seq, ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data";
+
+/// Appends one event and returns its sequence number.
+pub async fn append<D: Db>(db: &mut D, now: Millis, e: &NewEvent) -> Result<i64, Error> {
+    let r = &e.refs;
+    let row = db
+        .query_one(
+            "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq",
+            params![
+                now,
+                e.kind.as_str(),
+                &r.agent_id,
+                &r.worker_id,
+                &r.task_id,
+                &r.run_id,
+                &r.channel_id,
+                &r.conversation_id,
+                &r.session_id,
+                e.data.to_string()
+            ],
+        )
+        .await?;
+    row.i64(0)
+}
+
+pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {
+    Ok(Event {
+        seq: row.i64(0)?,
+        ts: row.i64(1)?,
+        kind: row.string(2)?,
+        refs: EventRefs {
+            agent_id: row.opt_string(3)?,
+            worker_id: row.opt_string(4)?,
+            task_id: row.opt_string(5)?,
+            run_id: row.opt_string(6)?,
+            channel_id: row.opt_string(7)?,
+            conversation_id: row.opt_string(8)?,
+            session_id: row.opt_string(9)?,
+        },
+        data: serde_json::from_str(&row.string(10)?).unwrap_or(serde_json::Value::Null),
+    })
+}
+
+/// The highest committed sequence number (0 for an empty log).
+pub async fn head<D: Db>(db: &mut D) -> Result<i64, Error> {
+    db.query_one("SELECT COALESCE(MAX(seq), 0) FROM events", params![])
+        .await?
+        .i64(0)
+}
+
+/// The sequence number below which events have been pruned by retention.
+pub async fn pruned_through<D: Db>(db: &mut D) -> Result<i64, Error> {
+    let row = db
+        .query_opt(
+            "SELECT value FROM meta WHERE key = 'events_pruned_through'",
+            params![],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => r.string(0)?.parse().unwrap_or(0),
+        None => 0,
+    })
+}
+
+/// One page of events read after a cursor.
+#[derive(Debug, Clone, Default)]
+pub struct EventPage {
+    pub events: Vec<Event>,
+    /// Resume after this cursor to continue: the last event returned, or the
+    /// head of the log when the page was not full (non-matching events up to
+    /// the head have been skipped over, not missed).
+    pub next_cursor: i64,
+    /// The head of the log when this page was read.
+    pub head: i64,
+    /// True when `after` points below what retention kept: events are missing
+    /// and the reader must reload state (`resync`).
+    pub cursor_expired: bool,
+}
+
+fn push_filter(sql: &mut String, args: &mut Vec<Value>, column: &str, value: &Option<String>) {
+    if let Some(v) = value {
+        args.push(Value::Text(v.clone()));
+        sql.push_str(&format!(" AND {column} = ${}", args.len()));
+    }
+}
+
+/// Appends the filter's conditions to `sql`, binding into `args`.
+pub(crate) fn filter_sql(sql: &mut String, args: &mut Vec<Value>, filter: &EventFilter) {
+    push_filter(sql, args, "agent_id", &filter.agent_id);
+    push_filter(sql, args, "worker_id", &filter.worker_id);
+    push_filter(sql, args, "task_id", &filter.task_id);
+    push_filter(sql, args, "run_id", &filter.run_id);
+    push_filter(sql, args, "channel_id", &filter.channel_id);
+    push_filter(sql, args, "conversation_id", &filter.conversation_id);
+    push_filter(sql, args, "session_id", &filter.session_id);
+    if !filter.kinds.is_empty() {
+        let mut parts = Vec::new();
+        for k in &filter.kinds {
+            match k.strip_suffix('*') {
+                Some(prefix) => {
+                    args.push(Value::Text(format!(
+                        "{}%",
+                        prefix.replace('%', "").replace('_', "\\_")
+                    )));
+                    parts.push(format!("type LIKE ${} ESCAPE '\\'", args.len()));
+                }
+                None => {
+                    args.push(Value::Text(k.clone()));
+                    parts.push(format!("type = ${}", args.len()));
+                }
+            }
+        }
+        sql.push_str(&format!(" AND ({})", parts.join(" OR ")));
+    }
+}
+
+/// Events after `after` that match `filter`, oldest first, at most `limit`.
+pub async fn read_after<D: Db>(
+    db: &mut D,
+    after: i64,
+    filter: &EventFilter,
+    limit: i64,
+) -> Result<EventPage, Error> {
+    let head = head(db).await?;
+    let pruned = pruned_through(db).await?;
+    let cursor_expired = after < pruned;
+    let from = after.max(pruned);
+    let mut sql = format!("SELECT {COLUMNS} FROM events WHERE seq > $1 AND seq <= $2");
+    let mut args = vec![Value::Int(from), Value::Int(head)];
+    filter_sql(&mut sql, &mut args, filter);
+    args.push(Value::Int(limit.max(1)));
+    sql.push_str(&format!(" ORDER BY seq LIMIT ${}", args.len()));
+    let rows = db.query(&sql, args).await?;
+    let events = rows
+        .iter()
+        .map(event_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let next_cursor = if events.len() as i64 >= limit.max(1) {
+        events.last().map(|e| e.seq).unwrap_or(head)
+    } else {
+        head
+    };
+    Ok(EventPage {
+        events,
+        next_cursor,
+        head,
+        cursor_expired,
+    })
+}
+
+/// The most recent `limit` events matching `filter`, returned oldest first.
+pub async fn read_latest<D: Db>(
+    db: &mut D,
+    filter: &EventFilter,
+    limit: i64,
+) -> Result<EventPage, Error> {
+    let head = head(db).await?;
+    let mut sql = format!("SELECT {COLUMNS} FROM events WHERE seq <= $1");
+    let mut args = vec![Value::Int(head)];
+    filter_sql(&mut sql, &mut args, filter);
+    args.push(Value::Int(limit.max(1)));
+    sql.push_str(&format!(" ORDER BY seq DESC LIMIT ${}", args.len()));
+    let rows = db.query(&sql, args).await?;
+    let mut events = rows
+        .iter()
+        .map(event_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    events.reverse();
+    Ok(EventPage {
+        events,
+        next_cursor: head,
+        head,
+        cursor_expired: false,
+    })
+}
+
+/// Events at or after `since` (milliseconds), oldest first, at most `limit`.
+pub async fn read_since_ts<D: Db>(
+    db: &mut D,
+    since: Millis,
+    filter: &EventFilter,
+    limit: i64,
+) -> Result<EventPage, Error> {
+    let head = head(db).await?;
+    let mut sql = format!("SELECT {COLUMNS} FROM events WHERE ts >= $1 AND seq <= $2");
+    let mut args = vec![Value::Int(since), Value::Int(head)];
+    filter_sql(&mut sql, &mut args, filter);
+    args.push(Value::Int(limit.max(1)));
+    sql.push_str(&format!(" ORDER BY seq LIMIT ${}", args.len()));
+    let rows = db.query(&sql, args).await?;
+    let events = rows
+        .iter()
+        .map(event_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let next_cursor = if events.len() as i64 >= limit.max(1) {
+        events.last().map(|e| e.seq).unwrap_or(head)
+    } else {
+        head
+    };
+    Ok(EventPage {
+        events,
+        next_cursor,
+        head,
+        cursor_expired: false,
+    })
+}
+
+/// Deletes events older than `cutoff` in bounded chunks and records how far
+/// the log has been pruned, so that readers behind it are told to resync.
+pub async fn prune_chunk<D: Db>(db: &mut D, cutoff: Millis, chunk: i64) -> Result<u64, Error> {
+    let row = db
+        .query_opt(
+            "SELECT seq FROM events WHERE ts < $1 ORDER BY seq LIMIT 1 OFFSET $2",
+            params![cutoff, chunk - 1],
+        )
+        .await?;
+    let upto = match row {
+        Some(r) => r.i64(0)?,
+        None => match db
+            .query_opt("SELECT MAX(seq) FROM events WHERE ts < $1", params![cutoff])
+            .await?
+        {
+            Some(r) => match r.opt_i64(0)? {
+                Some(v) => v,
+                None => return Ok(0),
+            },
+            None => return Ok(0),
+        },
+    };
+    // Never delete the newest event: the log's head must stay readable.
+    let head = head(db).await?;
+    let upto = upto.min(head - 1);
+    if upto <= 0 {
+        return Ok(0);
+    }
+    let n = db
+        .execute("DELETE FROM events WHERE seq <= $1", params![upto])
+        .await?;
+    db.execute(
+        "INSERT INTO meta (key, value) VALUES ('events_pruned_through', $1) \
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![upto.to_string()],
+    )
+    .await?;
+    Ok(n)
+}

@@ -1,0 +1,180 @@
+//! The seam between domain operations and the two databases.
+//!
+//! Operations (in `ops/`) are written once against [`Db`], using portable SQL
+//! with `$1, $2, …` placeholders and only types both databases agree on:
+//! 64-bit integers, text and bytes. Each backend implements `Db` for its own
+//! driver; the SQLite side rewrites `$N` to `?N`. Anything a backend does
+//! differently (DDL, locking, notification) lives in that backend's module.
+
+use std::future::Future;
+
+use shepherd_core::Error;
+
+/// A value bound to or read from a statement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Value::Int(v)
+    }
+}
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Int(v as i64)
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::Text(v.to_owned())
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::Text(v)
+    }
+}
+impl From<&String> for Value {
+    fn from(v: &String) -> Self {
+        Value::Text(v.clone())
+    }
+}
+impl From<Vec<u8>> for Value {
+    fn from(v: Vec<u8>) -> Self {
+        Value::Blob(v)
+    }
+}
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Self {
+        match v {
+            Some(v) => v.into(),
+            None => Value::Null,
+        }
+    }
+}
+impl From<&Option<String>> for Value {
+    fn from(v: &Option<String>) -> Self {
+        v.clone().into()
+    }
+}
+
+/// Builds a `Vec<Value>` from anything convertible.
+#[macro_export]
+macro_rules! params {
+    () => { Vec::<$crate::sql::Value>::new() };
+    ($($v:expr),+ $(,)?) => { vec![$($crate::sql::Value::from($v)),+] };
+}
+
+/// One result row, read by column index.
+#[derive(Debug, Clone, Default)]
+pub struct Row(pub Vec<Value>);
+
+fn bad_column(idx: usize, want: &str, got: &Value) -> Error {
+    Error::internal(format!("column {idx}: expected {want}, found {got:?}"))
+}
+
+impl Row {
+    fn at(&self, idx: usize) -> Result<&Value, Error> {
+        self.0
+            .get(idx)
+            .ok_or_else(|| Error::internal(format!("column {idx} out of range")))
+    }
+    pub fn i64(&self, idx: usize) -> Result<i64, Error> {
+        match self.at(idx)? {
+            Value::Int(v) => Ok(*v),
+            other => Err(bad_column(idx, "integer", other)),
+        }
+    }
+    pub fn opt_i64(&self, idx: usize) -> Result<Option<i64>, Error> {
+        match self.at(idx)? {
+            Value::Null => Ok(None),
+            Value::Int(v) => Ok(Some(*v)),
+            other => Err(bad_column(idx, "integer", other)),
+        }
+    }
+    pub fn bool(&self, idx: usize) -> Result<bool, Error> {
+        Ok(self.i64(idx)? != 0)
+    }
+    pub fn string(&self, idx: usize) -> Result<String, Error> {
+        match self.at(idx)? {
+            Value::Text(v) => Ok(v.clone()),
+            other => Err(bad_column(idx, "text", other)),
+        }
+    }
+    pub fn opt_string(&self, idx: usize) -> Result<Option<String>, Error> {
+        match self.at(idx)? {
+            Value::Null => Ok(None),
+            Value::Text(v) => Ok(Some(v.clone())),
+            other => Err(bad_column(idx, "text", other)),
+        }
+    }
+    pub fn opt_blob(&self, idx: usize) -> Result<Option<Vec<u8>>, Error> {
+        match self.at(idx)? {
+            Value::Null => Ok(None),
+            Value::Blob(v) => Ok(Some(v.clone())),
+            other => Err(bad_column(idx, "bytes", other)),
+        }
+    }
+    /// Parses a JSON text column; a bad document is an internal error, not a panic.
+    pub fn json<T: serde::de::DeserializeOwned>(&self, idx: usize) -> Result<T, Error> {
+        let s = self.string(idx)?;
+        serde_json::from_str(&s)
+            .map_err(|e| Error::internal(format!("column {idx}: bad JSON: {e}")))
+    }
+}
+
+/// Which database a connection talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// A connection (inside a transaction when writing) that operations run against.
+///
+/// Futures are `Send` so PostgreSQL operations can run on the tokio runtime;
+/// the SQLite implementation completes every future on its first poll.
+pub trait Db: Send {
+    fn query(
+        &mut self,
+        sql: &str,
+        params: Vec<Value>,
+    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send;
+    fn execute(
+        &mut self,
+        sql: &str,
+        params: Vec<Value>,
+    ) -> impl Future<Output = Result<u64, Error>> + Send;
+    fn dialect(&self) -> Dialect;
+
+    /// The first row, if any.
+    fn query_opt(
+        &mut self,
+        sql: &str,
+        params: Vec<Value>,
+    ) -> impl Future<Output = Result<Option<Row>, Error>> + Send {
+        async move { Ok(self.query(sql, params).await?.into_iter().next()) }
+    }
+    /// Exactly one row.
+    fn query_one(
+        &mut self,
+        sql: &str,
+        params: Vec<Value>,
+    ) -> impl Future<Output = Result<Row, Error>> + Send {
+        async move {
+            self.query_opt(sql, params)
+                .await?
+                .ok_or_else(|| Error::internal("query returned no row"))
+        }
+    }
+}
+
+/// Error codes for database failures that are not the client's fault.
+pub(crate) const DB_UNAVAILABLE: &str = "database_unavailable";
+/// A uniqueness or foreign-key rule of the schema refused the write.
+pub const CONSTRAINT_VIOLATION: &str = "constraint_violation";

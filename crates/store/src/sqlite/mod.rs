@@ -1,0 +1,374 @@
+//! The embedded SQLite store: one file, WAL, one writer thread, a read pool.
+//!
+//! SQLite allows one writer at a time, and several pooled connections that
+//! each begin a write end in "database is locked". So every write goes to a
+//! single thread that owns the only write connection. It takes whatever units
+//! of work are queued, runs them in one transaction (each inside its own
+//! savepoint, so one failing unit rolls back alone), commits once, and only
+//! then answers the callers. Group commit is what makes many concurrent
+//! appenders fast without splitting any change from its events.
+//!
+//! Durability: with `synchronous=NORMAL` (the default) a committed
+//! transaction is in the WAL file before the caller hears "ok", so a
+//! `kill -9` of the server loses nothing acknowledged; a power cut can lose
+//! the last transactions not yet checkpointed. `synchronous=FULL`
+//! (`SHEPHERD_SQLITE_SYNC=full`) fsyncs the WAL at every commit.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags};
+use shepherd_core::Error;
+use tokio::sync::{oneshot, Notify, Semaphore};
+
+use crate::sql::{Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNAVAILABLE};
+
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("0001_init.sql"))];
+const READERS: usize = 4;
+/// Upper bound of units of work grouped into one commit.
+const MAX_BATCH: usize = 512;
+
+/// How hard SQLite tries to survive power loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// fsync at checkpoints only: survives process crashes, not power loss.
+    Normal,
+    /// fsync the WAL at every commit.
+    Full,
+}
+
+type Finisher = Box<dyn FnOnce(Option<Error>) + Send>;
+/// A unit of work. It is handed the connection, or the reason it cannot run
+/// (so that it can still answer its caller), and returns whether it succeeded
+/// plus the callback that delivers its answer once the commit outcome is known.
+type Job = Box<dyn FnOnce(Result<&mut Connection, Error>) -> (bool, Finisher) + Send>;
+
+pub struct SqliteBackend {
+    jobs: std::sync::mpsc::Sender<Job>,
+    readers: Arc<Mutex<Vec<Connection>>>,
+    permits: Arc<Semaphore>,
+    path: PathBuf,
+}
+
+pub(crate) fn map_err(e: rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode;
+    if let rusqlite::Error::SqliteFailure(f, msg) = &e {
+        let text = msg.clone().unwrap_or_else(|| f.to_string());
+        return match f.code {
+            ErrorCode::ConstraintViolation => Error::conflict(CONSTRAINT_VIOLATION, text),
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                Error::unavailable(DB_UNAVAILABLE, text)
+            }
+            ErrorCode::DiskFull | ErrorCode::CannotOpen | ErrorCode::ReadOnly => {
+                Error::unavailable(DB_UNAVAILABLE, text)
+            }
+            _ => Error::internal(format!("sqlite: {text}")),
+        };
+    }
+    Error::internal(format!("sqlite: {e}"))
+}
+
+fn closed() -> Error {
+    Error::unavailable(DB_UNAVAILABLE, "the store is shut down")
+}
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
+            Value::Int(v) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
+            Value::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Value::Blob(v) => ToSqlOutput::Borrowed(ValueRef::Blob(v)),
+        })
+    }
+}
+
+/// Rewrites PostgreSQL-style `$N` placeholders to SQLite's `?N`.
+fn translate(sql: &str) -> String {
+    sql.replace('$', "?")
+}
+
+/// A SQLite connection seen through the portable [`Db`] interface.
+pub struct SqliteDb<'c> {
+    conn: &'c mut Connection,
+}
+
+impl SqliteDb<'_> {
+    fn run_query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
+        let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
+        let cols = stmt.column_count();
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params.iter()))
+            .map_err(map_err)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(map_err)? {
+            let mut vals = Vec::with_capacity(cols);
+            for i in 0..cols {
+                vals.push(match r.get_ref(i).map_err(map_err)? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(v) => Value::Int(v),
+                    ValueRef::Real(v) => Value::Int(v as i64),
+                    ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+                    ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+                });
+            }
+            out.push(Row(vals));
+        }
+        Ok(out)
+    }
+
+    fn run_execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
+        let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
+        let n = stmt
+            .execute(rusqlite::params_from_iter(params.iter()))
+            .map_err(map_err)?;
+        Ok(n as u64)
+    }
+}
+
+impl Db for SqliteDb<'_> {
+    async fn query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
+        self.run_query(sql, params)
+    }
+    async fn execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
+        self.run_execute(sql, params)
+    }
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+}
+
+fn open_conn(path: &Path, read_only: bool, sync: SyncMode) -> Result<Connection, Error> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| {
+        Error::unavailable(
+            DB_UNAVAILABLE,
+            format!("cannot open SQLite database {}: {e}", path.display()),
+        )
+    })?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(map_err)?;
+    let sync = match sync {
+        SyncMode::Normal => "NORMAL",
+        SyncMode::Full => "FULL",
+    };
+    if !read_only {
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(map_err)?;
+    }
+    conn.pragma_update(None, "synchronous", sync)
+        .map_err(map_err)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(map_err)?;
+    conn.set_prepared_statement_cache_capacity(128);
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), Error> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+    )
+    .map_err(map_err)?;
+    for (version, sql) in MIGRATIONS {
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(map_err)?;
+        let done: bool = tx
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE version = ?1)",
+                [version],
+                |r| r.get(0),
+            )
+            .map_err(map_err)?;
+        if !done {
+            tracing::info!(version, "applying SQLite migration");
+            tx.execute_batch(sql).map_err(map_err)?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                [*version, chrono::Utc::now().timestamp_millis()],
+            )
+            .map_err(map_err)?;
+        }
+        tx.commit().map_err(map_err)?;
+    }
+    Ok(())
+}
+
+impl SqliteBackend {
+    /// Opens (creating if needed) the database file, applies migrations and
+    /// starts the writer thread. `on_commit` is called after every commit.
+    pub fn open(path: &Path, sync: SyncMode, on_commit: Arc<Notify>) -> Result<Self, Error> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Error::unavailable(
+                        DB_UNAVAILABLE,
+                        format!("cannot create {}: {e}", dir.display()),
+                    )
+                })?;
+            }
+        }
+        let mut writer = open_conn(path, false, sync)?;
+        migrate(&mut writer)?;
+        let mut readers = Vec::new();
+        for _ in 0..READERS {
+            readers.push(open_conn(path, true, sync)?);
+        }
+        let (jobs, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("shepherd-sqlite-writer".into())
+            .spawn(move || writer_loop(writer, rx, on_commit))
+            .map_err(|e| Error::internal(format!("cannot start the writer thread: {e}")))?;
+        Ok(SqliteBackend {
+            jobs,
+            readers: Arc::new(Mutex::new(readers)),
+            permits: Arc::new(Semaphore::new(READERS)),
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on the write connection, inside a transaction shared with
+    /// other queued units of work, and returns once the commit is durable.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn: Result<&mut Connection, Error>| {
+            let result = match conn {
+                Ok(conn) => f(&mut SqliteDb { conn }),
+                Err(e) => Err(e),
+            };
+            let ok = result.is_ok();
+            let finish: Finisher = Box::new(move |commit_error| {
+                let _ = tx.send(match commit_error {
+                    Some(e) => Err(e),
+                    None => result,
+                });
+            });
+            (ok, finish)
+        });
+        self.jobs.send(job).map_err(|_| closed())?;
+        rx.await.map_err(|_| closed())?
+    }
+
+    /// Runs `f` on a pooled read connection, inside one read transaction so
+    /// that every statement sees the same snapshot.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
+    {
+        let _permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| closed())?;
+        let readers = self.readers.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = readers
+                .lock()
+                .map_err(|_| Error::internal("reader pool poisoned"))?
+                .pop()
+                .ok_or_else(|| Error::internal("reader pool empty"))?;
+            let result = (|| {
+                conn.execute_batch("BEGIN").map_err(map_err)?;
+                let r = f(&mut SqliteDb { conn: &mut conn });
+                let end = conn.execute_batch("COMMIT").map_err(map_err);
+                let r = r?;
+                end?;
+                Ok(r)
+            })();
+            if let Ok(mut pool) = readers.lock() {
+                pool.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(|e| Error::internal(format!("read task failed: {e}")))?
+    }
+}
+
+fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Job>, on_commit: Arc<Notify>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        run_batch(&mut conn, batch);
+        on_commit.notify_one();
+    }
+    tracing::debug!("SQLite writer stopped");
+}
+
+fn run_batch(conn: &mut Connection, batch: Vec<Job>) {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let err = map_err(e);
+        tracing::error!(error = %err, "cannot begin a write transaction");
+        for job in batch {
+            let (_, finish) = job(Err(err.clone()));
+            finish(None);
+        }
+        return;
+    }
+    let single = batch.len() == 1;
+    let mut finishers = Vec::with_capacity(batch.len());
+    let mut any_ok = false;
+    for job in batch {
+        if !single {
+            if let Err(e) = conn.execute_batch("SAVEPOINT unit") {
+                let (_, finish) = job(Err(map_err(e)));
+                finishers.push((false, finish));
+                continue;
+            }
+        }
+        let (ok, finish) = job(Ok(conn));
+        if !single {
+            let end = if ok {
+                "RELEASE unit"
+            } else {
+                "ROLLBACK TO unit; RELEASE unit"
+            };
+            if let Err(e) = conn.execute_batch(end) {
+                tracing::error!(error = %e, "savepoint handling failed");
+            }
+        }
+        any_ok |= ok;
+        finishers.push((ok, finish));
+    }
+    let commit = if single && !any_ok {
+        conn.execute_batch("ROLLBACK").map_err(map_err)
+    } else {
+        conn.execute_batch("COMMIT").map_err(map_err)
+    };
+    match commit {
+        Ok(()) => {
+            for (_, finish) in finishers {
+                finish(None);
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "commit failed; every unit in the batch is rolled back");
+            let _ = conn.execute_batch("ROLLBACK");
+            for (ok, finish) in finishers {
+                finish(if ok { Some(e.clone()) } else { None });
+            }
+        }
+    }
+}

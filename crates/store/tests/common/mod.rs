@@ -1,0 +1,134 @@
+//! Test harness: a fresh database per test, on both backends.
+//!
+//! SQLite gets a new file in a temporary directory. PostgreSQL gets a new
+//! schema in the database named by `SHEPHERD_TEST_PG_URL` (default: the local
+//! server's `test` database); schemas left by earlier runs are dropped once
+//! they are an hour old.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use shepherd_store::{Store, StoreConfig};
+
+pub fn pg_url() -> String {
+    std::env::var("SHEPHERD_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn unique() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{}_{}_{}",
+        chrono::Utc::now().timestamp(),
+        std::process::id(),
+        n
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh, empty database; `config()` opens it (several times, for several nodes).
+pub struct TestDb {
+    pub kind: Kind,
+    config: StoreConfig,
+    _dir: Option<TempDir>,
+}
+
+pub struct TempDir(pub std::path::PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl TestDb {
+    pub async fn new(kind: Kind) -> TestDb {
+        match kind {
+            Kind::Sqlite => {
+                let dir = std::env::temp_dir().join(format!("shepherd-test-{}", unique()));
+                std::fs::create_dir_all(&dir).unwrap();
+                let url = format!("sqlite://{}", dir.join("shepherd.db").display());
+                TestDb {
+                    kind,
+                    config: StoreConfig::new(url),
+                    _dir: Some(TempDir(dir)),
+                }
+            }
+            Kind::Postgres => {
+                cleanup_old_schemas().await;
+                let mut config = StoreConfig::new(pg_url());
+                config.pg_schema = Some(format!("t_{}", unique()));
+                config.pg_pool_size = 8;
+                TestDb {
+                    kind,
+                    config,
+                    _dir: None,
+                }
+            }
+        }
+    }
+
+    pub fn config(&self) -> StoreConfig {
+        self.config.clone()
+    }
+
+    pub async fn open(&self) -> Store {
+        Store::open(&self.config).await.expect("open store")
+    }
+}
+
+async fn cleanup_old_schemas() {
+    static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        let Ok((client, conn)) = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls).await
+        else {
+            return;
+        };
+        tokio::spawn(conn);
+        let cutoff = chrono::Utc::now().timestamp() - 3600;
+        let rows = client
+            .query(
+                "SELECT nspname FROM pg_namespace WHERE nspname LIKE 't\\_%'",
+                &[],
+            )
+            .await
+            .unwrap_or_default();
+        for row in rows {
+            let name: String = row.get(0);
+            let ts = name.split('_').nth(1).and_then(|s| s.parse::<i64>().ok());
+            if matches!(ts, Some(ts) if ts < cutoff) {
+                let _ = client
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                    .await;
+            }
+        }
+    })
+    .await;
+}
+
+/// Declares one test per backend: `contract!(name, |db: TestDb| async move { … })`.
+#[macro_export]
+macro_rules! contract {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sqlite() {
+                let db = $crate::common::TestDb::new($crate::common::Kind::Sqlite).await;
+                ($body)(db).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn postgres() {
+                let db = $crate::common::TestDb::new($crate::common::Kind::Postgres).await;
+                ($body)(db).await;
+            }
+        }
+    };
+}
