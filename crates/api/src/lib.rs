@@ -1,1 +1,126 @@
-//! placeholder
+//! Shepherd's HTTP face: REST, server-sent events and the OpenAPI document,
+//! all on one port.
+//!
+//! [`router`] builds the whole application from an [`AppState`]; [`serve`]
+//! runs it on a listener the caller bound (tests bind `127.0.0.1:0`) until a
+//! shutdown future resolves. Only this crate knows HTTP: handlers translate
+//! requests into store operations and errors into status codes, nothing more.
+
+pub mod auth;
+pub mod error;
+pub mod health;
+pub mod openapi;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, HeaderValue};
+use axum::Router;
+use shepherd_store::Store;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Response header carrying the event-log cursor a response's data is valid at.
+pub const CURSOR_HEADER: HeaderName = HeaderName::from_static("x-shepherd-cursor");
+
+/// Server behaviour that handlers need to know.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The operator token; `None` only on loopback.
+    pub auth_token: Option<String>,
+    pub body_limit_bytes: usize,
+    pub heartbeat_timeout: Duration,
+    pub claim_ttl: Duration,
+    pub cancel_grace: Duration,
+    pub sse_keepalive: Duration,
+    /// Events buffered for one SSE client before it is told to resync.
+    pub sse_buffer: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            auth_token: None,
+            body_limit_bytes: 8 * 1024 * 1024,
+            heartbeat_timeout: Duration::from_secs(300),
+            claim_ttl: Duration::from_secs(3600),
+            cancel_grace: Duration::from_secs(30),
+            sse_keepalive: Duration::from_secs(15),
+            sse_buffer: 1024,
+        }
+    }
+}
+
+/// Everything a handler can reach. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub settings: Arc<Settings>,
+    /// Cancelled when the server begins shutting down; long-lived responses
+    /// (event streams) end on it so that graceful shutdown can complete.
+    pub shutdown: CancellationToken,
+}
+
+/// The whole HTTP application.
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route(
+            "/api/openapi.json",
+            axum::routing::get(openapi::serve_openapi),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ));
+    Router::new()
+        .merge(health::router())
+        .merge(api)
+        .fallback(error::not_found)
+        .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
+        .layer(axum::middleware::from_fn(log_requests))
+        .with_state(state)
+}
+
+/// Logs each request with its status and duration.
+async fn log_requests(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let started = std::time::Instant::now();
+    let res = next.run(req).await;
+    tracing::info!(
+        target: "shepherd::http",
+        %method,
+        path,
+        status = res.status().as_u16(),
+        elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "request"
+    );
+    res
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then stops accepting,
+/// lets in-flight requests finish and returns.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let token = state.shutdown.clone();
+    let app = router(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            token.cancel();
+        })
+        .await
+}
+
+/// Sets the cursor header on a response.
+pub fn cursor_header(cursor: i64) -> [(HeaderName, HeaderValue); 1] {
+    [(CURSOR_HEADER, HeaderValue::from(cursor))]
+}

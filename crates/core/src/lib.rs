@@ -9,6 +9,7 @@
 pub mod adapters;
 pub mod error;
 pub mod event;
+pub mod model;
 pub mod time;
 pub mod transcript;
 pub mod workflow;

@@ -52,3 +52,38 @@ mod tests {
         assert!(parse_iso8601("yesterday").is_none());
     }
 }
+
+/// Serde helpers: timestamps travel as RFC 3339 strings, live as milliseconds.
+pub mod serde_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(ms: &i64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::to_rfc3339(*ms))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        let s = String::deserialize(d)?;
+        super::parse_iso8601(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("bad timestamp {s:?}")))
+    }
+
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(ms: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+            match ms {
+                Some(ms) => s.serialize_str(&super::super::to_rfc3339(*ms)),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+            match Option::<String>::deserialize(d)? {
+                None => Ok(None),
+                Some(s) => super::super::parse_iso8601(&s)
+                    .map(Some)
+                    .ok_or_else(|| serde::de::Error::custom(format!("bad timestamp {s:?}"))),
+            }
+        }
+    }
+}

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
-use std::io::{Read, Write};
+use std::io::Read;
 
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
@@ -278,10 +278,7 @@ pub fn compress(steps: &[TranscriptStep]) -> Vec<u8> {
     // Steps hold only strings, so serialising cannot fail, and writing into
     // a Vec never does; an error here would be a bug, not bad input.
     serde_json::to_writer(&mut encoder, steps).expect("serialising steps into memory cannot fail");
-    encoder
-        .flush()
-        .and_then(|()| encoder.finish())
-        .expect("gzip into memory cannot fail")
+    encoder.finish().expect("gzip into memory cannot fail")
 }
 
 /// Reads back a blob made by [`compress`], refusing to inflate beyond

@@ -201,10 +201,13 @@ fn check_all_caps(s: &str) {
             continue;
         }
         assert!(cut.len() <= max, "cap {max}: {} bytes", cut.len());
-        // As much as fits: one more char would not have.
+        // As much as fits beside the longest possible marker: one more char
+        // would not have.
+        let total = s.len();
+        let reserve = format!("\n…[truncated: {total} of {total} bytes shown]").len();
         let next = s[kept.len()..].chars().next().map_or(0, char::len_utf8);
         assert!(
-            cut.len() + next > max || max < 45,
+            kept.len() + next > max - reserve,
             "cap {max}: cut too early"
         );
     }

@@ -12,6 +12,7 @@
 
 pub mod hub;
 pub mod log;
+pub mod ops;
 mod postgres;
 pub mod sql;
 mod sqlite;
@@ -19,8 +20,11 @@ mod sqlite;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use ops::{claims, runs, tasks, workers};
 use shepherd_core::event::{EventFilter, NewEvent};
+use shepherd_core::model::{Agent, Run, Task, Worker};
 use shepherd_core::time::Millis;
+use shepherd_core::transcript::TranscriptStep;
 use shepherd_core::Error;
 use sql::Db;
 use tokio::sync::Notify;
@@ -28,6 +32,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use hub::{Tail, TailItem};
 pub use log::EventPage;
+pub use ops::claims::{Grant, HeldClaim, LeaseRules, SweepReport};
+pub use ops::runs::{RunFilter, StepsAck};
+pub use ops::tasks::{Applied, CancelOutcome, NewTask, TaskDetail, TaskFilter};
+pub use ops::workers::{Registration, WorkerFilter};
 pub use postgres::PgOptions;
 pub use sqlite::SyncMode;
 
@@ -328,6 +336,293 @@ impl Store {
                 return Ok(total);
             }
         }
+    }
+}
+
+impl Store {
+    // ----- workers -----
+
+    pub async fn register_worker(&self, reg: Registration) -> Result<(Worker, String), Error> {
+        let now = now_ms();
+        write_op!(self, |db| workers::register(db, now, reg))
+    }
+
+    pub async fn deregister_worker(
+        &self,
+        worker_id: &str,
+        reason: Option<String>,
+    ) -> Result<Worker, Error> {
+        let (now, id) = (now_ms(), worker_id.to_owned());
+        write_op!(self, |db| async move {
+            claims::deregister(db, now, &id, reason).await
+        })
+    }
+
+    pub async fn heartbeat(
+        &self,
+        worker_id: &str,
+        rules: LeaseRules,
+    ) -> Result<(Worker, Vec<HeldClaim>), Error> {
+        let (now, id) = (now_ms(), worker_id.to_owned());
+        write_op!(self, |db| async move {
+            claims::heartbeat(db, now, &id, &rules).await
+        })
+    }
+
+    /// The worker a bearer token belongs to.
+    pub async fn worker_for_token(&self, token: &str) -> Result<Option<String>, Error> {
+        let token = token.to_owned();
+        read_op!(
+            self,
+            |db| async move { workers::for_token(db, &token).await }
+        )
+    }
+
+    pub async fn worker(&self, worker_id: &str) -> Result<Worker, Error> {
+        let id = worker_id.to_owned();
+        read_op!(self, |db| async move { workers::require(db, &id).await })
+    }
+
+    /// Workers and the cursor the list is valid at.
+    pub async fn list_workers(&self, filter: WorkerFilter) -> Result<(Vec<Worker>, i64), Error> {
+        read_op!(self, |db| async move {
+            let list = workers::list(db, &filter).await?;
+            Ok((list, log::head(db).await?))
+        })
+    }
+
+    pub async fn list_agents(&self) -> Result<Vec<Agent>, Error> {
+        read_op!(self, |db| ops::agents_list(db))
+    }
+
+    /// Declares an agent from configuration (creating or updating it).
+    pub async fn upsert_agent(
+        &self,
+        id: &str,
+        worker_type: &str,
+        capabilities: Vec<String>,
+        max_concurrent: Option<i64>,
+    ) -> Result<(), Error> {
+        let (now, id, wt) = (now_ms(), id.to_owned(), worker_type.to_owned());
+        write_op!(self, |db| async move {
+            ops::agents_upsert(db, now, &id, &wt, &capabilities, max_concurrent).await
+        })
+    }
+
+    // ----- tasks and claims -----
+
+    pub async fn create_task(&self, new: NewTask) -> Result<Task, Error> {
+        let now = now_ms();
+        write_op!(self, |db| tasks::create(db, now, new))
+    }
+
+    pub async fn dispatch_task(&self, vtid: &str) -> Result<Task, Error> {
+        let (now, vtid) = (now_ms(), vtid.to_owned());
+        write_op!(
+            self,
+            |db| async move { tasks::dispatch(db, now, &vtid).await }
+        )
+    }
+
+    pub async fn task(&self, vtid: &str, events: i64) -> Result<(TaskDetail, i64), Error> {
+        let vtid = vtid.to_owned();
+        read_op!(self, |db| async move {
+            let d = tasks::detail(db, &vtid, events).await?;
+            Ok((d, log::head(db).await?))
+        })
+    }
+
+    /// Tasks, their total, and the cursor the page is valid at.
+    pub async fn list_tasks(&self, filter: TaskFilter) -> Result<(Vec<Task>, i64, i64), Error> {
+        read_op!(self, |db| async move {
+            let (list, total) = tasks::list(db, &filter).await?;
+            Ok((list, total, log::head(db).await?))
+        })
+    }
+
+    pub async fn cancel_task(
+        &self,
+        vtid: &str,
+        reason: Option<String>,
+    ) -> Result<(Task, CancelOutcome), Error> {
+        let (now, vtid) = (now_ms(), vtid.to_owned());
+        write_op!(self, |db| async move {
+            tasks::cancel(db, now, &vtid, reason).await
+        })
+    }
+
+    pub async fn task_event(
+        &self,
+        vtid: &str,
+        event: &str,
+        message: Option<String>,
+        metadata: serde_json::Value,
+    ) -> Result<Applied, Error> {
+        let (now, vtid, event) = (now_ms(), vtid.to_owned(), event.to_owned());
+        write_op!(self, |db| async move {
+            tasks::external_event(db, now, &vtid, &event, message, metadata).await
+        })
+    }
+
+    pub async fn pending_tasks(&self, worker_id: &str, limit: i64) -> Result<Vec<Task>, Error> {
+        let id = worker_id.to_owned();
+        read_op!(
+            self,
+            |db| async move { claims::pending(db, &id, limit).await }
+        )
+    }
+
+    pub async fn claim_task(
+        &self,
+        worker_id: &str,
+        vtid: &str,
+        rules: LeaseRules,
+    ) -> Result<Grant, Error> {
+        let (now, id, vtid) = (now_ms(), worker_id.to_owned(), vtid.to_owned());
+        write_op!(self, |db| async move {
+            claims::claim(db, now, &id, &vtid, &rules).await
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn progress(
+        &self,
+        worker_id: &str,
+        vtid: &str,
+        claim_token: Option<String>,
+        event: &str,
+        message: Option<String>,
+        metadata: serde_json::Value,
+        result: Option<String>,
+    ) -> Result<Applied, Error> {
+        let (now, id, vtid, event) = (
+            now_ms(),
+            worker_id.to_owned(),
+            vtid.to_owned(),
+            event.to_owned(),
+        );
+        write_op!(self, |db| async move {
+            claims::progress(
+                db,
+                now,
+                &id,
+                &vtid,
+                claim_token.as_deref(),
+                &event,
+                message,
+                metadata,
+                result,
+            )
+            .await
+        })
+    }
+
+    /// Expires lapsed claims and ends runs whose cancel grace has passed.
+    pub async fn sweep(&self, rules: LeaseRules) -> Result<SweepReport, Error> {
+        let now = now_ms();
+        write_op!(
+            self,
+            |db| async move { claims::sweep(db, now, &rules).await }
+        )
+    }
+
+    // ----- runs -----
+
+    pub async fn run(&self, run_id: &str) -> Result<(Run, i64), Error> {
+        let id = run_id.to_owned();
+        read_op!(self, |db| async move {
+            let r = runs::require(db, &id).await?;
+            Ok((r, log::head(db).await?))
+        })
+    }
+
+    /// A run with its decompressed transcript (None while running or when none was recorded).
+    pub async fn run_detail(
+        &self,
+        run_id: &str,
+    ) -> Result<(Run, Option<Vec<TranscriptStep>>, i64), Error> {
+        let id = run_id.to_owned();
+        read_op!(self, |db| async move {
+            let r = runs::require(db, &id).await?;
+            let t = if r.status == "running" {
+                None
+            } else {
+                runs::transcript(db, &id).await?
+            };
+            Ok((r, t, log::head(db).await?))
+        })
+    }
+
+    pub async fn run_steps(
+        &self,
+        run_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<(Run, Vec<(i64, TranscriptStep)>, i64), Error> {
+        let id = run_id.to_owned();
+        read_op!(self, |db| async move {
+            let (r, s) = runs::steps(db, &id, after, limit).await?;
+            Ok((r, s, log::head(db).await?))
+        })
+    }
+
+    /// Runs (newest first), the total matching, and the cursor.
+    pub async fn list_runs(&self, filter: RunFilter) -> Result<(Vec<Run>, i64, i64), Error> {
+        read_op!(self, |db| async move {
+            let (list, total) = runs::list(db, &filter).await?;
+            Ok((list, total, log::head(db).await?))
+        })
+    }
+
+    pub async fn append_steps(
+        &self,
+        run_id: &str,
+        claim_token: &str,
+        caller: Option<String>,
+        start_index: i64,
+        steps: Vec<TranscriptStep>,
+    ) -> Result<StepsAck, Error> {
+        let (now, id, token) = (now_ms(), run_id.to_owned(), claim_token.to_owned());
+        write_op!(self, |db| async move {
+            runs::append_steps(db, now, &id, &token, caller.as_deref(), start_index, steps).await
+        })
+    }
+
+    pub async fn set_run_status(
+        &self,
+        run_id: &str,
+        claim_token: &str,
+        caller: Option<String>,
+        text: &str,
+    ) -> Result<Run, Error> {
+        let (now, id, token, text) = (
+            now_ms(),
+            run_id.to_owned(),
+            claim_token.to_owned(),
+            text.to_owned(),
+        );
+        write_op!(self, |db| async move {
+            runs::set_status(db, now, &id, &token, caller.as_deref(), &text).await
+        })
+    }
+
+    /// Nulls transcripts of runs that ended before `cutoff`; returns (runs, bytes freed).
+    pub async fn prune_transcripts(&self, cutoff: Millis) -> Result<(i64, i64), Error> {
+        write_op!(self, |db| runs::prune_transcripts(db, cutoff))
+    }
+
+    /// Test and benchmark aid: overwrites a run's transcript blob.
+    #[doc(hidden)]
+    pub async fn overwrite_transcript(&self, run_id: &str, blob: Vec<u8>) -> Result<(), Error> {
+        let id = run_id.to_owned();
+        write_op!(self, |db| async move {
+            db.execute(
+                "UPDATE runs SET transcript = $2 WHERE id = $1",
+                params![&id, blob],
+            )
+            .await?;
+            Ok(())
+        })
     }
 }
 

@@ -170,7 +170,6 @@ pub struct PgOptions {
 pub struct PgBackend {
     pool: Pool,
     jobs: mpsc::UnboundedSender<Job>,
-    config: tokio_postgres::Config,
 }
 
 impl PgBackend {
@@ -221,11 +220,7 @@ impl PgBackend {
         let (jobs, rx) = mpsc::unbounded_channel();
         tokio::spawn(writer_loop(pool.clone(), rx, on_commit.clone()));
         tokio::spawn(listen_loop(config.clone(), on_commit, shutdown));
-        Ok(PgBackend { pool, jobs, config })
-    }
-
-    pub fn config(&self) -> &tokio_postgres::Config {
-        &self.config
+        Ok(PgBackend { pool, jobs })
     }
 
     /// Runs `f` inside the node's shared write transaction (see module docs)

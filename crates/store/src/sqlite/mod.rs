@@ -14,7 +14,7 @@
 //! the last transactions not yet checkpointed. `synchronous=FULL`
 //! (`SHEPHERD_SQLITE_SYNC=full`) fsyncs the WAL at every commit.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -48,7 +48,6 @@ pub struct SqliteBackend {
     jobs: std::sync::mpsc::Sender<Job>,
     readers: Arc<Mutex<Vec<Connection>>>,
     permits: Arc<Semaphore>,
-    path: PathBuf,
 }
 
 pub(crate) fn map_err(e: rusqlite::Error) -> Error {
@@ -230,12 +229,7 @@ impl SqliteBackend {
             jobs,
             readers: Arc::new(Mutex::new(readers)),
             permits: Arc::new(Semaphore::new(READERS)),
-            path: path.to_owned(),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Runs `f` on the write connection, inside a transaction shared with

@@ -1,0 +1,103 @@
+//! Who is calling: the operator, a worker, or (on loopback without a
+//! configured token) an anonymous local user with operator rights.
+//!
+//! Two kinds of bearer token exist (PRODUCT.md decision 9). The operator
+//! token may do everything. A worker token, returned by registration, lets
+//! its holder act only as that worker.
+
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::Response;
+use shepherd_core::{Error, ErrorKind};
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// The authenticated caller, available to handlers as an extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    Operator,
+    Worker(String),
+}
+
+impl Caller {
+    pub fn is_operator(&self) -> bool {
+        matches!(self, Caller::Operator)
+    }
+
+    /// Refuses unless the caller is the operator.
+    pub fn require_operator(&self) -> Result<(), Error> {
+        match self {
+            Caller::Operator => Ok(()),
+            Caller::Worker(_) => Err(Error::forbidden(
+                "operator_only",
+                "this action needs the operator token",
+            )),
+        }
+    }
+
+    /// Refuses unless the caller is the operator or the named worker itself.
+    pub fn require_worker(&self, worker_id: &str) -> Result<(), Error> {
+        match self {
+            Caller::Operator => Ok(()),
+            Caller::Worker(w) if w == worker_id => Ok(()),
+            Caller::Worker(w) => Err(Error::forbidden(
+                "not_your_worker",
+                format!("this token belongs to worker {w:?}, not {worker_id:?}"),
+            )),
+        }
+    }
+}
+
+/// Compares without an early exit, so timing does not leak the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    Error::new(ErrorKind::Unauthorized, "unauthorized", message).into()
+}
+
+pub async fn authenticate(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let header = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let token = match header {
+        Some(h) => match h
+            .strip_prefix("Bearer ")
+            .or_else(|| h.strip_prefix("bearer "))
+        {
+            Some(t) => Some(t.trim().to_owned()),
+            None => {
+                return Err(unauthorized(
+                    "the Authorization header must be `Bearer <token>`",
+                ))
+            }
+        },
+        None => None,
+    };
+    let caller = match (token, &state.settings.auth_token) {
+        (None, None) => Caller::Operator,
+        (None, Some(_)) => {
+            return Err(unauthorized(
+                "this server needs `Authorization: Bearer <token>`",
+            ))
+        }
+        (Some(t), Some(op)) if constant_time_eq(t.as_bytes(), op.as_bytes()) => Caller::Operator,
+        (Some(t), _) => match state.store.worker_for_token(&t).await? {
+            Some(worker_id) => Caller::Worker(worker_id),
+            None => return Err(unauthorized("unknown or revoked token")),
+        },
+    };
+    req.extensions_mut().insert(caller);
+    Ok(next.run(req).await)
+}

@@ -1,0 +1,49 @@
+//! The OpenAPI document, generated from the handlers' annotations.
+//!
+//! Every route is listed here; a test checks that the document names each
+//! route the router serves.
+
+use axum::Json;
+use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
+
+/// The shape of every error response.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable, snake_case.
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Shepherd", description = "A durable control plane for long-running AI agent workers."),
+    paths(crate::health::healthz, crate::health::readyz, serve_openapi),
+    components(schemas(ErrorBody, ErrorDetail)),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// This document.
+#[utoipa::path(get, path = "/api/openapi.json", tag = "meta", responses((status = 200, description = "OpenAPI 3.1 document")))]
+pub async fn serve_openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

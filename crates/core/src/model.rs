@@ -1,0 +1,124 @@
+//! Records: tasks, workers, claims, runs and agents as the system knows
+//! them. The stores produce them, the HTTP layer serialises them and the CLI
+//! reads them back, so the JSON shape is defined once, here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::time::{serde_ms, Millis};
+
+/// A unit of work (seed 003's VTID).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub vtid: String,
+    pub title: String,
+    pub spec: String,
+    pub priority: i64,
+    pub capabilities: Vec<String>,
+    pub agent_id: Option<String>,
+    pub channel_id: Option<String>,
+    pub workflow: String,
+    pub state: String,
+    pub spec_snapshot_id: Option<String>,
+    #[serde(with = "serde_ms::option")]
+    pub dispatched_at: Option<Millis>,
+    /// The worker that last built it; it may not validate its own work.
+    pub builder_worker_id: Option<String>,
+    #[serde(with = "serde_ms::option")]
+    pub cancel_requested_at: Option<Millis>,
+    pub attempts: i64,
+    #[serde(with = "serde_ms")]
+    pub created_at: Millis,
+    #[serde(with = "serde_ms")]
+    pub updated_at: Millis,
+}
+
+/// A lease of one task by one worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    pub id: String,
+    pub vtid: String,
+    pub worker_id: String,
+    pub run_id: String,
+    /// `build` or `validate`.
+    pub purpose: String,
+    #[serde(with = "serde_ms")]
+    pub claimed_at: Millis,
+    #[serde(with = "serde_ms")]
+    pub expires_at: Millis,
+    #[serde(with = "serde_ms::option")]
+    pub released_at: Option<Millis>,
+    pub release_reason: Option<String>,
+}
+
+/// A registered worker (seed 003's registry row, with seed 001's fields).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Worker {
+    pub worker_id: String,
+    pub agent_id: String,
+    pub worker_type: String,
+    pub name: Option<String>,
+    pub project_path: Option<String>,
+    pub session_id: Option<String>,
+    pub terminal_id: Option<String>,
+    pub capabilities: Vec<String>,
+    pub max_concurrent: i64,
+    /// Registry status: `active | inactive | terminated`.
+    pub status: String,
+    pub metadata: Value,
+    #[serde(with = "serde_ms")]
+    pub registered_at: Millis,
+    #[serde(with = "serde_ms")]
+    pub last_heartbeat_at: Millis,
+    #[serde(with = "serde_ms::option")]
+    pub last_activity_at: Option<Millis>,
+    #[serde(with = "serde_ms::option")]
+    pub closed_at: Option<Millis>,
+    /// Claims it holds now.
+    pub active_claims: i64,
+}
+
+/// A configured kind of worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Agent {
+    pub id: String,
+    pub worker_type: String,
+    pub capabilities: Vec<String>,
+    pub max_concurrent: Option<i64>,
+    /// `config` or `registration`.
+    pub source: String,
+    #[serde(with = "serde_ms")]
+    pub created_at: Millis,
+    /// Runs of this agent now running.
+    pub running: i64,
+}
+
+/// One execution of a task by a worker (seed 000's `worker_runs` row).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: String,
+    pub vtid: String,
+    /// The task's title.
+    pub task: String,
+    pub channel_id: Option<String>,
+    pub channel_name: Option<String>,
+    pub worker_id: String,
+    pub agent_id: String,
+    pub worker_type: String,
+    pub attempt: i64,
+    pub purpose: String,
+    /// `running | done | failed | cancelled`.
+    pub status: String,
+    pub result: Option<String>,
+    #[serde(with = "serde_ms")]
+    pub started_at: Millis,
+    #[serde(with = "serde_ms::option")]
+    pub completed_at: Option<Millis>,
+    pub live_status: Option<String>,
+    pub tool_calls: i64,
+    pub active_tool: Option<String>,
+    pub step_count: i64,
+    pub has_transcript: bool,
+    #[serde(with = "serde_ms::option")]
+    pub cancel_requested_at: Option<Millis>,
+}

@@ -1,0 +1,123 @@
+//! Domain operations, written once against [`crate::sql::Db`].
+//!
+//! Each public function here is one unit of work: it reads what it needs,
+//! decides with the rules in `shepherd_core`, writes the tables and appends
+//! the events that describe the change. The caller runs it inside a
+//! transaction (writes) or a snapshot (reads); an `Err` rolls back all of it.
+
+pub mod claims;
+pub mod runs;
+pub mod tasks;
+pub mod workers;
+
+use sha2::{Digest, Sha256};
+use shepherd_core::event::NewEvent;
+use shepherd_core::time::Millis;
+use shepherd_core::Error;
+
+use crate::log;
+use crate::params;
+use crate::sql::Db;
+use shepherd_core::model::Agent;
+
+/// Appends one event inside the current unit of work.
+pub(crate) async fn emit<D: Db>(db: &mut D, now: Millis, e: NewEvent) -> Result<i64, Error> {
+    log::append(db, now, &e).await
+}
+
+/// A random 128-bit identifier, hex encoded.
+pub(crate) fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    // getrandom only fails when the OS has no entropy source at all.
+    getrandom::fill(&mut buf).expect("the operating system's random source");
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(crate) fn new_uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Tokens are stored hashed: a database dump does not hand out credentials.
+pub fn hash_token(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+/// Checks an identifier supplied by a client: it appears in URLs and logs.
+pub fn validate_id(what: &'static str, code: &'static str, id: &str) -> Result<(), Error> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '@'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            code,
+            format!(
+                "{what} must be 1-128 characters of letters, digits and - _ . : @ (got {id:?})"
+            ),
+        ))
+    }
+}
+
+/// Agents with the number of their runs now running.
+pub async fn agents_list<D: Db>(db: &mut D) -> Result<Vec<Agent>, Error> {
+    let rows = db
+        .query(
+            "SELECT a.id, a.worker_type, a.capabilities, a.max_concurrent, a.source, a.created_at, \
+             (SELECT COUNT(*) FROM runs r WHERE r.agent_id = a.id AND r.status = 'running') \
+             FROM agents a ORDER BY a.id",
+            params![],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Agent {
+                id: r.string(0)?,
+                worker_type: r.string(1)?,
+                capabilities: r.json(2)?,
+                max_concurrent: r.opt_i64(3)?,
+                source: r.string(4)?,
+                created_at: r.i64(5)?,
+                running: r.i64(6)?,
+            })
+        })
+        .collect()
+}
+
+/// Creates or updates an agent declared in configuration.
+pub async fn agents_upsert<D: Db>(
+    db: &mut D,
+    now: Millis,
+    id: &str,
+    worker_type: &str,
+    capabilities: &[String],
+    max_concurrent: Option<i64>,
+) -> Result<(), Error> {
+    validate_id("agent id", "invalid_agent_id", id)?;
+    db.execute(
+        "INSERT INTO agents (id, worker_type, capabilities, max_concurrent, source, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, 'config', $5, $5) ON CONFLICT (id) DO UPDATE SET worker_type = excluded.worker_type, \
+         capabilities = excluded.capabilities, max_concurrent = excluded.max_concurrent, source = 'config', \
+         updated_at = excluded.updated_at",
+        params![id, worker_type, to_json(&capabilities), max_concurrent, now],
+    )
+    .await?;
+    emit(
+        db,
+        now,
+        NewEvent::new(
+            shepherd_core::event::kind::AGENT_UPSERTED,
+            shepherd_core::event::EventRefs::default().agent(id),
+            serde_json::json!({ "source": "config", "worker_type": worker_type, "max_concurrent": max_concurrent }),
+        ),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,503 @@
+//! Runs and their transcripts (seed 000's `worker_runs`).
+//!
+//! While a run is running, each finished step is its own row (`run_steps`),
+//! durable before the worker's call returns; an event carries a short
+//! summary, never the whole step. When the run ends, its steps are compacted
+//! once into a gzipped JSON blob on the run row and the step rows go, in the
+//! same transaction. List queries never select the blob column.
+
+use serde_json::json;
+use shepherd_core::event::{kind, EventRefs, NewEvent};
+use shepherd_core::model::{Run, Task, Worker};
+use shepherd_core::time::Millis;
+use shepherd_core::transcript::{self, ActionContent, TranscriptStep};
+use shepherd_core::workflow::{self, Outcome};
+use shepherd_core::Error;
+
+use super::tasks::{self, set_state, workflow_of};
+use super::{claims, emit, new_uuid};
+use crate::params;
+use crate::sql::{Db, Row, Value};
+
+/// Columns of a run for lists and details. The blob is deliberately absent:
+/// only `transcript IS NOT NULL` is read here.
+const RUN_COLUMNS: &str = "r.id, r.task_id, r.task, r.channel_id, ch.name, r.worker_id, r.agent_id, r.worker_type, \
+    r.attempt, r.purpose, r.status, r.result, r.started_at, r.completed_at, r.live_status, r.tool_calls, \
+    r.active_tool, r.step_count, CASE WHEN r.transcript IS NULL THEN 0 ELSE 1 END, r.cancel_requested_at";
+const RUN_FROM: &str = "FROM runs r LEFT JOIN channels ch ON ch.id = r.channel_id";
+
+fn run_from_row(r: &Row) -> Result<Run, Error> {
+    Ok(Run {
+        id: r.string(0)?,
+        vtid: r.string(1)?,
+        task: r.string(2)?,
+        channel_id: r.opt_string(3)?,
+        channel_name: r.opt_string(4)?,
+        worker_id: r.string(5)?,
+        agent_id: r.string(6)?,
+        worker_type: r.string(7)?,
+        attempt: r.i64(8)?,
+        purpose: r.string(9)?,
+        status: r.string(10)?,
+        result: r.opt_string(11)?,
+        started_at: r.i64(12)?,
+        completed_at: r.opt_i64(13)?,
+        live_status: r.opt_string(14)?,
+        tool_calls: r.i64(15)?,
+        active_tool: r.opt_string(16)?,
+        step_count: r.i64(17)?,
+        has_transcript: r.bool(18)?,
+        cancel_requested_at: r.opt_i64(19)?,
+    })
+}
+
+pub(crate) async fn create<D: Db>(
+    db: &mut D,
+    now: Millis,
+    task: &Task,
+    worker: &Worker,
+    purpose: &str,
+    attempt: i64,
+) -> Result<String, Error> {
+    let id = new_uuid();
+    db.execute(
+        "INSERT INTO runs (id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, purpose, status, started_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10)",
+        params![
+            &id,
+            &task.vtid,
+            &task.title,
+            &task.channel_id,
+            &worker.worker_id,
+            &worker.agent_id,
+            &worker.worker_type,
+            attempt,
+            purpose,
+            now
+        ],
+    )
+    .await?;
+    let refs = EventRefs::default()
+        .run(&id)
+        .task(&task.vtid)
+        .worker(&worker.worker_id)
+        .agent(&worker.agent_id)
+        .channel(task.channel_id.clone());
+    emit(
+        db,
+        now,
+        NewEvent::new(
+            kind::RUN_STARTED,
+            refs,
+            json!({
+                "task": task.title, "agent_id": worker.agent_id, "channel_id": task.channel_id,
+                "worker_type": worker.worker_type, "purpose": purpose, "attempt": attempt,
+            }),
+        ),
+    )
+    .await?;
+    Ok(id)
+}
+
+pub async fn get<D: Db>(db: &mut D, run_id: &str) -> Result<Option<Run>, Error> {
+    let sql = format!("SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id = $1");
+    db.query_opt(&sql, params![run_id])
+        .await?
+        .map(|r| run_from_row(&r))
+        .transpose()
+}
+
+pub async fn require<D: Db>(db: &mut D, run_id: &str) -> Result<Run, Error> {
+    get(db, run_id)
+        .await?
+        .ok_or_else(|| Error::not_found("run_not_found", format!("no run {run_id:?}")))
+}
+
+/// The stored transcript of a finished run: `None` if none was recorded,
+/// `transcript_corrupt` if the blob cannot be read.
+pub async fn transcript<D: Db>(
+    db: &mut D,
+    run_id: &str,
+) -> Result<Option<Vec<TranscriptStep>>, Error> {
+    let row = db
+        .query_opt("SELECT transcript FROM runs WHERE id = $1", params![run_id])
+        .await?
+        .ok_or_else(|| Error::not_found("run_not_found", format!("no run {run_id:?}")))?;
+    match row.opt_blob(0)? {
+        None => Ok(None),
+        Some(blob) => transcript::decompress(&blob).map(Some).map_err(|e| {
+            Error::new(
+                shepherd_core::ErrorKind::Internal,
+                "transcript_corrupt",
+                format!("the stored transcript of run {run_id} cannot be read: {e}"),
+            )
+        }),
+    }
+}
+
+/// Steps of a run after `after` (an index; -1 for all), running or finished alike.
+pub async fn steps<D: Db>(
+    db: &mut D,
+    run_id: &str,
+    after: i64,
+    limit: i64,
+) -> Result<(Run, Vec<(i64, TranscriptStep)>), Error> {
+    let run = require(db, run_id).await?;
+    let steps: Vec<(i64, TranscriptStep)> = if run.status == "running" {
+        let rows = db
+            .query(
+                "SELECT idx, body FROM run_steps WHERE run_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
+                params![run_id, after, limit],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.i64(0)?, r.json::<TranscriptStep>(1)?)))
+            .collect::<Result<_, Error>>()?
+    } else {
+        transcript(db, run_id)
+            .await?
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (i as i64, s))
+            .filter(|(i, _)| *i > after)
+            .take(limit.max(0) as usize)
+            .collect()
+    };
+    Ok((run, steps))
+}
+
+/// What a step batch did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepsAck {
+    pub accepted: i64,
+    /// Steps at indexes already stored (a retried batch): acknowledged, not stored again.
+    pub duplicates: i64,
+    /// The index the next step must have.
+    pub next_index: i64,
+}
+
+async fn fence_run<D: Db>(
+    db: &mut D,
+    run: &Run,
+    claim_token: &str,
+    caller: Option<&str>,
+) -> Result<claims::ActiveClaim, Error> {
+    let stale = || {
+        Error::conflict(
+            "claim_stale",
+            format!(
+                "the claim behind run {} is no longer active or the token is wrong",
+                run.id
+            ),
+        )
+    };
+    let active = claims::active_for_run(db, &run.id)
+        .await?
+        .ok_or_else(stale)?;
+    if active.token != claim_token {
+        return Err(stale());
+    }
+    if let Some(w) = caller {
+        if w != active.claim.worker_id {
+            return Err(Error::forbidden(
+                "not_your_claim",
+                "this run belongs to another worker",
+            ));
+        }
+    }
+    Ok(active)
+}
+
+/// Appends finished steps at `start_index…`, fenced by the claim token.
+pub async fn append_steps<D: Db>(
+    db: &mut D,
+    now: Millis,
+    run_id: &str,
+    claim_token: &str,
+    caller: Option<&str>,
+    start_index: i64,
+    steps: Vec<TranscriptStep>,
+) -> Result<StepsAck, Error> {
+    if start_index < 0 {
+        return Err(Error::invalid(
+            "invalid_start_index",
+            "start_index must be 0 or more",
+        ));
+    }
+    let run = require(db, run_id).await?;
+    let active = fence_run(db, &run, claim_token, caller).await?;
+    let stored = run.step_count;
+    if start_index > stored {
+        return Err(Error::conflict(
+            "step_gap",
+            format!("run {run_id} has {stored} steps; the next must have index {stored}, not {start_index}"),
+        ));
+    }
+    let mut accepted = 0;
+    let mut duplicates = 0;
+    let mut tool_calls = run.tool_calls;
+    let mut active_tool = run.active_tool.clone();
+    let refs = EventRefs::default()
+        .run(run_id)
+        .task(&run.vtid)
+        .worker(&run.worker_id)
+        .agent(&run.agent_id)
+        .channel(run.channel_id.clone());
+    for (i, step) in steps.into_iter().enumerate() {
+        let idx = start_index + i as i64;
+        if idx < stored {
+            duplicates += 1;
+            continue;
+        }
+        let step = step.truncated();
+        let summary = step.step_summary();
+        match &step {
+            TranscriptStep::Action { content } => {
+                for c in content {
+                    if let ActionContent::ToolCall { name, .. } = c {
+                        tool_calls += 1;
+                        active_tool = Some(name.clone());
+                    }
+                }
+            }
+            TranscriptStep::ToolResult { .. } => active_tool = None,
+        }
+        let body =
+            serde_json::to_string(&step).map_err(|e| Error::internal(format!("step JSON: {e}")))?;
+        db.execute(
+            "INSERT INTO run_steps (run_id, idx, body) VALUES ($1, $2, $3)",
+            params![run_id, idx, body],
+        )
+        .await?;
+        emit(
+            db,
+            now,
+            NewEvent::new(
+                kind::RUN_STEP,
+                refs.clone(),
+                json!({
+                    "index": idx, "kind": summary.kind, "tool_name": summary.tool_name,
+                    "call_ids": summary.call_ids, "preview": summary.preview,
+                }),
+            ),
+        )
+        .await?;
+        accepted += 1;
+    }
+    let next_index = stored + accepted;
+    if accepted > 0 {
+        db.execute(
+            "UPDATE runs SET step_count = $2, tool_calls = $3, active_tool = $4, last_step_at = $5 WHERE id = $1",
+            params![run_id, next_index, tool_calls, active_tool, now],
+        )
+        .await?;
+        db.execute(
+            "UPDATE workers SET last_activity_at = $2 WHERE id = $1",
+            params![&run.worker_id, now],
+        )
+        .await?;
+        // A first step means the worker is executing (simple: claimed → running).
+        let mut task = tasks::require(db, &run.vtid).await?;
+        let wf = workflow_of(&task)?;
+        if run.purpose == "build" && task.cancel_requested_at.is_none() {
+            if let Outcome::Move { to, .. } = wf.apply(&task.state, workflow::EXECUTION_STARTED) {
+                if to != task.state {
+                    let r = EventRefs::default()
+                        .worker(&active.claim.worker_id)
+                        .run(run_id);
+                    set_state(db, now, &mut task, to, "first step", r).await?;
+                }
+            }
+        }
+    }
+    Ok(StepsAck {
+        accepted,
+        duplicates,
+        next_index,
+    })
+}
+
+/// Sets the live status text of a running run.
+pub async fn set_status<D: Db>(
+    db: &mut D,
+    now: Millis,
+    run_id: &str,
+    claim_token: &str,
+    caller: Option<&str>,
+    text: &str,
+) -> Result<Run, Error> {
+    if text.len() > 2000 {
+        return Err(Error::invalid(
+            "invalid_status",
+            "status text is at most 2000 bytes",
+        ));
+    }
+    let run = require(db, run_id).await?;
+    fence_run(db, &run, claim_token, caller).await?;
+    db.execute(
+        "UPDATE runs SET live_status = $2 WHERE id = $1",
+        params![run_id, text],
+    )
+    .await?;
+    let refs = EventRefs::default()
+        .run(run_id)
+        .task(&run.vtid)
+        .worker(&run.worker_id)
+        .agent(&run.agent_id)
+        .channel(run.channel_id.clone());
+    emit(
+        db,
+        now,
+        NewEvent::new(kind::RUN_STATUS, refs, json!({ "status": text })),
+    )
+    .await?;
+    require(db, run_id).await
+}
+
+/// Ends a running run: compacts its steps into the blob, closes dangling
+/// tool calls, clears the live overlay and records `run.completed`.
+pub(crate) async fn finish<D: Db>(
+    db: &mut D,
+    now: Millis,
+    run_id: &str,
+    status: &str,
+    result: Option<String>,
+    reason: &str,
+) -> Result<(), Error> {
+    let run = require(db, run_id).await?;
+    if run.status != "running" {
+        return Ok(());
+    }
+    let rows = db
+        .query(
+            "SELECT body FROM run_steps WHERE run_id = $1 ORDER BY idx",
+            params![run_id],
+        )
+        .await?;
+    let mut steps = rows
+        .iter()
+        .map(|r| r.json::<TranscriptStep>(0))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let blob = if steps.is_empty() {
+        Value::Null
+    } else {
+        transcript::close_dangling_tool_calls(&mut steps, &format!("run ended {status}: {reason}"));
+        Value::Blob(transcript::compress(&steps))
+    };
+    let result = match (result, status) {
+        (Some(r), _) => Some(r),
+        (None, "done") => None,
+        (None, _) => Some(reason.to_owned()),
+    };
+    db.execute(
+        "UPDATE runs SET status = $2, result = $3, completed_at = $4, transcript = $5, live_status = NULL, \
+         active_tool = NULL, step_count = $6 WHERE id = $1",
+        vec![
+            Value::from(run_id),
+            Value::from(status),
+            Value::from(result.clone()),
+            Value::Int(now),
+            blob,
+            Value::Int(steps.len() as i64),
+        ],
+    )
+    .await?;
+    db.execute("DELETE FROM run_steps WHERE run_id = $1", params![run_id])
+        .await?;
+    let refs = EventRefs::default()
+        .run(run_id)
+        .task(&run.vtid)
+        .worker(&run.worker_id)
+        .agent(&run.agent_id)
+        .channel(run.channel_id.clone());
+    emit(
+        db,
+        now,
+        NewEvent::new(
+            kind::RUN_COMPLETED,
+            refs,
+            json!({ "status": status, "result": result, "reason": reason, "steps": steps.len() }),
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Which runs to list.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub agent_id: Option<String>,
+    pub status: Option<String>,
+    pub vtid: Option<String>,
+    /// Case-insensitive search in task titles.
+    pub q: Option<String>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+/// Runs, newest first, and the total matching. Never reads transcript blobs.
+pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), Error> {
+    let mut cond = String::from(" WHERE 1 = 1");
+    let mut args = Vec::new();
+    if let Some(a) = &f.agent_id {
+        args.push(Value::Text(a.clone()));
+        cond.push_str(&format!(" AND r.agent_id = ${}", args.len()));
+    }
+    if let Some(s) = &f.status {
+        args.push(Value::Text(s.clone()));
+        cond.push_str(&format!(" AND r.status = ${}", args.len()));
+    }
+    if let Some(v) = &f.vtid {
+        args.push(Value::Text(v.clone()));
+        cond.push_str(&format!(" AND r.task_id = ${}", args.len()));
+    }
+    if let Some(q) = &f.q {
+        let escaped = q
+            .to_lowercase()
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        args.push(Value::Text(format!("%{escaped}%")));
+        cond.push_str(&format!(
+            " AND LOWER(r.task) LIKE ${} ESCAPE '\\'",
+            args.len()
+        ));
+    }
+    let total = db
+        .query_one(&format!("SELECT COUNT(*) FROM runs r{cond}"), args.clone())
+        .await?
+        .i64(0)?;
+    args.push(Value::Int(f.limit));
+    args.push(Value::Int(f.offset));
+    let sql = format!(
+        "SELECT {RUN_COLUMNS} {RUN_FROM}{cond} ORDER BY r.started_at DESC, r.id DESC LIMIT ${} OFFSET ${}",
+        args.len() - 1,
+        args.len()
+    );
+    let runs = db
+        .query(&sql, args)
+        .await?
+        .iter()
+        .map(run_from_row)
+        .collect::<Result<_, _>>()?;
+    Ok((runs, total))
+}
+
+/// Nulls transcript blobs of runs that ended before `cutoff`; returns (runs, bytes freed).
+pub async fn prune_transcripts<D: Db>(db: &mut D, cutoff: Millis) -> Result<(i64, i64), Error> {
+    let row = db
+        .query_one(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(transcript)), 0) FROM runs \
+             WHERE transcript IS NOT NULL AND completed_at < $1",
+            params![cutoff],
+        )
+        .await?;
+    let (n, bytes) = (row.i64(0)?, row.i64(1)?);
+    db.execute(
+        "UPDATE runs SET transcript = NULL WHERE transcript IS NOT NULL AND completed_at < $1",
+        params![cutoff],
+    )
+    .await?;
+    Ok((n, bytes))
+}

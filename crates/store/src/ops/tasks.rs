@@ -1,0 +1,488 @@
+//! Tasks: creation, dispatch, listing, cancel, and events from outside any
+//! worker that drive a task's workflow.
+
+use serde_json::{json, Value};
+use shepherd_core::event::{kind, Event, EventFilter, EventRefs, NewEvent};
+use shepherd_core::model::{Claim, Task};
+use shepherd_core::time::Millis;
+use shepherd_core::workflow::{self, Workflow};
+use shepherd_core::Error;
+
+use super::{claims, emit, new_uuid, to_json, validate_id};
+use crate::params;
+use crate::sql::{Db, Row, Value as SqlValue};
+
+/// What a client asks for when creating a task.
+#[derive(Debug, Clone, Default)]
+pub struct NewTask {
+    pub vtid: Option<String>,
+    pub title: String,
+    pub spec: String,
+    pub priority: i64,
+    pub capabilities: Vec<String>,
+    pub agent_id: Option<String>,
+    pub channel_id: Option<String>,
+    pub workflow: Option<String>,
+    pub dispatch: bool,
+}
+
+pub(crate) const TASK_COLUMNS: &str = "t.id, t.title, t.spec, t.priority, t.capabilities, t.agent_id, t.channel_id, \
+    t.workflow, t.state, t.spec_snapshot_id, t.dispatched_at, t.builder_worker_id, t.cancel_requested_at, \
+    t.attempts, t.created_at, t.updated_at";
+
+pub(crate) fn task_from_row(r: &Row) -> Result<Task, Error> {
+    Ok(Task {
+        vtid: r.string(0)?,
+        title: r.string(1)?,
+        spec: r.string(2)?,
+        priority: r.i64(3)?,
+        capabilities: r.json(4)?,
+        agent_id: r.opt_string(5)?,
+        channel_id: r.opt_string(6)?,
+        workflow: r.string(7)?,
+        state: r.string(8)?,
+        spec_snapshot_id: r.opt_string(9)?,
+        dispatched_at: r.opt_i64(10)?,
+        builder_worker_id: r.opt_string(11)?,
+        cancel_requested_at: r.opt_i64(12)?,
+        attempts: r.i64(13)?,
+        created_at: r.i64(14)?,
+        updated_at: r.i64(15)?,
+    })
+}
+
+pub fn workflow_of(task: &Task) -> Result<&'static Workflow, Error> {
+    workflow::by_name(&task.workflow).ok_or_else(|| {
+        Error::internal(format!(
+            "task {} has unknown workflow {:?}",
+            task.vtid, task.workflow
+        ))
+    })
+}
+
+pub async fn get<D: Db>(db: &mut D, vtid: &str) -> Result<Option<Task>, Error> {
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = $1");
+    match db.query_opt(&sql, params![vtid]).await? {
+        Some(r) => Ok(Some(task_from_row(&r)?)),
+        None => Ok(None),
+    }
+}
+
+pub async fn require<D: Db>(db: &mut D, vtid: &str) -> Result<Task, Error> {
+    get(db, vtid)
+        .await?
+        .ok_or_else(|| Error::not_found("task_not_found", format!("no task {vtid:?}")))
+}
+
+fn task_refs(task: &Task) -> EventRefs {
+    let mut refs = EventRefs::default()
+        .task(&task.vtid)
+        .channel(task.channel_id.clone());
+    refs.agent_id = task.agent_id.clone();
+    refs
+}
+
+/// Moves a task to `to` (if different) and records `task.state_changed`.
+pub(crate) async fn set_state<D: Db>(
+    db: &mut D,
+    now: Millis,
+    task: &mut Task,
+    to: &str,
+    cause: &str,
+    extra: EventRefs,
+) -> Result<(), Error> {
+    if task.state == to {
+        return Ok(());
+    }
+    db.execute(
+        "UPDATE tasks SET state = $2, updated_at = $3 WHERE id = $1",
+        params![&task.vtid, to, now],
+    )
+    .await?;
+    let mut refs = task_refs(task);
+    refs.worker_id = extra.worker_id;
+    refs.run_id = extra.run_id;
+    emit(
+        db,
+        now,
+        NewEvent::new(
+            kind::TASK_STATE_CHANGED,
+            refs,
+            json!({ "from": task.state, "to": to, "cause": cause }),
+        ),
+    )
+    .await?;
+    task.state = to.to_owned();
+    task.updated_at = now;
+    Ok(())
+}
+
+async fn next_vtid<D: Db>(db: &mut D) -> Result<String, Error> {
+    loop {
+        let current = db
+            .query_opt(
+                "SELECT value FROM meta WHERE key = 'vtid_counter'",
+                params![],
+            )
+            .await?
+            .map(|r| r.string(0))
+            .transpose()?
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0);
+        let next = current + 1;
+        db.execute(
+            "INSERT INTO meta (key, value) VALUES ('vtid_counter', $1) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![next.to_string()],
+        )
+        .await?;
+        let vtid = format!("VTID-{next:05}");
+        if get(db, &vtid).await?.is_none() {
+            return Ok(vtid);
+        }
+    }
+}
+
+/// Makes sure a channel row exists for an id a client named.
+pub(crate) async fn ensure_channel<D: Db>(
+    db: &mut D,
+    now: Millis,
+    channel_id: &str,
+) -> Result<(), Error> {
+    let n = db
+        .execute(
+            "INSERT INTO channels (id, name, created_at) VALUES ($1, $1, $2) ON CONFLICT (id) DO NOTHING",
+            params![channel_id, now],
+        )
+        .await?;
+    if n > 0 {
+        emit(
+            db,
+            now,
+            NewEvent::new(
+                kind::CHANNEL_CREATED,
+                EventRefs::default().channel(Some(channel_id.to_owned())),
+                json!({ "name": channel_id }),
+            ),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task, Error> {
+    if new.title.trim().is_empty() {
+        return Err(Error::invalid("invalid_title", "title must not be empty"));
+    }
+    if new.title.len() > 500 {
+        return Err(Error::invalid(
+            "invalid_title",
+            "title must be at most 500 bytes",
+        ));
+    }
+    if !(-1_000_000..=1_000_000).contains(&new.priority) {
+        return Err(Error::invalid(
+            "invalid_priority",
+            "priority must be between -1000000 and 1000000",
+        ));
+    }
+    if new
+        .capabilities
+        .iter()
+        .any(|c| c.is_empty() || c.len() > 64)
+    {
+        return Err(Error::invalid(
+            "invalid_capabilities",
+            "capabilities are non-empty strings of at most 64 characters",
+        ));
+    }
+    let wf_name = new.workflow.clone().unwrap_or_else(|| "simple".into());
+    let wf = workflow::by_name(&wf_name).ok_or_else(|| {
+        Error::invalid(
+            "unknown_workflow",
+            format!("unknown workflow {wf_name:?}; known: simple, autopilot"),
+        )
+    })?;
+    if let Some(a) = &new.agent_id {
+        validate_id("agent_id", "invalid_agent_id", a)?;
+    }
+    if let Some(c) = &new.channel_id {
+        validate_id("channel_id", "invalid_channel_id", c)?;
+        ensure_channel(db, now, c).await?;
+    }
+    let vtid = match &new.vtid {
+        Some(v) => {
+            validate_id("vtid", "invalid_vtid", v)?;
+            if get(db, v).await?.is_some() {
+                return Err(Error::conflict(
+                    "task_exists",
+                    format!("task {v:?} already exists"),
+                ));
+            }
+            v.clone()
+        }
+        None => next_vtid(db).await?,
+    };
+    db.execute(
+        "INSERT INTO tasks (id, title, spec, priority, capabilities, agent_id, channel_id, workflow, state, \
+         attempts, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $10)",
+        params![
+            &vtid,
+            &new.title,
+            &new.spec,
+            new.priority,
+            to_json(&new.capabilities),
+            &new.agent_id,
+            &new.channel_id,
+            wf.name,
+            wf.draft_state,
+            now
+        ],
+    )
+    .await?;
+    let mut task = require(db, &vtid).await?;
+    emit(
+        db,
+        now,
+        NewEvent::new(
+            kind::TASK_CREATED,
+            task_refs(&task),
+            json!({
+                "title": task.title, "priority": task.priority, "workflow": task.workflow,
+                "capabilities": task.capabilities, "state": task.state,
+            }),
+        ),
+    )
+    .await?;
+    if new.dispatch {
+        dispatch_loaded(db, now, &mut task).await?;
+    }
+    Ok(task)
+}
+
+/// Dispatches a draft: freezes its spec in a snapshot and offers it to workers.
+pub async fn dispatch<D: Db>(db: &mut D, now: Millis, vtid: &str) -> Result<Task, Error> {
+    let mut task = require(db, vtid).await?;
+    dispatch_loaded(db, now, &mut task).await?;
+    Ok(task)
+}
+
+async fn dispatch_loaded<D: Db>(db: &mut D, now: Millis, task: &mut Task) -> Result<(), Error> {
+    let wf = workflow_of(task)?;
+    if task.state != wf.draft_state {
+        return Err(Error::conflict(
+            "already_dispatched",
+            format!(
+                "task {} is {:?}; only a draft can be dispatched",
+                task.vtid, task.state
+            ),
+        ));
+    }
+    let snapshot = new_uuid();
+    db.execute(
+        "INSERT INTO spec_snapshots (id, task_id, spec, created_at) VALUES ($1, $2, $3, $4)",
+        params![&snapshot, &task.vtid, &task.spec, now],
+    )
+    .await?;
+    db.execute(
+        "UPDATE tasks SET spec_snapshot_id = $2, dispatched_at = $3 WHERE id = $1",
+        params![&task.vtid, &snapshot, now],
+    )
+    .await?;
+    task.spec_snapshot_id = Some(snapshot.clone());
+    task.dispatched_at = Some(now);
+    emit(
+        db,
+        now,
+        NewEvent::new(
+            kind::TASK_DISPATCHED,
+            task_refs(task),
+            json!({ "spec_snapshot_id": snapshot, "priority": task.priority }),
+        ),
+    )
+    .await?;
+    set_state(
+        db,
+        now,
+        task,
+        wf.dispatched_state,
+        "dispatched",
+        EventRefs::default(),
+    )
+    .await
+}
+
+/// Which tasks to list.
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub state: Option<String>,
+    pub agent_id: Option<String>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+pub async fn list<D: Db>(db: &mut D, f: &TaskFilter) -> Result<(Vec<Task>, i64), Error> {
+    let mut cond = String::from(" WHERE 1 = 1");
+    let mut args = Vec::new();
+    if let Some(s) = &f.state {
+        args.push(SqlValue::Text(s.clone()));
+        cond.push_str(&format!(" AND t.state = ${}", args.len()));
+    }
+    if let Some(a) = &f.agent_id {
+        args.push(SqlValue::Text(a.clone()));
+        cond.push_str(&format!(" AND t.agent_id = ${}", args.len()));
+    }
+    let total = db
+        .query_one(&format!("SELECT COUNT(*) FROM tasks t{cond}"), args.clone())
+        .await?
+        .i64(0)?;
+    args.push(SqlValue::Int(f.limit));
+    args.push(SqlValue::Int(f.offset));
+    let sql = format!(
+        "SELECT {TASK_COLUMNS} FROM tasks t{cond} ORDER BY t.created_at DESC, t.id DESC LIMIT ${} OFFSET ${}",
+        args.len() - 1,
+        args.len()
+    );
+    let tasks = db
+        .query(&sql, args)
+        .await?
+        .iter()
+        .map(task_from_row)
+        .collect::<Result<_, _>>()?;
+    Ok((tasks, total))
+}
+
+/// A task with its claims and its latest events.
+#[derive(Debug, Clone)]
+pub struct TaskDetail {
+    pub task: Task,
+    pub claims: Vec<Claim>,
+    pub events: Vec<Event>,
+}
+
+pub async fn detail<D: Db>(db: &mut D, vtid: &str, events: i64) -> Result<TaskDetail, Error> {
+    let task = require(db, vtid).await?;
+    let claims = claims::for_task(db, vtid).await?;
+    let filter = EventFilter {
+        task_id: Some(vtid.to_owned()),
+        ..Default::default()
+    };
+    let events = crate::log::read_latest(db, &filter, events).await?.events;
+    Ok(TaskDetail {
+        task,
+        claims,
+        events,
+    })
+}
+
+/// Outcome of a cancel request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Nobody held it: it is cancelled now.
+    Cancelled,
+    /// A worker holds it: the worker is told and has the grace period to stop.
+    Requested { worker_id: String, run_id: String },
+}
+
+pub async fn cancel<D: Db>(
+    db: &mut D,
+    now: Millis,
+    vtid: &str,
+    reason: Option<String>,
+) -> Result<(Task, CancelOutcome), Error> {
+    let mut task = require(db, vtid).await?;
+    let wf = workflow_of(&task)?;
+    if wf.is_final(&task.state) {
+        return Err(Error::conflict(
+            "task_finished",
+            format!("task {vtid} is already {}", task.state),
+        ));
+    }
+    let reason = reason.unwrap_or_else(|| "cancelled by the operator".into());
+    match claims::active_for_task(db, vtid).await? {
+        Some(claim) => {
+            if task.cancel_requested_at.is_none() {
+                db.execute(
+                    "UPDATE tasks SET cancel_requested_at = $2, updated_at = $2 WHERE id = $1",
+                    params![vtid, now],
+                )
+                .await?;
+                db.execute(
+                    "UPDATE runs SET cancel_requested_at = $2 WHERE id = $1 AND cancel_requested_at IS NULL",
+                    params![&claim.run_id, now],
+                )
+                .await?;
+                task.cancel_requested_at = Some(now);
+                let refs = task_refs(&task).worker(&claim.worker_id).run(&claim.run_id);
+                emit(
+                    db,
+                    now,
+                    NewEvent::new(
+                        kind::TASK_CANCEL_REQUESTED,
+                        refs,
+                        json!({ "reason": reason }),
+                    ),
+                )
+                .await?;
+            }
+            Ok((
+                task,
+                CancelOutcome::Requested {
+                    worker_id: claim.worker_id,
+                    run_id: claim.run_id,
+                },
+            ))
+        }
+        None => {
+            db.execute(
+                "UPDATE tasks SET cancel_requested_at = $2 WHERE id = $1",
+                params![vtid, now],
+            )
+            .await?;
+            task.cancel_requested_at = Some(now);
+            emit(
+                db,
+                now,
+                NewEvent::new(
+                    kind::TASK_CANCEL_REQUESTED,
+                    task_refs(&task),
+                    json!({ "reason": reason }),
+                ),
+            )
+            .await?;
+            set_state(
+                db,
+                now,
+                &mut task,
+                workflow::CANCELLED,
+                "cancelled",
+                EventRefs::default(),
+            )
+            .await?;
+            Ok((task, CancelOutcome::Cancelled))
+        }
+    }
+}
+
+/// Result of applying an event to a task's workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// The event moved the task (possibly to the same state).
+    Moved { task: Task, from: String, seq: i64 },
+    /// Recorded, but the workflow does not allow it from the current state.
+    Rejected { task: Task, seq: i64 },
+}
+
+/// Records an event about a task and applies it to the workflow, without
+/// any claim (external events such as `github.pull_request.opened`).
+pub async fn external_event<D: Db>(
+    db: &mut D,
+    now: Millis,
+    vtid: &str,
+    event: &str,
+    message: Option<String>,
+    metadata: Value,
+) -> Result<Applied, Error> {
+    let task = require(db, vtid).await?;
+    claims::apply_event(db, now, task, None, event, message, metadata, None).await
+}

@@ -1,0 +1,681 @@
+//! The task queue and worker connector (seed 003), on both databases:
+//! the whole flow, atomic claims, expiry, fencing and eligibility rules.
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::json;
+use shepherd_core::event::EventFilter;
+use shepherd_core::transcript::{ActionContent, TranscriptStep};
+use shepherd_store::{Applied, LeaseRules, NewTask, Registration, Store};
+
+use common::TestDb;
+
+fn rules() -> LeaseRules {
+    LeaseRules {
+        ttl_ms: 3_600_000,
+        heartbeat_timeout_ms: 300_000,
+        not_before: 0,
+        cancel_grace_ms: 30_000,
+    }
+}
+
+async fn register(store: &Store, id: &str, caps: &[&str]) -> String {
+    let (_, token) = store
+        .register_worker(Registration {
+            worker_id: Some(id.into()),
+            agent_id: "default".into(),
+            worker_type: "builtin".into(),
+            capabilities: caps.iter().map(|c| c.to_string()).collect(),
+            max_concurrent: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    token
+}
+
+fn task(vtid: &str, workflow: &str) -> NewTask {
+    NewTask {
+        vtid: Some(vtid.into()),
+        title: format!("Task {vtid}"),
+        spec: format!("# {vtid}\nDo the thing."),
+        priority: 1,
+        workflow: Some(workflow.into()),
+        dispatch: true,
+        ..Default::default()
+    }
+}
+
+async fn progress(
+    store: &Store,
+    worker: &str,
+    vtid: &str,
+    token: &str,
+    event: &str,
+) -> Result<Applied, shepherd_core::Error> {
+    store
+        .progress(
+            worker,
+            vtid,
+            Some(token.into()),
+            event,
+            Some(format!("{event} now")),
+            json!({}),
+            None,
+        )
+        .await
+}
+
+fn state_of(a: &Applied) -> &str {
+    match a {
+        Applied::Moved { task, .. } | Applied::Rejected { task, .. } => &task.state,
+    }
+}
+
+async fn event_types(store: &Store, vtid: &str) -> Vec<String> {
+    let f = EventFilter {
+        task_id: Some(vtid.into()),
+        ..Default::default()
+    };
+    store
+        .read_events(0, &f, 1000)
+        .await
+        .unwrap()
+        .events
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
+}
+
+contract!(
+    autopilot_flow_with_validator_and_rework,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "builder", &["rust"]).await;
+        register(&store, "checker", &["rust", "validator"]).await;
+        let mut t = task("VTID-01180", "autopilot");
+        t.capabilities = vec!["rust".into()];
+        let created = store.create_task(t).await.unwrap();
+        assert_eq!(created.state, "in_progress");
+        assert!(created.spec_snapshot_id.is_some());
+
+        let pending = store.pending_tasks("builder", 10).await.unwrap();
+        assert_eq!(
+            pending.iter().map(|t| t.vtid.as_str()).collect::<Vec<_>>(),
+            vec!["VTID-01180"]
+        );
+        let grant = store
+            .claim_task("builder", "VTID-01180", rules())
+            .await
+            .unwrap();
+        assert!(grant.spec.starts_with("# VTID-01180"));
+        assert!(store.pending_tasks("builder", 10).await.unwrap().is_empty());
+
+        let tok = grant.claim_token.clone();
+        assert_eq!(
+            state_of(
+                &progress(
+                    &store,
+                    "builder",
+                    "VTID-01180",
+                    &tok,
+                    "worker.execution.started"
+                )
+                .await
+                .unwrap()
+            ),
+            "in_progress"
+        );
+        // Completing before building is known but not allowed from here: recorded, rejected.
+        let rejected = progress(
+            &store,
+            "builder",
+            "VTID-01180",
+            &tok,
+            "worker.execution.completed",
+        )
+        .await
+        .unwrap();
+        assert!(matches!(rejected, Applied::Rejected { .. }));
+        assert_eq!(
+            state_of(
+                &progress(&store, "builder", "VTID-01180", &tok, "worker.building")
+                    .await
+                    .unwrap()
+            ),
+            "building"
+        );
+        assert_eq!(
+            state_of(
+                &progress(&store, "builder", "VTID-01180", &tok, "worker.pr.created")
+                    .await
+                    .unwrap()
+            ),
+            "pr_created"
+        );
+        let err = progress(&store, "builder", "VTID-01180", &tok, "worker.dance")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "unknown_event");
+        assert_eq!(
+            state_of(
+                &progress(
+                    &store,
+                    "builder",
+                    "VTID-01180",
+                    &tok,
+                    "worker.execution.completed"
+                )
+                .await
+                .unwrap()
+            ),
+            "reviewing"
+        );
+        // The builder's claim and run ended; the task waits for a validator.
+        let (run, _) = store.run(&grant.claim.run_id).await.unwrap();
+        assert_eq!(run.status, "done");
+        assert!(
+            store.pending_tasks("builder", 10).await.unwrap().is_empty(),
+            "builder lacks validator capability"
+        );
+        let err = store
+            .claim_task("builder", "VTID-01180", rules())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "missing_capabilities");
+
+        // Validator rejects: back to in_progress, unclaimed, for rework.
+        let v = store
+            .claim_task("checker", "VTID-01180", rules())
+            .await
+            .unwrap();
+        assert_eq!(v.claim.purpose, "validate");
+        let a = progress(
+            &store,
+            "checker",
+            "VTID-01180",
+            &v.claim_token,
+            "validator.failed",
+        )
+        .await
+        .unwrap();
+        assert_eq!(state_of(&a), "in_progress");
+
+        // Rework by the builder, then the validator passes it.
+        let g2 = store
+            .claim_task("builder", "VTID-01180", rules())
+            .await
+            .unwrap();
+        assert_eq!(g2.claim.purpose, "build");
+        for e in [
+            "worker.building",
+            "worker.pr.created",
+            "worker.execution.completed",
+        ] {
+            progress(&store, "builder", "VTID-01180", &g2.claim_token, e)
+                .await
+                .unwrap();
+        }
+        let v2 = store
+            .claim_task("checker", "VTID-01180", rules())
+            .await
+            .unwrap();
+        let done = progress(
+            &store,
+            "checker",
+            "VTID-01180",
+            &v2.claim_token,
+            "validator.passed",
+        )
+        .await
+        .unwrap();
+        assert_eq!(state_of(&done), "done");
+        // Final states accept nothing more.
+        let err = store
+            .claim_task("checker", "VTID-01180", rules())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "task_not_claimable");
+        let (detail, _) = store.task("VTID-01180", 200).await.unwrap();
+        assert_eq!(detail.claims.len(), 4);
+        assert!(detail.claims.iter().all(|c| c.released_at.is_some()));
+        assert_eq!(detail.task.attempts, 4);
+
+        let types = event_types(&store, "VTID-01180").await;
+        for expected in [
+            "task.created",
+            "task.dispatched",
+            "worker.claim.granted",
+            "worker.execution.started",
+            "worker.building",
+            "worker.pr.created",
+            "worker.execution.completed",
+            "task.transition_rejected",
+            "validator.failed",
+            "validator.passed",
+            "worker.claim.released",
+            "run.started",
+            "run.completed",
+            "task.state_changed",
+        ] {
+            assert!(
+                types.iter().any(|t| t == expected),
+                "missing event {expected} in {types:?}"
+            );
+        }
+        store.close();
+    }
+);
+
+contract!(
+    validator_cannot_validate_own_build,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "both", &["validator"]).await;
+        store
+            .create_task(task("VTID-7", "autopilot"))
+            .await
+            .unwrap();
+        let g = store.claim_task("both", "VTID-7", rules()).await.unwrap();
+        for e in [
+            "worker.building",
+            "worker.pr.created",
+            "worker.execution.completed",
+        ] {
+            progress(&store, "both", "VTID-7", &g.claim_token, e)
+                .await
+                .unwrap();
+        }
+        let err = store
+            .claim_task("both", "VTID-7", rules())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "validator_is_builder");
+        assert!(store.pending_tasks("both", 10).await.unwrap().is_empty());
+        store.close();
+    }
+);
+
+contract!(
+    simple_flow_with_steps_and_failure,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "w1", &[]).await;
+        let t = store.create_task(task("T-1", "simple")).await.unwrap();
+        assert_eq!(t.state, "pending");
+        let g = store.claim_task("w1", "T-1", rules()).await.unwrap();
+        assert_eq!(g.task.state, "claimed");
+        let step = TranscriptStep::Action {
+            content: vec![ActionContent::Text {
+                text: "hello".into(),
+            }],
+        };
+        let ack = store
+            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, vec![step])
+            .await
+            .unwrap();
+        assert_eq!(ack.next_index, 1);
+        let (d, _) = store.task("T-1", 10).await.unwrap();
+        assert_eq!(
+            d.task.state, "running",
+            "a first step moves claimed to running"
+        );
+        let failed = store
+            .progress(
+                "w1",
+                "T-1",
+                Some(g.claim_token.clone()),
+                "worker.execution.failed",
+                None,
+                json!({}),
+                Some("boom".into()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(state_of(&failed), "failed");
+        let (run, transcript, _) = store.run_detail(&g.claim.run_id).await.unwrap();
+        assert_eq!(run.status, "failed", "a failure is failed, never done");
+        assert_eq!(run.result.as_deref(), Some("boom"));
+        assert_eq!(transcript.unwrap().len(), 1);
+        store.close();
+    }
+);
+
+contract!(
+    sixty_four_concurrent_claimers_one_winner,
+    |db: TestDb| async move {
+        // Several nodes, so that on PostgreSQL the database itself arbitrates.
+        let nodes = vec![db.open().await, db.open().await, db.open().await];
+        for i in 0..64 {
+            register(&nodes[0], &format!("w{i}"), &[]).await;
+        }
+        nodes[0].create_task(task("HOT-1", "simple")).await.unwrap();
+        let mut handles = Vec::new();
+        for i in 0..64 {
+            let store = nodes[i % nodes.len()].clone();
+            handles.push(tokio::spawn(async move {
+                store.claim_task(&format!("w{i}"), "HOT-1", rules()).await
+            }));
+        }
+        let mut winners = 0;
+        for h in handles {
+            match h.await.unwrap() {
+                Ok(_) => winners += 1,
+                Err(e) => assert_eq!(e.code, "already_claimed", "{e}"),
+            }
+        }
+        assert_eq!(winners, 1);
+        let (d, _) = nodes[0].task("HOT-1", 10).await.unwrap();
+        assert_eq!(d.claims.len(), 1);
+        let granted = event_types(&nodes[0], "HOT-1")
+            .await
+            .iter()
+            .filter(|t| *t == "worker.claim.granted")
+            .count();
+        assert_eq!(granted, 1);
+        for n in nodes {
+            n.close();
+        }
+    }
+);
+
+contract!(
+    expiry_returns_task_once_and_fences_the_zombie,
+    |db: TestDb| async move {
+        let a = db.open().await;
+        let b = db.open().await;
+        register(&a, "zombie", &[]).await;
+        register(&a, "fresh", &[]).await;
+        a.create_task(task("Z-1", "simple")).await.unwrap();
+        let g = a.claim_task("zombie", "Z-1", rules()).await.unwrap();
+        // The zombie goes silent; time passes beyond the heartbeat timeout.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let short = LeaseRules {
+            heartbeat_timeout_ms: 10,
+            ..rules()
+        };
+        // Downtime rule: nothing expires before `not_before`.
+        let later = LeaseRules {
+            not_before: shepherd_store::now_ms() + 60_000,
+            ..short
+        };
+        assert_eq!(a.sweep(later).await.unwrap().expired, 0);
+        // Two nodes sweep at once: the claim expires exactly once.
+        let (ra, rb) = tokio::join!(a.sweep(short), b.sweep(short));
+        assert_eq!(ra.unwrap().expired + rb.unwrap().expired, 1);
+        let types = event_types(&a, "Z-1").await;
+        assert_eq!(
+            types
+                .iter()
+                .filter(|t| *t == "worker.claim.expired")
+                .count(),
+            1
+        );
+        let (d, _) = a.task("Z-1", 10).await.unwrap();
+        assert_eq!(d.task.state, "pending");
+        let (run, _) = a.run(&g.claim.run_id).await.unwrap();
+        assert_eq!(run.status, "failed");
+        assert!(run.result.unwrap().contains("no heartbeat"));
+
+        // The task is re-granted; the zombie comes back and is fenced.
+        a.heartbeat("fresh", rules()).await.unwrap();
+        let g2 = a.claim_task("fresh", "Z-1", rules()).await.unwrap();
+        a.heartbeat("zombie", rules()).await.unwrap();
+        for token in [Some(g.claim_token.clone()), None] {
+            let err = a
+                .progress(
+                    "zombie",
+                    "Z-1",
+                    token,
+                    "worker.execution.completed",
+                    None,
+                    json!({}),
+                    None,
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(err.code, "claim_stale");
+        }
+        let err = a
+            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, vec![])
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "claim_stale");
+        let (d, _) = a.task("Z-1", 10).await.unwrap();
+        assert_eq!(d.task.state, "claimed", "the zombie changed nothing");
+        progress(
+            &a,
+            "fresh",
+            "Z-1",
+            &g2.claim_token,
+            "worker.execution.completed",
+        )
+        .await
+        .unwrap();
+        a.close();
+        b.close();
+    }
+);
+
+contract!(eligibility_rules_and_capacity, |db: TestDb| async move {
+    let store = db.open().await;
+    register(&store, "plain", &[]).await;
+    store
+        .register_worker(Registration {
+            worker_id: Some("coder".into()),
+            agent_id: "claude".into(),
+            worker_type: "builtin".into(),
+            capabilities: vec!["rust".into()],
+            max_concurrent: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut for_claude = task("A-1", "simple");
+    for_claude.agent_id = Some("claude".into());
+    store.create_task(for_claude).await.unwrap();
+    let mut needs_rust = task("C-1", "simple");
+    needs_rust.capabilities = vec!["rust".into()];
+    needs_rust.priority = 5;
+    store.create_task(needs_rust).await.unwrap();
+    let mut draft = task("D-1", "simple");
+    draft.dispatch = false;
+    store.create_task(draft).await.unwrap();
+
+    assert!(store.pending_tasks("plain", 10).await.unwrap().is_empty());
+    let coder: Vec<_> = store
+        .pending_tasks("coder", 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.vtid)
+        .collect();
+    assert_eq!(coder, vec!["C-1", "A-1"], "priority first");
+    assert_eq!(
+        store
+            .claim_task("plain", "A-1", rules())
+            .await
+            .unwrap_err()
+            .code,
+        "wrong_agent"
+    );
+    assert_eq!(
+        store
+            .claim_task("plain", "C-1", rules())
+            .await
+            .unwrap_err()
+            .code,
+        "missing_capabilities"
+    );
+    assert_eq!(
+        store
+            .claim_task("plain", "D-1", rules())
+            .await
+            .unwrap_err()
+            .code,
+        "task_not_dispatched"
+    );
+    assert_eq!(
+        store
+            .claim_task("plain", "NOPE", rules())
+            .await
+            .unwrap_err()
+            .code,
+        "task_not_found"
+    );
+    assert_eq!(
+        store
+            .claim_task("ghost", "D-1", rules())
+            .await
+            .unwrap_err()
+            .code,
+        "worker_not_found"
+    );
+    store.claim_task("coder", "C-1", rules()).await.unwrap();
+    assert_eq!(
+        store
+            .claim_task("coder", "A-1", rules())
+            .await
+            .unwrap_err()
+            .code,
+        "worker_at_capacity"
+    );
+    // Agent limit: claude may run one at a time.
+    store
+        .upsert_agent("claude", "builtin", vec![], Some(1))
+        .await
+        .unwrap();
+    register(&store, "other", &["rust"]).await;
+    let mut second = task("A-2", "simple");
+    second.agent_id = Some("claude".into());
+    store.create_task(second).await.unwrap();
+    store
+        .register_worker(Registration {
+            worker_id: Some("coder2".into()),
+            agent_id: "claude".into(),
+            worker_type: "builtin".into(),
+            max_concurrent: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .claim_task("coder2", "A-2", rules())
+            .await
+            .unwrap_err()
+            .code,
+        "agent_at_capacity"
+    );
+    // Duplicate ids and unknown workflows.
+    assert_eq!(
+        store
+            .create_task(task("C-1", "simple"))
+            .await
+            .unwrap_err()
+            .code,
+        "task_exists"
+    );
+    assert_eq!(
+        store
+            .create_task(task("X-1", "waterfall"))
+            .await
+            .unwrap_err()
+            .code,
+        "unknown_workflow"
+    );
+    let generated = store
+        .create_task(NewTask {
+            title: "auto id".into(),
+            dispatch: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(generated.vtid.starts_with("VTID-"), "{}", generated.vtid);
+    store.close();
+});
+
+contract!(
+    cancel_reaches_holder_and_grace_ends_it,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "w", &[]).await;
+        store.create_task(task("K-1", "simple")).await.unwrap();
+        let g = store.claim_task("w", "K-1", rules()).await.unwrap();
+        let (_, outcome) = store.cancel_task("K-1", None).await.unwrap();
+        assert!(matches!(
+            outcome,
+            shepherd_store::CancelOutcome::Requested { .. }
+        ));
+        let (_, held) = store.heartbeat("w", rules()).await.unwrap();
+        assert!(
+            held[0].cancel_requested,
+            "the heartbeat answer repeats the cancel"
+        );
+        // Steps sent while stopping are kept.
+        let step = TranscriptStep::Action {
+            content: vec![ActionContent::ToolCall {
+                id: "c1".into(),
+                name: "shell".into(),
+                args: "{}".into(),
+            }],
+        };
+        store
+            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, vec![step])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let r = store
+            .sweep(LeaseRules {
+                cancel_grace_ms: 1,
+                ..rules()
+            })
+            .await
+            .unwrap();
+        assert_eq!(r.cancelled, 1);
+        let (run, transcript, _) = store.run_detail(&g.claim.run_id).await.unwrap();
+        assert_eq!(run.status, "cancelled");
+        let transcript = transcript.unwrap();
+        assert_eq!(
+            transcript.len(),
+            2,
+            "the dangling tool call is closed with a synthetic result"
+        );
+        assert!(
+            matches!(&transcript[1], TranscriptStep::ToolResult { call_id, .. } if call_id == "c1")
+        );
+        let (d, _) = store.task("K-1", 10).await.unwrap();
+        assert_eq!(d.task.state, "cancelled");
+        assert_eq!(
+            store.cancel_task("K-1", None).await.unwrap_err().code,
+            "task_finished"
+        );
+        store.close();
+    }
+);
+
+contract!(
+    deregister_releases_claims_and_kills_the_token,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        let token = register(&store, "w", &[]).await;
+        assert_eq!(
+            store.worker_for_token(&token).await.unwrap().as_deref(),
+            Some("w")
+        );
+        store.create_task(task("R-1", "simple")).await.unwrap();
+        store.claim_task("w", "R-1", rules()).await.unwrap();
+        store.deregister_worker("w", None).await.unwrap();
+        assert_eq!(store.worker_for_token(&token).await.unwrap(), None);
+        let (d, _) = store.task("R-1", 10).await.unwrap();
+        assert_eq!(d.task.state, "pending");
+        assert_eq!(
+            store.heartbeat("w", rules()).await.unwrap_err().code,
+            "worker_terminated"
+        );
+        store.close();
+    }
+);
