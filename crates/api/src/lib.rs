@@ -7,9 +7,14 @@
 //! requests into store operations and errors into status codes, nothing more.
 
 pub mod auth;
+pub mod connector;
 pub mod error;
+pub mod events;
 pub mod health;
 pub mod openapi;
+pub mod runs;
+pub mod tasks;
+pub mod workers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -61,6 +66,31 @@ pub struct AppState {
     /// Cancelled when the server begins shutting down; long-lived responses
     /// (event streams) end on it so that graceful shutdown can complete.
     pub shutdown: CancellationToken,
+    /// When this server started (ms): downtime before it does not count
+    /// against workers' leases.
+    pub started_at: i64,
+}
+
+impl AppState {
+    pub fn new(store: Store, settings: Settings, shutdown: CancellationToken) -> Self {
+        AppState {
+            store,
+            settings: Arc::new(settings),
+            shutdown,
+            started_at: shepherd_store::now_ms(),
+        }
+    }
+
+    /// The lease rules in force on this node.
+    pub fn lease_rules(&self) -> shepherd_store::LeaseRules {
+        let s = &self.settings;
+        shepherd_store::LeaseRules {
+            ttl_ms: s.claim_ttl.as_millis() as i64,
+            heartbeat_timeout_ms: s.heartbeat_timeout.as_millis() as i64,
+            not_before: self.started_at + s.heartbeat_timeout.as_millis() as i64,
+            cancel_grace_ms: s.cancel_grace.as_millis() as i64,
+        }
+    }
 }
 
 /// The whole HTTP application.
@@ -70,6 +100,11 @@ pub fn router(state: AppState) -> Router {
             "/api/openapi.json",
             axum::routing::get(openapi::serve_openapi),
         )
+        .merge(tasks::router())
+        .merge(connector::router())
+        .merge(runs::router())
+        .merge(events::router())
+        .merge(workers::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

@@ -23,7 +23,17 @@ pub struct ErrorDetail {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Shepherd", description = "A durable control plane for long-running AI agent workers."),
-    paths(crate::health::healthz, crate::health::readyz, serve_openapi),
+    paths(
+        crate::health::healthz, crate::health::readyz, serve_openapi,
+        crate::tasks::create_task, crate::tasks::list_tasks, crate::tasks::get_task, crate::tasks::dispatch_task,
+        crate::tasks::cancel_task, crate::tasks::task_event, crate::tasks::workflows, crate::tasks::agents,
+        crate::connector::register, crate::connector::pending, crate::connector::claim, crate::connector::progress,
+        crate::connector::heartbeat, crate::connector::deregister,
+        crate::runs::seed_list, crate::runs::seed_detail, crate::runs::list_runs, crate::runs::get_run,
+        crate::runs::get_steps, crate::runs::append_steps, crate::runs::set_status,
+        crate::events::events,
+        crate::workers::list_workers, crate::workers::worker_events, crate::workers::event_page,
+    ),
     components(schemas(ErrorBody, ErrorDetail)),
     modifiers(&BearerAuth)
 )]

@@ -110,7 +110,8 @@ impl NewEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: i64,
-    /// Milliseconds since the Unix epoch.
+    /// Milliseconds since the Unix epoch; RFC 3339 in JSON.
+    #[serde(with = "crate::time::serde_ms")]
     pub ts: Millis,
     #[serde(rename = "type")]
     pub kind: String,

@@ -30,6 +30,9 @@
 //! cargo bench -p shepherd-store --bench append
 //! ```
 //!
+//! Arguments after `--` select cases by name, e.g.
+//! `cargo bench -p shepherd-store --bench append -- sqlite "64 appenders"`.
+//!
 //! Environment:
 //! - `SHEPHERD_BENCH_SCALE` (float, default 1.0) scales every event count;
 //! - `SHEPHERD_BENCH_PG_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
@@ -117,12 +120,20 @@ impl Drop for TempDir {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Counts {
+/// What to run: counts scaled by `SHEPHERD_BENCH_SCALE`, and optional name
+/// filters from the command line.
+struct Plan {
     scale: f64,
+    filters: Vec<String>,
 }
 
-impl Counts {
+impl Plan {
+    /// True if no filter was given, or one is part of "backend case impl"
+    /// (e.g. `sqlite`, `64 appenders`, `postgres 1 appender store`).
+    fn wants(&self, backend: &str, appenders: usize, imp: &str) -> bool {
+        let name = format!("{backend} {} {imp}", case_name(appenders));
+        self.filters.is_empty() || self.filters.iter().any(|f| name.contains(f.as_str()))
+    }
     fn scaled(&self, base: f64) -> u64 {
         ((base * self.scale).round() as u64).max(1)
     }
@@ -336,19 +347,23 @@ async fn bench_raw_sqlite(appenders: usize, per: u64, warm: u64) -> BenchResult<
     })
 }
 
-async fn bench_sqlite(counts: Counts, out: &mut Vec<Measurement>) -> BenchResult<()> {
+async fn bench_sqlite(plan: &Plan, out: &mut Vec<Measurement>) -> BenchResult<()> {
     let mut cases = vec![(1usize, SQLITE_SINGLE)];
     cases.extend(CONCURRENCY.iter().map(|&n| (n, SQLITE_CONCURRENT)));
     for (appenders, base) in cases {
-        let (per, warm) = counts.split(base, appenders);
-        let raw = bench_raw_sqlite(appenders, per, warm).await?;
-        report_progress(&raw);
-        out.push(raw);
-        let dir = TempDir::new()?;
-        let store =
-            bench_store("sqlite", &StoreConfig::new(dir.url()), appenders, per, warm).await?;
-        report_progress(&store);
-        out.push(store);
+        let (per, warm) = plan.split(base, appenders);
+        if plan.wants("sqlite", appenders, "raw") {
+            let raw = bench_raw_sqlite(appenders, per, warm).await?;
+            report_progress(&raw);
+            out.push(raw);
+        }
+        if plan.wants("sqlite", appenders, "store") {
+            let dir = TempDir::new()?;
+            let config = StoreConfig::new(dir.url());
+            let store = bench_store("sqlite", &config, appenders, per, warm).await?;
+            report_progress(&store);
+            out.push(store);
+        }
         // Give the store's writer thread a moment to exit before the next case.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -498,26 +513,29 @@ async fn drop_schemas(url: &str, ours: &[String]) {
     }
 }
 
-async fn bench_pg(url: &str, counts: Counts, out: &mut Vec<Measurement>) -> BenchResult<()> {
+async fn bench_pg(url: &str, plan: &Plan, out: &mut Vec<Measurement>) -> BenchResult<()> {
     let mut schemas = Vec::new();
     let result = async {
         let mut cases = vec![(1usize, PG_SINGLE)];
         cases.extend(CONCURRENCY.iter().map(|&n| (n, PG_CONCURRENT)));
         for (appenders, base) in cases {
-            let (per, warm) = counts.split(base, appenders);
-            let raw_schema = format!("bench_{}", unique());
-            schemas.push(raw_schema.clone());
-            let raw = bench_raw_pg(url, &raw_schema, appenders, per, warm).await?;
-            report_progress(&raw);
-            out.push(raw);
-
-            let store_schema = format!("bench_{}", unique());
-            schemas.push(store_schema.clone());
-            let mut config = StoreConfig::new(url);
-            config.pg_schema = Some(store_schema);
-            let store = bench_store("postgres", &config, appenders, per, warm).await?;
-            report_progress(&store);
-            out.push(store);
+            let (per, warm) = plan.split(base, appenders);
+            if plan.wants("postgres", appenders, "raw") {
+                let raw_schema = format!("bench_{}", unique());
+                schemas.push(raw_schema.clone());
+                let raw = bench_raw_pg(url, &raw_schema, appenders, per, warm).await?;
+                report_progress(&raw);
+                out.push(raw);
+            }
+            if plan.wants("postgres", appenders, "store") {
+                let store_schema = format!("bench_{}", unique());
+                schemas.push(store_schema.clone());
+                let mut config = StoreConfig::new(url);
+                config.pg_schema = Some(store_schema);
+                let store = bench_store("postgres", &config, appenders, per, warm).await?;
+                report_progress(&store);
+                out.push(store);
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
@@ -643,11 +661,19 @@ fn main() -> BenchResult<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let counts = Counts { scale };
+    // `cargo bench` passes `--bench`; other arguments are name filters.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let plan = Plan { scale, filters };
 
     println!("shepherd-store append benchmark");
     println!("cores: {cores} (tokio multi-thread runtime, {cores} worker threads)");
     println!("scale: {scale} (SHEPHERD_BENCH_SCALE)");
+    if !plan.filters.is_empty() {
+        println!("only: {:?}", plan.filters);
+    }
     println!(
         "payload: {} bytes of JSON per event",
         payload(0, 0).to_string().len()
@@ -656,12 +682,12 @@ fn main() -> BenchResult<()> {
     let rows = runtime.block_on(async {
         let mut rows = Vec::new();
         eprintln!("sqlite: running");
-        bench_sqlite(counts, &mut rows).await?;
+        bench_sqlite(&plan, &mut rows).await?;
         match pg_connect(&pg_url, None).await {
             Ok(client) => {
                 drop(client);
                 eprintln!("postgres ({}): running", redact(&pg_url));
-                bench_pg(&pg_url, counts, &mut rows).await?;
+                bench_pg(&pg_url, &plan, &mut rows).await?;
             }
             Err(e) => {
                 println!(

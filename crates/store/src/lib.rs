@@ -611,6 +611,56 @@ impl Store {
         write_op!(self, |db| runs::prune_transcripts(db, cutoff))
     }
 
+    /// The newest event timestamp about each worker.
+    pub async fn worker_last_event_ts(
+        &self,
+    ) -> Result<std::collections::HashMap<String, Millis>, Error> {
+        read_op!(self, |db| async move {
+            let rows = db
+                .query(
+                    "SELECT worker_id, MAX(ts) FROM events WHERE worker_id IS NOT NULL GROUP BY worker_id",
+                    params![],
+                )
+                .await?;
+            rows.iter().map(|r| Ok((r.string(0)?, r.i64(1)?))).collect()
+        })
+    }
+
+    /// Records a `workers.snapshot` event of every worker not closed.
+    pub async fn snapshot_workers(&self, reason: &str) -> Result<i64, Error> {
+        let (now, reason) = (now_ms(), reason.to_owned());
+        write_op!(self, |db| async move {
+            let list = workers::list(db, &WorkerFilter::default()).await?;
+            let entries: Vec<serde_json::Value> = list
+                .iter()
+                .map(|w| {
+                    serde_json::json!({
+                        "worker_id": w.worker_id, "session_id": w.session_id, "name": w.name,
+                        "project_path": w.project_path, "terminal_id": w.terminal_id, "agent_type": w.agent_id,
+                        "worker_type": w.worker_type, "registry_status": w.status,
+                        "state": if w.active_claims > 0 { "active" } else { "idle" },
+                        "status": if w.active_claims > 0 { "busy" } else { "ready" },
+                        "created_at": shepherd_core::time::to_rfc3339(w.registered_at),
+                        "last_activity": shepherd_core::time::opt_rfc3339(w.last_activity_at),
+                        "last_heartbeat_at": shepherd_core::time::to_rfc3339(w.last_heartbeat_at),
+                    })
+                })
+                .collect();
+            let e = NewEvent::new(
+                shepherd_core::event::kind::WORKERS_SNAPSHOT,
+                Default::default(),
+                serde_json::json!({ "count": entries.len(), "workers": entries, "reason": reason }),
+            );
+            log::append(db, now, &e).await
+        })
+    }
+
+    /// Records a free-form event (server notices such as the recovery report).
+    pub async fn record_event(&self, e: NewEvent) -> Result<i64, Error> {
+        let now = now_ms();
+        write_op!(self, |db| async move { log::append(db, now, &e).await })
+    }
+
     /// Test and benchmark aid: overwrites a run's transcript blob.
     #[doc(hidden)]
     pub async fn overwrite_transcript(&self, run_id: &str, blob: Vec<u8>) -> Result<(), Error> {

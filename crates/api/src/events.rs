@@ -1,0 +1,212 @@
+//! `GET /api/events`: every event of the log as server-sent events.
+//!
+//! `id:` is the event's sequence number, so a browser's `EventSource`
+//! resumes by itself with `Last-Event-ID`; `?after=<seq>` does the same for
+//! other clients and `?after=now` starts live. The stream backfills from the
+//! database, then follows the live broadcast with no gap and no duplicate
+//! (see `shepherd_store::hub`). A client whose cursor was pruned gets one
+//! `resync` event; a client too slow for the live feed gets `resync` and is
+//! disconnected, and resumes from its cursor.
+//!
+//! Seed 000's run activity travels under its own names: `worker_started`,
+//! `worker_status`, `tool_started`, `tool_completed`, `worker_completed`
+//! (there a "worker" is a run). Every other event keeps its log type.
+
+use std::convert::Infallible;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::routing::get;
+use axum::Router;
+use futures::stream::{self, Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use shepherd_core::event::{kind, Event, EventFilter};
+use shepherd_core::Error;
+use shepherd_store::{Tail, TailItem};
+use utoipa::IntoParams;
+
+use crate::error::{ApiQuery, ApiResult};
+use crate::AppState;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// A cursor (sequence number) to resume after, or `now`. `Last-Event-ID` wins.
+    pub after: Option<String>,
+    pub agent_id: Option<String>,
+    pub worker_id: Option<String>,
+    pub task_id: Option<String>,
+    pub vtid: Option<String>,
+    pub run_id: Option<String>,
+    pub channel_id: Option<String>,
+    pub conversation_id: Option<String>,
+    pub session_id: Option<String>,
+    /// Comma-separated log types; a trailing `*` matches a prefix (`worker.*`).
+    pub types: Option<String>,
+}
+
+impl EventsQuery {
+    pub fn filter(&self) -> EventFilter {
+        EventFilter {
+            agent_id: self.agent_id.clone(),
+            worker_id: self.worker_id.clone(),
+            task_id: self.task_id.clone().or_else(|| self.vtid.clone()),
+            run_id: self.run_id.clone(),
+            channel_id: self.channel_id.clone(),
+            conversation_id: self.conversation_id.clone(),
+            session_id: self.session_id.clone(),
+            kinds: self
+                .types
+                .as_deref()
+                .map(|t| {
+                    t.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The SSE `event:` name of a log event on this surface.
+pub fn surface_name(e: &Event) -> &str {
+    match e.kind.as_str() {
+        kind::RUN_STARTED => "worker_started",
+        kind::RUN_STATUS => "worker_status",
+        kind::RUN_COMPLETED => "worker_completed",
+        kind::RUN_STEP => match e.data.get("kind").and_then(Value::as_str) {
+            Some("tool_result") => "tool_completed",
+            Some("action") if e.data.get("tool_name").is_some_and(|t| !t.is_null()) => {
+                "tool_started"
+            }
+            _ => kind::RUN_STEP,
+        },
+        other => other,
+    }
+}
+
+/// The JSON of one event as clients see it.
+pub fn event_json(e: &Event) -> Value {
+    let mut v = json!({
+        "id": e.seq,
+        "seq": e.seq,
+        "ts": shepherd_core::time::to_rfc3339(e.ts),
+        "type": e.kind,
+        "data": e.data,
+    });
+    if let (Value::Object(m), Ok(Value::Object(refs))) = (&mut v, serde_json::to_value(&e.refs)) {
+        m.extend(refs);
+    }
+    v
+}
+
+fn sse_of(e: &Event) -> SseEvent {
+    SseEvent::default()
+        .id(e.seq.to_string())
+        .event(surface_name(e))
+        .data(event_json(e).to_string())
+}
+
+fn resync(reason: &str, cursor: i64, message: &str) -> SseEvent {
+    SseEvent::default()
+        .event("resync")
+        .data(json!({ "reason": reason, "cursor": cursor, "message": message }).to_string())
+}
+
+/// Works out where a stream starts: `Last-Event-ID`, then `?after=`, else now.
+pub async fn start_cursor(
+    state: &AppState,
+    headers: &HeaderMap,
+    after: Option<&str>,
+) -> Result<i64, Error> {
+    let bad = |v: &str| {
+        Error::bad_request(
+            "invalid_cursor",
+            format!("a cursor is a non-negative integer or `now`, not {v:?}"),
+        )
+    };
+    if let Some(h) = headers.get("last-event-id") {
+        let v = h.to_str().map_err(|_| bad("?"))?.trim();
+        return v
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| bad(v));
+    }
+    match after {
+        None | Some("now") => state.store.head().await,
+        Some(v) => v
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| bad(v)),
+    }
+}
+
+enum Phase {
+    Streaming(Box<Tail>),
+    Done,
+}
+
+/// Turns a tail into SSE frames: events, `resync` notices, and the end of
+/// the stream for a consumer that fell behind.
+pub fn sse_stream(tail: Tail) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    stream::unfold(Phase::Streaming(Box::new(tail)), |phase| async move {
+        let mut tail = match phase {
+            Phase::Streaming(t) => t,
+            Phase::Done => return None,
+        };
+        match tail.next().await {
+            Ok(TailItem::Event(e)) => Some((Ok(sse_of(&e)), Phase::Streaming(tail))),
+            Ok(TailItem::Expired) => {
+                let frame = resync(
+                    "cursor_expired",
+                    tail.cursor(),
+                    "events before this cursor were removed by retention; reload state, then continue",
+                );
+                Some((Ok(frame), Phase::Streaming(tail)))
+            }
+            Ok(TailItem::Lagged) => {
+                let frame = resync(
+                    "slow_consumer",
+                    tail.cursor(),
+                    "this client fell behind the live stream; reconnect with Last-Event-ID to resume",
+                );
+                Some((Ok(frame), Phase::Done))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "event stream ended");
+                None
+            }
+        }
+    })
+}
+
+/// Every event, live, resumable.
+#[utoipa::path(get, path = "/api/events", tag = "events", params(EventsQuery,
+    ("Last-Event-ID" = Option<String>, Header, description = "resume after this sequence number")),
+    responses((status = 200, description = "text/event-stream of `id: seq`, `event: type`, `data: json`"),
+              (status = 400, description = "invalid_cursor", body = crate::openapi::ErrorBody)))]
+pub async fn events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<EventsQuery>,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+    let cursor = start_cursor(&state, &headers, q.after.as_deref()).await?;
+    let tail = state.store.tail(cursor, q.filter());
+    let shutdown = state.shutdown.clone();
+    let stream = sse_stream(tail).take_until(async move { shutdown.cancelled().await });
+    Ok(Sse::new(stream).keep_alive(
+        KeepAlive::new()
+            .interval(state.settings.sse_keepalive)
+            .text("keep-alive"),
+    ))
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/events", get(events))
+}

@@ -1,0 +1,10 @@
+//! The `shepherd` binary's library: configuration, the server's wiring and
+//! background loops, and the command-line client. `main.rs` only parses the
+//! command line and calls in here.
+
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod maintenance;
+pub mod render;
+pub mod server;

@@ -1,0 +1,134 @@
+//! `shepherd serve`: opens the store, starts the background loops and the
+//! HTTP server, and shuts all of it down in order.
+//!
+//! [`run`] takes a bound listener and a shutdown future, so tests start the
+//! real server on `127.0.0.1:0`.
+
+use std::future::Future;
+
+use shepherd_api::{AppState, Settings};
+use shepherd_store::Store;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::maintenance;
+
+/// Opens the database named by `config` and applies migrations.
+pub async fn open_store(config: &Config) -> anyhow_like::Result<Store> {
+    let store = Store::open(&config.store_config()).await?;
+    for (name, agent) in &config.agents {
+        store
+            .upsert_agent(
+                name,
+                agent.worker_type.as_deref().unwrap_or("builtin"),
+                agent.capabilities.clone(),
+                agent.max_concurrent,
+            )
+            .await?;
+    }
+    Ok(store)
+}
+
+/// The HTTP settings a configuration implies.
+pub fn settings(config: &Config) -> Settings {
+    Settings {
+        auth_token: config.auth_token.clone(),
+        body_limit_bytes: config.body_limit_bytes,
+        heartbeat_timeout: config.heartbeat_timeout,
+        claim_ttl: config.claim_ttl,
+        cancel_grace: config.cancel_grace,
+        ..Settings::default()
+    }
+}
+
+/// Serves until `shutdown` resolves; returns once everything has stopped.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow_like::Result<()> {
+    config.check_exposure()?;
+    let store = open_store(&config).await?;
+    recover(&store).await?;
+    let token = CancellationToken::new();
+    let state = AppState::new(store.clone(), settings(&config), token.clone());
+    let tracker = TaskTracker::new();
+    maintenance::start(&tracker, &state, &config, token.clone());
+    tracker.close();
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, database = store.url(), backend = store.backend_name(), "shepherd is serving");
+    let stop = token.clone();
+    shepherd_api::serve(listener, state, async move {
+        tokio::select! {
+            _ = shutdown => {}
+            _ = stop.cancelled() => {}
+        }
+        tracing::info!("shutting down: no new connections; finishing requests in flight");
+    })
+    .await?;
+    token.cancel();
+    tracker.wait().await;
+    store.close();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Eager recovery at start-up (seed 001): the registry is rebuilt from the
+/// tables, a report is logged and recorded, and a snapshot of every worker
+/// is written. Claims of workers that stay silent expire one heartbeat
+/// timeout after this start (the sweeper's `not_before`), not earlier.
+pub async fn recover(store: &Store) -> anyhow_like::Result<()> {
+    let (workers, _) = store
+        .list_workers(shepherd_store::WorkerFilter {
+            include_closed: true,
+            ..Default::default()
+        })
+        .await?;
+    let added = workers.iter().filter(|w| w.status != "terminated").count();
+    let ignored = workers.len() - added;
+    let updated = workers
+        .iter()
+        .filter(|w| w.status != "terminated" && w.active_claims > 0)
+        .count();
+    let ts = shepherd_core::time::to_rfc3339(shepherd_store::now_ms());
+    tracing::info!(added, updated, ignored, timestamp = %ts, "recovered workers from storage");
+    store
+        .record_event(shepherd_core::event::NewEvent::new(
+            shepherd_core::event::kind::RECOVERY_REPORT,
+            Default::default(),
+            serde_json::json!({ "added": added, "updated": updated, "ignored": ignored, "timestamp": ts }),
+        ))
+        .await?;
+    store.snapshot_workers("startup").await?;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// A tiny boxed-error result for the binary's own plumbing.
+pub mod anyhow_like {
+    pub type Error = Box<dyn std::error::Error + Send + Sync + 'static>;
+    pub type Result<T> = std::result::Result<T, Error>;
+}
