@@ -50,6 +50,7 @@ struct FileConfig {
     event_retention_days: Option<u64>,
     transcript_retention_days: Option<u64>,
     pg_pool_size: Option<u64>,
+    pg_schema: Option<String>,
     #[serde(default)]
     agents: BTreeMap<String, AgentConfig>,
 }
@@ -76,6 +77,8 @@ pub struct Config {
     /// 0 keeps every transcript.
     pub transcript_retention_days: u64,
     pub pg_pool_size: usize,
+    /// PostgreSQL schema to use instead of `public` (created if missing).
+    pub pg_schema: Option<String>,
     pub agents: BTreeMap<String, AgentConfig>,
 }
 
@@ -257,6 +260,7 @@ impl Config {
             pg_pool_size: env_u64(vars, "SHEPHERD_PG_POOL_SIZE", file.pg_pool_size)?
                 .unwrap_or(16)
                 .clamp(2, 512) as usize,
+            pg_schema: env(vars, "SHEPHERD_PG_SCHEMA").or(file.pg_schema),
             agents: file.agents,
         })
     }
@@ -266,6 +270,7 @@ impl Config {
         let mut c = StoreConfig::new(self.database_url.clone());
         c.sqlite_sync = self.sqlite_sync;
         c.pg_pool_size = self.pg_pool_size;
+        c.pg_schema = self.pg_schema.clone();
         c
     }
 

@@ -1,0 +1,257 @@
+//! Harness for end-to-end tests: the real server on `127.0.0.1:0` with a
+//! fresh database per test (a SQLite file, or a PostgreSQL schema), driven
+//! over real HTTP; or the real binary as a child process.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use shepherd::config::Config;
+use tokio::sync::oneshot;
+
+pub const OPERATOR: &str = "operator-token-0123456789";
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+pub fn unique() -> String {
+    format!(
+        "{}_{}_{}",
+        chrono::Utc::now().timestamp(),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn pg_url() -> String {
+    std::env::var("SHEPHERD_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// Environment for a fresh database of `kind`, plus any extra settings.
+pub struct Env {
+    pub vars: HashMap<String, String>,
+    pub dir: PathBuf,
+}
+
+impl Env {
+    pub fn new(kind: Kind) -> Env {
+        let dir = std::env::temp_dir().join(format!("shepherd-e2e-{}", unique()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut vars = HashMap::new();
+        vars.insert("SHEPHERD_DATA_DIR".to_string(), dir.display().to_string());
+        vars.insert("SHEPHERD_LOG".to_string(), "warn".to_string());
+        if kind == Kind::Postgres {
+            vars.insert("SHEPHERD_DATABASE_URL".into(), pg_url());
+            vars.insert("SHEPHERD_PG_SCHEMA".into(), format!("t_{}", unique()));
+            vars.insert("SHEPHERD_PG_POOL_SIZE".into(), "6".into());
+        }
+        Env { vars, dir }
+    }
+
+    pub fn set(&mut self, k: &str, v: &str) -> &mut Self {
+        self.vars.insert(k.into(), v.into());
+        self
+    }
+
+    pub fn config(&self) -> Config {
+        let vars = self.vars.clone();
+        Config::load_with(None, &move |k| vars.get(k).cloned()).expect("config")
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A server running in this process.
+pub struct Server {
+    pub base: String,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+    pub http: reqwest::Client,
+}
+
+impl Server {
+    pub async fn start(env: &Env) -> Server {
+        let config = env.config();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            shepherd::server::run(config, listener, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server");
+        });
+        let http = reqwest::Client::new();
+        for _ in 0..100 {
+            if http
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Server {
+            base,
+            stop: Some(tx),
+            handle: Some(handle),
+            http,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            tokio::time::timeout(Duration::from_secs(10), h)
+                .await
+                .expect("server stops in time")
+                .unwrap();
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends a request; returns status and JSON body.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.expect("request");
+        let status = res.status().as_u16();
+        let body = res.json().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, token, None).await
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, token, Some(body))
+            .await
+    }
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub id: Option<i64>,
+    pub event: String,
+    pub data: Value,
+}
+
+/// A raw SSE connection read frame by frame.
+pub struct SseClient {
+    stream: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: String,
+}
+
+impl SseClient {
+    pub async fn connect(
+        base: &str,
+        path: &str,
+        token: Option<&str>,
+        last_event_id: Option<i64>,
+    ) -> SseClient {
+        let mut req = reqwest::Client::new().get(format!("{base}{path}"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id.to_string());
+        }
+        let res = req.send().await.expect("sse connect");
+        assert_eq!(res.status().as_u16(), 200, "SSE status");
+        SseClient {
+            stream: res.bytes_stream().boxed(),
+            buf: String::new(),
+        }
+    }
+
+    /// The next frame that carries data (comments are skipped), or None on timeout/end.
+    pub async fn next(&mut self, wait: Duration) -> Option<Frame> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(pos) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..pos + 2).collect();
+                let (mut id, mut event, mut data) = (None, String::from("message"), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(Frame {
+                    id,
+                    event,
+                    data: serde_json::from_str(&data).unwrap_or(Value::Null),
+                });
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.stream.next())
+                .await
+                .ok()??;
+            self.buf.push_str(&String::from_utf8_lossy(&chunk.ok()?));
+        }
+    }
+}
+
+/// A task body with sensible defaults.
+pub fn task(vtid: &str, workflow: &str) -> Value {
+    json!({ "vtid": vtid, "title": format!("Task {vtid}"), "spec": format!("# {vtid}\nDo it."), "workflow": workflow })
+}
+
+/// Declares one test per backend.
+#[macro_export]
+macro_rules! e2e {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                ($body)($crate::common::Kind::Sqlite).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                ($body)($crate::common::Kind::Postgres).await;
+            }
+        }
+    };
+}

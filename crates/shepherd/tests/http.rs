@@ -1,0 +1,678 @@
+//! End-to-end over real HTTP, on both databases: the seed 003 flow with
+//! tokens, seed 000's run routes, error codes, the OpenAPI document, and
+//! server-sent events that resume without gaps or duplicates.
+
+mod common;
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use common::{task, Env, Kind, Server, SseClient, OPERATOR};
+
+async fn register(s: &Server, id: &str, caps: &[&str]) -> String {
+    register_as(s, None, id, caps).await
+}
+
+async fn register_as(s: &Server, operator: Option<&str>, id: &str, caps: &[&str]) -> String {
+    let (st, b) = s
+        .post(
+            "/api/v1/worker/orchestrator/register",
+            operator,
+            json!({ "worker_id": id, "capabilities": caps, "max_concurrent": 1 }),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["ok"], true);
+    b["worker_token"].as_str().unwrap().to_owned()
+}
+
+async fn progress(
+    s: &Server,
+    tok: &str,
+    vtid: &str,
+    claim_token: &str,
+    event: &str,
+) -> (u16, Value) {
+    s.post(
+        &format!("/api/v1/worker/orchestrator/tasks/{vtid}/progress"),
+        Some(tok),
+        json!({ "event": event, "message": format!("{event}!"), "claim_token": claim_token }),
+    )
+    .await
+}
+
+e2e!(
+    seed_flow_with_tokens_runs_and_transcripts,
+    |kind: Kind| async move {
+        let mut env = Env::new(kind);
+        env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
+        let s = Server::start(&env).await;
+        // Without a token: 401; health stays open.
+        assert_eq!(s.get("/api/v1/tasks", None).await.0, 401);
+        assert_eq!(s.get("/api/v1/tasks", Some("wrong")).await.0, 401);
+        assert_eq!(s.get("/healthz", None).await.0, 200);
+        assert_eq!(s.get("/readyz", None).await.0, 200);
+
+        let builder = register_as(
+            &s,
+            Some(OPERATOR),
+            "claude-code-session-abc123",
+            &["typescript"],
+        )
+        .await;
+        let validator = register_as(
+            &s,
+            Some(OPERATOR),
+            "validator-1",
+            &["typescript", "validator"],
+        )
+        .await;
+        // A worker token cannot register workers or create tasks.
+        let (st, b) = s
+            .post(
+                "/api/v1/worker/orchestrator/register",
+                Some(&builder),
+                json!({ "worker_id": "x" }),
+            )
+            .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (403, Some("operator_only"))
+        );
+        let mut t = task("VTID-01180", "autopilot");
+        t["capabilities"] = json!(["typescript"]);
+        t["channel_id"] = json!("general");
+        let (st, created) = s.post("/api/v1/tasks", Some(OPERATOR), t).await;
+        assert_eq!(st, 201, "{created}");
+        assert_eq!(created["state"], "in_progress");
+
+        let (st, pending) = s
+            .get("/api/v1/worker/orchestrator/tasks/pending", Some(&builder))
+            .await;
+        assert_eq!(st, 200);
+        assert_eq!(pending["tasks"][0]["vtid"], "VTID-01180");
+        assert_eq!(pending["tasks"][0]["state"], "in_progress");
+        for key in ["title", "dispatched_at", "spec_snapshot_id", "priority"] {
+            assert!(!pending["tasks"][0][key].is_null(), "pending lacks {key}");
+        }
+        // A worker may act only as itself.
+        let (st, b) = s
+            .post(
+                "/api/v1/worker/orchestrator/tasks/VTID-01180/claim",
+                Some(&builder),
+                json!({ "worker_id": "validator-1" }),
+            )
+            .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str(), b["claimed"].as_bool()),
+            (403, Some("not_your_worker"), Some(false))
+        );
+
+        let (st, claim) = s
+            .post(
+                "/api/v1/worker/orchestrator/tasks/VTID-01180/claim",
+                Some(&builder),
+                json!({ "worker_id": "claude-code-session-abc123" }),
+            )
+            .await;
+        assert_eq!(st, 200, "{claim}");
+        assert_eq!(
+            (claim["ok"].as_bool(), claim["claimed"].as_bool()),
+            (Some(true), Some(true))
+        );
+        assert!(claim["spec"].as_str().unwrap().starts_with("# VTID-01180"));
+        let ct = claim["claim_token"].as_str().unwrap().to_owned();
+        let run_id = claim["run_id"].as_str().unwrap().to_owned();
+        let (st, again) = s
+            .post(
+                "/api/v1/worker/orchestrator/tasks/VTID-01180/claim",
+                Some(&validator),
+                json!({}),
+            )
+            .await;
+        assert_eq!(
+            (st, again["error"]["code"].as_str()),
+            (409, Some("already_claimed")),
+            "{again}"
+        );
+
+        // Steps while running: a retry is harmless, a gap is refused.
+        let steps = json!([
+            {"type":"action","content":[{"type":"text","text":"I'll run the test suite."},{"type":"tool_call","id":"shell:0","name":"shell","args":"{\"command\":\"cd ~/app && pytest\"}"}]},
+            {"type":"tool_result","call_id":"shell:0","name":"shell","text":"12 passed, 0 failed"},
+            {"type":"action","content":[{"type":"text","text":"All 12 tests passed."}]}
+        ]);
+        let path = format!("/api/v1/runs/{run_id}/steps");
+        let (st, ack) = s.post(&path, Some(&builder), json!({ "claim_token": ct, "start_index": 0, "steps": steps.as_array().unwrap()[..2] })).await;
+        assert_eq!((st, ack["accepted"].as_i64()), (200, Some(2)), "{ack}");
+        let (st, ack) = s
+            .post(
+                &path,
+                Some(&builder),
+                json!({ "claim_token": ct, "start_index": 0, "steps": steps }),
+            )
+            .await;
+        assert_eq!(
+            (st, ack["accepted"].as_i64(), ack["duplicates"].as_i64()),
+            (200, Some(1), Some(2)),
+            "{ack}"
+        );
+        let (st, gap) = s
+            .post(
+                &path,
+                Some(&builder),
+                json!({ "claim_token": ct, "start_index": 9, "steps": steps }),
+            )
+            .await;
+        assert_eq!((st, gap["error"]["code"].as_str()), (409, Some("step_gap")));
+        let (st, _) = s
+            .post(
+                &format!("/api/v1/runs/{run_id}/status"),
+                Some(&builder),
+                json!({ "claim_token": ct, "status": "running pytest" }),
+            )
+            .await;
+        assert_eq!(st, 200);
+
+        // Seed 000 list while running: live overlay from the database.
+        let (st, list) = s
+            .get(
+                "/api/agents/workers?agent_id=default&limit=50&offset=0",
+                Some(OPERATOR),
+            )
+            .await;
+        assert_eq!(st, 200);
+        assert_eq!(list["total"], 1);
+        let item = &list["workers"][0];
+        for key in [
+            "id",
+            "task",
+            "status",
+            "worker_type",
+            "channel_id",
+            "channel_name",
+            "started_at",
+            "completed_at",
+            "has_transcript",
+            "live_status",
+            "tool_calls",
+        ] {
+            assert!(item.get(key).is_some(), "list item lacks {key}");
+        }
+        assert_eq!(item["live_status"], "running pytest");
+        assert_eq!(item["tool_calls"], 1);
+        assert_eq!(item["channel_name"], "general");
+        let (_, running) = s
+            .get(
+                &format!("/api/agents/workers/detail?agent_id=default&worker_id={run_id}"),
+                Some(OPERATOR),
+            )
+            .await;
+        assert!(running["transcript"].is_null(), "null while running");
+        let (_, live_steps) = s
+            .get(
+                &format!("/api/v1/runs/{run_id}/steps?after=0"),
+                Some(OPERATOR),
+            )
+            .await;
+        assert_eq!(live_steps["steps"].as_array().unwrap().len(), 2);
+
+        assert_eq!(
+            progress(&s, &builder, "VTID-01180", &ct, "worker.execution.started")
+                .await
+                .0,
+            200
+        );
+        let (st, b) = progress(
+            &s,
+            &builder,
+            "VTID-01180",
+            &ct,
+            "worker.execution.completed",
+        )
+        .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str(), b["ok"].as_bool()),
+            (409, Some("invalid_transition"), Some(false))
+        );
+        let (st, b) = progress(&s, &builder, "VTID-01180", &ct, "worker.teleported").await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (422, Some("unknown_event"))
+        );
+        assert_eq!(
+            progress(&s, &builder, "VTID-01180", &ct, "worker.building")
+                .await
+                .1["state"],
+            "building"
+        );
+        // An outside event drives the workflow like progress does.
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks/VTID-01180/events",
+                Some(OPERATOR),
+                json!({ "event": "github.pull_request.opened" }),
+            )
+            .await;
+        assert_eq!((st, b["state"].as_str()), (200, Some("pr_created")), "{b}");
+        assert_eq!(
+            progress(
+                &s,
+                &builder,
+                "VTID-01180",
+                &ct,
+                "worker.execution.completed"
+            )
+            .await
+            .1["state"],
+            "reviewing"
+        );
+
+        // The builder's run is done, its transcript compacted and identical.
+        let (st, detail) = s
+            .get(
+                &format!("/api/agents/workers/detail?agent_id=default&worker_id={run_id}"),
+                Some(OPERATOR),
+            )
+            .await;
+        assert_eq!(st, 200);
+        assert_eq!(detail["status"], "done");
+        assert_eq!(
+            detail["transcript"], steps,
+            "the seed's transcript round-trips unchanged"
+        );
+        let (_, list) = s
+            .get("/api/agents/workers?status=done", Some(OPERATOR))
+            .await;
+        assert_eq!(list["workers"][0]["live_status"], Value::Null);
+        assert_eq!(list["workers"][0]["tool_calls"], 0);
+        assert_eq!(list["workers"][0]["has_transcript"], true);
+
+        // Governance gate.
+        let (st, v) = s
+            .post(
+                "/api/v1/worker/orchestrator/tasks/VTID-01180/claim",
+                Some(&validator),
+                json!({}),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let vt = v["claim_token"].as_str().unwrap();
+        let (st, hb) = s
+            .post(
+                "/api/v1/worker/orchestrator/heartbeat",
+                Some(&validator),
+                json!({ "worker_id": "validator-1", "active_vtid": "VTID-01180" }),
+            )
+            .await;
+        assert_eq!(
+            (st, hb["claims"][0]["vtid"].as_str()),
+            (200, Some("VTID-01180"))
+        );
+        assert_eq!(hb["claims"][0]["cancel_requested"], false);
+        let (_, done) = progress(&s, &validator, "VTID-01180", vt, "validator.passed").await;
+        assert_eq!(done["state"], "done");
+        let (_, t) = s.get("/api/v1/tasks/VTID-01180", Some(OPERATOR)).await;
+        assert_eq!(t["state"], "done");
+        assert_eq!(t["claims"].as_array().unwrap().len(), 2);
+        let (st, b) = s
+            .post(
+                "/api/v1/worker/orchestrator/deregister",
+                Some(&builder),
+                json!({}),
+            )
+            .await;
+        assert_eq!((st, b["status"].as_str()), (200, Some("terminated")));
+        assert_eq!(
+            s.get("/api/v1/worker/orchestrator/tasks/pending", Some(&builder))
+                .await
+                .0,
+            401,
+            "a dead token"
+        );
+        s.stop().await;
+    }
+);
+
+e2e!(bad_input_gets_clear_codes, |kind: Kind| async move {
+    let mut env = Env::new(kind);
+    env.set("SHEPHERD_BODY_LIMIT_BYTES", "4096");
+    let s = Server::start(&env).await;
+    let raw = |body: &'static str| {
+        let http = s.http.clone();
+        let url = s.url("/api/v1/tasks");
+        async move {
+            let r = http
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let st = r.status().as_u16();
+            (st, r.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or("").to_owned();
+    let (st, b) = raw("{\"title\":").await;
+    assert_eq!((st, code(&b).as_str()), (400, "malformed_json"));
+    let (st, b) = raw("{\"title\":\"x\",\"colour\":\"red\"}").await;
+    assert_eq!((st, code(&b).as_str()), (422, "invalid_body"));
+    let (st, b) = raw("{\"title\":\"\"}").await;
+    assert_eq!((st, code(&b).as_str()), (422, "invalid_title"));
+    let big = format!("{{\"title\":\"{}\"}}", "x".repeat(10_000));
+    let r = s
+        .http
+        .post(s.url("/api/v1/tasks"))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    let b: Value = r.json().await.unwrap();
+    assert_eq!((st, code(&b).as_str()), (413, "payload_too_large"));
+    for (path, status, c) in [
+        ("/api/v1/nope", 404, "route_not_found"),
+        ("/api/v1/tasks/VTID-404", 404, "task_not_found"),
+        ("/api/v1/tasks?limit=0", 400, "invalid_limit"),
+        ("/api/v1/tasks?limit=-5", 400, "invalid_limit"),
+        ("/api/v1/tasks?offset=-1", 400, "invalid_offset"),
+        ("/api/v1/tasks?limit=abc", 400, "invalid_query"),
+        ("/api/v1/tasks?state=sleeping", 400, "invalid_state"),
+        ("/api/agents/workers?status=exploded", 400, "invalid_status"),
+        ("/api/agents/workers?limit=100000", 400, "invalid_limit"),
+        ("/api/agents/workers?agent_id=ghost", 404, "agent_not_found"),
+        (
+            "/api/agents/workers/detail?worker_id=nope",
+            404,
+            "run_not_found",
+        ),
+        ("/api/v1/runs/nope/steps", 404, "run_not_found"),
+        (
+            "/api/v1/worker_events?since=yesterday",
+            400,
+            "invalid_since",
+        ),
+        ("/api/events?after=-3", 400, "invalid_cursor"),
+        (
+            "/api/v1/worker/orchestrator/tasks/pending",
+            400,
+            "missing_worker_id",
+        ),
+        (
+            "/api/v1/worker/orchestrator/tasks/pending?worker_id=ghost",
+            404,
+            "worker_not_found",
+        ),
+    ] {
+        let (st, b) = s.get(path, None).await;
+        assert_eq!((st, code(&b)), (status, c.to_string()), "{path}: {b}");
+    }
+    let (st, b) = s.post("/api/v1/tasks", None, task("DUP-1", "simple")).await;
+    assert_eq!(st, 201, "{b}");
+    let (st, b) = s.post("/api/v1/tasks", None, task("DUP-1", "simple")).await;
+    assert_eq!((st, code(&b).as_str()), (409, "task_exists"));
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks",
+            None,
+            json!({ "title": "x", "workflow": "waterfall" }),
+        )
+        .await;
+    assert_eq!((st, code(&b).as_str()), (422, "unknown_workflow"));
+    let (st, b) = s
+        .post("/api/v1/tasks/DUP-1/dispatch", None, json!({}))
+        .await;
+    assert_eq!((st, code(&b).as_str()), (409, "already_dispatched"));
+    let (st, b) = s
+        .post(
+            "/api/v1/worker/orchestrator/tasks/DUP-1/claim",
+            None,
+            json!({ "worker_id": "ghost" }),
+        )
+        .await;
+    assert_eq!(
+        (
+            st,
+            code(&b).as_str(),
+            b["claimed"].as_bool(),
+            b["ok"].as_bool()
+        ),
+        (404, "worker_not_found", Some(false), Some(false))
+    );
+    assert!(b["reason"].is_string(), "seed fields kept: {b}");
+    s.stop().await;
+});
+
+e2e!(
+    corrupt_transcript_is_a_clear_error,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        register(&s, "w", &[]).await;
+        s.post("/api/v1/tasks", None, task("T-1", "simple")).await;
+        let (_, c) = s
+            .post(
+                "/api/v1/worker/orchestrator/tasks/T-1/claim",
+                None,
+                json!({ "worker_id": "w" }),
+            )
+            .await;
+        let run_id = c["run_id"].as_str().unwrap().to_owned();
+        let ct = c["claim_token"].as_str().unwrap().to_owned();
+        s.post(&format!("/api/v1/runs/{run_id}/steps"), None, json!({ "claim_token": ct, "start_index": 0, "steps": [{"type":"action","content":[]}] })).await;
+        s.post(
+            "/api/v1/worker/orchestrator/tasks/T-1/progress",
+            None,
+            json!({ "worker_id": "w", "event": "worker.execution.completed", "claim_token": ct }),
+        )
+        .await;
+        // Damage the blob behind the server's back.
+        let store = shepherd_store::Store::open(&env.config().store_config())
+            .await
+            .unwrap();
+        store
+            .overwrite_transcript(&run_id, b"not gzip at all".to_vec())
+            .await
+            .unwrap();
+        store.close();
+        let (st, b) = s
+            .get(
+                &format!("/api/agents/workers/detail?worker_id={run_id}"),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (500, Some("transcript_corrupt")),
+            "{b}"
+        );
+        let (st, list) = s.get("/api/agents/workers", None).await;
+        assert_eq!(
+            (st, list["total"].as_i64()),
+            (200, Some(1)),
+            "other routes keep working"
+        );
+        s.stop().await;
+    }
+);
+
+#[tokio::test]
+async fn openapi_names_every_route() {
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let (st, doc) = s.get("/api/openapi.json", None).await;
+    assert_eq!(st, 200);
+    let paths = doc["paths"].as_object().unwrap();
+    for p in [
+        "/healthz",
+        "/readyz",
+        "/api/openapi.json",
+        "/api/events",
+        "/api/v1/events",
+        "/api/v1/tasks",
+        "/api/v1/tasks/{vtid}",
+        "/api/v1/tasks/{vtid}/dispatch",
+        "/api/v1/tasks/{vtid}/cancel",
+        "/api/v1/tasks/{vtid}/events",
+        "/api/v1/workflows",
+        "/api/v1/agents",
+        "/api/v1/worker/orchestrator/register",
+        "/api/v1/worker/orchestrator/tasks/pending",
+        "/api/v1/worker/orchestrator/tasks/{vtid}/claim",
+        "/api/v1/worker/orchestrator/tasks/{vtid}/progress",
+        "/api/v1/worker/orchestrator/heartbeat",
+        "/api/v1/worker/orchestrator/deregister",
+        "/api/agents/workers",
+        "/api/agents/workers/detail",
+        "/api/v1/runs",
+        "/api/v1/runs/{run_id}",
+        "/api/v1/runs/{run_id}/steps",
+        "/api/v1/runs/{run_id}/status",
+        "/api/v1/workers",
+        "/api/v1/worker_events",
+    ] {
+        assert!(paths.contains_key(p), "OpenAPI lacks {p}");
+        // Every documented path is served (not the JSON 404 of unknown routes).
+        let concrete = p.replace("{vtid}", "X").replace("{run_id}", "X");
+        let r = s
+            .http
+            .request(Method::OPTIONS, s.url(&concrete))
+            .send()
+            .await
+            .unwrap();
+        let b: Value = r.json().await.unwrap_or_default();
+        assert_ne!(
+            b["error"]["code"], "route_not_found",
+            "{p} is documented but not served"
+        );
+    }
+    s.stop().await;
+}
+
+e2e!(
+    sse_resumes_with_last_event_id_without_gaps_or_duplicates,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        let (_, first) = s.post("/api/v1/tasks", None, task("S-0", "simple")).await;
+        assert_eq!(first["vtid"], "S-0");
+        // Hydrate, then tail from the cursor the read was valid at.
+        let r = s.http.get(s.url("/api/v1/tasks")).send().await.unwrap();
+        let cursor: i64 = r.headers()["x-shepherd-cursor"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut sse = SseClient::connect(
+            &s.base,
+            &format!("/api/events?after={cursor}&types=task.created"),
+            None,
+            None,
+        )
+        .await;
+        for i in 1..=3 {
+            s.post("/api/v1/tasks", None, task(&format!("S-{i}"), "simple"))
+                .await;
+        }
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let f = sse.next(Duration::from_secs(5)).await.expect("live event");
+            assert_eq!(f.event, "task.created");
+            seen.push((
+                f.id.unwrap(),
+                f.data["task_id"].as_str().unwrap().to_owned(),
+            ));
+        }
+        let last = seen.last().unwrap().0;
+        drop(sse);
+        // Missed while disconnected.
+        for i in 4..=9 {
+            s.post("/api/v1/tasks", None, task(&format!("S-{i}"), "simple"))
+                .await;
+        }
+        let mut sse =
+            SseClient::connect(&s.base, "/api/events?types=task.created", None, Some(last)).await;
+        for i in 10..=11 {
+            s.post("/api/v1/tasks", None, task(&format!("S-{i}"), "simple"))
+                .await;
+        }
+        for _ in 4..=11 {
+            let f = sse
+                .next(Duration::from_secs(5))
+                .await
+                .expect("resumed event");
+            seen.push((
+                f.id.unwrap(),
+                f.data["task_id"].as_str().unwrap().to_owned(),
+            ));
+        }
+        assert!(
+            sse.next(Duration::from_millis(300)).await.is_none(),
+            "nothing twice"
+        );
+        let ids: Vec<String> = seen.iter().map(|(_, t)| t.clone()).collect();
+        let expected: Vec<String> = (1..=11).map(|i| format!("S-{i}")).collect();
+        assert_eq!(ids, expected, "exactly the missed ones, in order");
+        assert!(seen.windows(2).all(|w| w[0].0 < w[1].0));
+        s.stop().await;
+    }
+);
+
+e2e!(run_activity_uses_seed_000_names, |kind: Kind| async move {
+    let env = Env::new(kind);
+    let s = Server::start(&env).await;
+    register(&s, "w", &[]).await;
+    s.post("/api/v1/tasks", None, task("N-1", "simple")).await;
+    let mut sse = SseClient::connect(&s.base, "/api/events?after=0&types=run.*", None, None).await;
+    let (_, c) = s
+        .post(
+            "/api/v1/worker/orchestrator/tasks/N-1/claim",
+            None,
+            json!({ "worker_id": "w" }),
+        )
+        .await;
+    let (run, ct) = (
+        c["run_id"].as_str().unwrap(),
+        c["claim_token"].as_str().unwrap(),
+    );
+    s.post(
+        &format!("/api/v1/runs/{run}/status"),
+        None,
+        json!({ "claim_token": ct, "status": "thinking" }),
+    )
+    .await;
+    s.post(
+        &format!("/api/v1/runs/{run}/steps"),
+        None,
+        json!({ "claim_token": ct, "start_index": 0, "steps": [
+            {"type":"action","content":[{"type":"tool_call","id":"c1","name":"shell","args":"{}"}]},
+            {"type":"tool_result","call_id":"c1","name":"shell","text":"ok"}
+        ]}),
+    )
+    .await;
+    s.post("/api/v1/worker/orchestrator/tasks/N-1/progress", None, json!({ "worker_id": "w", "event": "worker.execution.completed", "claim_token": ct, "result": "all good" })).await;
+    let mut names = Vec::new();
+    while let Some(f) = sse.next(Duration::from_secs(3)).await {
+        names.push(f.event.clone());
+        if f.event == "worker_completed" {
+            assert_eq!(f.data["data"]["status"], "done");
+            assert_eq!(f.data["data"]["result"], "all good");
+            break;
+        }
+    }
+    assert_eq!(
+        names,
+        vec![
+            "worker_started",
+            "worker_status",
+            "tool_started",
+            "tool_completed",
+            "worker_completed"
+        ]
+    );
+    s.stop().await;
+});
