@@ -127,7 +127,7 @@ async fn log_requests(
     let path = req.uri().path().to_owned();
     let started = std::time::Instant::now();
     let res = next.run(req).await;
-    tracing::info!(
+    tracing::debug!(
         target: "shepherd::http",
         %method,
         path,

@@ -68,6 +68,12 @@ pub enum Command {
     },
     /// Apply database migrations and exit.
     Migrate,
+    /// Run the configured agents against a server elsewhere (as workers).
+    Runner {
+        /// Where process-group records and step spools live (default: SHEPHERD_DATA_DIR).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Create, list, inspect, cancel and watch tasks.
     #[command(subcommand)]
     Task(TaskCommand),
@@ -265,6 +271,36 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
             crate::server::run(config, listener, crate::server::shutdown_signal()).await
+        }
+        Command::Runner { data_dir } => {
+            let config = load_config(g)?;
+            init_tracing(&config);
+            if config.agents.is_empty() {
+                return Err(
+                    "no agents configured: declare [agents.NAME] tables in shepherd.toml".into(),
+                );
+            }
+            let token = g.token.clone().or_else(|| config.auth_token.clone());
+            let mut rc = shepherd_runner::RunnerConfig::new(
+                &g.server,
+                token,
+                config.agents.clone(),
+                data_dir.clone().unwrap_or_else(|| config.data_dir.clone()),
+            );
+            rc.heartbeat_interval = config.runner_heartbeat;
+            rc.cancel_grace = config.cancel_grace;
+            let stop = tokio_util::sync::CancellationToken::new();
+            let signal_stop = stop.clone();
+            tokio::spawn(async move {
+                crate::server::shutdown_signal().await;
+                signal_stop.cancel();
+            });
+            tracing::info!(
+                server = g.server,
+                agents = config.agents.len(),
+                "runner starting"
+            );
+            shepherd_runner::run(rc, stop).await.map_err(|e| e.into())
         }
         Command::Migrate => {
             let config = load_config(g)?;

@@ -10,25 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use shepherd_store::{StoreConfig, SyncMode};
 
-/// An agent declared in configuration (`[agents.NAME]`).
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct AgentConfig {
-    #[serde(default)]
-    pub command: Vec<String>,
-    pub cwd: Option<PathBuf>,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    #[serde(default)]
-    pub capabilities: Vec<String>,
-    pub max_concurrent: Option<i64>,
-    pub timeout_secs: Option<u64>,
-    pub cancel_grace_secs: Option<u64>,
-    pub worker_type: Option<String>,
-    #[serde(default)]
-    pub continue_args: Vec<String>,
-    pub transcript: Option<String>,
-}
+pub use shepherd_runner::AgentConfig;
 
 /// The file's shape: every key optional.
 #[derive(Debug, Default, Deserialize)]
@@ -51,6 +33,7 @@ struct FileConfig {
     transcript_retention_days: Option<u64>,
     pg_pool_size: Option<u64>,
     pg_schema: Option<String>,
+    runner_heartbeat_secs: Option<u64>,
     #[serde(default)]
     agents: BTreeMap<String, AgentConfig>,
 }
@@ -79,6 +62,8 @@ pub struct Config {
     pub pg_pool_size: usize,
     /// PostgreSQL schema to use instead of `public` (created if missing).
     pub pg_schema: Option<String>,
+    /// How often the built-in runner's workers heartbeat.
+    pub runner_heartbeat: Duration,
     pub agents: BTreeMap<String, AgentConfig>,
 }
 
@@ -261,6 +246,12 @@ impl Config {
                 .unwrap_or(16)
                 .clamp(2, 512) as usize,
             pg_schema: env(vars, "SHEPHERD_PG_SCHEMA").or(file.pg_schema),
+            runner_heartbeat: secs(
+                "SHEPHERD_RUNNER_HEARTBEAT_SECS",
+                file.runner_heartbeat_secs,
+                30,
+                1,
+            )?,
             agents: file.agents,
         })
     }
@@ -287,41 +278,7 @@ impl Config {
 }
 
 fn validate_agent(name: &str, a: &AgentConfig) -> Result<(), ConfigError> {
-    let bad = |key: &str, msg: &str| err(format!("agents.{name}.{key}: {msg}"));
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
-        return Err(err(format!(
-            "agents.{name}: agent names are letters, digits and - _ ."
-        )));
-    }
-    if a.command.is_empty() || a.command[0].trim().is_empty() {
-        return Err(bad(
-            "command",
-            "required: the program and its arguments, e.g. [\"bash\", \"agent.sh\"]",
-        ));
-    }
-    if let Some(m) = a.max_concurrent {
-        if !(1..=1000).contains(&m) {
-            return Err(bad("max_concurrent", "must be between 1 and 1000"));
-        }
-    }
-    if let Some(t) = &a.transcript {
-        if t.parse::<shepherd_core::adapters::TranscriptFormat>()
-            .is_err()
-        {
-            return Err(bad(
-                "transcript",
-                "one of steps-jsonl, claude-stream-json, codex-json, text",
-            ));
-        }
-    }
-    if a.timeout_secs == Some(0) {
-        return Err(bad("timeout_secs", "must be at least 1"));
-    }
-    Ok(())
+    a.validate(name).map_err(ConfigError)
 }
 
 #[cfg(test)]

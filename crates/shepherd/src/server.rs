@@ -59,11 +59,40 @@ pub async fn run(
     tracker.close();
     let addr = listener.local_addr()?;
     tracing::info!(%addr, database = store.url(), backend = store.backend_name(), "shepherd is serving");
+    // The built-in runner talks to this server over HTTP like any worker.
+    let runner_stop = CancellationToken::new();
+    let runner = if config.agents.is_empty() {
+        None
+    } else {
+        let mut local = addr;
+        if local.ip().is_unspecified() {
+            local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        let mut rc = shepherd_runner::RunnerConfig::new(
+            &format!("http://{local}"),
+            config.auth_token.clone(),
+            config.agents.clone(),
+            config.data_dir.clone(),
+        );
+        rc.heartbeat_interval = config.runner_heartbeat;
+        rc.cancel_grace = config.cancel_grace;
+        let stop = runner_stop.clone();
+        Some(tokio::spawn(async move {
+            if let Err(e) = shepherd_runner::run(rc, stop).await {
+                tracing::error!(error = %e, "the built-in runner stopped");
+            }
+        }))
+    };
     let stop = token.clone();
     shepherd_api::serve(listener, state, async move {
         tokio::select! {
             _ = shutdown => {}
             _ = stop.cancelled() => {}
+        }
+        // Agents are stopped and reported while the server still answers.
+        if let Some(r) = runner {
+            runner_stop.cancel();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(20), r).await;
         }
         tracing::info!("shutting down: no new connections; finishing requests in flight");
     })

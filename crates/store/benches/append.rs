@@ -20,9 +20,10 @@
 //! Every case (store and raw) gets a fresh database: a new file under
 //! `/tmp/shepherd-bench-<unique>/bench.db` (deleted afterwards), or a new
 //! PostgreSQL schema `bench_<unique>` (dropped at the end). Each case runs a
-//! short untimed warm-up first, then a fixed number of events. Store cases are
-//! verified afterwards: the log's head and a full read of the appended range
-//! must both equal the number of events appended.
+//! short untimed warm-up first, then a fixed number of events. Every run is
+//! verified afterwards: for the store, the log's head and a full read of the
+//! appended range through `read_events` must both equal the number of events
+//! appended; for the raw loop, `COUNT(*)` must equal the rows inserted.
 //!
 //! Run (release mode):
 //!
@@ -35,6 +36,9 @@
 //!
 //! Environment:
 //! - `SHEPHERD_BENCH_SCALE` (float, default 1.0) scales every event count;
+//! - `SHEPHERD_BENCH_ROUNDS` (default 3): each case runs that many times,
+//!   raw and store alternating, each on a fresh database, and the table shows
+//!   the median round (a shared machine is noisy);
 //! - `SHEPHERD_BENCH_PG_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
 //!   if that server is unreachable the PostgreSQL rows are skipped.
 
@@ -124,6 +128,9 @@ impl Drop for TempDir {
 /// filters from the command line.
 struct Plan {
     scale: f64,
+    /// Each case runs this many times (raw and store alternating, each on a
+    /// fresh database); the table shows the median.
+    rounds: usize,
     filters: Vec<String>,
 }
 
@@ -353,20 +360,22 @@ async fn bench_sqlite(plan: &Plan, out: &mut Vec<Measurement>) -> BenchResult<()
     cases.extend(CONCURRENCY.iter().map(|&n| (n, SQLITE_CONCURRENT)));
     for (appenders, base) in cases {
         let (per, warm) = plan.split(base, appenders);
-        if plan.wants("sqlite", appenders, "raw") {
-            let raw = bench_raw_sqlite(appenders, per, warm).await?;
-            report_progress(&raw);
-            out.push(raw);
+        for _ in 0..plan.rounds {
+            if plan.wants("sqlite", appenders, "raw") {
+                let raw = bench_raw_sqlite(appenders, per, warm).await?;
+                report_progress(&raw);
+                out.push(raw);
+            }
+            if plan.wants("sqlite", appenders, "store") {
+                let dir = TempDir::new()?;
+                let config = StoreConfig::new(dir.url());
+                let store = bench_store("sqlite", &config, appenders, per, warm).await?;
+                report_progress(&store);
+                out.push(store);
+            }
+            // Give the store's writer thread a moment to exit.
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        if plan.wants("sqlite", appenders, "store") {
-            let dir = TempDir::new()?;
-            let config = StoreConfig::new(dir.url());
-            let store = bench_store("sqlite", &config, appenders, per, warm).await?;
-            report_progress(&store);
-            out.push(store);
-        }
-        // Give the store's writer thread a moment to exit before the next case.
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
 }
@@ -521,23 +530,25 @@ async fn bench_pg(url: &str, plan: &Plan, out: &mut Vec<Measurement>) -> BenchRe
         cases.extend(CONCURRENCY.iter().map(|&n| (n, PG_CONCURRENT)));
         for (appenders, base) in cases {
             let (per, warm) = plan.split(base, appenders);
-            if plan.wants("postgres", appenders, "raw") {
-                let raw_schema = format!("bench_{}", unique());
-                schemas.push(raw_schema.clone());
-                let raw = bench_raw_pg(url, &raw_schema, appenders, per, warm).await?;
-                report_progress(&raw);
-                out.push(raw);
+            for _ in 0..plan.rounds {
+                if plan.wants("postgres", appenders, "raw") {
+                    let raw_schema = format!("bench_{}", unique());
+                    schemas.push(raw_schema.clone());
+                    let raw = bench_raw_pg(url, &raw_schema, appenders, per, warm).await?;
+                    report_progress(&raw);
+                    out.push(raw);
+                }
+                if plan.wants("postgres", appenders, "store") {
+                    let store_schema = format!("bench_{}", unique());
+                    schemas.push(store_schema.clone());
+                    let mut config = StoreConfig::new(url);
+                    config.pg_schema = Some(store_schema);
+                    let store = bench_store("postgres", &config, appenders, per, warm).await?;
+                    report_progress(&store);
+                    out.push(store);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            if plan.wants("postgres", appenders, "store") {
-                let store_schema = format!("bench_{}", unique());
-                schemas.push(store_schema.clone());
-                let mut config = StoreConfig::new(url);
-                config.pg_schema = Some(store_schema);
-                let store = bench_store("postgres", &config, appenders, per, warm).await?;
-                report_progress(&store);
-                out.push(store);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
     }
@@ -547,6 +558,31 @@ async fn bench_pg(url: &str, plan: &Plan, out: &mut Vec<Measurement>) -> BenchRe
 }
 
 // ----- output -----
+
+/// One row per (backend, case, impl), in first-run order: the median round
+/// by elapsed time, verified only if every round verified.
+fn summarize(runs: Vec<Measurement>) -> Vec<Measurement> {
+    let mut groups: Vec<Vec<Measurement>> = Vec::new();
+    for m in runs {
+        match groups
+            .iter_mut()
+            .find(|g| g[0].backend == m.backend && g[0].case == m.case && g[0].imp == m.imp)
+        {
+            Some(g) => g.push(m),
+            None => groups.push(vec![m]),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|mut g| {
+            let all_ok = g.iter().all(|m| m.verified);
+            g.sort_by_key(|m| m.elapsed);
+            let mut median = g.swap_remove(g.len() / 2);
+            median.verified = all_ok;
+            median
+        })
+        .collect()
+}
 
 fn report_progress(m: &Measurement) {
     eprintln!(
@@ -673,11 +709,24 @@ fn main() -> BenchResult<()> {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let plan = Plan { scale, filters };
+    let rounds: usize = match std::env::var("SHEPHERD_BENCH_ROUNDS") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|e| format!("SHEPHERD_BENCH_ROUNDS={s:?}: {e}"))?,
+        Err(_) => 3,
+    };
+    let rounds = rounds.max(1);
+    let plan = Plan {
+        scale,
+        rounds,
+        filters,
+    };
 
     println!("shepherd-store append benchmark");
     println!("cores: {cores} (tokio multi-thread runtime, {cores} worker threads)");
     println!("scale: {scale} (SHEPHERD_BENCH_SCALE)");
+    println!("rounds: {rounds} per case, the table shows the median (SHEPHERD_BENCH_ROUNDS)");
     if !plan.filters.is_empty() {
         println!("only: {:?}", plan.filters);
     }
@@ -706,6 +755,7 @@ fn main() -> BenchResult<()> {
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(rows)
     })?;
 
+    let rows = summarize(rows);
     print_table(&rows);
     print_goals(&rows);
     if rows.iter().any(|m| !m.verified) {

@@ -1,0 +1,552 @@
+//! One run: start the agent process, turn its output into steps, deliver
+//! them (surviving server restarts), obey cancel and timeout, report the end.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use shepherd_core::adapters::{adapter_for, AdapterOutput, TranscriptFormat};
+use shepherd_core::workflow;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::AgentConfig;
+use crate::client::{CallError, Connector};
+use crate::process::{signal_group, GroupRecords};
+use crate::spool::Spool;
+
+/// What the server handed over with a claim.
+#[derive(Debug, Clone)]
+pub struct Assignment {
+    pub vtid: String,
+    pub run_id: String,
+    pub claim_token: String,
+    pub spec: String,
+}
+
+/// Everything a run needs from its runner.
+pub struct RunContext {
+    pub agent_name: String,
+    pub agent: AgentConfig,
+    pub connector: Connector,
+    pub records: GroupRecords,
+    pub spool_dir: PathBuf,
+    pub spool_cap_bytes: u64,
+    /// How long the output must be quiet before buffered text becomes a step.
+    pub quiet_gap: Duration,
+    pub default_cancel_grace: Duration,
+}
+
+/// How the process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    Exited(i32),
+    Signalled(i32),
+    TimedOut(u64),
+    Cancelled,
+    /// The claim was lost (expired and re-granted): stop, report nothing.
+    ClaimLost,
+    SpawnFailed(String),
+}
+
+const STEP_BATCH: usize = 50;
+const TAIL_BYTES: usize = 4000;
+
+enum Line {
+    Out(String),
+    Err(String),
+    OutClosed,
+}
+
+struct Outbox {
+    spool: Spool,
+    progress: VecDeque<(String, Option<String>, Value)>,
+    status: Option<String>,
+    claim_lost: bool,
+    /// The agent's own conversation id, reported with the end of the run.
+    session_id: Option<String>,
+}
+
+impl Outbox {
+    fn is_empty(&self) -> bool {
+        self.spool.pending() == 0 && self.progress.is_empty() && self.status.is_none()
+    }
+}
+
+/// Sends what is waiting, in order: steps, then progress, then live status.
+/// Returns Err only when the server is unreachable (try again later).
+async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(), CallError> {
+    while out.spool.pending() > 0 && !out.claim_lost {
+        let (first, batch) = out
+            .spool
+            .next_batch(STEP_BATCH)
+            .map_err(|e| CallError::Unreachable(format!("spool: {e}")))?;
+        match ctx
+            .connector
+            .steps(&a.run_id, &a.claim_token, first, &batch)
+            .await
+        {
+            Ok(ack) => out.spool.acknowledge(
+                ack["next_index"]
+                    .as_u64()
+                    .unwrap_or(first + batch.len() as u64),
+            ),
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) if e.code() == "claim_stale" || e.code() == "not_your_claim" => {
+                out.claim_lost = true;
+            }
+            Err(e) => {
+                // A batch the server will never take (it refused it as
+                // invalid): skip it rather than wedge the run, and say so.
+                tracing::error!(run_id = a.run_id, error = %e, first, "steps refused; skipping them");
+                out.spool.acknowledge(first + batch.len() as u64);
+            }
+        }
+    }
+    while let Some((event, message, metadata)) = out.progress.front().cloned() {
+        if out.claim_lost {
+            break;
+        }
+        match ctx
+            .connector
+            .progress(
+                &a.vtid,
+                &a.claim_token,
+                &event,
+                message.as_deref(),
+                metadata,
+                None,
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
+            Err(e) => tracing::warn!(run_id = a.run_id, event, error = %e, "progress refused"),
+        }
+        out.progress.pop_front();
+    }
+    if let Some(text) = out.status.clone() {
+        match ctx.connector.status(&a.run_id, &a.claim_token, &text).await {
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
+            _ => {}
+        }
+        if out.status.as_deref() == Some(text.as_str()) {
+            out.status = None;
+        }
+    }
+    Ok(())
+}
+
+fn push_tail(tail: &mut String, line: &str) {
+    tail.push_str(line);
+    tail.push('\n');
+    if tail.len() > TAIL_BYTES * 2 {
+        let mut cut = tail.len() - TAIL_BYTES;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail.drain(..cut);
+    }
+}
+
+fn tail_of(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.trim_end().to_owned();
+    }
+    let mut cut = s.len() - max;
+    while !s.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("…{}", s[cut..].trim_end())
+}
+
+/// Runs the assignment to its end and reports it. Never panics on agent behaviour.
+pub async fn execute(
+    ctx: Arc<RunContext>,
+    a: Assignment,
+    cancel: CancellationToken,
+    shutdown: CancellationToken,
+) -> Ending {
+    let format = ctx.agent.format();
+    let mut adapter = adapter_for(format);
+    let mut outbox = Outbox {
+        spool: match Spool::create(&ctx.spool_dir, &a.run_id, ctx.spool_cap_bytes) {
+            Ok(s) => s,
+            Err(e) => {
+                let reason = format!("cannot create the step spool: {e}");
+                report_end(
+                    &ctx,
+                    &a,
+                    &Ending::SpawnFailed(reason.clone()),
+                    None,
+                    &reason,
+                    Value::Null,
+                )
+                .await;
+                return Ending::SpawnFailed(reason);
+            }
+        },
+        progress: VecDeque::new(),
+        status: None,
+        claim_lost: false,
+        session_id: None,
+    };
+    let (argv, spec_on_stdin) = ctx.agent.argv(&a.spec, &a.vtid, &a.run_id);
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .envs(&ctx.agent.env)
+        .env("SHEPHERD_TASK_ID", &a.vtid)
+        .env("SHEPHERD_RUN_ID", &a.run_id)
+        .env("SHEPHERD_AGENT", &ctx.agent_name)
+        .stdin(if spec_on_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(cwd) = &ctx.agent.cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let reason = format!("cannot start {:?}: {e}", argv[0]);
+            report_end(
+                &ctx,
+                &a,
+                &Ending::SpawnFailed(reason.clone()),
+                None,
+                &reason,
+                Value::Null,
+            )
+            .await;
+            return Ending::SpawnFailed(reason);
+        }
+    };
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    ctx.records.record(&a.run_id, pgid);
+    tracing::info!(
+        run_id = a.run_id,
+        vtid = a.vtid,
+        pgid,
+        agent = ctx.agent_name,
+        "agent process started"
+    );
+    if let Some(mut stdin) = child.stdin.take() {
+        let spec = a.spec.clone();
+        tokio::spawn(async move {
+            let _ = stdin.write_all(spec.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+    outbox.progress.push_back((
+        workflow::EXECUTION_STARTED.into(),
+        Some(format!("{} started", ctx.agent_name)),
+        json!({ "pgid": pgid }),
+    ));
+
+    // Output readers feed one channel; a bounded one, so a full spool (or a
+    // slow server) pushes back on the agent instead of growing memory.
+    let (tx, mut rx) = mpsc::channel::<Line>(256);
+    if let Some(stdout) = child.stdout.take() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                if tx.send(Line::Out(l)).await.is_err() {
+                    break;
+                }
+            }
+            let _ = tx.send(Line::OutClosed).await;
+        });
+    }
+    if let Some(stderr) = child.stderr.take() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                if tx.send(Line::Err(l)).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
+
+    let timeout = ctx.agent.timeout_secs.map(Duration::from_secs);
+    let grace = ctx
+        .agent
+        .cancel_grace_secs
+        .map(Duration::from_secs)
+        .unwrap_or(ctx.default_cancel_grace);
+    let started = tokio::time::Instant::now();
+    let mut out_tail = String::new();
+    let mut err_tail = String::new();
+    let mut result: Option<String> = None;
+    let mut stopping: Option<(Ending, tokio::time::Instant)> = None;
+    let mut killed = false;
+    let mut exit: Option<std::process::ExitStatus> = None;
+    let mut out_open = true;
+    let mut last_output = tokio::time::Instant::now();
+    let mut pending_quiet_flush = false;
+    let mut next_delivery = tokio::time::Instant::now();
+    let mut unreachable_logged = false;
+    let tick = Duration::from_millis(100);
+
+    let handle_outputs = |outputs: Vec<AdapterOutput>,
+                          outbox: &mut Outbox,
+                          result: &mut Option<String>| {
+        for o in outputs {
+            match o {
+                AdapterOutput::Step(s) => {
+                    if let Ok(v) = serde_json::to_value(&s) {
+                        if let Err(e) = outbox.spool.push(&v) {
+                            tracing::error!(error = %e, "cannot spool a step");
+                        }
+                    }
+                }
+                AdapterOutput::Progress {
+                    event,
+                    message,
+                    metadata,
+                } => outbox
+                    .progress
+                    .push_back((event, message, metadata.unwrap_or(Value::Null))),
+                AdapterOutput::Status(s) => outbox.status = Some(s),
+                AdapterOutput::Result(r) => *result = Some(r),
+                AdapterOutput::SessionId(id) => outbox.session_id = Some(id),
+            }
+        }
+    };
+
+    loop {
+        // Stop reading output while the spool is over its bound.
+        let can_read = out_open && !outbox.spool.is_full();
+        tokio::select! {
+            line = rx.recv(), if can_read => match line {
+                Some(Line::Out(l)) => {
+                    push_tail(&mut out_tail, &l);
+                    let outs = adapter.push_line(&l);
+                    handle_outputs(outs, &mut outbox, &mut result);
+                    last_output = tokio::time::Instant::now();
+                    pending_quiet_flush = true;
+                }
+                Some(Line::Err(l)) => {
+                    push_tail(&mut err_tail, &l);
+                    if format == TranscriptFormat::Text {
+                        let outs = adapter.push_line(&l);
+                        handle_outputs(outs, &mut outbox, &mut result);
+                        last_output = tokio::time::Instant::now();
+                        pending_quiet_flush = true;
+                    }
+                }
+                Some(Line::OutClosed) | None => out_open = false,
+            },
+            status = child.wait(), if exit.is_none() => {
+                exit = status.ok();
+                if exit.is_none() {
+                    exit = Some(std::process::ExitStatus::default());
+                }
+            }
+            _ = cancel.cancelled(), if stopping.is_none() => {
+                tracing::info!(run_id = a.run_id, pgid, "cancel: SIGTERM to the process group");
+                signal_group(pgid, libc::SIGTERM);
+                stopping = Some((Ending::Cancelled, tokio::time::Instant::now() + grace));
+            }
+            _ = shutdown.cancelled(), if stopping.is_none() => {
+                signal_group(pgid, libc::SIGTERM);
+                stopping = Some((Ending::Signalled(libc::SIGTERM), tokio::time::Instant::now() + grace.min(Duration::from_secs(5))));
+            }
+            _ = tokio::time::sleep(tick) => {}
+        }
+        let now = tokio::time::Instant::now();
+        if let (Some(t), None) = (timeout, &stopping) {
+            if now.duration_since(started) > t {
+                tracing::info!(
+                    run_id = a.run_id,
+                    pgid,
+                    "timeout: SIGTERM to the process group"
+                );
+                signal_group(pgid, libc::SIGTERM);
+                stopping = Some((
+                    Ending::TimedOut(t.as_secs()),
+                    now + grace.min(Duration::from_secs(10)),
+                ));
+            }
+        }
+        if let Some((_, deadline)) = &stopping {
+            if now >= *deadline && !killed {
+                tracing::info!(
+                    run_id = a.run_id,
+                    pgid,
+                    "grace over: SIGKILL to the process group"
+                );
+                signal_group(pgid, libc::SIGKILL);
+                killed = true;
+            }
+        }
+        if pending_quiet_flush && now.duration_since(last_output) >= ctx.quiet_gap {
+            let outs = adapter.flush();
+            handle_outputs(outs, &mut outbox, &mut result);
+            pending_quiet_flush = false;
+        }
+        if now >= next_delivery && !outbox.is_empty() {
+            match deliver(&ctx, &a, &mut outbox).await {
+                Ok(()) => {
+                    if unreachable_logged {
+                        tracing::info!(
+                            run_id = a.run_id,
+                            "server reachable again; steps delivered"
+                        );
+                        unreachable_logged = false;
+                    }
+                }
+                Err(e) => {
+                    if !unreachable_logged {
+                        tracing::warn!(run_id = a.run_id, error = %e, pending = outbox.spool.pending(), "server unreachable; steps kept on disk");
+                        unreachable_logged = true;
+                    }
+                    next_delivery = now + Duration::from_millis(500);
+                }
+            }
+        }
+        if outbox.claim_lost && stopping.is_none() {
+            tracing::warn!(
+                run_id = a.run_id,
+                "claim lost (expired or re-granted): stopping the agent"
+            );
+            signal_group(pgid, libc::SIGKILL);
+            stopping = Some((Ending::ClaimLost, now));
+            killed = true;
+        }
+        if exit.is_some() && !out_open {
+            break;
+        }
+        if exit.is_some() && stopping.is_some() && killed {
+            // Output pipes may be held open by stray descendants; the group is dead.
+            while let Ok(l) = rx.try_recv() {
+                if let Line::Out(l) = l {
+                    let outs = adapter.push_line(&l);
+                    handle_outputs(outs, &mut outbox, &mut result);
+                }
+            }
+            break;
+        }
+    }
+    // Make sure nothing of the group survives the run.
+    if crate::process::group_alive(pgid) {
+        signal_group(pgid, libc::SIGKILL);
+    }
+    ctx.records.forget(&a.run_id);
+    let outs = adapter.finish();
+    handle_outputs(outs, &mut outbox, &mut result);
+
+    let status = exit.unwrap_or_default();
+    let ending = match stopping {
+        Some((e, _)) => e,
+        None => match status.code() {
+            Some(c) => Ending::Exited(c),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                Ending::Signalled(status.signal().unwrap_or(0))
+            }
+        },
+    };
+    let result_text = result
+        .or_else(|| adapter.last_assistant_text().map(str::to_owned))
+        .or_else(|| Some(tail_of(&out_tail, 2000)).filter(|s| !s.is_empty()));
+    // Deliver every step before the end, however long the server is away.
+    let mut waited = false;
+    while !outbox.is_empty() && !outbox.claim_lost {
+        if deliver(&ctx, &a, &mut outbox).await.is_err() {
+            if !waited {
+                tracing::warn!(
+                    run_id = a.run_id,
+                    "waiting for the server to deliver the last steps"
+                );
+                waited = true;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = shutdown.cancelled() => break,
+            }
+        }
+    }
+    if outbox.claim_lost {
+        return Ending::ClaimLost;
+    }
+    let reason = match &ending {
+        Ending::Exited(0) => String::new(),
+        Ending::Exited(c) => format!("exit code {c}: {}", tail_of(&err_tail, 500)),
+        Ending::Signalled(s) => format!("killed by signal {s}"),
+        Ending::TimedOut(t) => format!("timed out after {t}s"),
+        Ending::Cancelled => "cancelled".into(),
+        Ending::ClaimLost => "claim lost".into(),
+        Ending::SpawnFailed(r) => r.clone(),
+    };
+    let metadata = json!({ "session_id": outbox.session_id, "ending": format!("{ending:?}") });
+    report_end(&ctx, &a, &ending, result_text.as_deref(), &reason, metadata).await;
+    tracing::info!(run_id = a.run_id, ?ending, "run ended");
+    ending
+}
+
+/// Reports the end of a run, retrying while the server is away.
+async fn report_end(
+    ctx: &RunContext,
+    a: &Assignment,
+    ending: &Ending,
+    result: Option<&str>,
+    reason: &str,
+    metadata: Value,
+) {
+    let (event, result) = match ending {
+        Ending::Exited(0) => (workflow::EXECUTION_COMPLETED, result.map(str::to_owned)),
+        Ending::Cancelled => (workflow::EXECUTION_CANCELLED, Some(reason.to_owned())),
+        Ending::ClaimLost => return,
+        _ => (workflow::EXECUTION_FAILED, Some(reason.to_owned())),
+    };
+    let mut event = event.to_owned();
+    let mut backoff = Duration::from_millis(200);
+    for _ in 0..600 {
+        match ctx
+            .connector
+            .progress(
+                &a.vtid,
+                &a.claim_token,
+                &event,
+                Some(reason).filter(|r| !r.is_empty()),
+                metadata.clone(),
+                result.as_deref(),
+            )
+            .await
+        {
+            Ok(_) => return,
+            Err(e) if e.is_retryable() => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e)
+                if (e.code() == "invalid_transition" || e.code() == "unknown_event")
+                    && event != workflow::EXECUTION_FAILED =>
+            {
+                // The workflow did not accept "completed" from where the
+                // agent left the task; the run cannot end well.
+                tracing::warn!(run_id = a.run_id, error = %e, "completion refused by the workflow; reporting failure");
+                event = workflow::EXECUTION_FAILED.into();
+            }
+            Err(e) => {
+                tracing::warn!(run_id = a.run_id, error = %e, "could not report the end of the run");
+                return;
+            }
+        }
+    }
+}

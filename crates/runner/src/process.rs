@@ -1,0 +1,85 @@
+//! Agent processes: each in its own process group, killed as a group, and
+//! recorded in the data directory so that a runner that died without
+//! cleaning up is cleaned up after by the next one.
+
+use std::path::{Path, PathBuf};
+
+/// Sends `sig` to every process of group `pgid`. False if the group is gone.
+pub fn signal_group(pgid: i32, sig: i32) -> bool {
+    if pgid <= 1 {
+        return false;
+    }
+    // SAFETY: kill(2) with a negative pid addresses a process group; no memory is involved.
+    unsafe { libc::kill(-pgid, sig) == 0 }
+}
+
+/// Whether any process of the group still exists.
+pub fn group_alive(pgid: i32) -> bool {
+    signal_group(pgid, 0)
+}
+
+/// The start time of a process (field 22 of /proc/PID/stat), used to tell a
+/// recorded process from an unrelated one that reused its pid.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Records of running process groups, one file per run.
+#[derive(Debug, Clone)]
+pub struct GroupRecords {
+    dir: PathBuf,
+}
+
+impl GroupRecords {
+    pub fn new(data_dir: &Path) -> std::io::Result<GroupRecords> {
+        let dir = data_dir.join("runner").join("process-groups");
+        std::fs::create_dir_all(&dir)?;
+        Ok(GroupRecords { dir })
+    }
+
+    pub fn record(&self, run_id: &str, pgid: i32) {
+        let line = format!("{pgid} {}\n", start_time(pgid).unwrap_or(0));
+        if let Err(e) = std::fs::write(self.dir.join(run_id), line) {
+            tracing::warn!(error = %e, run_id, "cannot record the process group");
+        }
+    }
+
+    pub fn forget(&self, run_id: &str) {
+        let _ = std::fs::remove_file(self.dir.join(run_id));
+    }
+
+    /// Kills every recorded group that is still alive (left by a runner that
+    /// died) and forgets all records. Returns (run id, pgid) of those killed.
+    pub fn reap_orphans(&self) -> Vec<(String, i32)> {
+        let mut killed = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return killed;
+        };
+        for entry in entries.flatten() {
+            let run_id = entry.file_name().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let mut parts = text.split_whitespace();
+            let pgid: i32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            let started: u64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            // The leader may be gone while others of its group live on; only
+            // trust the record if the leader is absent or is the same process.
+            let same = match start_time(pgid) {
+                Some(t) => started == 0 || t == started,
+                None => true,
+            };
+            if pgid > 1 && same && group_alive(pgid) {
+                signal_group(pgid, libc::SIGKILL);
+                tracing::warn!(
+                    run_id,
+                    pgid,
+                    "killed an agent process group left behind by a runner that died"
+                );
+                killed.push((run_id.clone(), pgid));
+            }
+            let _ = std::fs::remove_file(entry.path());
+        }
+        killed
+    }
+}
