@@ -60,6 +60,7 @@ enum Line {
     Out(String),
     Err(String),
     OutClosed,
+    ErrClosed,
 }
 
 struct Outbox {
@@ -278,6 +279,7 @@ pub async fn execute(
                     break;
                 }
             }
+            let _ = tx.send(Line::ErrClosed).await;
         });
     }
     drop(tx);
@@ -296,6 +298,7 @@ pub async fn execute(
     let mut killed = false;
     let mut exit: Option<std::process::ExitStatus> = None;
     let mut out_open = true;
+    let mut err_open = true;
     let mut last_output = tokio::time::Instant::now();
     let mut pending_quiet_flush = false;
     let mut next_delivery = tokio::time::Instant::now();
@@ -330,7 +333,7 @@ pub async fn execute(
 
     loop {
         // Stop reading output while the spool is over its bound.
-        let can_read = out_open && !outbox.spool.is_full();
+        let can_read = (out_open || err_open) && !outbox.spool.is_full();
         tokio::select! {
             line = rx.recv(), if can_read => match line {
                 Some(Line::Out(l)) => {
@@ -349,7 +352,12 @@ pub async fn execute(
                         pending_quiet_flush = true;
                     }
                 }
-                Some(Line::OutClosed) | None => out_open = false,
+                Some(Line::OutClosed) => out_open = false,
+                Some(Line::ErrClosed) => err_open = false,
+                None => {
+                    out_open = false;
+                    err_open = false;
+                }
             },
             status = child.wait(), if exit.is_none() => {
                 exit = status.ok();
@@ -428,7 +436,7 @@ pub async fn execute(
             stopping = Some((Ending::ClaimLost, now));
             killed = true;
         }
-        if exit.is_some() && !out_open {
+        if exit.is_some() && !out_open && !err_open {
             break;
         }
         if exit.is_some() && stopping.is_some() && killed {

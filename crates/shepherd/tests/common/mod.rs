@@ -64,6 +64,21 @@ impl Env {
         self
     }
 
+    /// Writes a configuration file with these contents and points the server at it.
+    pub fn with_config_file(&mut self, toml: &str) -> &mut Self {
+        let path = self.dir.join("shepherd.toml");
+        std::fs::write(&path, toml).unwrap();
+        let p = path.display().to_string();
+        self.set("SHEPHERD_CONFIG", &p)
+    }
+
+    /// Writes an executable script into the test directory; returns its path.
+    pub fn script(&self, name: &str, body: &str) -> String {
+        let path = self.dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        path.display().to_string()
+    }
+
     pub fn config(&self) -> Config {
         let vars = self.vars.clone();
         Config::load_with(None, &move |k| vars.get(k).cloned()).expect("config")

@@ -1,0 +1,456 @@
+//! The runner with real processes: success, failure, timeout, cancel
+//! mid-run (the process group is gone and the last steps are kept), an
+//! agent driving the autopilot workflow, a runner killed with SIGKILL, and
+//! a server restarted under a runner that keeps working.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::{Env, Kind, Server};
+
+async fn wait_for<F, Fut>(what: &str, within: Duration, mut f: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<Value>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn task_in(s: &Server, vtid: &str, states: &[&str], within: Duration) -> Value {
+    wait_for(&format!("{vtid} to reach {states:?}"), within, || async {
+        let (_, t) = s.get(&format!("/api/v1/tasks/{vtid}"), None).await;
+        states
+            .contains(&t["state"].as_str().unwrap_or(""))
+            .then_some(t)
+    })
+    .await
+}
+
+async fn last_run(s: &Server, vtid: &str) -> Value {
+    let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
+    let id = runs["runs"][0]["id"].as_str().expect("a run").to_owned();
+    s.get(&format!("/api/v1/runs/{id}"), None).await.1
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is dead for our purposes; /proc/PID/stat says which.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+fn read_pids(path: &std::path::Path) -> Vec<i32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn success_failure_and_timeout() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.with_config_file(
+        r#"
+[agents.ok]
+command = ["bash", "-c", "cat > /dev/null; echo hello; echo all done"]
+[agents.broken]
+command = ["bash", "-c", "echo oops >&2; exit 3"]
+[agents.slow]
+command = ["sleep", "30"]
+timeout_secs = 1
+cancel_grace_secs = 1
+"#,
+    );
+    let s = Server::start(&env).await;
+    for (vtid, agent) in [("OK-1", "ok"), ("BAD-1", "broken"), ("SLOW-1", "slow")] {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    task_in(&s, "OK-1", &["done"], Duration::from_secs(15)).await;
+    let run = last_run(&s, "OK-1").await;
+    assert_eq!(run["status"], "done");
+    assert_eq!(run["agent_id"], "ok");
+    assert!(
+        run["result"].as_str().unwrap().contains("all done"),
+        "{run}"
+    );
+    assert!(run["transcript"].to_string().contains("hello"), "{run}");
+
+    task_in(&s, "BAD-1", &["failed"], Duration::from_secs(15)).await;
+    let run = last_run(&s, "BAD-1").await;
+    assert_eq!(run["status"], "failed");
+    let result = run["result"].as_str().unwrap();
+    assert!(
+        result.contains("exit code 3") && result.contains("oops"),
+        "{result}"
+    );
+
+    task_in(&s, "SLOW-1", &["failed"], Duration::from_secs(15)).await;
+    let run = last_run(&s, "SLOW-1").await;
+    assert!(
+        run["result"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 1s"),
+        "{run}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_run_kills_the_group_and_keeps_final_steps() {
+    let mut env = Env::new(Kind::Sqlite);
+    let pids = env.dir.join("pids");
+    let script = env.script(
+        "stubborn.sh",
+        &format!(
+            r#"
+cat > /dev/null
+trap 'echo "{{\"type\":\"action\",\"content\":[{{\"type\":\"text\",\"text\":\"stopping: saved partial work\"}}]}}"; exit 0' TERM
+echo '{{"type":"action","content":[{{"type":"tool_call","id":"c1","name":"shell","args":"{{}}"}}]}}'
+sleep 60 &
+echo "$$ $!" > {pids}
+wait
+"#,
+            pids = pids.display()
+        ),
+    );
+    env.with_config_file(&format!(
+        "[agents.stubborn]\ncommand = [\"bash\", \"{script}\"]\ntranscript = \"steps-jsonl\"\ncancel_grace_secs = 5\n"
+    ));
+    let s = Server::start(&env).await;
+    s.post(
+        "/api/v1/tasks",
+        None,
+        json!({ "vtid": "C-1", "title": "cancel me", "agent_id": "stubborn" }),
+    )
+    .await;
+    task_in(&s, "C-1", &["running"], Duration::from_secs(10)).await;
+    wait_for("the agent's pids", Duration::from_secs(10), || async {
+        (read_pids(&pids).len() == 2).then_some(Value::Null)
+    })
+    .await;
+    let procs = read_pids(&pids);
+    assert!(procs.iter().all(|p| alive(*p)));
+    let started = Instant::now();
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks/C-1/cancel",
+            None,
+            json!({ "reason": "changed my mind" }),
+        )
+        .await;
+    assert_eq!((st, b["cancelled"].as_bool()), (200, Some(false)), "{b}");
+    task_in(&s, "C-1", &["cancelled"], Duration::from_secs(10)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "cancel reached the runner at once, not at the next heartbeat"
+    );
+    for p in &procs {
+        wait_for(
+            &format!("pid {p} to be gone"),
+            Duration::from_secs(5),
+            || async { (!alive(*p)).then_some(Value::Null) },
+        )
+        .await;
+    }
+    let run = last_run(&s, "C-1").await;
+    assert_eq!(run["status"], "cancelled");
+    let transcript = run["transcript"].as_array().unwrap().clone();
+    let text = serde_json::to_string(&transcript).unwrap();
+    assert!(
+        text.contains("stopping: saved partial work"),
+        "the step sent while stopping is kept: {text}"
+    );
+    // The dangling tool call was closed, so the transcript is well formed.
+    assert!(
+        transcript
+            .iter()
+            .any(|s| s["type"] == "tool_result" && s["call_id"] == "c1"),
+        "{text}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_drives_autopilot_to_reviewing() {
+    let mut env = Env::new(Kind::Sqlite);
+    let script = env.script(
+        "builder.sh",
+        r#"
+cat > /dev/null
+echo '{"type":"progress","event":"worker.building","message":"writing code"}'
+echo '{"type":"action","content":[{"type":"text","text":"Implemented the endpoint."}]}'
+echo '{"type":"progress","event":"worker.pr.created","message":"PR #42","metadata":{"pr":42}}'
+echo '{"type":"result","text":"Opened PR #42"}'
+"#,
+    );
+    env.with_config_file(&format!(
+        "[agents.builder]\ncommand = [\"bash\", \"{script}\"]\ntranscript = \"steps-jsonl\"\n"
+    ));
+    let s = Server::start(&env).await;
+    s.post("/api/v1/tasks", None, json!({ "vtid": "AP-1", "title": "autopilot", "agent_id": "builder", "workflow": "autopilot" })).await;
+    task_in(&s, "AP-1", &["reviewing"], Duration::from_secs(15)).await;
+    let run = last_run(&s, "AP-1").await;
+    assert_eq!(run["status"], "done");
+    assert_eq!(run["result"], "Opened PR #42");
+    let (_, t) = s.get("/api/v1/tasks/AP-1", None).await;
+    let types: Vec<&str> = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    for e in [
+        "worker.building",
+        "worker.pr.created",
+        "worker.execution.completed",
+    ] {
+        assert!(types.contains(&e), "{e} missing from {types:?}");
+    }
+    s.stop().await;
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_runner(env: &Env, server: &str, data: &std::path::Path) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["runner", "--server", server, "--data-dir"])
+            .arg(data)
+            .envs(&env.vars)
+            .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
+            .env("SHEPHERD_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_leaves_no_orphan_and_another_finishes_the_task() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "2")
+        .set("SHEPHERD_SWEEP_INTERVAL_SECS", "1");
+    let marker = env.dir.join("first-attempt");
+    let pids = env.dir.join("pids");
+    let script = env.script(
+        "once.sh",
+        &format!(
+            "cat > /dev/null\nif [ ! -e {m} ]; then touch {m}; sleep 60 & echo \"$$ $!\" > {p}; wait; fi\necho finished on retry\n",
+            m = marker.display(),
+            p = pids.display()
+        ),
+    );
+    let server = Server::start(&env).await;
+    // The agents live in the runner's configuration, not the server's.
+    let mut runner_env = Env::new(Kind::Sqlite);
+    runner_env.with_config_file(&format!(
+        "[agents.once]\ncommand = [\"bash\", \"{script}\"]\n"
+    ));
+    let data = env.dir.join("runner-data");
+    server
+        .post(
+            "/api/v1/tasks",
+            None,
+            json!({ "vtid": "RK-1", "title": "survive", "agent_id": "once" }),
+        )
+        .await;
+    let mut a = spawn_runner(&runner_env, &server.base, &data);
+    task_in(&server, "RK-1", &["running"], Duration::from_secs(15)).await;
+    wait_for("pids", Duration::from_secs(10), || async {
+        (read_pids(&pids).len() == 2).then_some(Value::Null)
+    })
+    .await;
+    let procs = read_pids(&pids);
+    a.0.kill().unwrap();
+    a.0.wait().unwrap();
+    // The runner died without cleaning up: its agent lives on, recorded.
+    assert!(
+        procs.iter().all(|p| alive(*p)),
+        "processes outlive a SIGKILLed runner until the next start"
+    );
+    let _b = spawn_runner(&runner_env, &server.base, &data);
+    for p in &procs {
+        wait_for(
+            &format!("orphan {p} to be ended by the next runner"),
+            Duration::from_secs(10),
+            || async { (!alive(*p)).then_some(Value::Null) },
+        )
+        .await;
+    }
+    task_in(&server, "RK-1", &["done"], Duration::from_secs(20)).await;
+    let (_, runs) = server.get("/api/v1/runs?vtid=RK-1", None).await;
+    let statuses: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["status"].as_str())
+        .collect();
+    assert_eq!(
+        statuses,
+        vec!["done", "failed"],
+        "newest first: the retry finished, the lost run failed"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_under_a_working_runner_loses_no_step() {
+    let env = Env::new(Kind::Sqlite);
+    let script = env.script(
+        "steady.sh",
+        r#"
+cat > /dev/null
+for i in $(seq 1 24); do
+  echo "{\"type\":\"action\",\"content\":[{\"type\":\"text\",\"text\":\"step $i\"}]}"
+  sleep 0.15
+done
+echo '{"type":"result","text":"24 steps"}'
+"#,
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let spawn_server = |env: &Env| {
+        Proc(
+            Command::new(env!("CARGO_BIN_EXE_shepherd"))
+                .arg("serve")
+                .envs(&env.vars)
+                .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let http = reqwest::Client::new();
+    let ready = |http: reqwest::Client, base: String| async move {
+        for _ in 0..200 {
+            if http
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("server not ready");
+    };
+    let mut server = spawn_server(&env);
+    ready(http.clone(), base.clone()).await;
+    let mut runner_env = Env::new(Kind::Sqlite);
+    runner_env.with_config_file(&format!(
+        "[agents.steady]\ncommand = [\"bash\", \"{script}\"]\ntranscript = \"steps-jsonl\"\n"
+    ));
+    let _runner = spawn_runner(&runner_env, &base, &env.dir.join("runner-data"));
+    let r = http
+        .post(format!("{base}/api/v1/tasks"))
+        .json(&json!({ "vtid": "RS-1", "title": "steady", "agent_id": "steady" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    // Let a few steps arrive, then kill the server outright.
+    wait_for("some steps", Duration::from_secs(15), || {
+        let http = http.clone();
+        let base = base.clone();
+        async move {
+            let runs: Value = http
+                .get(format!("{base}/api/v1/runs?vtid=RS-1"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (runs["runs"][0]["step_count"].as_i64()? >= 3).then_some(Value::Null)
+        }
+    })
+    .await;
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _server = spawn_server(&env);
+    ready(http.clone(), base.clone()).await;
+    let done = wait_for("the run to complete", Duration::from_secs(30), || {
+        let http = http.clone();
+        let base = base.clone();
+        async move {
+            let t: Value = http
+                .get(format!("{base}/api/v1/tasks/RS-1"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (t["state"] == "done").then_some(t)
+        }
+    })
+    .await;
+    assert_eq!(done["state"], "done");
+    let runs: Value = http
+        .get(format!("{base}/api/v1/runs?vtid=RS-1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = runs["runs"][0]["id"].as_str().unwrap();
+    let run: Value = http
+        .get(format!("{base}/api/v1/runs/{run_id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let texts: Vec<String> = run["transcript"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["content"][0]["text"].as_str().unwrap_or("").to_owned())
+        .collect();
+    let expected: Vec<String> = (1..=24).map(|i| format!("step {i}")).collect();
+    assert_eq!(texts, expected, "every step exactly once, in order");
+    assert_eq!(run["result"], "24 steps");
+}
