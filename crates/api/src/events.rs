@@ -19,12 +19,15 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::routing::get;
 use axum::Router;
-use futures::stream::{self, Stream, StreamExt};
+use futures::stream::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use shepherd_core::event::{kind, Event, EventFilter};
 use shepherd_core::Error;
 use shepherd_store::{Tail, TailItem};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use utoipa::IntoParams;
 
 use crate::error::{ApiQuery, ApiResult};
@@ -147,43 +150,56 @@ pub async fn start_cursor(
     }
 }
 
-enum Phase {
-    Streaming(Box<Tail>),
-    Done,
-}
-
-/// Turns a tail into SSE frames: events, `resync` notices, and the end of
-/// the stream for a consumer that fell behind.
-pub fn sse_stream(tail: Tail) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    stream::unfold(Phase::Streaming(Box::new(tail)), |phase| async move {
-        let mut tail = match phase {
-            Phase::Streaming(t) => t,
-            Phase::Done => return None,
+/// Feeds one client's bounded buffer from a tail. History the client asked
+/// for is paced by the client (a full buffer waits); once the stream has
+/// been live, a full buffer means the client cannot keep up: it gets a
+/// `resync` notice after what it already has, and the stream ends, so no
+/// client can hold memory or slow anyone else.
+async fn produce(mut tail: Tail, tx: mpsc::Sender<SseEvent>, shutdown: CancellationToken) {
+    let mut has_been_live = false;
+    loop {
+        let item = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tx.closed() => return,
+            item = tail.next() => item,
         };
-        match tail.next().await {
-            Ok(TailItem::Event(e)) => Some((Ok(sse_of(&e)), Phase::Streaming(tail))),
-            Ok(TailItem::Expired) => {
-                let frame = resync(
-                    "cursor_expired",
-                    tail.cursor(),
-                    "events before this cursor were removed by retention; reload state, then continue",
-                );
-                Some((Ok(frame), Phase::Streaming(tail)))
-            }
-            Ok(TailItem::Lagged) => {
-                let frame = resync(
-                    "slow_consumer",
-                    tail.cursor(),
-                    "this client fell behind the live stream; reconnect with Last-Event-ID to resume",
-                );
-                Some((Ok(frame), Phase::Done))
-            }
+        has_been_live |= !tail.is_backfilling();
+        let frame = match item {
+            Ok(TailItem::Event(e)) => sse_of(&e),
+            Ok(TailItem::Expired) => resync(
+                "cursor_expired",
+                tail.cursor(),
+                "events before this cursor were removed by retention; reload state, then continue",
+            ),
             Err(e) => {
                 tracing::warn!(error = %e, "event stream ended");
-                None
+                return;
+            }
+        };
+        if !has_been_live {
+            if tx.send(frame).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        match tx.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => return,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                // The frame that did not fit is not sent: the client's cursor
+                // stays at the last frame it will receive, and it resumes there.
+                let cursor = tail.cursor() - 1;
+                let notice = resync(
+                    "slow_consumer",
+                    cursor,
+                    "this client fell behind the live stream; reconnect with Last-Event-ID to resume",
+                );
+                let _ =
+                    tokio::time::timeout(std::time::Duration::from_secs(60), tx.send(notice)).await;
+                return;
             }
         }
-    })
+    }
 }
 
 /// Every event, live, resumable.
@@ -198,8 +214,9 @@ pub async fn events(
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let cursor = start_cursor(&state, &headers, q.after.as_deref()).await?;
     let tail = state.store.tail(cursor, q.filter());
-    let shutdown = state.shutdown.clone();
-    let stream = sse_stream(tail).take_until(async move { shutdown.cancelled().await });
+    let (tx, rx) = mpsc::channel(state.settings.sse_buffer.max(1));
+    tokio::spawn(produce(tail, tx, state.shutdown.clone()));
+    let stream = ReceiverStream::new(rx).map(Ok::<_, Infallible>);
     Ok(Sse::new(stream).keep_alive(
         KeepAlive::new()
             .interval(state.settings.sse_keepalive)

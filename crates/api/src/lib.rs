@@ -7,6 +7,7 @@
 //! requests into store operations and errors into status codes, nothing more.
 
 pub mod auth;
+pub mod channels;
 pub mod connector;
 pub mod error;
 pub mod events;
@@ -53,7 +54,7 @@ impl Default for Settings {
             claim_ttl: Duration::from_secs(3600),
             cancel_grace: Duration::from_secs(30),
             sse_keepalive: Duration::from_secs(15),
-            sse_buffer: 1024,
+            sse_buffer: 512,
         }
     }
 }
@@ -105,6 +106,7 @@ pub fn router(state: AppState) -> Router {
         .merge(runs::router())
         .merge(events::router())
         .merge(workers::router())
+        .merge(channels::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

@@ -537,7 +537,10 @@ async fn openapi_names_every_route() {
     ] {
         assert!(paths.contains_key(p), "OpenAPI lacks {p}");
         // Every documented path is served (not the JSON 404 of unknown routes).
-        let concrete = p.replace("{vtid}", "X").replace("{run_id}", "X");
+        let concrete = p
+            .replace("{vtid}", "X")
+            .replace("{run_id}", "X")
+            .replace("{id}", "X");
         let r = s
             .http
             .request(Method::OPTIONS, s.url(&concrete))

@@ -89,9 +89,6 @@ pub(crate) async fn pump(store: Store, shutdown: CancellationToken) {
 #[derive(Debug, Clone)]
 pub enum TailItem {
     Event(Arc<Event>),
-    /// The live feed overran this reader; the cursor is still exact, so the
-    /// caller may call [`Tail::next`] again (it backfills) or give up.
-    Lagged,
     /// The cursor is older than what retention kept: events were removed.
     Expired,
 }
@@ -107,6 +104,7 @@ pub struct Tail {
     /// the backlog is delivered (events in between did not match the filter).
     scanned_to: i64,
     backfilling: bool,
+    lagged: u64,
 }
 
 impl Tail {
@@ -122,12 +120,18 @@ impl Tail {
             backlog: Default::default(),
             scanned_to: cursor,
             backfilling: true,
+            lagged: 0,
         }
     }
 
     /// The cursor: everything at or below it has been delivered or skipped.
     pub fn cursor(&self) -> i64 {
         self.cursor
+    }
+
+    /// How many times the reader fell behind the live ring and re-read the log.
+    pub fn lag_count(&self) -> u64 {
+        self.lagged
     }
 
     /// True while the reader is still reading stored events rather than live ones.
@@ -170,8 +174,9 @@ impl Tail {
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // The ring moved past us; the log has everything.
                     self.backfilling = true;
-                    return Ok(TailItem::Lagged);
+                    self.lagged += 1;
                 }
                 Err(broadcast::error::RecvError::Closed) => {
                     return Err(Error::unavailable(

@@ -160,7 +160,6 @@ contract!(
                     e.data["w"].as_u64().unwrap(),
                     e.data["n"].as_u64().unwrap(),
                 )),
-                TailItem::Lagged => {}
                 TailItem::Expired => panic!("nothing was pruned"),
             }
         }

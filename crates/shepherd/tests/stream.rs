@@ -1,0 +1,226 @@
+//! The event stream under pressure: a consumer too slow for the live feed
+//! is told to resync and resumes exactly; a cursor older than retention gets
+//! one `resync`; seed 001's `worker_events` shape with a stuck worker.
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use shepherd_core::event::{EventRefs, NewEvent};
+
+use common::{task, Env, Kind, Server, SseClient};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let mut slow = SseClient::connect(&s.base, "/api/events?after=now", None, None).await;
+    let mut fast = SseClient::connect(
+        &s.base,
+        "/api/events?after=now&types=test.marker",
+        None,
+        None,
+    )
+    .await;
+    // Another writer floods the log while the slow client reads nothing.
+    let writer = shepherd_store::Store::open(&env.config().store_config())
+        .await
+        .unwrap();
+    let payload = "x".repeat(200);
+    for batch in 0..40 {
+        let events: Vec<NewEvent> = (0..2000)
+            .map(|i| {
+                NewEvent::new(
+                    "test.flood",
+                    EventRefs::default(),
+                    json!({ "batch": batch, "i": i, "pad": payload }),
+                )
+            })
+            .collect();
+        writer.append_events(events).await.unwrap();
+    }
+    writer
+        .append_events(vec![NewEvent::new(
+            "test.marker",
+            EventRefs::default(),
+            json!({}),
+        )])
+        .await
+        .unwrap();
+    // Other consumers are not held back.
+    let marker = fast
+        .next(Duration::from_secs(20))
+        .await
+        .expect("the fast consumer got its event");
+    assert_eq!(marker.event, "test.marker");
+    // The slow one drains what was buffered, then hears resync and the stream ends.
+    let mut last_id = None;
+    let mut resync = None;
+    while let Some(f) = slow.next(Duration::from_secs(10)).await {
+        if f.event == "resync" {
+            resync = Some(f);
+            break;
+        }
+        if let (Some(prev), Some(id)) = (last_id, f.id) {
+            assert_eq!(id, prev + 1, "no gap before the resync");
+        }
+        last_id = f.id;
+    }
+    let resync = resync.expect("a resync notice");
+    assert_eq!(resync.data["reason"], "slow_consumer");
+    assert!(
+        slow.next(Duration::from_millis(500)).await.is_none(),
+        "disconnected after resync"
+    );
+    // Resuming from its cursor continues exactly where it stopped.
+    let last = last_id.expect("some events before the resync");
+    let mut again = SseClient::connect(&s.base, "/api/events", None, Some(last)).await;
+    let f = again.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(f.id, Some(last + 1));
+    writer.close();
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_older_than_retention_gets_one_resync() {
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    for i in 0..3 {
+        s.post("/api/v1/tasks", None, task(&format!("R-{i}"), "simple"))
+            .await;
+    }
+    let store = shepherd_store::Store::open(&env.config().store_config())
+        .await
+        .unwrap();
+    let removed = store
+        .prune_events(shepherd_store::now_ms() + 60_000)
+        .await
+        .unwrap();
+    assert!(removed > 0);
+    store.close();
+    s.post("/api/v1/tasks", None, task("R-new", "simple")).await;
+    let mut sse =
+        SseClient::connect(&s.base, "/api/events?types=task.created", None, Some(1)).await;
+    let first = sse.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(first.event, "resync");
+    assert_eq!(first.data["reason"], "cursor_expired");
+    let next = sse.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        (next.event.as_str(), next.data["task_id"].as_str()),
+        ("task.created", Some("R-new"))
+    );
+    assert!(
+        sse.next(Duration::from_millis(300)).await.is_none(),
+        "only one resync"
+    );
+    s.stop().await;
+}
+
+e2e!(
+    worker_events_has_the_seed_shape_and_finds_stuck_workers,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        for w in ["busy", "lazy", "gone"] {
+            s.post(
+                "/api/v1/worker/orchestrator/register",
+                None,
+                json!({ "worker_id": w }),
+            )
+            .await;
+        }
+        s.post("/api/v1/tasks", None, task("WE-1", "simple")).await;
+        let (st, _) = s
+            .post(
+                "/api/v1/worker/orchestrator/tasks/WE-1/claim",
+                None,
+                json!({ "worker_id": "busy" }),
+            )
+            .await;
+        assert_eq!(st, 200);
+        s.post(
+            "/api/v1/worker/orchestrator/deregister",
+            None,
+            json!({ "worker_id": "gone" }),
+        )
+        .await;
+        let (st, we) = s
+        .get("/api/v1/worker_events?include_summary=true&include_snapshot=true&stale_threshold_minutes=0", None)
+        .await;
+        assert_eq!(st, 200, "{we}");
+        for key in ["events", "count", "summary", "snapshot", "next_cursor"] {
+            assert!(we.get(key).is_some(), "missing {key}: {we}");
+        }
+        let events = we["events"].as_array().unwrap();
+        assert_eq!(we["count"].as_u64().unwrap() as usize, events.len());
+        for e in events {
+            for key in ["id", "ts", "type", "worker_id", "data"] {
+                assert!(e.get(key).is_some(), "event lacks {key}: {e}");
+            }
+            assert!([
+                "snapshot",
+                "worker_started",
+                "worker_idle",
+                "worker_active",
+                "worker_closed"
+            ]
+            .contains(&e["type"].as_str().unwrap()));
+        }
+        let ids: Vec<i64> = events.iter().map(|e| e["id"].as_i64().unwrap()).collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "stable, increasing ids"
+        );
+        let summary = &we["summary"];
+        let list = |k: &str| -> Vec<String> {
+            summary[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(list("started"), vec!["busy", "lazy", "gone"]);
+        assert_eq!(list("active"), vec!["busy"]);
+        assert_eq!(list("closed"), vec!["gone"]);
+        assert_eq!(
+            list("stuck"),
+            vec!["busy"],
+            "active with no progress past the threshold"
+        );
+        assert_eq!(summary["last_event_ts"], events.last().unwrap()["ts"]);
+        assert!(we["snapshot"]["data"]["workers"].is_array() && we["snapshot"]["ts"].is_string());
+        // With a generous threshold nobody is stuck.
+        let (_, calm) = s
+            .get("/api/v1/worker_events?include_summary=true", None)
+            .await;
+        assert_eq!(calm["summary"]["stuck"], json!([]));
+        // Polling by cursor: nothing twice, nothing missed.
+        let cursor = we["next_cursor"].as_i64().unwrap();
+        s.post(
+            "/api/v1/worker/orchestrator/deregister",
+            None,
+            json!({ "worker_id": "lazy" }),
+        )
+        .await;
+        let (_, more) = s
+            .get(&format!("/api/v1/worker_events?since={cursor}"), None)
+            .await;
+        let types: Vec<&str> = more["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, vec!["worker_closed"]);
+        // ISO time, inclusive.
+        let ts = events[0]["ts"].as_str().unwrap();
+        let (st, since) = s
+            .get(&format!("/api/v1/worker_events?since={ts}&limit=1"), None)
+            .await;
+        assert_eq!(st, 200);
+        assert_eq!(since["events"][0]["ts"], Value::from(ts));
+        s.stop().await;
+    }
+);
