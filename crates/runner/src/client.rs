@@ -45,6 +45,21 @@ impl std::fmt::Display for CallError {
     }
 }
 
+impl std::error::Error for CallError {}
+
+/// Percent-encodes a path segment or query value.
+pub fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// A bearer-authenticated JSON client for one server.
 #[derive(Clone)]
 pub struct Connector {

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use agent::AgentConfig;
-use client::{follow_sse, CallError, Connector};
+use client::{enc, follow_sse, CallError, Connector};
 use execution::{execute, Assignment, RunContext};
 use process::GroupRecords;
 
@@ -377,16 +377,4 @@ async fn follow_events(
         _ = shutdown.cancelled() => {}
         r = follow => if let Err(e) = r { tracing::warn!(error = %e, "cannot follow the event stream; relying on heartbeats") },
     }
-}
-
-fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use futures::StreamExt;
 use serde_json::{json, Value};
+use shepherd_runner::client::{follow_sse, Connector, SseFrame};
 
-use crate::client::{enc, Client, ClientError};
+use crate::client::{Client, ClientError};
 use crate::config::Config;
 use crate::render::{ago, cut, s, table};
+use shepherd_runner::client::enc;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -749,95 +750,21 @@ fn print_event(g: &Global, name: &str, data: &Value) {
     }
 }
 
-/// One parsed server-sent event.
-pub struct SseFrame {
-    pub id: Option<i64>,
-    pub event: String,
-    pub data: String,
-}
-
-/// Streams SSE frames from `path`, reconnecting with `Last-Event-ID` after
-/// a dropped connection, until `on_frame` returns false.
-pub async fn follow_sse(
-    c: &Client,
+/// Follows an SSE path on the server with resume, printing drops to stderr.
+async fn follow(
+    g: &Global,
     path: &str,
-    mut cursor: Option<i64>,
-    mut on_frame: impl FnMut(&SseFrame) -> bool,
+    cursor: Option<i64>,
+    on_frame: impl FnMut(&SseFrame) -> bool,
 ) -> Result<()> {
-    let mut backoff = Duration::from_millis(250);
-    loop {
-        let mut req = c
-            .request(reqwest::Method::GET, path)
-            .header("accept", "text/event-stream");
-        if let Some(id) = cursor {
-            req = req.header("last-event-id", id.to_string());
-        }
-        match req.send().await {
-            Ok(res) if res.status().is_success() => {
-                backoff = Duration::from_millis(250);
-                let mut stream = res.bytes_stream();
-                let mut buf = String::new();
-                let (mut id, mut event, mut data) = (None, String::new(), String::new());
-                while let Some(chunk) = stream.next().await {
-                    let Ok(chunk) = chunk else { break };
-                    buf.push_str(&String::from_utf8_lossy(&chunk));
-                    while let Some(pos) = buf.find('\n') {
-                        let line = buf[..pos].trim_end_matches('\r').to_owned();
-                        buf.drain(..=pos);
-                        if line.is_empty() {
-                            if !data.is_empty() || !event.is_empty() {
-                                let frame = SseFrame {
-                                    id,
-                                    event: if event.is_empty() {
-                                        "message".into()
-                                    } else {
-                                        event.clone()
-                                    },
-                                    data: data.clone(),
-                                };
-                                if let Some(i) = frame.id {
-                                    cursor = Some(i);
-                                }
-                                if !on_frame(&frame) {
-                                    return Ok(());
-                                }
-                            }
-                            id = None;
-                            event.clear();
-                            data.clear();
-                        } else if let Some(v) = line.strip_prefix("id:") {
-                            id = v.trim().parse().ok();
-                        } else if let Some(v) = line.strip_prefix("event:") {
-                            event = v.trim().to_owned();
-                        } else if let Some(v) = line.strip_prefix("data:") {
-                            if !data.is_empty() {
-                                data.push('\n');
-                            }
-                            data.push_str(v.strip_prefix(' ').unwrap_or(v));
-                        }
-                    }
-                }
-                eprintln!(
-                    "(connection lost; resuming after {})",
-                    cursor.map(|c| c.to_string()).unwrap_or("now".into())
-                );
-            }
-            Ok(res) => {
-                let status = res.status();
-                let body: Value = res.json().await.unwrap_or_default();
-                return Err(format!(
-                    "{} ({}, HTTP {})",
-                    s(&body["error"]["message"]),
-                    s(&body["error"]["code"]),
-                    status.as_u16()
-                )
-                .into());
-            }
-            Err(e) => eprintln!("(cannot reach {}: {e}; retrying)", c.base()),
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
+    let token = g.token.clone().or_else(|| {
+        std::env::var("SHEPHERD_AUTH_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+    });
+    let conn = Connector::new(&g.server, token);
+    follow_sse(&conn, path, cursor, on_frame, |msg| eprintln!("({msg})")).await?;
+    Ok(())
 }
 
 async fn events(g: &Global, e: &EventsArgs) -> Result<()> {
@@ -861,7 +788,7 @@ async fn events(g: &Global, e: &EventsArgs) -> Result<()> {
         e.after.map(|a| a.to_string()).unwrap_or("now".into()),
         filter
     );
-    follow_sse(&c, &path, e.after, |f| {
+    follow(g, &path, e.after, |f| {
         let data: Value = serde_json::from_str(&f.data).unwrap_or(Value::Null);
         if f.event == "resync" {
             eprintln!("(resync: {})", s(&data["message"]));
@@ -904,7 +831,7 @@ async fn watch_task(g: &Global, c: &Client, vtid: &str) -> Result<()> {
     let events_path = format!("/api/events?task_id={}", enc(vtid));
     let mut finished = false;
     let mut pending_steps: Vec<String> = Vec::new();
-    follow_sse(c, &events_path, Some(cursor), |f| {
+    follow(g, &events_path, Some(cursor), |f| {
         let data: Value = serde_json::from_str(&f.data).unwrap_or(Value::Null);
         match data["type"].as_str().unwrap_or("") {
             "task.state_changed" => {

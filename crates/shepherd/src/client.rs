@@ -79,16 +79,3 @@ impl Client {
         self.send(self.request(Method::POST, path).json(body)).await
     }
 }
-
-/// Percent-encodes a query value.
-pub fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}

@@ -129,6 +129,35 @@ pub(crate) fn filter_sql(sql: &mut String, args: &mut Vec<Value>, filter: &Event
     }
 }
 
+/// Runs `SELECT … WHERE <cond> [filter] ORDER BY seq [DESC] LIMIT n`, where
+/// `cond` uses `args` as `$1…`.
+async fn select_events<D: Db>(
+    db: &mut D,
+    cond: &str,
+    mut args: Vec<Value>,
+    filter: &EventFilter,
+    limit: i64,
+    newest_first: bool,
+) -> Result<Vec<Event>, Error> {
+    let mut sql = format!("SELECT {COLUMNS} FROM events WHERE {cond}");
+    filter_sql(&mut sql, &mut args, filter);
+    args.push(Value::Int(limit.max(1)));
+    let order = if newest_first { "DESC" } else { "" };
+    sql.push_str(&format!(" ORDER BY seq {order} LIMIT ${}", args.len()));
+    let rows = db.query(&sql, args).await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+/// Where a reader continues: after the last event of a full page, else at
+/// the head (non-matching events up to it were skipped over, not missed).
+fn next_cursor(events: &[Event], limit: i64, head: i64) -> i64 {
+    if events.len() as i64 >= limit.max(1) {
+        events.last().map(|e| e.seq).unwrap_or(head)
+    } else {
+        head
+    }
+}
+
 /// Events after `after` that match `filter`, oldest first, at most `limit`.
 pub async fn read_after<D: Db>(
     db: &mut D,
@@ -138,28 +167,14 @@ pub async fn read_after<D: Db>(
 ) -> Result<EventPage, Error> {
     let head = head(db).await?;
     let pruned = pruned_through(db).await?;
-    let cursor_expired = after < pruned;
     let from = after.max(pruned);
-    let mut sql = format!("SELECT {COLUMNS} FROM events WHERE seq > $1 AND seq <= $2");
-    let mut args = vec![Value::Int(from), Value::Int(head)];
-    filter_sql(&mut sql, &mut args, filter);
-    args.push(Value::Int(limit.max(1)));
-    sql.push_str(&format!(" ORDER BY seq LIMIT ${}", args.len()));
-    let rows = db.query(&sql, args).await?;
-    let events = rows
-        .iter()
-        .map(event_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    let next_cursor = if events.len() as i64 >= limit.max(1) {
-        events.last().map(|e| e.seq).unwrap_or(head)
-    } else {
-        head
-    };
+    let args = vec![Value::Int(from), Value::Int(head)];
+    let events = select_events(db, "seq > $1 AND seq <= $2", args, filter, limit, false).await?;
     Ok(EventPage {
+        next_cursor: next_cursor(&events, limit, head),
         events,
-        next_cursor,
         head,
-        cursor_expired,
+        cursor_expired: after < pruned,
     })
 }
 
@@ -170,16 +185,8 @@ pub async fn read_latest<D: Db>(
     limit: i64,
 ) -> Result<EventPage, Error> {
     let head = head(db).await?;
-    let mut sql = format!("SELECT {COLUMNS} FROM events WHERE seq <= $1");
-    let mut args = vec![Value::Int(head)];
-    filter_sql(&mut sql, &mut args, filter);
-    args.push(Value::Int(limit.max(1)));
-    sql.push_str(&format!(" ORDER BY seq DESC LIMIT ${}", args.len()));
-    let rows = db.query(&sql, args).await?;
-    let mut events = rows
-        .iter()
-        .map(event_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut events =
+        select_events(db, "seq <= $1", vec![Value::Int(head)], filter, limit, true).await?;
     events.reverse();
     Ok(EventPage {
         events,
@@ -197,24 +204,11 @@ pub async fn read_since_ts<D: Db>(
     limit: i64,
 ) -> Result<EventPage, Error> {
     let head = head(db).await?;
-    let mut sql = format!("SELECT {COLUMNS} FROM events WHERE ts >= $1 AND seq <= $2");
-    let mut args = vec![Value::Int(since), Value::Int(head)];
-    filter_sql(&mut sql, &mut args, filter);
-    args.push(Value::Int(limit.max(1)));
-    sql.push_str(&format!(" ORDER BY seq LIMIT ${}", args.len()));
-    let rows = db.query(&sql, args).await?;
-    let events = rows
-        .iter()
-        .map(event_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    let next_cursor = if events.len() as i64 >= limit.max(1) {
-        events.last().map(|e| e.seq).unwrap_or(head)
-    } else {
-        head
-    };
+    let args = vec![Value::Int(since), Value::Int(head)];
+    let events = select_events(db, "ts >= $1 AND seq <= $2", args, filter, limit, false).await?;
     Ok(EventPage {
+        next_cursor: next_cursor(&events, limit, head),
         events,
-        next_cursor,
         head,
         cursor_expired: false,
     })

@@ -51,6 +51,16 @@ fn run_from_row(r: &Row) -> Result<Run, Error> {
     })
 }
 
+/// The ids an event about this run concerns.
+fn run_refs(run: &Run) -> EventRefs {
+    EventRefs::default()
+        .run(&run.id)
+        .task(&run.vtid)
+        .worker(&run.worker_id)
+        .agent(&run.agent_id)
+        .channel(run.channel_id.clone())
+}
+
 pub(crate) async fn create<D: Db>(
     db: &mut D,
     now: Millis,
@@ -238,12 +248,7 @@ pub async fn append_steps<D: Db>(
     let mut duplicates = 0;
     let mut tool_calls = run.tool_calls;
     let mut active_tool = run.active_tool.clone();
-    let refs = EventRefs::default()
-        .run(run_id)
-        .task(&run.vtid)
-        .worker(&run.worker_id)
-        .agent(&run.agent_id)
-        .channel(run.channel_id.clone());
+    let refs = run_refs(&run);
     for (i, step) in steps.into_iter().enumerate() {
         let idx = start_index + i as i64;
         if idx < stored {
@@ -340,12 +345,7 @@ pub async fn set_status<D: Db>(
         params![run_id, text],
     )
     .await?;
-    let refs = EventRefs::default()
-        .run(run_id)
-        .task(&run.vtid)
-        .worker(&run.worker_id)
-        .agent(&run.agent_id)
-        .channel(run.channel_id.clone());
+    let refs = run_refs(&run);
     emit(
         db,
         now,
@@ -405,12 +405,7 @@ pub(crate) async fn finish<D: Db>(
     .await?;
     db.execute("DELETE FROM run_steps WHERE run_id = $1", params![run_id])
         .await?;
-    let refs = EventRefs::default()
-        .run(run_id)
-        .task(&run.vtid)
-        .worker(&run.worker_id)
-        .agent(&run.agent_id)
-        .channel(run.channel_id.clone());
+    let refs = run_refs(&run);
     emit(
         db,
         now,
