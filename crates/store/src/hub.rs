@@ -63,15 +63,15 @@ pub(crate) async fn pump(store: Store, shutdown: CancellationToken) {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
         loop {
-            match store.read_events(last, &EventFilter::default(), 1000).await {
-                Ok(page) => {
-                    for e in page.events {
+            match store.read_new_events(last, 1000).await {
+                Ok(events) => {
+                    let n = events.len();
+                    for e in events {
                         last = e.seq;
                         let _ = hub.tx.send(Arc::new(e));
                     }
-                    last = last.max(page.next_cursor);
                     hub.published.send_replace(last);
-                    if page.next_cursor >= page.head {
+                    if n < 1000 {
                         break;
                     }
                 }

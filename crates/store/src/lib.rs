@@ -55,8 +55,15 @@ macro_rules! write_op {
             Backend::Postgres(b) => {
                 b.write(move |mut __db: postgres::PgDb| {
                     Box::pin(async move {
-                        let $db = &mut __db;
-                        $body.await
+                        let result = {
+                            let $db = &mut __db;
+                            $body.await
+                        };
+                        // Deferred writes belong to the unit: it succeeds only if they do.
+                        match result {
+                            Ok(v) => sql::Db::flush(&mut __db).await.map(|_| v),
+                            Err(e) => Err(e),
+                        }
                     })
                 })
                 .await
@@ -289,6 +296,25 @@ impl Store {
         read_op!(self, |db| async move {
             log::read_after(db, after, &filter, limit).await
         })
+    }
+
+    /// Every event after `after`, oldest first, in one statement: the
+    /// event pump's read. Safe without a head bound because events commit
+    /// in `seq` order.
+    pub(crate) async fn read_new_events(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<shepherd_core::event::Event>, Error> {
+        match &self.inner.backend {
+            Backend::Postgres(b) => {
+                b.read_plain(move |mut db| {
+                    Box::pin(async move { log::read_new(&mut db, after, limit).await })
+                })
+                .await
+            }
+            Backend::Sqlite(_) => read_op!(self, |db| log::read_new(db, after, limit)),
+        }
     }
 
     /// The latest `limit` events matching `filter`, oldest first.

@@ -38,6 +38,28 @@ pub async fn append<D: Db>(db: &mut D, now: Millis, e: &NewEvent) -> Result<i64,
     row.i64(0)
 }
 
+/// Appends one event without waiting for its sequence number (pipelined on
+/// PostgreSQL; see [`Db::defer`]).
+pub fn append_deferred<D: Db>(db: &mut D, now: Millis, e: &NewEvent) {
+    let r = &e.refs;
+    db.defer(
+        "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        params![
+            now,
+            e.kind.as_str(),
+            &r.agent_id,
+            &r.worker_id,
+            &r.task_id,
+            &r.run_id,
+            &r.channel_id,
+            &r.conversation_id,
+            &r.session_id,
+            e.data.to_string()
+        ],
+    );
+}
+
 pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {
     Ok(Event {
         seq: row.i64(0)?,
@@ -176,6 +198,19 @@ pub async fn read_after<D: Db>(
         head,
         cursor_expired: after < pruned,
     })
+}
+
+/// Every event after `after`, oldest first (the event pump's read).
+pub async fn read_new<D: Db>(db: &mut D, after: i64, limit: i64) -> Result<Vec<Event>, Error> {
+    select_events(
+        db,
+        "seq > $1",
+        vec![Value::Int(after)],
+        &EventFilter::default(),
+        limit,
+        false,
+    )
+    .await
 }
 
 /// The most recent `limit` events matching `filter`, returned oldest first.

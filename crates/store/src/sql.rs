@@ -152,6 +152,15 @@ pub trait Db: Send {
     ) -> impl Future<Output = Result<u64, Error>> + Send;
     fn dialect(&self) -> Dialect;
 
+    /// Queues a write whose result is not needed to go on. On PostgreSQL it
+    /// is sent at once and pipelined with what follows (no round trip of its
+    /// own); on SQLite it runs at once. Its error, if any, is returned by the
+    /// next `query`, `execute` or `flush`, and the unit of work fails whole.
+    fn defer(&mut self, sql: &str, params: Vec<Value>);
+
+    /// Waits for every deferred write; returns the first error.
+    fn flush(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
+
     /// The first row, if any.
     fn query_opt(
         &mut self,

@@ -15,7 +15,8 @@ use shepherd_core::workflow::{self, Outcome};
 use shepherd_core::Error;
 
 use super::tasks::{self, set_state, task_from_row, workflow_of, Applied, TASK_COLUMNS};
-use super::{emit, new_uuid, random_hex, runs, workers};
+use super::workers::WORKER_COLUMNS;
+use super::{emit, emit_returning, new_uuid, random_hex, runs, workers};
 use crate::params;
 use crate::sql::{Db, Row};
 
@@ -227,6 +228,85 @@ pub struct Grant {
     pub spec: String,
 }
 
+/// Everything a claim decision needs, read in one statement: the task, the
+/// worker, the task's active claim (and its holder's liveness), the agent's
+/// limit and load, and the dispatched spec.
+fn claim_context_sql() -> String {
+    format!(
+        "SELECT {TASK_COLUMNS}, {WORKER_COLUMNS}, \
+         c.id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.token, \
+         cw.last_heartbeat_at, cw.status, a.max_concurrent, \
+         CASE WHEN a.max_concurrent IS NULL THEN 0 ELSE \
+           (SELECT COUNT(*) FROM runs r WHERE r.agent_id = w.agent_id AND r.status = 'running') END, \
+         s.spec \
+         FROM tasks t JOIN workers w ON w.id = $2 \
+         LEFT JOIN claims c ON c.task_id = t.id AND c.released_at IS NULL \
+         LEFT JOIN workers cw ON cw.id = c.worker_id \
+         LEFT JOIN agents a ON a.id = w.agent_id \
+         LEFT JOIN spec_snapshots s ON s.id = t.spec_snapshot_id \
+         WHERE t.id = $1"
+    )
+}
+
+/// Columns `from..from+len` of a row, as a row of their own.
+fn slice(r: &Row, from: usize, len: usize) -> Row {
+    Row(r.0.iter().skip(from).take(len).cloned().collect())
+}
+
+const TASK_WIDTH: usize = 16;
+const WORKER_WIDTH: usize = 16;
+
+/// An active claim read together with its holder's liveness.
+fn active_from(
+    r: &Row,
+    at: usize,
+    vtid: &str,
+) -> Result<Option<(ActiveClaim, Option<i64>, Option<String>)>, Error> {
+    let Some(id) = r.opt_string(at)? else {
+        return Ok(None);
+    };
+    let claim = Claim {
+        id,
+        vtid: vtid.to_owned(),
+        worker_id: r.string(at + 1)?,
+        run_id: r.string(at + 2)?,
+        purpose: r.string(at + 3)?,
+        claimed_at: r.i64(at + 4)?,
+        expires_at: r.i64(at + 5)?,
+        released_at: None,
+        release_reason: None,
+    };
+    let token = r.string(at + 6)?;
+    Ok(Some((
+        ActiveClaim { claim, token },
+        r.opt_i64(at + 7)?,
+        r.opt_string(at + 8)?,
+    )))
+}
+
+/// Why a lease lapsed, if it did.
+fn lapse_reason(
+    now: Millis,
+    rules: &LeaseRules,
+    claim: &Claim,
+    last_heartbeat: i64,
+    status: &str,
+) -> Option<String> {
+    if now < rules.not_before {
+        return None;
+    }
+    let silent_for = now - last_heartbeat;
+    if status == "terminated" {
+        Some("worker deregistered".to_owned())
+    } else if silent_for > rules.heartbeat_timeout_ms {
+        Some(format!("no heartbeat for {}s", silent_for / 1000))
+    } else if claim.expires_at < now {
+        Some("claim TTL passed without renewal".to_owned())
+    } else {
+        None
+    }
+}
+
 pub async fn claim<D: Db>(
     db: &mut D,
     now: Millis,
@@ -234,21 +314,53 @@ pub async fn claim<D: Db>(
     vtid: &str,
     rules: &LeaseRules,
 ) -> Result<Grant, Error> {
-    let worker = workers::require_live(db, worker_id).await?;
-    let mut task = tasks::require(db, vtid).await?;
-    // Sweep what this claim touches: a lapsed lease on this task ends here.
-    if let Some(active) = active_with_token(db, vtid).await? {
-        expire_if_lapsed(db, now, &active.claim, rules).await?;
-        task = tasks::require(db, vtid).await?;
-    }
-    if let Some(active) = active_for_task(db, vtid).await? {
-        let msg = if active.worker_id == worker_id {
-            "Task already claimed by this worker"
-        } else {
-            "Task already claimed by another worker"
+    let sql = claim_context_sql();
+    let mut swept = false;
+    let (mut task, worker, agent_limit, agent_running, snapshot) = loop {
+        let Some(r) = db.query_opt(&sql, params![vtid, worker_id]).await? else {
+            // Say which of the two is missing.
+            workers::require_live(db, worker_id).await?;
+            tasks::require(db, vtid).await?;
+            return Err(Error::internal("claim context vanished"));
         };
-        return Err(Error::conflict("already_claimed", msg));
-    }
+        let task = task_from_row(&slice(&r, 0, TASK_WIDTH))?;
+        let worker = workers::worker_from_row(&slice(&r, TASK_WIDTH, WORKER_WIDTH))?;
+        if worker.status == "terminated" {
+            return Err(Error::conflict(
+                "worker_terminated",
+                format!("worker {worker_id:?} has deregistered; register again"),
+            ));
+        }
+        let at = TASK_WIDTH + WORKER_WIDTH;
+        if let Some((active, heartbeat, status)) = active_from(&r, at, vtid)? {
+            // Sweep what this claim touches: a lapsed lease on this task ends here.
+            let lapsed = lapse_reason(
+                now,
+                rules,
+                &active.claim,
+                heartbeat.unwrap_or(0),
+                status.as_deref().unwrap_or(""),
+            );
+            if let (Some(reason), false) = (lapsed, swept) {
+                expire(db, now, &active.claim, &reason).await?;
+                swept = true;
+                continue;
+            }
+            let msg = if active.claim.worker_id == worker_id {
+                "Task already claimed by this worker"
+            } else {
+                "Task already claimed by another worker"
+            };
+            return Err(Error::conflict("already_claimed", msg));
+        }
+        break (
+            task,
+            worker,
+            r.opt_i64(at + 9)?,
+            r.i64(at + 10)?,
+            r.opt_string(at + 11)?,
+        );
+    };
     eligibility(&worker, &task)?;
     if worker.active_claims >= worker.max_concurrent {
         return Err(Error::capacity(
@@ -259,28 +371,12 @@ pub async fn claim<D: Db>(
             ),
         ));
     }
-    let agent_limit = db
-        .query_opt(
-            "SELECT max_concurrent FROM agents WHERE id = $1",
-            params![&worker.agent_id],
-        )
-        .await?
-        .map(|r| r.opt_i64(0))
-        .transpose()?
-        .flatten();
     if let Some(limit) = agent_limit {
-        let running = db
-            .query_one(
-                "SELECT COUNT(*) FROM runs WHERE agent_id = $1 AND status = 'running'",
-                params![&worker.agent_id],
-            )
-            .await?
-            .i64(0)?;
-        if running >= limit {
+        if agent_running >= limit {
             return Err(Error::capacity(
                 "agent_at_capacity",
                 format!(
-                    "agent {} already runs {running} of {limit}",
+                    "agent {} already runs {agent_running} of {limit}",
                     worker.agent_id
                 ),
             ));
@@ -297,42 +393,30 @@ pub async fn claim<D: Db>(
     let claim_id = new_uuid();
     let token = format!("sct_{}", random_hex(16));
     let expires_at = now + rules.ttl_ms;
-    let inserted = db
-        .execute(
-            "INSERT INTO claims (id, task_id, worker_id, run_id, token, purpose, claimed_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            params![&claim_id, vtid, worker_id, &run_id, &token, purpose, now, expires_at],
-        )
-        .await;
-    if let Err(e) = inserted {
-        // Another node won the race; the unique index refused this claim.
-        if e.code == crate::sql::CONSTRAINT_VIOLATION {
-            return Err(Error::conflict(
-                "already_claimed",
-                "Task already claimed by another worker",
-            ));
-        }
-        return Err(e);
+    db.defer(
+        "INSERT INTO claims (id, task_id, worker_id, run_id, token, purpose, claimed_at, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        params![&claim_id, vtid, worker_id, &run_id, &token, purpose, now, expires_at],
+    );
+    let builder = if purpose == "build" {
+        Some(worker_id.to_owned())
+    } else {
+        task.builder_worker_id.clone()
+    };
+    let new_state = if purpose == "build" {
+        wf.claimed_state
+    } else {
+        task.state.as_str()
     }
-    db.execute(
-        "UPDATE tasks SET attempts = $2, updated_at = $3 WHERE id = $1",
-        params![vtid, attempt, now],
-    )
-    .await?;
-    task.attempts = attempt;
-    if purpose == "build" {
-        db.execute(
-            "UPDATE tasks SET builder_worker_id = $2 WHERE id = $1",
-            params![vtid, worker_id],
-        )
-        .await?;
-        task.builder_worker_id = Some(worker_id.to_owned());
-    }
-    db.execute(
+    .to_owned();
+    db.defer(
+        "UPDATE tasks SET attempts = $2, builder_worker_id = $3, state = $4, updated_at = $5 WHERE id = $1",
+        params![vtid, attempt, &builder, &new_state, now],
+    );
+    db.defer(
         "UPDATE workers SET last_activity_at = $2 WHERE id = $1",
         params![worker_id, now],
-    )
-    .await?;
+    );
     let refs = EventRefs::default()
         .task(vtid)
         .worker(worker_id)
@@ -364,18 +448,33 @@ pub async fn claim<D: Db>(
         )
         .await?;
     }
-    if purpose == "build" {
-        set_state(db, now, &mut task, wf.claimed_state, "claimed", refs).await?;
+    if new_state != task.state {
+        let mut r = refs.clone();
+        r.agent_id = task.agent_id.clone();
+        emit(
+            db,
+            now,
+            NewEvent::new(
+                kind::TASK_STATE_CHANGED,
+                r,
+                json!({ "from": task.state, "to": new_state, "cause": "claimed" }),
+            ),
+        )
+        .await?;
     }
-    let spec = match &task.spec_snapshot_id {
-        Some(id) => db
-            .query_opt("SELECT spec FROM spec_snapshots WHERE id = $1", params![id])
-            .await?
-            .map(|r| r.string(0))
-            .transpose()?
-            .unwrap_or_else(|| task.spec.clone()),
-        None => task.spec.clone(),
-    };
+    // The unique index has the last word on "one active claim per task".
+    db.flush().await.map_err(|e| {
+        if e.code == crate::sql::CONSTRAINT_VIOLATION {
+            Error::conflict("already_claimed", "Task already claimed by another worker")
+        } else {
+            e
+        }
+    })?;
+    task.attempts = attempt;
+    task.builder_worker_id = builder;
+    task.state = new_state;
+    task.updated_at = now;
+    let spec = snapshot.unwrap_or_else(|| task.spec.clone());
     Ok(Grant {
         claim: Claim {
             id: claim_id,
@@ -394,30 +493,65 @@ pub async fn claim<D: Db>(
     })
 }
 
-/// Checks that `worker_id` (with `claim_token`, when given) holds the active
-/// claim on `vtid`; otherwise `claim_stale`.
-pub(crate) async fn fence<D: Db>(
+/// What ending a claim needs to know about its holder and its run, when the
+/// caller read it in the same transaction.
+#[derive(Debug, Clone)]
+pub(crate) struct Holder {
+    pub agent_id: String,
+    pub session_id: Option<String>,
+    /// Claims the worker holds, this one included.
+    pub active_claims: i64,
+    pub run: runs::RunInfo,
+}
+
+/// The task with its active claim, holder and run, in one statement.
+fn progress_context_sql() -> String {
+    format!(
+        "SELECT {TASK_COLUMNS}, c.id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.token, \
+         w.last_heartbeat_at, w.status, r.status, r.step_count, r.agent_id, r.channel_id, w.agent_id, w.session_id, \
+         (SELECT COUNT(*) FROM claims c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL) \
+         FROM tasks t LEFT JOIN claims c ON c.task_id = t.id AND c.released_at IS NULL \
+         LEFT JOIN runs r ON r.id = c.run_id LEFT JOIN workers w ON w.id = c.worker_id \
+         WHERE t.id = $1"
+    )
+}
+
+/// Reads a task with its active claim and what ending that claim needs.
+async fn task_with_holder<D: Db>(
     db: &mut D,
-    worker_id: &str,
     vtid: &str,
-    claim_token: Option<&str>,
-) -> Result<ActiveClaim, Error> {
-    let stale = || {
-        Error::conflict(
-            "claim_stale",
-            format!("worker {worker_id} does not hold the active claim on {vtid} (expired, released or re-granted)"),
-        )
-    };
-    let active = active_with_token(db, vtid).await?.ok_or_else(stale)?;
-    if active.claim.worker_id != worker_id {
-        return Err(stale());
-    }
-    if let Some(t) = claim_token {
-        if t != active.token {
-            return Err(stale());
+) -> Result<(Task, Option<(ActiveClaim, Holder)>), Error> {
+    let r = db
+        .query_opt(&progress_context_sql(), params![vtid])
+        .await?
+        .ok_or_else(|| Error::not_found("task_not_found", format!("no task {vtid:?}")))?;
+    let task = task_from_row(&slice(&r, 0, TASK_WIDTH))?;
+    let at = TASK_WIDTH;
+    let active = match active_from(&r, at, vtid)? {
+        None => None,
+        Some((active, _, _)) => {
+            let run_channel = r.opt_string(at + 12)?;
+            let run_agent = r.string(at + 11)?;
+            let refs = EventRefs::default()
+                .run(&active.claim.run_id)
+                .task(vtid)
+                .worker(&active.claim.worker_id)
+                .agent(&run_agent)
+                .channel(run_channel);
+            let holder = Holder {
+                run: runs::RunInfo {
+                    status: r.string(at + 9)?,
+                    step_count: r.i64(at + 10)?,
+                    refs,
+                },
+                agent_id: r.string(at + 13)?,
+                session_id: r.opt_string(at + 14)?,
+                active_claims: r.i64(at + 15)?,
+            };
+            Some((active, holder))
         }
-    }
-    Ok(active)
+    };
+    Ok((task, active))
 }
 
 /// A progress report from the worker holding the claim.
@@ -433,8 +567,7 @@ pub async fn progress<D: Db>(
     metadata: Value,
     result: Option<String>,
 ) -> Result<Applied, Error> {
-    workers::require(db, worker_id).await?;
-    let task = tasks::require(db, vtid).await?;
+    let (task, active) = task_with_holder(db, vtid).await?;
     let wf = workflow_of(&task)?;
     if wf.apply(&task.state, event) == Outcome::Unknown {
         return Err(Error::invalid(
@@ -442,12 +575,29 @@ pub async fn progress<D: Db>(
             format!("workflow {:?} does not know event {event:?}", wf.name),
         ));
     }
-    let active = fence(db, worker_id, vtid, claim_token).await?;
+    let stale = || {
+        Error::conflict(
+            "claim_stale",
+            format!("worker {worker_id} does not hold the active claim on {vtid} (expired, released or re-granted)"),
+        )
+    };
+    let fenced = match active {
+        Some((a, h))
+            if a.claim.worker_id == worker_id && claim_token.is_none_or(|t| t == a.token) =>
+        {
+            (a, h)
+        }
+        _ => {
+            // Unknown workers get a clearer answer than "stale".
+            workers::require(db, worker_id).await?;
+            return Err(stale());
+        }
+    };
     apply_event(
         db,
         now,
         task,
-        Some(active),
+        Some(fenced),
         event,
         message,
         metadata,
@@ -463,7 +613,7 @@ pub(crate) async fn apply_event<D: Db>(
     db: &mut D,
     now: Millis,
     mut task: Task,
-    active: Option<ActiveClaim>,
+    active: Option<(ActiveClaim, Holder)>,
     event: &str,
     message: Option<String>,
     metadata: Value,
@@ -476,9 +626,12 @@ pub(crate) async fn apply_event<D: Db>(
     refs.agent_id = task.agent_id.clone();
     let (active, external) = match active {
         Some(a) => (Some(a), false),
-        None => (active_with_token(db, &task.vtid).await?, true),
+        None => match task_with_holder(db, &task.vtid).await?.1 {
+            Some(a) => (Some(a), true),
+            None => (None, true),
+        },
     };
-    if let Some(a) = &active {
+    if let Some((a, _)) = &active {
         refs.worker_id = Some(a.claim.worker_id.clone());
         refs.run_id = Some(a.claim.run_id.clone());
     }
@@ -488,7 +641,7 @@ pub(crate) async fn apply_event<D: Db>(
             format!("workflow {:?} does not know event {event:?}", wf.name),
         )),
         Outcome::NotFromHere => {
-            let seq = emit(
+            let seq = emit_returning(
                 db,
                 now,
                 NewEvent::new(
@@ -502,7 +655,7 @@ pub(crate) async fn apply_event<D: Db>(
         }
         Outcome::Move { to, trigger } => {
             let from = task.state.clone();
-            let seq = emit(
+            let seq = emit_returning(
                 db,
                 now,
                 NewEvent::new(
@@ -515,20 +668,6 @@ pub(crate) async fn apply_event<D: Db>(
                 ),
             )
             .await?;
-            if let Some(a) = &active {
-                if !external {
-                    db.execute(
-                        "UPDATE workers SET last_activity_at = $2 WHERE id = $1",
-                        params![&a.claim.worker_id, now],
-                    )
-                    .await?;
-                    db.execute(
-                        "UPDATE runs SET last_step_at = $2 WHERE id = $1",
-                        params![&a.claim.run_id, now],
-                    )
-                    .await?;
-                }
-            }
             set_state(db, now, &mut task, to, event, refs.clone()).await?;
             // Does this event end the run that holds the task?
             let ending = if event == workflow::EXECUTION_FAILED {
@@ -544,15 +683,35 @@ pub(crate) async fn apply_event<D: Db>(
             } else {
                 None
             };
-            if let (Some((status, reason)), Some(a)) = (ending, &active) {
-                release(db, now, &a.claim, reason, status, result.clone(), false).await?;
-            }
-            if trigger == Some("rework") || trigger == Some("validate") {
-                db.execute(
-                    "UPDATE tasks SET cancel_requested_at = NULL WHERE id = $1 AND cancel_requested_at IS NULL",
-                    params![&task.vtid],
-                )
-                .await?;
+            if let Some((a, holder)) = active {
+                if !external {
+                    db.defer(
+                        "UPDATE workers SET last_activity_at = $2 WHERE id = $1",
+                        params![&a.claim.worker_id, now],
+                    );
+                }
+                match ending {
+                    Some((status, reason)) => {
+                        release(
+                            db,
+                            now,
+                            &a.claim,
+                            reason,
+                            status,
+                            result.clone(),
+                            false,
+                            Some(holder),
+                        )
+                        .await?;
+                    }
+                    None if !external => {
+                        db.defer(
+                            "UPDATE runs SET last_step_at = $2 WHERE id = $1",
+                            params![&a.claim.run_id, now],
+                        );
+                    }
+                    None => {}
+                }
             }
             Ok(Applied::Moved { task, from, seq })
         }
@@ -560,6 +719,9 @@ pub(crate) async fn apply_event<D: Db>(
 }
 
 /// Ends a claim and its run, once. Returns false if it was already released.
+/// With `holder` (read in this same transaction, so the claim is known to be
+/// active) nothing needs to be read again.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn release<D: Db>(
     db: &mut D,
     now: Millis,
@@ -568,22 +730,28 @@ pub(crate) async fn release<D: Db>(
     run_status: &str,
     result: Option<String>,
     expired: bool,
+    holder: Option<Holder>,
 ) -> Result<bool, Error> {
-    let n = db
-        .execute(
-            "UPDATE claims SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL",
-            params![&claim.id, now, reason],
-        )
-        .await?;
-    if n == 0 {
-        return Ok(false);
-    }
-    let worker = workers::require(db, &claim.worker_id).await?;
+    const RELEASE: &str =
+        "UPDATE claims SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL";
+    let (agent_id, session_id, remaining, run) = match holder {
+        Some(h) => {
+            db.defer(RELEASE, params![&claim.id, now, reason]);
+            (h.agent_id, h.session_id, h.active_claims - 1, Some(h.run))
+        }
+        None => {
+            if db.execute(RELEASE, params![&claim.id, now, reason]).await? == 0 {
+                return Ok(false);
+            }
+            let w = workers::require(db, &claim.worker_id).await?;
+            (w.agent_id, w.session_id, w.active_claims, None)
+        }
+    };
     let refs = EventRefs::default()
         .task(&claim.vtid)
         .worker(&claim.worker_id)
         .run(&claim.run_id)
-        .agent(&worker.agent_id);
+        .agent(&agent_id);
     emit(
         db,
         now,
@@ -598,8 +766,8 @@ pub(crate) async fn release<D: Db>(
         ),
     )
     .await?;
-    runs::finish(db, now, &claim.run_id, run_status, result, reason).await?;
-    if worker.active_claims == 0 {
+    runs::finish(db, now, &claim.run_id, run_status, result, reason, run).await?;
+    if remaining == 0 {
         emit(
             db,
             now,
@@ -607,8 +775,8 @@ pub(crate) async fn release<D: Db>(
                 kind::WORKER_IDLE,
                 EventRefs::default()
                     .worker(&claim.worker_id)
-                    .agent(&worker.agent_id)
-                    .session(worker.session_id.clone()),
+                    .agent(&agent_id)
+                    .session(session_id),
                 json!({ "released": claim.vtid }),
             ),
         )
@@ -648,7 +816,7 @@ pub(crate) async fn expire<D: Db>(
     claim: &Claim,
     reason: &str,
 ) -> Result<bool, Error> {
-    if !release(db, now, claim, reason, "failed", None, true).await? {
+    if !release(db, now, claim, reason, "failed", None, true, None).await? {
         return Ok(false);
     }
     let mut task = tasks::require(db, &claim.vtid).await?;
@@ -687,11 +855,10 @@ pub async fn heartbeat<D: Db>(
     rules: &LeaseRules,
 ) -> Result<(Worker, Vec<HeldClaim>), Error> {
     let worker = workers::require_live(db, worker_id).await?;
-    db.execute(
+    db.defer(
         "UPDATE workers SET last_heartbeat_at = $2, status = 'active' WHERE id = $1",
         params![worker_id, now],
-    )
-    .await?;
+    );
     if worker.status == "inactive" {
         emit(
             db,
@@ -706,11 +873,10 @@ pub async fn heartbeat<D: Db>(
         )
         .await?;
     }
-    db.execute(
+    db.defer(
         "UPDATE claims SET expires_at = $2 WHERE worker_id = $1 AND released_at IS NULL AND expires_at < $2",
         params![worker_id, now + rules.ttl_ms],
-    )
-    .await?;
+    );
     let rows = db
         .query(
             "SELECT c.task_id, c.run_id, c.expires_at, r.cancel_requested_at FROM claims c \
@@ -746,11 +912,10 @@ pub async fn deregister<D: Db>(
         "SELECT {CLAIM_COLUMNS} FROM claims c WHERE c.worker_id = $1 AND c.released_at IS NULL"
     );
     let held = db.query(&sql, params![worker_id]).await?;
-    db.execute(
+    db.defer(
         "UPDATE workers SET status = 'terminated', closed_at = $2 WHERE id = $1",
         params![worker_id, now],
-    )
-    .await?;
+    );
     for r in &held {
         let c = claim_from_row(r)?;
         expire(db, now, &c, "worker deregistered").await?;
@@ -813,6 +978,7 @@ pub async fn sweep<D: Db>(
                 "cancelled",
                 None,
                 false,
+                None,
             )
             .await?
             {

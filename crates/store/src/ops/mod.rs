@@ -20,8 +20,19 @@ use crate::params;
 use crate::sql::Db;
 use shepherd_core::model::Agent;
 
-/// Appends one event inside the current unit of work.
-pub(crate) async fn emit<D: Db>(db: &mut D, now: Millis, e: NewEvent) -> Result<i64, Error> {
+/// Appends one event inside the current unit of work (pipelined: its
+/// sequence number is not needed).
+pub(crate) async fn emit<D: Db>(db: &mut D, now: Millis, e: NewEvent) -> Result<(), Error> {
+    log::append_deferred(db, now, &e);
+    Ok(())
+}
+
+/// Appends one event and returns its sequence number.
+pub(crate) async fn emit_returning<D: Db>(
+    db: &mut D,
+    now: Millis,
+    e: NewEvent,
+) -> Result<i64, Error> {
     log::append(db, now, &e).await
 }
 
@@ -101,14 +112,13 @@ pub async fn agents_upsert<D: Db>(
     max_concurrent: Option<i64>,
 ) -> Result<(), Error> {
     validate_id("agent id", "invalid_agent_id", id)?;
-    db.execute(
+    db.defer(
         "INSERT INTO agents (id, worker_type, capabilities, max_concurrent, source, created_at, updated_at) \
          VALUES ($1, $2, $3, $4, 'config', $5, $5) ON CONFLICT (id) DO UPDATE SET worker_type = excluded.worker_type, \
          capabilities = excluded.capabilities, max_concurrent = excluded.max_concurrent, source = 'config', \
          updated_at = excluded.updated_at",
         params![id, worker_type, to_json(&capabilities), max_concurrent, now],
-    )
-    .await?;
+    );
     emit(
         db,
         now,

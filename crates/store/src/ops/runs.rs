@@ -61,6 +61,7 @@ fn run_refs(run: &Run) -> EventRefs {
         .channel(run.channel_id.clone())
 }
 
+/// Creates the run row of a new claim (pipelined) and records `run.started`.
 pub(crate) async fn create<D: Db>(
     db: &mut D,
     now: Millis,
@@ -70,7 +71,7 @@ pub(crate) async fn create<D: Db>(
     attempt: i64,
 ) -> Result<String, Error> {
     let id = new_uuid();
-    db.execute(
+    db.defer(
         "INSERT INTO runs (id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, purpose, status, started_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10)",
         params![
@@ -85,8 +86,7 @@ pub(crate) async fn create<D: Db>(
             purpose,
             now
         ],
-    )
-    .await?;
+    );
     let refs = EventRefs::default()
         .run(&id)
         .task(&task.vtid)
@@ -270,11 +270,10 @@ pub async fn append_steps<D: Db>(
         }
         let body =
             serde_json::to_string(&step).map_err(|e| Error::internal(format!("step JSON: {e}")))?;
-        db.execute(
+        db.defer(
             "INSERT INTO run_steps (run_id, idx, body) VALUES ($1, $2, $3)",
             params![run_id, idx, body],
-        )
-        .await?;
+        );
         emit(
             db,
             now,
@@ -292,16 +291,14 @@ pub async fn append_steps<D: Db>(
     }
     let next_index = stored + accepted;
     if accepted > 0 {
-        db.execute(
+        db.defer(
             "UPDATE runs SET step_count = $2, tool_calls = $3, active_tool = $4, last_step_at = $5 WHERE id = $1",
             params![run_id, next_index, tool_calls, active_tool, now],
-        )
-        .await?;
-        db.execute(
+        );
+        db.defer(
             "UPDATE workers SET last_activity_at = $2 WHERE id = $1",
             params![&run.worker_id, now],
-        )
-        .await?;
+        );
         // A first step means the worker is executing (simple: claimed → running).
         let mut task = tasks::require(db, &run.vtid).await?;
         let wf = workflow_of(&task)?;
@@ -340,11 +337,10 @@ pub async fn set_status<D: Db>(
     }
     let run = require(db, run_id).await?;
     fence_run(db, &run, claim_token, caller).await?;
-    db.execute(
+    db.defer(
         "UPDATE runs SET live_status = $2 WHERE id = $1",
         params![run_id, text],
-    )
-    .await?;
+    );
     let refs = run_refs(&run);
     emit(
         db,
@@ -353,6 +349,24 @@ pub async fn set_status<D: Db>(
     )
     .await?;
     require(db, run_id).await
+}
+
+/// What ending a run needs to know about it, when the caller already read it.
+#[derive(Debug, Clone)]
+pub(crate) struct RunInfo {
+    pub status: String,
+    pub step_count: i64,
+    pub refs: EventRefs,
+}
+
+impl RunInfo {
+    pub(crate) fn of(run: &Run) -> RunInfo {
+        RunInfo {
+            status: run.status.clone(),
+            step_count: run.step_count,
+            refs: run_refs(run),
+        }
+    }
 }
 
 /// Ends a running run: compacts its steps into the blob, closes dangling
@@ -364,21 +378,29 @@ pub(crate) async fn finish<D: Db>(
     status: &str,
     result: Option<String>,
     reason: &str,
+    known: Option<RunInfo>,
 ) -> Result<(), Error> {
-    let run = require(db, run_id).await?;
-    if run.status != "running" {
+    let info = match known {
+        Some(k) => k,
+        None => RunInfo::of(&require(db, run_id).await?),
+    };
+    if info.status != "running" {
         return Ok(());
     }
-    let rows = db
-        .query(
-            "SELECT body FROM run_steps WHERE run_id = $1 ORDER BY idx",
-            params![run_id],
-        )
-        .await?;
-    let mut steps = rows
-        .iter()
-        .map(|r| r.json::<TranscriptStep>(0))
-        .collect::<Result<Vec<_>, Error>>()?;
+    // A run that recorded no step has nothing to compact.
+    let mut steps = if info.step_count == 0 {
+        Vec::new()
+    } else {
+        let rows = db
+            .query(
+                "SELECT body FROM run_steps WHERE run_id = $1 ORDER BY idx",
+                params![run_id],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| r.json::<TranscriptStep>(0))
+            .collect::<Result<Vec<_>, Error>>()?
+    };
     let blob = if steps.is_empty() {
         Value::Null
     } else {
@@ -390,7 +412,7 @@ pub(crate) async fn finish<D: Db>(
         (None, "done") => None,
         (None, _) => Some(reason.to_owned()),
     };
-    db.execute(
+    db.defer(
         "UPDATE runs SET status = $2, result = $3, completed_at = $4, transcript = $5, live_status = NULL, \
          active_tool = NULL, step_count = $6 WHERE id = $1",
         vec![
@@ -401,17 +423,16 @@ pub(crate) async fn finish<D: Db>(
             blob,
             Value::Int(steps.len() as i64),
         ],
-    )
-    .await?;
-    db.execute("DELETE FROM run_steps WHERE run_id = $1", params![run_id])
-        .await?;
-    let refs = run_refs(&run);
+    );
+    if info.step_count > 0 {
+        db.defer("DELETE FROM run_steps WHERE run_id = $1", params![run_id]);
+    }
     emit(
         db,
         now,
         NewEvent::new(
             kind::RUN_COMPLETED,
-            refs,
+            info.refs,
             json!({ "status": status, "result": result, "reason": reason, "steps": steps.len() }),
         ),
     )
@@ -489,10 +510,9 @@ pub async fn prune_transcripts<D: Db>(db: &mut D, cutoff: Millis) -> Result<(i64
         )
         .await?;
     let (n, bytes) = (row.i64(0)?, row.i64(1)?);
-    db.execute(
+    db.defer(
         "UPDATE runs SET transcript = NULL WHERE transcript IS NOT NULL AND completed_at < $1",
         params![cutoff],
-    )
-    .await?;
+    );
     Ok((n, bytes))
 }

@@ -94,11 +94,10 @@ pub(crate) async fn set_state<D: Db>(
     if task.state == to {
         return Ok(());
     }
-    db.execute(
+    db.defer(
         "UPDATE tasks SET state = $2, updated_at = $3 WHERE id = $1",
         params![&task.vtid, to, now],
-    )
-    .await?;
+    );
     let mut refs = task_refs(task);
     refs.worker_id = extra.worker_id;
     refs.run_id = extra.run_id;
@@ -130,12 +129,11 @@ async fn next_vtid<D: Db>(db: &mut D) -> Result<String, Error> {
             .and_then(|v| v.parse::<i64>().ok())
             .unwrap_or(0);
         let next = current + 1;
-        db.execute(
+        db.defer(
             "INSERT INTO meta (key, value) VALUES ('vtid_counter', $1) \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             params![next.to_string()],
-        )
-        .await?;
+        );
         let vtid = format!("VTID-{next:05}");
         if get(db, &vtid).await?.is_none() {
             return Ok(vtid);
@@ -223,7 +221,7 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
         }
         None => next_vtid(db).await?,
     };
-    db.execute(
+    db.defer(
         "INSERT INTO tasks (id, title, spec, priority, capabilities, agent_id, channel_id, workflow, state, \
          attempts, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $10)",
         params![
@@ -238,8 +236,7 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
             wf.draft_state,
             now
         ],
-    )
-    .await?;
+    );
     let mut task = require(db, &vtid).await?;
     emit(
         db,
@@ -279,16 +276,14 @@ async fn dispatch_loaded<D: Db>(db: &mut D, now: Millis, task: &mut Task) -> Res
         ));
     }
     let snapshot = new_uuid();
-    db.execute(
+    db.defer(
         "INSERT INTO spec_snapshots (id, task_id, spec, created_at) VALUES ($1, $2, $3, $4)",
         params![&snapshot, &task.vtid, &task.spec, now],
-    )
-    .await?;
-    db.execute(
+    );
+    db.defer(
         "UPDATE tasks SET spec_snapshot_id = $2, dispatched_at = $3 WHERE id = $1",
         params![&task.vtid, &snapshot, now],
-    )
-    .await?;
+    );
     task.spec_snapshot_id = Some(snapshot.clone());
     task.dispatched_at = Some(now);
     emit(
@@ -402,16 +397,14 @@ pub async fn cancel<D: Db>(
     match claims::active_for_task(db, vtid).await? {
         Some(claim) => {
             if task.cancel_requested_at.is_none() {
-                db.execute(
+                db.defer(
                     "UPDATE tasks SET cancel_requested_at = $2, updated_at = $2 WHERE id = $1",
                     params![vtid, now],
-                )
-                .await?;
-                db.execute(
+                );
+                db.defer(
                     "UPDATE runs SET cancel_requested_at = $2 WHERE id = $1 AND cancel_requested_at IS NULL",
                     params![&claim.run_id, now],
-                )
-                .await?;
+                );
                 task.cancel_requested_at = Some(now);
                 let refs = task_refs(&task).worker(&claim.worker_id).run(&claim.run_id);
                 emit(
@@ -434,11 +427,10 @@ pub async fn cancel<D: Db>(
             ))
         }
         None => {
-            db.execute(
+            db.defer(
                 "UPDATE tasks SET cancel_requested_at = $2 WHERE id = $1",
                 params![vtid, now],
-            )
-            .await?;
+            );
             task.cancel_requested_at = Some(now);
             emit(
                 db,

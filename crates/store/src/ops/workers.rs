@@ -149,7 +149,7 @@ pub async fn register<D: Db>(
     };
     match &existing {
         Some(_) => {
-            db.execute(
+            db.defer(
                 "UPDATE workers SET agent_id = $2, worker_type = $3, name = $4, project_path = $5, session_id = $6, \
                  terminal_id = $7, capabilities = $8, max_concurrent = $9, status = 'active', token_hash = $10, \
                  metadata = $11, last_heartbeat_at = $12, closed_at = NULL WHERE id = $1",
@@ -167,11 +167,10 @@ pub async fn register<D: Db>(
                     meta,
                     now
                 ],
-            )
-            .await?;
+            );
         }
         None => {
-            db.execute(
+            db.defer(
                 "INSERT INTO workers (id, agent_id, worker_type, name, project_path, session_id, terminal_id, \
                  capabilities, max_concurrent, status, token_hash, metadata, registered_at, last_heartbeat_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'active', $10, $11, $12, $12)",
@@ -189,8 +188,7 @@ pub async fn register<D: Db>(
                     meta,
                     now
                 ],
-            )
-            .await?;
+            );
         }
     }
     let worker = require(db, &worker_id).await?;

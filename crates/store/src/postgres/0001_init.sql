@@ -117,6 +117,8 @@ CREATE INDEX runs_agent ON runs (agent_id, started_at DESC);
 CREATE INDEX runs_started ON runs (started_at DESC);
 CREATE INDEX runs_status ON runs (status, started_at DESC);
 CREATE INDEX runs_task ON runs (task_id);
+-- An agent's running runs, for its max_concurrent.
+CREATE INDEX runs_running ON runs (agent_id) WHERE status = 'running';
 
 -- Finished steps of running runs; compacted into runs.transcript at the end.
 CREATE TABLE run_steps (

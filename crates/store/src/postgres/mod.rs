@@ -134,25 +134,197 @@ fn convert_row(row: &tokio_postgres::Row) -> Result<Row, Error> {
     Ok(Row(vals))
 }
 
+type Pending = BoxFuture<'static, Result<(), Error>>;
+
+/// Starts `fut` now (its request is queued on the connection, in order) and
+/// returns it unless it already finished.
+fn kick(mut fut: Pending) -> Result<Option<Pending>, Error> {
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => r.map(|_| None),
+        std::task::Poll::Pending => Ok(Some(fut)),
+    }
+}
+
+/// Starts a simple-protocol statement (transaction control) in order.
+fn send_simple(
+    client: &Arc<deadpool_postgres::Object>,
+    sql: String,
+) -> Result<Option<Pending>, Error> {
+    let client = client.clone();
+    kick(Box::pin(async move {
+        client.batch_execute(&sql).await.map_err(map_err)
+    }))
+}
+
+/// Waits for started statements; returns the first error.
+async fn settle(pending: Vec<Pending>, mut first: Option<Error>) -> Result<(), Error> {
+    for fut in pending {
+        if let Err(e) = fut.await {
+            first.get_or_insert(e);
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Prepared statements of one connection, by SQL text.
+type StatementCache =
+    Arc<std::sync::Mutex<std::collections::HashMap<String, tokio_postgres::Statement>>>;
+
 /// A PostgreSQL connection seen through the portable [`Db`] interface.
+///
+/// Deferred writes are pipelined: each is sent at once and its answer is
+/// collected later, so a unit of work pays round trips only for what it
+/// reads. tokio-postgres sends requests in the order they are first polled;
+/// a write whose statement is not prepared yet cannot be sent at once, so it
+/// raises a barrier: it and everything after it wait their turn, in order.
 pub struct PgDb {
     client: Arc<deadpool_postgres::Object>,
+    cache: StatementCache,
+    pending: Vec<Pending>,
+    barrier: bool,
+    failed: Option<Error>,
+}
+
+async fn prepare(
+    client: &deadpool_postgres::Object,
+    cache: &StatementCache,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, Error> {
+    if let Some(stmt) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(sql) {
+        return Ok(stmt.clone());
+    }
+    let stmt = client.prepare(sql).await.map_err(map_err)?;
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(sql.to_owned(), stmt.clone());
+    Ok(stmt)
+}
+
+impl PgDb {
+    fn new(client: Arc<deadpool_postgres::Object>) -> Self {
+        Self::with_cache(client, StatementCache::default())
+    }
+
+    fn with_cache(client: Arc<deadpool_postgres::Object>, cache: StatementCache) -> Self {
+        PgDb {
+            client,
+            cache,
+            pending: Vec::new(),
+            barrier: false,
+            failed: None,
+        }
+    }
+
+    async fn settle(&mut self) -> Result<(), Error> {
+        self.barrier = false;
+        settle(std::mem::take(&mut self.pending), self.failed.take()).await
+    }
+
+    /// Before a statement whose answer is needed now: anything queued behind
+    /// a barrier must go first, and an earlier failure ends the unit.
+    async fn ready(&mut self) -> Result<(), Error> {
+        if self.barrier || self.failed.is_some() {
+            self.settle().await?;
+        }
+        Ok(())
+    }
+
+    /// After a failed statement: the first error of the unit is the real cause
+    /// (an aborted transaction refuses everything after it).
+    async fn first_error(&mut self, e: Error) -> Error {
+        self.settle().await.err().unwrap_or(e)
+    }
 }
 
 impl Db for PgDb {
     async fn query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
-        let stmt = self.client.prepare_cached(sql).await.map_err(map_err)?;
-        let refs: Vec<&(dyn ToSql + Sync)> =
-            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-        let rows = self.client.query(&stmt, &refs).await.map_err(map_err)?;
-        rows.iter().map(convert_row).collect()
+        self.ready().await?;
+        let result = async {
+            let stmt = prepare(&self.client, &self.cache, sql).await?;
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            let rows = self.client.query(&stmt, &refs).await.map_err(map_err)?;
+            rows.iter().map(convert_row).collect::<Result<Vec<_>, _>>()
+        }
+        .await;
+        match result {
+            Ok(rows) => Ok(rows),
+            Err(e) => Err(self.first_error(e).await),
+        }
     }
+
     async fn execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
-        let stmt = self.client.prepare_cached(sql).await.map_err(map_err)?;
-        let refs: Vec<&(dyn ToSql + Sync)> =
-            params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-        self.client.execute(&stmt, &refs).await.map_err(map_err)
+        self.ready().await?;
+        let result = async {
+            let stmt = prepare(&self.client, &self.cache, sql).await?;
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            self.client.execute(&stmt, &refs).await.map_err(map_err)
+        }
+        .await;
+        match result {
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.first_error(e).await),
+        }
     }
+
+    fn defer(&mut self, sql: &str, params: Vec<Value>) {
+        if self.failed.is_some() {
+            return;
+        }
+        let client = self.client.clone();
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sql)
+            .cloned();
+        match (cached, self.barrier) {
+            (Some(stmt), false) => {
+                let fut: Pending = Box::pin(async move {
+                    let refs: Vec<&(dyn ToSql + Sync)> =
+                        params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+                    client
+                        .execute(&stmt, &refs)
+                        .await
+                        .map_err(map_err)
+                        .map(|_| ())
+                });
+                match kick(fut) {
+                    Ok(Some(f)) => self.pending.push(f),
+                    Ok(None) => {}
+                    Err(e) => self.failed = Some(e),
+                }
+            }
+            _ => {
+                // Not sendable yet: it runs, in order, when the unit next waits.
+                self.barrier = true;
+                let cache = self.cache.clone();
+                let sql = sql.to_owned();
+                self.pending.push(Box::pin(async move {
+                    let stmt = prepare(&client, &cache, &sql).await?;
+                    let refs: Vec<&(dyn ToSql + Sync)> =
+                        params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+                    client
+                        .execute(&stmt, &refs)
+                        .await
+                        .map_err(map_err)
+                        .map(|_| ())
+                }));
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        self.settle().await
+    }
+
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }
@@ -263,14 +435,22 @@ impl PgBackend {
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
             .map_err(map_err)?;
-        let result = f(PgDb {
-            client: client.clone(),
-        })
-        .await;
+        let result = f(PgDb::new(client.clone())).await;
         let end = client.batch_execute("COMMIT").await.map_err(map_err);
         let r = result?;
         end?;
         Ok(r)
+    }
+
+    /// Runs `f` on a pooled connection without a transaction: for single
+    /// statements, which see one snapshot anyway.
+    pub async fn read_plain<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(PgDb) -> BoxFuture<'static, Result<T, Error>> + Send + 'static,
+    {
+        let client = Arc::new(self.pool.get().await.map_err(pool_err)?);
+        f(PgDb::new(client)).await
     }
 
     pub async fn ping(&self) -> Result<(), Error> {
@@ -336,7 +516,7 @@ async fn migrate(pool: &Pool) -> Result<(), Error> {
 }
 
 async fn writer_loop(pool: Pool, mut rx: mpsc::UnboundedReceiver<Job>, on_commit: Arc<Notify>) {
-    let mut conn: Option<Arc<deadpool_postgres::Object>> = None;
+    let mut conn: Option<(Arc<deadpool_postgres::Object>, StatementCache)> = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -345,10 +525,10 @@ async fn writer_loop(pool: Pool, mut rx: mpsc::UnboundedReceiver<Job>, on_commit
                 Err(_) => break,
             }
         }
-        let client = match conn.take() {
-            Some(c) if !c.is_closed() => c,
+        let (client, cache) = match conn.take() {
+            Some((c, cache)) if !c.is_closed() => (c, cache),
             _ => match pool.get().await {
-                Ok(c) => Arc::new(c),
+                Ok(c) => (Arc::new(c), StatementCache::default()),
                 Err(e) => {
                     let err = pool_err(e);
                     for job in batch {
@@ -359,68 +539,67 @@ async fn writer_loop(pool: Pool, mut rx: mpsc::UnboundedReceiver<Job>, on_commit
                 }
             },
         };
-        run_batch(&client, batch).await;
-        conn = Some(client);
+        run_batch(&client, &cache, batch).await;
+        conn = Some((client, cache));
         on_commit.notify_one();
     }
     tracing::debug!("PostgreSQL writer stopped");
 }
 
-async fn run_batch(client: &Arc<deadpool_postgres::Object>, batch: Vec<Job>) {
-    let begin = format!("BEGIN; SELECT pg_advisory_xact_lock({EVENT_LOCK})");
-    if let Err(e) = client.batch_execute(&begin).await {
-        let err = map_err(e);
-        tracing::error!(error = %err, "cannot begin a write transaction");
-        let _ = client.batch_execute("ROLLBACK").await;
-        for job in batch {
-            let (_, finish) = job(Err(err.clone())).await;
-            finish(None);
+async fn run_batch(
+    client: &Arc<deadpool_postgres::Object>,
+    cache: &StatementCache,
+    batch: Vec<Job>,
+) {
+    // Transaction control is pipelined with the units' own statements: a
+    // unit costs round trips only for its reads and its final flush.
+    let mut control: Vec<Pending> = Vec::new();
+    let mut control_error: Option<Error> = None;
+    let mut send = |sql: String, control: &mut Vec<Pending>| match send_simple(client, sql) {
+        Ok(Some(f)) => control.push(f),
+        Ok(None) => {}
+        Err(e) => {
+            control_error.get_or_insert(e);
         }
-        return;
-    }
+    };
+    send(
+        format!("BEGIN; SELECT pg_advisory_xact_lock({EVENT_LOCK})"),
+        &mut control,
+    );
     let single = batch.len() == 1;
     let mut finishers = Vec::with_capacity(batch.len());
     let mut any_ok = false;
     for job in batch {
         if !single {
-            if let Err(e) = client.batch_execute("SAVEPOINT unit").await {
-                let (_, finish) = job(Err(map_err(e))).await;
-                finishers.push((false, finish));
-                continue;
-            }
+            send("SAVEPOINT unit".into(), &mut control);
         }
-        let (ok, finish) = job(Ok(PgDb {
-            client: client.clone(),
-        }))
-        .await;
+        let (ok, finish) = job(Ok(PgDb::with_cache(client.clone(), cache.clone()))).await;
         if !single {
             let end = if ok {
                 "RELEASE unit"
             } else {
                 "ROLLBACK TO unit; RELEASE unit"
             };
-            if let Err(e) = client.batch_execute(end).await {
-                tracing::error!(error = %e, "savepoint handling failed");
-            }
+            send(end.into(), &mut control);
         }
         any_ok |= ok;
         finishers.push((ok, finish));
     }
-    let commit = if single && !any_ok {
-        client.batch_execute("ROLLBACK").await
+    let end = if single && !any_ok {
+        "ROLLBACK".to_owned()
     } else {
-        let sql = format!("SELECT pg_notify('{NOTIFY_CHANNEL}', ''); COMMIT");
-        client.batch_execute(&sql).await
+        format!("SELECT pg_notify('{NOTIFY_CHANNEL}', ''); COMMIT")
     };
-    match commit {
+    send(end, &mut control);
+    let outcome = settle(control, control_error).await;
+    match outcome {
         Ok(()) => {
             for (_, finish) in finishers {
                 finish(None);
             }
         }
-        Err(e) => {
-            let err = map_err(e);
-            tracing::error!(error = %err, "commit failed; every unit in the batch is rolled back");
+        Err(err) => {
+            tracing::error!(error = %err, "write transaction failed; every unit in the batch is rolled back");
             let _ = client.batch_execute("ROLLBACK").await;
             for (ok, finish) in finishers {
                 finish(if ok { Some(err.clone()) } else { None });

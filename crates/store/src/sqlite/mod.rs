@@ -46,6 +46,8 @@ type Job = Box<dyn FnOnce(Result<&mut Connection, Error>) -> (bool, Finisher) + 
 
 pub struct SqliteBackend {
     jobs: std::sync::mpsc::Sender<Job>,
+    /// Dropping this stops the checkpointer thread.
+    _checkpointer: std::sync::mpsc::Sender<()>,
     readers: Arc<Mutex<Vec<Connection>>>,
     permits: Arc<Semaphore>,
 }
@@ -91,6 +93,21 @@ fn translate(sql: &str) -> String {
 /// A SQLite connection seen through the portable [`Db`] interface.
 pub struct SqliteDb<'c> {
     conn: &'c mut Connection,
+    /// The first failure of a deferred write, reported at the next call.
+    failed: Option<Error>,
+}
+
+impl<'c> SqliteDb<'c> {
+    fn new(conn: &'c mut Connection) -> Self {
+        SqliteDb { conn, failed: None }
+    }
+
+    fn check(&mut self) -> Result<(), Error> {
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 impl SqliteDb<'_> {
@@ -128,10 +145,22 @@ impl SqliteDb<'_> {
 
 impl Db for SqliteDb<'_> {
     async fn query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
+        self.check()?;
         self.run_query(sql, params)
     }
     async fn execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
+        self.check()?;
         self.run_execute(sql, params)
+    }
+    fn defer(&mut self, sql: &str, params: Vec<Value>) {
+        if self.failed.is_none() {
+            if let Err(e) = self.run_execute(sql, params) {
+                self.failed = Some(e);
+            }
+        }
+    }
+    async fn flush(&mut self) -> Result<(), Error> {
+        self.check()
     }
     fn dialect(&self) -> Dialect {
         Dialect::Sqlite
@@ -220,6 +249,27 @@ impl SqliteBackend {
         for _ in 0..READERS {
             readers.push(open_conn(path, true, sync)?);
         }
+        // Checkpoints move WAL pages into the database file. Doing them on a
+        // thread of their own keeps that work off the writer's path; the
+        // writer only checkpoints itself if the WAL grows very large.
+        writer
+            .pragma_update(None, "wal_autocheckpoint", 20000)
+            .map_err(map_err)?;
+        let checkpoint_conn = open_conn(path, false, sync)?;
+        let (checkpointer, stop) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("shepherd-sqlite-checkpoint".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stop.recv_timeout(std::time::Duration::from_millis(500))
+                {
+                    if let Err(e) = checkpoint_conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")
+                    {
+                        tracing::debug!(error = %e, "checkpoint skipped");
+                    }
+                }
+            })
+            .map_err(|e| Error::internal(format!("cannot start the checkpoint thread: {e}")))?;
         let (jobs, rx) = std::sync::mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("shepherd-sqlite-writer".into())
@@ -227,6 +277,7 @@ impl SqliteBackend {
             .map_err(|e| Error::internal(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteBackend {
             jobs,
+            _checkpointer: checkpointer,
             readers: Arc::new(Mutex::new(readers)),
             permits: Arc::new(Semaphore::new(READERS)),
         })
@@ -242,7 +293,10 @@ impl SqliteBackend {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn: Result<&mut Connection, Error>| {
             let result = match conn {
-                Ok(conn) => f(&mut SqliteDb { conn }),
+                Ok(conn) => {
+                    let mut db = SqliteDb::new(conn);
+                    f(&mut db).and_then(|v| db.check().map(|_| v))
+                }
                 Err(e) => Err(e),
             };
             let ok = result.is_ok();
@@ -280,7 +334,7 @@ impl SqliteBackend {
                 .ok_or_else(|| Error::internal("reader pool empty"))?;
             let result = (|| {
                 conn.execute_batch("BEGIN").map_err(map_err)?;
-                let r = f(&mut SqliteDb { conn: &mut conn });
+                let r = f(&mut SqliteDb::new(&mut conn));
                 let end = conn.execute_batch("COMMIT").map_err(map_err);
                 let r = r?;
                 end?;
