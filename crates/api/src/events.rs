@@ -14,12 +14,16 @@
 
 use std::convert::Infallible;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::http::{header, HeaderMap, HeaderName};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use futures::stream::{Stream, StreamExt};
+use futures::stream::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use shepherd_core::event::{kind, Event, EventFilter};
@@ -107,17 +111,62 @@ pub fn event_json(e: &Event) -> Value {
     v
 }
 
-fn sse_of(e: &Event) -> SseEvent {
-    SseEvent::default()
-        .id(e.seq.to_string())
-        .event(surface_name(e))
-        .data(event_json(e).to_string())
+/// One SSE frame, as bytes on the wire.
+fn frame(id: Option<i64>, event: &str, data: &str) -> Bytes {
+    let mut out = String::with_capacity(data.len() + event.len() + 32);
+    if let Some(id) = id {
+        out.push_str("id: ");
+        out.push_str(&id.to_string());
+        out.push('\n');
+    }
+    out.push_str("event: ");
+    out.push_str(event);
+    out.push('\n');
+    // JSON never contains a raw newline, so one data line is enough.
+    out.push_str("data: ");
+    out.push_str(data);
+    out.push_str("\n\n");
+    Bytes::from(out)
 }
 
-fn resync(reason: &str, cursor: i64, message: &str) -> SseEvent {
-    SseEvent::default()
-        .event("resync")
-        .data(json!({ "reason": reason, "cursor": cursor, "message": message }).to_string())
+/// Every subscriber of an event gets the same bytes, so each event is
+/// rendered once and shared: a small direct-mapped cache keyed by `seq`.
+pub struct FrameCache {
+    slots: Vec<std::sync::Mutex<Option<(i64, Bytes)>>>,
+}
+
+impl Default for FrameCache {
+    fn default() -> Self {
+        FrameCache {
+            slots: (0..4096).map(|_| std::sync::Mutex::new(None)).collect(),
+        }
+    }
+}
+
+impl FrameCache {
+    fn render(&self, e: &Event) -> Bytes {
+        let slot = &self.slots[(e.seq as usize) % self.slots.len()];
+        if let Ok(guard) = slot.lock() {
+            if let Some((seq, bytes)) = guard.as_ref() {
+                if *seq == e.seq {
+                    return bytes.clone();
+                }
+            }
+        }
+        let bytes = frame(Some(e.seq), surface_name(e), &event_json(e).to_string());
+        if let Ok(mut guard) = slot.lock() {
+            *guard = Some((e.seq, bytes.clone()));
+        }
+        bytes
+    }
+}
+
+fn resync(reason: &str, cursor: i64, message: &str) -> Bytes {
+    frame(
+        None,
+        "resync",
+        &json!({ "reason": reason, "cursor": cursor, "message": message }).to_string(),
+    )
 }
 
 /// Works out where a stream starts: `Last-Event-ID`, then `?after=`, else now.
@@ -154,48 +203,54 @@ pub async fn start_cursor(
 /// for is paced by the client (a full buffer waits); once the stream has
 /// been live, a full buffer means the client cannot keep up: it gets a
 /// `resync` notice after what it already has, and the stream ends, so no
-/// client can hold memory or slow anyone else.
-async fn produce(mut tail: Tail, tx: mpsc::Sender<SseEvent>, shutdown: CancellationToken) {
+/// client can hold memory or slow anyone else. A comment line keeps idle
+/// connections open through proxies.
+async fn produce(
+    mut tail: Tail,
+    tx: mpsc::Sender<Bytes>,
+    frames: Arc<FrameCache>,
+    keepalive: Duration,
+    shutdown: CancellationToken,
+) {
     let mut has_been_live = false;
     loop {
         let item = tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tx.closed() => return,
-            item = tail.next() => item,
+            item = tokio::time::timeout(keepalive, tail.next()) => item,
         };
         has_been_live |= !tail.is_backfilling();
-        let frame = match item {
-            Ok(TailItem::Event(e)) => sse_of(&e),
-            Ok(TailItem::Expired) => resync(
+        let bytes = match item {
+            Err(_) => Bytes::from_static(b": keep-alive\n\n"),
+            Ok(Ok(TailItem::Event(e))) => frames.render(&e),
+            Ok(Ok(TailItem::Expired)) => resync(
                 "cursor_expired",
                 tail.cursor(),
                 "events before this cursor were removed by retention; reload state, then continue",
             ),
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "event stream ended");
                 return;
             }
         };
         if !has_been_live {
-            if tx.send(frame).await.is_err() {
+            if tx.send(bytes).await.is_err() {
                 return;
             }
             continue;
         }
-        match tx.try_send(frame) {
+        match tx.try_send(bytes) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Closed(_)) => return,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 // The frame that did not fit is not sent: the client's cursor
                 // stays at the last frame it will receive, and it resumes there.
-                let cursor = tail.cursor() - 1;
                 let notice = resync(
                     "slow_consumer",
-                    cursor,
+                    tail.cursor() - 1,
                     "this client fell behind the live stream; reconnect with Last-Event-ID to resume",
                 );
-                let _ =
-                    tokio::time::timeout(std::time::Duration::from_secs(60), tx.send(notice)).await;
+                let _ = tokio::time::timeout(Duration::from_secs(60), tx.send(notice)).await;
                 return;
             }
         }
@@ -211,17 +266,27 @@ pub async fn events(
     State(state): State<AppState>,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<EventsQuery>,
-) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
+) -> ApiResult<Response> {
     let cursor = start_cursor(&state, &headers, q.after.as_deref()).await?;
     let tail = state.store.tail(cursor, q.filter());
     let (tx, rx) = mpsc::channel(state.settings.sse_buffer.max(1));
-    tokio::spawn(produce(tail, tx, state.shutdown.clone()));
-    let stream = ReceiverStream::new(rx).map(Ok::<_, Infallible>);
-    Ok(Sse::new(stream).keep_alive(
-        KeepAlive::new()
-            .interval(state.settings.sse_keepalive)
-            .text("keep-alive"),
-    ))
+    tokio::spawn(produce(
+        tail,
+        tx,
+        state.frames.clone(),
+        state.settings.sse_keepalive,
+        state.shutdown.clone(),
+    ));
+    let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<_, Infallible>));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        body,
+    )
+        .into_response())
 }
 
 pub fn router() -> Router<AppState> {

@@ -70,6 +70,8 @@ pub struct AppState {
     /// When this server started (ms): downtime before it does not count
     /// against workers' leases.
     pub started_at: i64,
+    /// Rendered SSE frames, shared by every subscriber.
+    pub frames: Arc<events::FrameCache>,
 }
 
 impl AppState {
@@ -79,6 +81,7 @@ impl AppState {
             settings: Arc::new(settings),
             shutdown,
             started_at: shepherd_store::now_ms(),
+            frames: Arc::default(),
         }
     }
 
@@ -149,7 +152,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let token = state.shutdown.clone();
     let app = router(state);
-    axum::serve(listener, app)
+    // A shared make-service: each connection clones a pointer, not the router.
+    axum::serve(listener, app.into_make_service())
         .with_graceful_shutdown(async move {
             shutdown.await;
             token.cancel();

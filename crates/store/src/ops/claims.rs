@@ -256,12 +256,11 @@ fn slice(r: &Row, from: usize, len: usize) -> Row {
 const TASK_WIDTH: usize = 16;
 const WORKER_WIDTH: usize = 16;
 
+/// An active claim with its holder's last heartbeat and registry status.
+type ActiveWithHolder = (ActiveClaim, Option<i64>, Option<String>);
+
 /// An active claim read together with its holder's liveness.
-fn active_from(
-    r: &Row,
-    at: usize,
-    vtid: &str,
-) -> Result<Option<(ActiveClaim, Option<i64>, Option<String>)>, Error> {
+fn active_from(r: &Row, at: usize, vtid: &str) -> Result<Option<ActiveWithHolder>, Error> {
     let Some(id) = r.opt_string(at)? else {
         return Ok(None);
     };
