@@ -766,8 +766,14 @@ impl Store {
         let id = run_id.to_owned();
         write_op!(self, |db| async move {
             db.execute(
-                "UPDATE runs SET transcript = $2 WHERE id = $1",
+                "INSERT INTO run_transcripts (run_id, blob) VALUES ($1, $2) \
+                 ON CONFLICT (run_id) DO UPDATE SET blob = excluded.blob",
                 params![&id, blob],
+            )
+            .await?;
+            db.execute(
+                "UPDATE runs SET has_transcript = 1 WHERE id = $1",
+                params![&id],
             )
             .await?;
             Ok(())

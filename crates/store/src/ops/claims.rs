@@ -236,8 +236,7 @@ fn claim_context_sql() -> String {
         "SELECT {TASK_COLUMNS}, {WORKER_COLUMNS}, \
          c.id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.token, \
          cw.last_heartbeat_at, cw.status, a.max_concurrent, \
-         CASE WHEN a.max_concurrent IS NULL THEN 0 ELSE \
-           (SELECT COUNT(*) FROM runs r WHERE r.agent_id = w.agent_id AND r.status = 'running') END, \
+         COALESCE((SELECT rc.n FROM run_counts rc WHERE rc.agent_id = w.agent_id AND rc.status = 'running'), 0), \
          s.spec \
          FROM tasks t JOIN workers w ON w.id = $2 \
          LEFT JOIN claims c ON c.task_id = t.id AND c.released_at IS NULL \

@@ -82,7 +82,7 @@ pub async fn agents_list<D: Db>(db: &mut D) -> Result<Vec<Agent>, Error> {
     let rows = db
         .query(
             "SELECT a.id, a.worker_type, a.capabilities, a.max_concurrent, a.source, a.created_at, \
-             (SELECT COUNT(*) FROM runs r WHERE r.agent_id = a.id AND r.status = 'running') \
+             COALESCE((SELECT rc.n FROM run_counts rc WHERE rc.agent_id = a.id AND rc.status = 'running'), 0) \
              FROM agents a ORDER BY a.id",
             params![],
         )

@@ -19,11 +19,11 @@ use super::{claims, emit, new_uuid};
 use crate::params;
 use crate::sql::{Db, Row, Value};
 
-/// Columns of a run for lists and details. The blob is deliberately absent:
-/// only `transcript IS NOT NULL` is read here.
+/// Columns of a run for lists and details. Transcripts live in another
+/// table (`run_transcripts`); lists read only the `has_transcript` flag.
 const RUN_COLUMNS: &str = "r.id, r.task_id, r.task, r.channel_id, ch.name, r.worker_id, r.agent_id, r.worker_type, \
     r.attempt, r.purpose, r.status, r.result, r.started_at, r.completed_at, r.live_status, r.tool_calls, \
-    r.active_tool, r.step_count, CASE WHEN r.transcript IS NULL THEN 0 ELSE 1 END, r.cancel_requested_at";
+    r.active_tool, r.step_count, r.has_transcript, r.cancel_requested_at";
 const RUN_FROM: &str = "FROM runs r LEFT JOIN channels ch ON ch.id = r.channel_id";
 
 fn run_from_row(r: &Row) -> Result<Run, Error> {
@@ -61,6 +61,15 @@ fn run_refs(run: &Run) -> EventRefs {
         .channel(run.channel_id.clone())
 }
 
+/// Moves the per-agent, per-status run counter by `delta`.
+pub(crate) fn count_run<D: Db>(db: &mut D, agent_id: &str, status: &str, delta: i64) {
+    db.defer(
+        "INSERT INTO run_counts (agent_id, status, n) VALUES ($1, $2, $3) \
+         ON CONFLICT (agent_id, status) DO UPDATE SET n = run_counts.n + excluded.n",
+        params![agent_id, status, delta],
+    );
+}
+
 /// Creates the run row of a new claim (pipelined) and records `run.started`.
 pub(crate) async fn create<D: Db>(
     db: &mut D,
@@ -87,6 +96,7 @@ pub(crate) async fn create<D: Db>(
             now
         ],
     );
+    count_run(db, &worker.agent_id, "running", 1);
     let refs = EventRefs::default()
         .run(&id)
         .task(&task.vtid)
@@ -130,7 +140,10 @@ pub async fn transcript<D: Db>(
     run_id: &str,
 ) -> Result<Option<Vec<TranscriptStep>>, Error> {
     let row = db
-        .query_opt("SELECT transcript FROM runs WHERE id = $1", params![run_id])
+        .query_opt(
+            "SELECT t.blob FROM runs r LEFT JOIN run_transcripts t ON t.run_id = r.id WHERE r.id = $1",
+            params![run_id],
+        )
         .await?
         .ok_or_else(|| Error::not_found("run_not_found", format!("no run {run_id:?}")))?;
     match row.opt_blob(0)? {
@@ -412,18 +425,29 @@ pub(crate) async fn finish<D: Db>(
         (None, "done") => None,
         (None, _) => Some(reason.to_owned()),
     };
+    let has_transcript = !matches!(blob, Value::Null);
+    if has_transcript {
+        db.defer(
+            "INSERT INTO run_transcripts (run_id, blob) VALUES ($1, $2)",
+            vec![Value::from(run_id), blob],
+        );
+    }
     db.defer(
-        "UPDATE runs SET status = $2, result = $3, completed_at = $4, transcript = $5, live_status = NULL, \
+        "UPDATE runs SET status = $2, result = $3, completed_at = $4, has_transcript = $5, live_status = NULL, \
          active_tool = NULL, step_count = $6 WHERE id = $1",
         vec![
             Value::from(run_id),
             Value::from(status),
             Value::from(result.clone()),
             Value::Int(now),
-            blob,
+            Value::from(has_transcript),
             Value::Int(steps.len() as i64),
         ],
     );
+    if let Some(agent) = &info.refs.agent_id {
+        count_run(db, agent, "running", -1);
+        count_run(db, agent, status, 1);
+    }
     if info.step_count > 0 {
         db.defer("DELETE FROM run_steps WHERE run_id = $1", params![run_id]);
     }
@@ -452,7 +476,11 @@ pub struct RunFilter {
     pub offset: i64,
 }
 
-/// Runs, newest first, and the total matching. Never reads transcript blobs.
+/// Runs, newest first, and the total matching. Never reads transcripts.
+///
+/// The total comes from the `run_counts` counters when the filter is by
+/// agent and status only; the page is found on the index first and only its
+/// rows are read (a deferred join), so deep offsets do not read skipped rows.
 pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), Error> {
     let mut cond = String::from(" WHERE 1 = 1");
     let mut args = Vec::new();
@@ -464,6 +492,10 @@ pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), E
         args.push(Value::Text(s.clone()));
         cond.push_str(&format!(" AND r.status = ${}", args.len()));
     }
+    let counted = args.clone();
+    let counted_cond = cond
+        .replace("r.agent_id", "agent_id")
+        .replace("r.status", "status");
     if let Some(v) = &f.vtid {
         args.push(Value::Text(v.clone()));
         cond.push_str(&format!(" AND r.task_id = ${}", args.len()));
@@ -480,14 +512,24 @@ pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), E
             args.len()
         ));
     }
-    let total = db
-        .query_one(&format!("SELECT COUNT(*) FROM runs r{cond}"), args.clone())
+    let total = if f.vtid.is_none() && f.q.is_none() {
+        db.query_one(
+            &format!("SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM run_counts{counted_cond}"),
+            counted,
+        )
         .await?
-        .i64(0)?;
+        .i64(0)?
+    } else {
+        db.query_one(&format!("SELECT COUNT(*) FROM runs r{cond}"), args.clone())
+            .await?
+            .i64(0)?
+    };
     args.push(Value::Int(f.limit));
     args.push(Value::Int(f.offset));
     let sql = format!(
-        "SELECT {RUN_COLUMNS} {RUN_FROM}{cond} ORDER BY r.started_at DESC, r.id DESC LIMIT ${} OFFSET ${}",
+        "SELECT {RUN_COLUMNS} {RUN_FROM} JOIN (SELECT r.id FROM runs r{cond} \
+         ORDER BY r.started_at DESC, r.id DESC LIMIT ${} OFFSET ${}) page ON page.id = r.id \
+         ORDER BY r.started_at DESC, r.id DESC",
         args.len() - 1,
         args.len()
     );
@@ -500,18 +542,23 @@ pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), E
     Ok((runs, total))
 }
 
-/// Nulls transcript blobs of runs that ended before `cutoff`; returns (runs, bytes freed).
+/// Deletes transcripts of runs that ended before `cutoff`, keeping the run
+/// rows; returns (runs, bytes freed).
 pub async fn prune_transcripts<D: Db>(db: &mut D, cutoff: Millis) -> Result<(i64, i64), Error> {
     let row = db
         .query_one(
-            "SELECT COUNT(*), COALESCE(SUM(LENGTH(transcript)), 0) FROM runs \
-             WHERE transcript IS NOT NULL AND completed_at < $1",
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(t.blob)), 0) FROM run_transcripts t \
+             JOIN runs r ON r.id = t.run_id WHERE r.completed_at < $1",
             params![cutoff],
         )
         .await?;
     let (n, bytes) = (row.i64(0)?, row.i64(1)?);
     db.defer(
-        "UPDATE runs SET transcript = NULL WHERE transcript IS NOT NULL AND completed_at < $1",
+        "DELETE FROM run_transcripts WHERE run_id IN (SELECT id FROM runs WHERE completed_at < $1)",
+        params![cutoff],
+    );
+    db.defer(
+        "UPDATE runs SET has_transcript = 0 WHERE has_transcript = 1 AND completed_at < $1",
         params![cutoff],
     );
     Ok((n, bytes))

@@ -111,16 +111,34 @@ CREATE TABLE runs (
     step_count          INTEGER NOT NULL DEFAULT 0,
     last_step_at        INTEGER,
     cancel_requested_at INTEGER,
-    transcript          BLOB
+    -- Whether run_transcripts holds this run's transcript: lists read this
+    -- flag, never the blob.
+    has_transcript      INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX runs_agent ON runs (agent_id, started_at DESC);
-CREATE INDEX runs_started ON runs (started_at DESC);
-CREATE INDEX runs_status ON runs (status, started_at DESC);
+-- Newest first, with the id as tie-break, for every list filter.
+CREATE INDEX runs_agent ON runs (agent_id, started_at DESC, id DESC);
+CREATE INDEX runs_agent_status ON runs (agent_id, status, started_at DESC, id DESC);
+CREATE INDEX runs_status ON runs (status, started_at DESC, id DESC);
+CREATE INDEX runs_started ON runs (started_at DESC, id DESC);
 CREATE INDEX runs_task ON runs (task_id);
--- An agent's running runs, for its max_concurrent.
-CREATE INDEX runs_running ON runs (agent_id) WHERE status = 'running';
 
--- Finished steps of running runs; compacted into runs.transcript at the end.
+-- Finished runs' transcripts, gzipped JSON, written once at the end of the
+-- run. Kept apart from runs so that run rows stay small and lists fast.
+CREATE TABLE run_transcripts (
+    run_id TEXT PRIMARY KEY REFERENCES runs (id),
+    blob   BLOB NOT NULL
+);
+
+-- Runs per agent and status, kept in the same transaction as the runs
+-- themselves: list totals and agent limits without counting rows.
+CREATE TABLE run_counts (
+    agent_id TEXT NOT NULL,
+    status   TEXT NOT NULL,
+    n        INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, status)
+);
+
+-- Finished steps of running runs; compacted into run_transcripts at the end.
 CREATE TABLE run_steps (
     run_id TEXT NOT NULL REFERENCES runs (id),
     idx    INTEGER NOT NULL,
