@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use shepherd_core::event::{Event, EventFilter};
 use shepherd_core::Error;
-use tokio::sync::{broadcast, watch, Notify};
+use tokio::sync::{broadcast, mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::Store;
@@ -43,9 +43,16 @@ impl Hub {
     }
 }
 
-/// Runs until `shutdown`: after each wake-up, publishes every event after
-/// the last one published.
-pub(crate) async fn pump(store: Store, shutdown: CancellationToken) {
+/// Runs until `shutdown`. Publishes every committed event once, in `seq`
+/// order: events handed over by this node's SQLite writer directly (it
+/// commits in `seq` order), everything else by reading the log after the
+/// last event published (PostgreSQL commits of any node, announced by
+/// NOTIFY, and anything a handed-over batch does not directly follow).
+pub(crate) async fn pump(
+    store: Store,
+    mut direct: mpsc::UnboundedReceiver<Vec<Event>>,
+    shutdown: CancellationToken,
+) {
     let hub = store.hub();
     let mut last = match store.head().await {
         Ok(h) => h,
@@ -55,31 +62,60 @@ pub(crate) async fn pump(store: Store, shutdown: CancellationToken) {
         }
     };
     hub.published.send_replace(last);
+    let mut direct_open = true;
     loop {
-        tokio::select! {
+        let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = hub.wake.notified() => {}
-            // A safety net: even a lost notification delays delivery by at most this.
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            b = direct.recv(), if direct_open => match b {
+                Some(b) => Some(b),
+                None => {
+                    direct_open = false;
+                    continue;
+                }
+            },
+            _ = hub.wake.notified() => None,
+            // A safety net, and how writes of other processes are noticed.
+            _ = tokio::time::sleep(Duration::from_millis(500)) => None,
+        };
+        if let Some(batch) = batch {
+            let follows = batch.first().is_some_and(|e| e.seq == last + 1)
+                && batch.windows(2).all(|w| w[1].seq == w[0].seq + 1);
+            if follows {
+                for e in batch {
+                    last = e.seq;
+                    let _ = hub.tx.send(Arc::new(e));
+                }
+                hub.published.send_replace(last);
+                continue;
+            }
+            if batch.last().is_some_and(|e| e.seq <= last) {
+                continue;
+            }
+            // A gap (another process wrote in between): read it from the log.
         }
-        loop {
-            match store.read_new_events(last, 1000).await {
-                Ok(events) => {
-                    let n = events.len();
-                    for e in events {
-                        last = e.seq;
-                        let _ = hub.tx.send(Arc::new(e));
-                    }
-                    hub.published.send_replace(last);
-                    if n < 1000 {
-                        break;
-                    }
+        last = catch_up(&store, hub, last).await;
+    }
+}
+
+/// Publishes everything in the log after `last`; returns the new last.
+async fn catch_up(store: &Store, hub: &Hub, mut last: i64) -> i64 {
+    loop {
+        match store.read_new_events(last, 1000).await {
+            Ok(events) => {
+                let n = events.len();
+                for e in events {
+                    last = e.seq;
+                    let _ = hub.tx.send(Arc::new(e));
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "event pump read failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    break;
+                hub.published.send_replace(last);
+                if n < 1000 {
+                    return last;
                 }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "event pump read failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return last;
             }
         }
     }

@@ -175,14 +175,16 @@ impl Store {
     /// starts the writer and the event pump. Must be called inside a tokio runtime.
     pub async fn open(config: &StoreConfig) -> Result<Store, Error> {
         let wake = Arc::new(Notify::new());
+        let (published_tx, published_rx) = tokio::sync::mpsc::unbounded_channel();
         let shutdown = CancellationToken::new();
         let backend = match parse_database_url(&config.url)? {
             DatabaseUrl::Sqlite(path) => {
-                let wake = wake.clone();
                 let sync = config.sqlite_sync;
-                let b = tokio::task::spawn_blocking(move || SqliteBackend::open(&path, sync, wake))
-                    .await
-                    .map_err(|e| Error::internal(format!("open task failed: {e}")))??;
+                let b = tokio::task::spawn_blocking(move || {
+                    SqliteBackend::open(&path, sync, published_tx)
+                })
+                .await
+                .map_err(|e| Error::internal(format!("open task failed: {e}")))??;
                 Backend::Sqlite(b)
             }
             DatabaseUrl::Postgres(url) => {
@@ -202,7 +204,7 @@ impl Store {
                 url: redact(&config.url),
             }),
         };
-        tokio::spawn(hub::pump(store.clone(), shutdown));
+        tokio::spawn(hub::pump(store.clone(), published_rx, shutdown));
         Ok(store)
     }
 

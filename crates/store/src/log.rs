@@ -14,50 +14,37 @@ use crate::sql::{Db, Row, Value};
 const COLUMNS: &str =
     "seq, ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data";
 
+pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, \
+    channel_id, conversation_id, session_id, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+pub(crate) fn event_params(now: Millis, e: &NewEvent) -> Vec<Value> {
+    let r = &e.refs;
+    params![
+        now,
+        e.kind.as_str(),
+        &r.agent_id,
+        &r.worker_id,
+        &r.task_id,
+        &r.run_id,
+        &r.channel_id,
+        &r.conversation_id,
+        &r.session_id,
+        e.data.to_string()
+    ]
+}
+
 /// Appends one event and returns its sequence number.
 pub async fn append<D: Db>(db: &mut D, now: Millis, e: &NewEvent) -> Result<i64, Error> {
-    let r = &e.refs;
-    let row = db
-        .query_one(
-            "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq",
-            params![
-                now,
-                e.kind.as_str(),
-                &r.agent_id,
-                &r.worker_id,
-                &r.task_id,
-                &r.run_id,
-                &r.channel_id,
-                &r.conversation_id,
-                &r.session_id,
-                e.data.to_string()
-            ],
-        )
-        .await?;
-    row.i64(0)
+    let sql = format!("{INSERT_EVENT} RETURNING seq");
+    let seq = db.query_one(&sql, event_params(now, e)).await?.i64(0)?;
+    db.note_event(seq, now, e);
+    Ok(seq)
 }
 
 /// Appends one event without waiting for its sequence number (pipelined on
 /// PostgreSQL; see [`Db::defer`]).
 pub fn append_deferred<D: Db>(db: &mut D, now: Millis, e: &NewEvent) {
-    let r = &e.refs;
-    db.defer(
-        "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        params![
-            now,
-            e.kind.as_str(),
-            &r.agent_id,
-            &r.worker_id,
-            &r.task_id,
-            &r.run_id,
-            &r.channel_id,
-            &r.conversation_id,
-            &r.session_id,
-            e.data.to_string()
-        ],
-    );
+    db.defer_event(now, e);
 }
 
 pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {

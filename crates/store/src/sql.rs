@@ -161,6 +161,25 @@ pub trait Db: Send {
     /// Waits for every deferred write; returns the first error.
     fn flush(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
 
+    /// Appends an event without waiting for its sequence number (deferred).
+    /// A backend that publishes committed events itself records it here.
+    fn defer_event(
+        &mut self,
+        now: shepherd_core::time::Millis,
+        e: &shepherd_core::event::NewEvent,
+    ) {
+        self.defer(crate::log::INSERT_EVENT, crate::log::event_params(now, e));
+    }
+
+    /// Called after an event was appended with a known sequence number.
+    fn note_event(
+        &mut self,
+        _seq: i64,
+        _now: shepherd_core::time::Millis,
+        _e: &shepherd_core::event::NewEvent,
+    ) {
+    }
+
     /// The first row, if any.
     fn query_opt(
         &mut self,

@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
+use shepherd_core::event::{Event, NewEvent};
 use shepherd_core::Error;
-use tokio::sync::{oneshot, Notify, Semaphore};
+use tokio::sync::{oneshot, Semaphore};
 
 use crate::sql::{Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNAVAILABLE};
 
@@ -42,7 +43,10 @@ type Finisher = Box<dyn FnOnce(Option<Error>) + Send>;
 /// A unit of work. It is handed the connection, or the reason it cannot run
 /// (so that it can still answer its caller), and returns whether it succeeded
 /// plus the callback that delivers its answer once the commit outcome is known.
-type Job = Box<dyn FnOnce(Result<&mut Connection, Error>) -> (bool, Finisher) + Send>;
+type Job = Box<dyn FnOnce(Result<&mut Connection, Error>) -> (bool, Finisher, Vec<Event>) + Send>;
+
+/// Where the writer sends the events of each commit, in commit order.
+pub type Published = tokio::sync::mpsc::UnboundedSender<Vec<Event>>;
 
 pub struct SqliteBackend {
     jobs: std::sync::mpsc::Sender<Job>,
@@ -95,11 +99,17 @@ pub struct SqliteDb<'c> {
     conn: &'c mut Connection,
     /// The first failure of a deferred write, reported at the next call.
     failed: Option<Error>,
+    /// Events this unit appended, published by the writer once committed.
+    events: Vec<Event>,
 }
 
 impl<'c> SqliteDb<'c> {
     fn new(conn: &'c mut Connection) -> Self {
-        SqliteDb { conn, failed: None }
+        SqliteDb {
+            conn,
+            failed: None,
+            events: Vec::new(),
+        }
     }
 
     fn check(&mut self) -> Result<(), Error> {
@@ -161,6 +171,26 @@ impl Db for SqliteDb<'_> {
     }
     async fn flush(&mut self) -> Result<(), Error> {
         self.check()
+    }
+    fn defer_event(&mut self, now: shepherd_core::time::Millis, e: &NewEvent) {
+        if self.failed.is_none() {
+            match self.run_execute(crate::log::INSERT_EVENT, crate::log::event_params(now, e)) {
+                Ok(_) => {
+                    let seq = self.conn.last_insert_rowid();
+                    self.note_event(seq, now, e);
+                }
+                Err(err) => self.failed = Some(err),
+            }
+        }
+    }
+    fn note_event(&mut self, seq: i64, now: shepherd_core::time::Millis, e: &NewEvent) {
+        self.events.push(Event {
+            seq,
+            ts: now,
+            kind: e.kind.clone(),
+            refs: e.refs.clone(),
+            data: e.data.clone(),
+        });
     }
     fn dialect(&self) -> Dialect {
         Dialect::Sqlite
@@ -231,8 +261,9 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
 
 impl SqliteBackend {
     /// Opens (creating if needed) the database file, applies migrations and
-    /// starts the writer thread. `on_commit` is called after every commit.
-    pub fn open(path: &Path, sync: SyncMode, on_commit: Arc<Notify>) -> Result<Self, Error> {
+    /// starts the writer thread, which sends the events of every commit to
+    /// `publish` (a single writer commits in `seq` order, so no read-back is needed).
+    pub fn open(path: &Path, sync: SyncMode, publish: Published) -> Result<Self, Error> {
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
                 std::fs::create_dir_all(dir).map_err(|e| {
@@ -273,7 +304,7 @@ impl SqliteBackend {
         let (jobs, rx) = std::sync::mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("shepherd-sqlite-writer".into())
-            .spawn(move || writer_loop(writer, rx, on_commit))
+            .spawn(move || writer_loop(writer, rx, publish))
             .map_err(|e| Error::internal(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteBackend {
             jobs,
@@ -292,12 +323,13 @@ impl SqliteBackend {
     {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn: Result<&mut Connection, Error>| {
-            let result = match conn {
+            let (result, events) = match conn {
                 Ok(conn) => {
                     let mut db = SqliteDb::new(conn);
-                    f(&mut db).and_then(|v| db.check().map(|_| v))
+                    let r = f(&mut db).and_then(|v| db.check().map(|_| v));
+                    (r, std::mem::take(&mut db.events))
                 }
-                Err(e) => Err(e),
+                Err(e) => (Err(e), Vec::new()),
             };
             let ok = result.is_ok();
             let finish: Finisher = Box::new(move |commit_error| {
@@ -306,7 +338,7 @@ impl SqliteBackend {
                     None => result,
                 });
             });
-            (ok, finish)
+            (ok, finish, if ok { events } else { Vec::new() })
         });
         self.jobs.send(job).map_err(|_| closed())?;
         rx.await.map_err(|_| closed())?
@@ -350,7 +382,7 @@ impl SqliteBackend {
     }
 }
 
-fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Job>, on_commit: Arc<Notify>) {
+fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Job>, publish: Published) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -359,34 +391,34 @@ fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Job>, on_comm
                 Err(_) => break,
             }
         }
-        run_batch(&mut conn, batch);
-        on_commit.notify_one();
+        run_batch(&mut conn, batch, &publish);
     }
     tracing::debug!("SQLite writer stopped");
 }
 
-fn run_batch(conn: &mut Connection, batch: Vec<Job>) {
+fn run_batch(conn: &mut Connection, batch: Vec<Job>, publish: &Published) {
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         let err = map_err(e);
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in batch {
-            let (_, finish) = job(Err(err.clone()));
+            let (_, finish, _) = job(Err(err.clone()));
             finish(None);
         }
         return;
     }
     let single = batch.len() == 1;
     let mut finishers = Vec::with_capacity(batch.len());
+    let mut events = Vec::new();
     let mut any_ok = false;
     for job in batch {
         if !single {
             if let Err(e) = conn.execute_batch("SAVEPOINT unit") {
-                let (_, finish) = job(Err(map_err(e)));
+                let (_, finish, _) = job(Err(map_err(e)));
                 finishers.push((false, finish));
                 continue;
             }
         }
-        let (ok, finish) = job(Ok(conn));
+        let (ok, finish, unit_events) = job(Ok(conn));
         if !single {
             let end = if ok {
                 "RELEASE unit"
@@ -398,6 +430,7 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>) {
             }
         }
         any_ok |= ok;
+        events.extend(unit_events);
         finishers.push((ok, finish));
     }
     let commit = if single && !any_ok {
@@ -407,6 +440,10 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>) {
     };
     match commit {
         Ok(()) => {
+            // Live subscribers hear of the commit before its callers do.
+            if !events.is_empty() {
+                let _ = publish.send(events);
+            }
             for (_, finish) in finishers {
                 finish(None);
             }
