@@ -19,8 +19,8 @@
 //!
 //! Every case (store and raw) gets a fresh database: a new file under
 //! `/tmp/shepherd-bench-<unique>/bench.db` (deleted afterwards), or a new
-//! PostgreSQL schema `bench_<unique>` (dropped at the end). Each case runs a
-//! short untimed warm-up first, then a fixed number of events. Every run is
+//! PostgreSQL schema `bench_append_<unique>` (dropped at the end). Each case
+//! runs a short untimed warm-up first, then a fixed number of events. Every run is
 //! verified afterwards: for the store, the log's head and a full read of the
 //! appended range through `read_events` must both equal the number of events
 //! appended; for the raw loop, `COUNT(*)` must equal the rows inserted.
@@ -489,8 +489,8 @@ async fn bench_raw_pg(
     })
 }
 
-/// Drops this run's schemas, and those of earlier runs more than an hour old
-/// (left behind by an interrupted run).
+/// Drops this run's schemas, and those this benchmark left more than an hour
+/// ago (an interrupted run); other benchmarks' `bench_*` schemas are left alone.
 async fn drop_schemas(url: &str, ours: &[String]) {
     let Ok(client) = pg_connect(url, None).await else {
         eprintln!("could not reconnect to drop the benchmark schemas");
@@ -500,14 +500,14 @@ async fn drop_schemas(url: &str, ours: &[String]) {
     let cutoff = chrono::Utc::now().timestamp() - 3600;
     if let Ok(rows) = client
         .query(
-            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\\_%'",
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\\_append\\_%'",
             &[],
         )
         .await
     {
         for row in rows {
             let name: String = row.get(0);
-            let ts = name.split('_').nth(1).and_then(|s| s.parse::<i64>().ok());
+            let ts = name.split('_').nth(2).and_then(|s| s.parse::<i64>().ok());
             if matches!(ts, Some(ts) if ts < cutoff) {
                 names.push(name);
             }
@@ -532,14 +532,14 @@ async fn bench_pg(url: &str, plan: &Plan, out: &mut Vec<Measurement>) -> BenchRe
             let (per, warm) = plan.split(base, appenders);
             for _ in 0..plan.rounds {
                 if plan.wants("postgres", appenders, "raw") {
-                    let raw_schema = format!("bench_{}", unique());
+                    let raw_schema = format!("bench_append_{}", unique());
                     schemas.push(raw_schema.clone());
                     let raw = bench_raw_pg(url, &raw_schema, appenders, per, warm).await?;
                     report_progress(&raw);
                     out.push(raw);
                 }
                 if plan.wants("postgres", appenders, "store") {
-                    let store_schema = format!("bench_{}", unique());
+                    let store_schema = format!("bench_append_{}", unique());
                     schemas.push(store_schema.clone());
                     let mut config = StoreConfig::new(url);
                     config.pg_schema = Some(store_schema);

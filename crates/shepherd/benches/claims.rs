@@ -1,0 +1,1179 @@
+//! Claim+complete throughput: how many "claim a pending task, then complete
+//! it" cycles per second Shepherd sustains on SQLite and on PostgreSQL, with
+//! 1, 4 and 16 concurrent workers, through three paths measured in the same
+//! run by the same driver:
+//!
+//! - `store`: in-process, `Store::claim_task` then `Store::progress(…,
+//!   "worker.execution.completed", …)` (simple workflow: pending → claimed →
+//!   done);
+//! - `http`: the real server (`shepherd::server::run` on `127.0.0.1:0`, in
+//!   this process), driven through `POST …/tasks/{vtid}/claim` and
+//!   `POST …/tasks/{vtid}/progress`, one keep-alive `reqwest::Client` per
+//!   worker;
+//! - `baseline`: the same two transactions on a bare table
+//!   `bench_tasks(id text primary key, state text, worker text)` through the
+//!   raw driver: `SELECT … WHERE state = 'pending' AND id = $1 [FOR UPDATE SKIP
+//!   LOCKED] LIMIT 1` + `UPDATE … SET state = 'claimed'`, commit; then
+//!   `UPDATE … SET state = 'done'`, commit. PostgreSQL: tokio-postgres, one
+//!   connection per worker. SQLite: rusqlite, WAL, `synchronous=NORMAL`,
+//!   `BEGIN IMMEDIATE` per transaction, one connection per worker thread
+//!   (`busy_timeout`).
+//!
+//! Each worker works through its own pre-assigned list of tasks
+//! (`B-{worker}-{n}`, after a short untimed warm-up on `W-{worker}-{n}`), so
+//! the cycle cost is measured, not contention for the same task. Tasks (and
+//! rows) are created before timing starts. Every case gets a fresh database
+//! (a file under `/tmp/shepherd-bench-claims-<unique>/`, removed afterwards,
+//! or a PostgreSQL schema `bench_<unique>`, dropped at the end). After each
+//! case every task must have ended `done` (the table's `verified` column);
+//! failed cycles are counted and the first few errors printed.
+//!
+//! Run (release mode):
+//!
+//! ```text
+//! cargo bench -p shepherd --bench claims
+//! ```
+//!
+//! Arguments after `--` select cases by name ("backend path N workers"), e.g.
+//! `cargo bench -p shepherd --bench claims -- sqlite "16 workers"` or
+//! `-- "postgres store"`.
+//!
+//! Environment:
+//! - `SHEPHERD_BENCH_SCALE` (float, default 1.0) scales every cycle count;
+//! - `SHEPHERD_BENCH_PG_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
+//!   if that server is unreachable the PostgreSQL rows are skipped.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use shepherd_store::{Applied, LeaseRules, NewTask, Registration, Store, StoreConfig, TaskFilter};
+use tokio::sync::{oneshot, Barrier};
+
+type BenchError = Box<dyn std::error::Error + Send + Sync>;
+type BenchResult<T> = Result<T, BenchError>;
+
+const WORKERS: [usize; 3] = [1, 4, 16];
+const COMPLETED: &str = "worker.execution.completed";
+/// Prefixes of the timed and the warm-up tasks.
+const TIMED: &str = "B";
+const WARM: &str = "W";
+/// Warm-up cycles per worker, as a fraction of its timed cycles (at least 2).
+const WARMUP_FRACTION: f64 = 0.05;
+/// Concurrent requests while creating tasks (untimed).
+const SETUP_CONCURRENCY: usize = 16;
+/// Errors kept (per case) to print.
+const ERROR_SAMPLES: usize = 3;
+
+const RULES: LeaseRules = LeaseRules {
+    ttl_ms: 3_600_000,
+    heartbeat_timeout_ms: 300_000,
+    not_before: 0,
+    cancel_grace_ms: 30_000,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Baseline,
+    Store,
+    Http,
+}
+
+impl Route {
+    fn name(self) -> &'static str {
+        match self {
+            Route::Baseline => "baseline",
+            Route::Store => "store",
+            Route::Http => "http",
+        }
+    }
+}
+
+/// Total timed cycles per case at scale 1.0, split evenly between the
+/// workers. Sized so that each case runs for about 2-5 s at the speeds
+/// measured when this benchmark was written (2 cores, shared); raise them if
+/// the store gets much faster.
+fn base_cycles(backend: Backend, route: Route, workers: usize) -> f64 {
+    match (backend, route, workers) {
+        (Backend::Sqlite, Route::Baseline, _) => 50_000.0,
+        (Backend::Sqlite, Route::Store, _) => 2_500.0,
+        (Backend::Sqlite, Route::Http, _) => 2_500.0,
+        (Backend::Postgres, Route::Baseline, 1) => 1_000.0,
+        (Backend::Postgres, Route::Baseline, 4) => 2_500.0,
+        (Backend::Postgres, Route::Baseline, _) => 6_000.0,
+        (Backend::Postgres, Route::Store, 1) => 400.0,
+        (Backend::Postgres, Route::Store, 4) => 500.0,
+        (Backend::Postgres, Route::Store, _) => 700.0,
+        (Backend::Postgres, Route::Http, 1) => 300.0,
+        (Backend::Postgres, Route::Http, 4) => 400.0,
+        (Backend::Postgres, Route::Http, _) => 600.0,
+    }
+}
+
+// ----- bookkeeping -----
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// `<unix seconds>_<pid>_<n>`: unique per case and per run.
+fn unique() -> String {
+    format!(
+        "{}_{}_{}",
+        chrono::Utc::now().timestamp(),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn task_id(prefix: &str, worker: usize, n: u64) -> String {
+    format!("{prefix}-{worker}-{n}")
+}
+
+fn worker_id(worker: usize) -> String {
+    format!("bench-worker-{worker}")
+}
+
+/// Every task of a case: each worker's warm-up list, then its timed list.
+fn all_task_ids(workers: usize, per: u64, warm: u64) -> Vec<String> {
+    let mut ids = Vec::with_capacity(workers * (per + warm) as usize);
+    for w in 0..workers {
+        ids.extend((0..warm).map(|n| task_id(WARM, w, n)));
+        ids.extend((0..per).map(|n| task_id(TIMED, w, n)));
+    }
+    ids
+}
+
+/// A temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> BenchResult<TempDir> {
+        let dir = std::env::temp_dir().join(format!("shepherd-bench-claims-{}", unique()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(TempDir(dir))
+    }
+    fn db_path(&self) -> PathBuf {
+        self.0.join("bench.db")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Failed cycles of one case, with the first few messages.
+#[derive(Debug, Default)]
+struct Tally {
+    errors: u64,
+    samples: Vec<String>,
+}
+
+impl Tally {
+    fn record(&mut self, outcome: Result<(), String>) {
+        if let Err(e) = outcome {
+            self.errors += 1;
+            if self.samples.len() < ERROR_SAMPLES {
+                self.samples.push(e);
+            }
+        }
+    }
+    fn merge(&mut self, other: Tally) {
+        self.errors += other.errors;
+        for s in other.samples {
+            if self.samples.len() < ERROR_SAMPLES {
+                self.samples.push(s);
+            }
+        }
+    }
+}
+
+/// What to run: counts scaled by `SHEPHERD_BENCH_SCALE`, and optional name
+/// filters from the command line.
+struct Plan {
+    scale: f64,
+    filters: Vec<String>,
+}
+
+impl Plan {
+    fn wants(&self, backend: Backend, route: Route, workers: usize) -> bool {
+        let name = case_name(backend, route, workers);
+        self.filters.is_empty() || self.filters.iter().any(|f| name.contains(f.as_str()))
+    }
+    /// (timed cycles per worker, warm-up cycles per worker).
+    fn split(&self, backend: Backend, route: Route, workers: usize) -> (u64, u64) {
+        let total = (base_cycles(backend, route, workers) * self.scale).round() as u64;
+        let per = (total / workers as u64).max(1);
+        let warm = ((per as f64 * WARMUP_FRACTION).round() as u64).max(2);
+        (per, warm)
+    }
+}
+
+fn case_name(backend: Backend, route: Route, workers: usize) -> String {
+    let w = if workers == 1 { "worker" } else { "workers" };
+    format!("{} {} {workers} {w}", backend.name(), route.name())
+}
+
+struct Measurement {
+    backend: Backend,
+    route: Route,
+    workers: usize,
+    cycles: u64,
+    elapsed: Duration,
+    /// Failed cycles, warm-up included.
+    errors: u64,
+    error_samples: Vec<String>,
+    /// Every task of the case (warm-up included) ended `done`.
+    verified: bool,
+}
+
+impl Measurement {
+    fn rate(&self) -> f64 {
+        self.cycles as f64 / self.elapsed.as_secs_f64()
+    }
+    /// Mean time one worker spends on one cycle.
+    fn latency_ms(&self) -> f64 {
+        self.elapsed.as_secs_f64() * 1000.0 * self.workers as f64 / self.cycles as f64
+    }
+}
+
+/// Spawns `workers` tasks; each does its warm-up, waits at the barrier, then
+/// runs its timed cycles. Returns the time from the common start to the last
+/// worker's end, and the merged error tally.
+async fn drive<F, Fut>(workers: usize, spawn_worker: F) -> BenchResult<(Duration, Tally)>
+where
+    F: Fn(usize, Arc<Barrier>) -> Fut,
+    Fut: Future<Output = Tally> + Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(workers + 1));
+    let handles: Vec<_> = (0..workers)
+        .map(|w| tokio::spawn(spawn_worker(w, barrier.clone())))
+        .collect();
+    barrier.wait().await;
+    let start = Instant::now();
+    let mut tally = Tally::default();
+    for h in handles {
+        tally.merge(h.await?);
+    }
+    Ok((start.elapsed(), tally))
+}
+
+/// One worker's loop: `warm` untimed cycles, the barrier, `per` timed ones.
+/// Failures are tallied, never fatal, so that every worker reaches the barrier.
+async fn worker_loop<C, Fut>(
+    worker: usize,
+    per: u64,
+    warm: u64,
+    barrier: Arc<Barrier>,
+    mut cycle: C,
+) -> Tally
+where
+    C: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let mut tally = Tally::default();
+    for n in 0..warm {
+        tally.record(cycle(task_id(WARM, worker, n)).await);
+    }
+    barrier.wait().await;
+    for n in 0..per {
+        tally.record(cycle(task_id(TIMED, worker, n)).await);
+    }
+    tally
+}
+
+fn report_case(m: &Measurement) {
+    eprintln!(
+        "  done: {:<30} {:>6} cycles in {:>7.3}s  {:>8.0}/s{}{}",
+        case_name(m.backend, m.route, m.workers),
+        m.cycles,
+        m.elapsed.as_secs_f64(),
+        m.rate(),
+        if m.errors > 0 {
+            format!("  {} ERRORS", m.errors)
+        } else {
+            String::new()
+        },
+        if m.verified { "" } else { "  VERIFY FAILED" },
+    );
+    for s in &m.error_samples {
+        eprintln!("        error: {s}");
+    }
+}
+
+// ----- the store -----
+
+async fn store_cycle(store: &Store, worker: &str, vtid: &str) -> Result<(), String> {
+    let grant = store
+        .claim_task(worker, vtid, RULES)
+        .await
+        .map_err(|e| format!("claim {vtid}: {e}"))?;
+    if grant.claim.run_id.is_empty() {
+        return Err(format!("claim {vtid}: no run id"));
+    }
+    let applied = store
+        .progress(
+            worker,
+            vtid,
+            Some(grant.claim_token),
+            COMPLETED,
+            None,
+            json!({}),
+            None,
+        )
+        .await
+        .map_err(|e| format!("complete {vtid}: {e}"))?;
+    match applied {
+        Applied::Moved { task, .. } if task.state == "done" => Ok(()),
+        Applied::Moved { task, .. } => Err(format!("complete {vtid}: ended {:?}", task.state)),
+        Applied::Rejected { task, .. } => Err(format!(
+            "complete {vtid}: rejected in state {:?}",
+            task.state
+        )),
+    }
+}
+
+/// Counts tasks in `state` (or all tasks) through the store.
+async fn store_count(store: &Store, state: Option<&str>) -> BenchResult<i64> {
+    let (_, total, _) = store
+        .list_tasks(TaskFilter {
+            state: state.map(str::to_owned),
+            limit: 1,
+            ..Default::default()
+        })
+        .await?;
+    Ok(total)
+}
+
+async fn bench_store(
+    backend: Backend,
+    config: StoreConfig,
+    workers: usize,
+    per: u64,
+    warm: u64,
+) -> BenchResult<Measurement> {
+    let store = Store::open(&config).await?;
+    for w in 0..workers {
+        store
+            .register_worker(Registration {
+                worker_id: Some(worker_id(w)),
+                agent_id: "default".into(),
+                worker_type: "builtin".into(),
+                max_concurrent: 1,
+                ..Default::default()
+            })
+            .await?;
+    }
+    let ids = all_task_ids(workers, per, warm);
+    let expected = ids.len() as i64;
+    let created: Vec<Result<_, _>> = futures::stream::iter(ids)
+        .map(|vtid| {
+            let store = store.clone();
+            async move {
+                store
+                    .create_task(NewTask {
+                        title: format!("bench {vtid}"),
+                        spec: "claim and complete".into(),
+                        vtid: Some(vtid),
+                        dispatch: true,
+                        ..Default::default()
+                    })
+                    .await
+            }
+        })
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect()
+        .await;
+    for r in created {
+        r?;
+    }
+    let (elapsed, tally) = drive(workers, |w, barrier| {
+        let store = store.clone();
+        let worker = worker_id(w);
+        worker_loop(w, per, warm, barrier, move |vtid| {
+            let (store, worker) = (store.clone(), worker.clone());
+            async move { store_cycle(&store, &worker, &vtid).await }
+        })
+    })
+    .await?;
+    let done = store_count(&store, Some("done")).await?;
+    let all = store_count(&store, None).await?;
+    store.close();
+    let m = Measurement {
+        backend,
+        route: Route::Store,
+        workers,
+        cycles: per * workers as u64,
+        elapsed,
+        errors: tally.errors,
+        error_samples: tally.samples,
+        verified: done == expected && all == expected,
+    };
+    if !m.verified {
+        eprintln!("  verify: {done} of {expected} tasks done ({all} tasks in all)");
+    }
+    report_case(&m);
+    Ok(m)
+}
+
+// ----- HTTP -----
+
+/// The real server, running in this process on `127.0.0.1:0`.
+struct Server {
+    base: String,
+    stop: Option<oneshot::Sender<()>>,
+    handle: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+impl Server {
+    async fn start(vars: HashMap<String, String>) -> BenchResult<Server> {
+        let config = shepherd::config::Config::load_with(None, &|k| vars.get(k).cloned())?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            shepherd::server::run(config, listener, async move {
+                let _ = stopped.await;
+            })
+            .await
+            .map_err(|e| e.to_string())
+        });
+        let probe = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if handle.is_finished() {
+                return Err(match handle.await? {
+                    Err(e) => format!("the server stopped at start-up: {e}").into(),
+                    Ok(()) => "the server stopped at start-up".into(),
+                });
+            }
+            let ready = probe.get(format!("{base}/readyz")).send().await;
+            if ready.is_ok_and(|r| r.status().is_success()) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("the server did not become ready within 30 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(Server {
+            base,
+            stop: Some(stop),
+            handle,
+        })
+    }
+
+    async fn stop(mut self) -> BenchResult<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match tokio::time::timeout(Duration::from_secs(30), &mut self.handle).await {
+            Ok(joined) => joined?.map_err(BenchError::from),
+            Err(_) => {
+                self.handle.abort();
+                Err("the server did not stop within 30 s".into())
+            }
+        }
+    }
+}
+
+/// POSTs `body` and returns the JSON answer, or an error naming the status.
+async fn post_json(
+    client: &reqwest::Client,
+    url: String,
+    body: &Value,
+    what: &str,
+) -> Result<Value, String> {
+    let resp = client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| format!("{what}: {e}"))?;
+    let status = resp.status();
+    let answer: Value = resp.json().await.map_err(|e| format!("{what}: {e}"))?;
+    if !status.is_success() {
+        return Err(format!("{what}: HTTP {status}: {answer}"));
+    }
+    Ok(answer)
+}
+
+async fn http_cycle(
+    client: &reqwest::Client,
+    base: &str,
+    worker: &str,
+    vtid: &str,
+) -> Result<(), String> {
+    let url = format!("{base}/api/v1/worker/orchestrator/tasks/{vtid}");
+    let grant = post_json(
+        client,
+        format!("{url}/claim"),
+        &json!({ "worker_id": worker }),
+        &format!("claim {vtid}"),
+    )
+    .await?;
+    let token = grant["claim_token"]
+        .as_str()
+        .ok_or_else(|| format!("claim {vtid}: no claim_token in {grant}"))?;
+    if !grant["run_id"].is_string() {
+        return Err(format!("claim {vtid}: no run_id in {grant}"));
+    }
+    let applied = post_json(
+        client,
+        format!("{url}/progress"),
+        &json!({ "worker_id": worker, "event": COMPLETED, "claim_token": token }),
+        &format!("complete {vtid}"),
+    )
+    .await?;
+    if applied["state"] != "done" {
+        return Err(format!("complete {vtid}: answered {applied}"));
+    }
+    Ok(())
+}
+
+/// Counts tasks in `state` (or all tasks) through `GET /api/v1/tasks`.
+async fn http_count(client: &reqwest::Client, base: &str, state: Option<&str>) -> BenchResult<i64> {
+    let mut url = format!("{base}/api/v1/tasks?limit=1");
+    if let Some(s) = state {
+        url.push_str(&format!("&state={s}"));
+    }
+    let resp = client.get(url).send().await?;
+    let status = resp.status();
+    let body: Value = resp.json().await?;
+    body["total"]
+        .as_i64()
+        .ok_or_else(|| format!("GET /api/v1/tasks: HTTP {status}: {body}").into())
+}
+
+/// Environment for the server: a data directory, quiet logs, and for
+/// PostgreSQL the database and a fresh schema. An empty configuration file in
+/// `dir` keeps any `shepherd.toml` in the working directory out of the way.
+fn server_vars(dir: &Path, pg: Option<(&str, &str)>) -> BenchResult<HashMap<String, String>> {
+    let file = dir.join("shepherd.toml");
+    std::fs::write(&file, "")?;
+    let mut vars = HashMap::new();
+    vars.insert("SHEPHERD_CONFIG".to_owned(), file.display().to_string());
+    vars.insert("SHEPHERD_DATA_DIR".to_owned(), dir.display().to_string());
+    vars.insert("SHEPHERD_LOG".to_owned(), "warn".to_owned());
+    if let Some((url, schema)) = pg {
+        vars.insert("SHEPHERD_DATABASE_URL".to_owned(), url.to_owned());
+        vars.insert("SHEPHERD_PG_SCHEMA".to_owned(), schema.to_owned());
+    }
+    Ok(vars)
+}
+
+async fn bench_http(
+    backend: Backend,
+    vars: HashMap<String, String>,
+    workers: usize,
+    per: u64,
+    warm: u64,
+) -> BenchResult<Measurement> {
+    let server = Server::start(vars).await?;
+    let base = server.base.clone();
+    let setup = reqwest::Client::new();
+    for w in 0..workers {
+        post_json(
+            &setup,
+            format!("{base}/api/v1/worker/orchestrator/register"),
+            &json!({ "worker_id": worker_id(w) }),
+            "register",
+        )
+        .await?;
+    }
+    let ids = all_task_ids(workers, per, warm);
+    let expected = ids.len() as i64;
+    let created: Vec<Result<_, _>> = futures::stream::iter(ids)
+        .map(|vtid| {
+            let (setup, url) = (setup.clone(), format!("{base}/api/v1/tasks"));
+            async move {
+                let body = json!({ "vtid": vtid, "title": format!("bench {vtid}"), "spec": "claim and complete" });
+                post_json(&setup, url, &body, &format!("create {vtid}")).await
+            }
+        })
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect()
+        .await;
+    for r in created {
+        r?;
+    }
+    let (elapsed, tally) = drive(workers, |w, barrier| {
+        // One client (and so one keep-alive connection) per worker.
+        let client = reqwest::Client::new();
+        let (base, worker) = (base.clone(), worker_id(w));
+        worker_loop(w, per, warm, barrier, move |vtid| {
+            let (client, base, worker) = (client.clone(), base.clone(), worker.clone());
+            async move { http_cycle(&client, &base, &worker, &vtid).await }
+        })
+    })
+    .await?;
+    let done = http_count(&setup, &base, Some("done")).await?;
+    let all = http_count(&setup, &base, None).await?;
+    drop(setup);
+    server.stop().await?;
+    let m = Measurement {
+        backend,
+        route: Route::Http,
+        workers,
+        cycles: per * workers as u64,
+        elapsed,
+        errors: tally.errors,
+        error_samples: tally.samples,
+        verified: done == expected && all == expected,
+    };
+    if !m.verified {
+        eprintln!("  verify: {done} of {expected} tasks done ({all} tasks in all)");
+    }
+    report_case(&m);
+    Ok(m)
+}
+
+// ----- baseline: SQLite through rusqlite -----
+
+const SQLITE_SELECT: &str =
+    "SELECT id FROM bench_tasks WHERE state = 'pending' AND id = ?1 LIMIT 1";
+const SQLITE_CLAIM: &str = "UPDATE bench_tasks SET state = 'claimed', worker = ?2 WHERE id = ?1";
+const SQLITE_DONE: &str =
+    "UPDATE bench_tasks SET state = 'done' WHERE id = ?1 AND state = 'claimed' AND worker = ?2";
+
+fn sqlite_open(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(60))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
+}
+
+fn sqlite_cycle(conn: &rusqlite::Connection, worker: &str, id: &str) -> rusqlite::Result<bool> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let claimed = (|| {
+        let found = conn
+            .prepare_cached(SQLITE_SELECT)?
+            .query_row([id], |r| r.get::<_, String>(0))
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })?;
+        if found.is_none() {
+            return Ok(false);
+        }
+        conn.prepare_cached(SQLITE_CLAIM)?.execute([id, worker])?;
+        Ok(true)
+    })();
+    if !matches!(claimed, Ok(true)) {
+        let _ = conn.execute_batch("ROLLBACK");
+        return claimed;
+    }
+    conn.execute_batch("COMMIT")?;
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let done = conn.prepare_cached(SQLITE_DONE)?.execute([id, worker]);
+    if !matches!(done, Ok(1)) {
+        let _ = conn.execute_batch("ROLLBACK");
+        return done.map(|_| false);
+    }
+    conn.execute_batch("COMMIT")?;
+    Ok(true)
+}
+
+fn sqlite_outcome(r: rusqlite::Result<bool>, id: &str) -> Result<(), String> {
+    match r {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!("{id}: not pending, or not claimed by this worker")),
+        Err(e) => Err(format!("{id}: {e}")),
+    }
+}
+
+/// Threads with one connection each; returns the timed span and the tally.
+fn sqlite_threads(
+    path: &Path,
+    workers: usize,
+    per: u64,
+    warm: u64,
+) -> BenchResult<(Duration, Tally)> {
+    let conns = (0..workers)
+        .map(|_| sqlite_open(path))
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let barrier = std::sync::Barrier::new(workers + 1);
+    std::thread::scope(|s| {
+        let barrier = &barrier;
+        let handles: Vec<_> = conns
+            .into_iter()
+            .enumerate()
+            .map(|(w, conn)| {
+                s.spawn(move || {
+                    let worker = worker_id(w);
+                    let mut tally = Tally::default();
+                    for n in 0..warm {
+                        let id = task_id(WARM, w, n);
+                        tally.record(sqlite_outcome(sqlite_cycle(&conn, &worker, &id), &id));
+                    }
+                    barrier.wait();
+                    for n in 0..per {
+                        let id = task_id(TIMED, w, n);
+                        tally.record(sqlite_outcome(sqlite_cycle(&conn, &worker, &id), &id));
+                    }
+                    tally
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let mut tally = Tally::default();
+        for h in handles {
+            tally.merge(h.join().map_err(|_| "a baseline thread panicked")?);
+        }
+        Ok((start.elapsed(), tally))
+    })
+}
+
+fn sqlite_baseline(path: &Path, workers: usize, per: u64, warm: u64) -> BenchResult<Measurement> {
+    let ids = all_task_ids(workers, per, warm);
+    let expected = ids.len() as i64;
+    {
+        let mut conn = sqlite_open(path)?;
+        conn.execute_batch(
+            "CREATE TABLE bench_tasks (id TEXT PRIMARY KEY, state TEXT NOT NULL, worker TEXT)",
+        )?;
+        let tx = conn.transaction()?;
+        {
+            let mut insert =
+                tx.prepare("INSERT INTO bench_tasks (id, state) VALUES (?1, 'pending')")?;
+            for id in &ids {
+                insert.execute([id])?;
+            }
+        }
+        tx.commit()?;
+    }
+    let (elapsed, tally) = sqlite_threads(path, workers, per, warm)?;
+    let conn = sqlite_open(path)?;
+    let done: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM bench_tasks WHERE state = 'done'",
+        [],
+        |r| r.get(0),
+    )?;
+    let m = Measurement {
+        backend: Backend::Sqlite,
+        route: Route::Baseline,
+        workers,
+        cycles: per * workers as u64,
+        elapsed,
+        errors: tally.errors,
+        error_samples: tally.samples,
+        verified: done == expected,
+    };
+    if !m.verified {
+        eprintln!("  verify: {done} of {expected} rows done");
+    }
+    report_case(&m);
+    Ok(m)
+}
+
+// ----- baseline: PostgreSQL through tokio-postgres -----
+
+const PG_SELECT: &str =
+    "SELECT id FROM bench_tasks WHERE state = 'pending' AND id = $1 FOR UPDATE SKIP LOCKED LIMIT 1";
+const PG_CLAIM: &str = "UPDATE bench_tasks SET state = 'claimed', worker = $2 WHERE id = $1";
+const PG_DONE: &str =
+    "UPDATE bench_tasks SET state = 'done' WHERE id = $1 AND state = 'claimed' AND worker = $2";
+
+async fn pg_connect(url: &str, schema: Option<&str>) -> BenchResult<tokio_postgres::Client> {
+    let mut config: tokio_postgres::Config = url.parse()?;
+    config.connect_timeout(Duration::from_secs(5));
+    if let Some(schema) = schema {
+        config.options(format!("-c search_path={schema}"));
+    }
+    let (client, conn) = config.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+struct PgWorker {
+    client: tokio_postgres::Client,
+    select: tokio_postgres::Statement,
+    claim: tokio_postgres::Statement,
+    done: tokio_postgres::Statement,
+}
+
+impl PgWorker {
+    async fn connect(url: &str, schema: &str) -> BenchResult<PgWorker> {
+        let client = pg_connect(url, Some(schema)).await?;
+        let select = client.prepare(PG_SELECT).await?;
+        let claim = client.prepare(PG_CLAIM).await?;
+        let done = client.prepare(PG_DONE).await?;
+        Ok(PgWorker {
+            client,
+            select,
+            claim,
+            done,
+        })
+    }
+
+    async fn cycle(&mut self, worker: &str, id: &str) -> Result<(), String> {
+        let fail = |e: tokio_postgres::Error| format!("{id}: {e}");
+        let tx = self.client.transaction().await.map_err(fail)?;
+        if tx
+            .query_opt(&self.select, &[&id])
+            .await
+            .map_err(fail)?
+            .is_none()
+        {
+            return Err(format!("{id}: not pending"));
+        }
+        tx.execute(&self.claim, &[&id, &worker])
+            .await
+            .map_err(fail)?;
+        tx.commit().await.map_err(fail)?;
+        let tx = self.client.transaction().await.map_err(fail)?;
+        if tx
+            .execute(&self.done, &[&id, &worker])
+            .await
+            .map_err(fail)?
+            != 1
+        {
+            return Err(format!("{id}: not claimed by this worker"));
+        }
+        tx.commit().await.map_err(fail)
+    }
+}
+
+async fn pg_baseline(
+    url: &str,
+    schema: &str,
+    workers: usize,
+    per: u64,
+    warm: u64,
+) -> BenchResult<Measurement> {
+    let ids = all_task_ids(workers, per, warm);
+    let expected = ids.len() as i64;
+    let admin = pg_connect(url, None).await?;
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.bench_tasks \
+             (id TEXT PRIMARY KEY, state TEXT NOT NULL, worker TEXT)"
+        ))
+        .await?;
+    admin
+        .execute(
+            &format!(
+                "INSERT INTO {schema}.bench_tasks (id, state) SELECT unnest($1::text[]), 'pending'"
+            ),
+            &[&ids],
+        )
+        .await?;
+    admin
+        .batch_execute(&format!("ANALYZE {schema}.bench_tasks"))
+        .await?;
+    let mut conns = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        conns.push(PgWorker::connect(url, schema).await?);
+    }
+    let conns: Vec<_> = conns
+        .into_iter()
+        .map(|c| Arc::new(tokio::sync::Mutex::new(c)))
+        .collect();
+    let (elapsed, tally) = drive(workers, |w, barrier| {
+        let conn = conns[w].clone();
+        let worker = worker_id(w);
+        worker_loop(w, per, warm, barrier, move |id| {
+            let (conn, worker) = (conn.clone(), worker.clone());
+            async move { conn.lock().await.cycle(&worker, &id).await }
+        })
+    })
+    .await?;
+    drop(conns);
+    let done: i64 = admin
+        .query_one(
+            &format!("SELECT COUNT(*) FROM {schema}.bench_tasks WHERE state = 'done'"),
+            &[],
+        )
+        .await?
+        .get(0);
+    let m = Measurement {
+        backend: Backend::Postgres,
+        route: Route::Baseline,
+        workers,
+        cycles: per * workers as u64,
+        elapsed,
+        errors: tally.errors,
+        error_samples: tally.samples,
+        verified: done == expected,
+    };
+    if !m.verified {
+        eprintln!("  verify: {done} of {expected} rows done");
+    }
+    report_case(&m);
+    Ok(m)
+}
+
+// ----- the two backends -----
+
+async fn bench_sqlite(plan: &Plan, out: &mut Vec<Measurement>) -> BenchResult<()> {
+    let b = Backend::Sqlite;
+    for workers in WORKERS {
+        if plan.wants(b, Route::Baseline, workers) {
+            let (per, warm) = plan.split(b, Route::Baseline, workers);
+            let dir = TempDir::new()?;
+            let path = dir.db_path();
+            let m = tokio::task::spawn_blocking(move || {
+                sqlite_baseline(&path, workers, per, warm).map_err(|e| e.to_string())
+            })
+            .await??;
+            out.push(m);
+        }
+        if plan.wants(b, Route::Store, workers) {
+            let (per, warm) = plan.split(b, Route::Store, workers);
+            let dir = TempDir::new()?;
+            let config = StoreConfig::new(format!("sqlite://{}", dir.db_path().display()));
+            out.push(bench_store(b, config, workers, per, warm).await?);
+        }
+        if plan.wants(b, Route::Http, workers) {
+            let (per, warm) = plan.split(b, Route::Http, workers);
+            let dir = TempDir::new()?;
+            let vars = server_vars(&dir.0, None)?;
+            out.push(bench_http(b, vars, workers, per, warm).await?);
+        }
+        // Let the store's writer thread exit before the next case.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+async fn bench_pg(url: &str, plan: &Plan, out: &mut Vec<Measurement>) -> BenchResult<()> {
+    let b = Backend::Postgres;
+    let mut schemas = Vec::new();
+    let result = async {
+        for workers in WORKERS {
+            if plan.wants(b, Route::Baseline, workers) {
+                let (per, warm) = plan.split(b, Route::Baseline, workers);
+                let schema = format!("bench_{}", unique());
+                schemas.push(schema.clone());
+                out.push(pg_baseline(url, &schema, workers, per, warm).await?);
+            }
+            if plan.wants(b, Route::Store, workers) {
+                let (per, warm) = plan.split(b, Route::Store, workers);
+                let schema = format!("bench_{}", unique());
+                schemas.push(schema.clone());
+                let mut config = StoreConfig::new(url);
+                config.pg_schema = Some(schema);
+                out.push(bench_store(b, config, workers, per, warm).await?);
+            }
+            if plan.wants(b, Route::Http, workers) {
+                let (per, warm) = plan.split(b, Route::Http, workers);
+                let schema = format!("bench_{}", unique());
+                schemas.push(schema.clone());
+                let dir = TempDir::new()?;
+                let vars = server_vars(&dir.0, Some((url, &schema)))?;
+                out.push(bench_http(b, vars, workers, per, warm).await?);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok::<(), BenchError>(())
+    }
+    .await;
+    // Let closed pools hang up before their schemas go.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop_schemas(url, &schemas).await;
+    result
+}
+
+async fn drop_schemas(url: &str, schemas: &[String]) {
+    let client = match pg_connect(url, None).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("could not reconnect to drop the benchmark schemas {schemas:?}: {e}");
+            return;
+        }
+    };
+    for schema in schemas {
+        if let Err(e) = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await
+        {
+            eprintln!("could not drop schema {schema}: {e}");
+        }
+    }
+}
+
+// ----- output -----
+
+/// The URL with any password replaced, for printing.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
+            Some(c) => format!("{}***{}", &url[..s + 3 + c + 1], &url[at..]),
+            None => url.to_owned(),
+        },
+        _ => url.to_owned(),
+    }
+}
+
+fn vs_baseline(rows: &[Measurement], m: &Measurement) -> Option<f64> {
+    if m.route == Route::Baseline {
+        return None;
+    }
+    rows.iter()
+        .find(|r| r.route == Route::Baseline && r.backend == m.backend && r.workers == m.workers)
+        .map(|base| m.rate() / base.rate())
+}
+
+fn print_table(rows: &[Measurement]) {
+    println!();
+    println!(
+        "{:<9} {:<9} {:>7} {:>7} {:>8} {:>9} {:>10} {:>12} {:>7}  verified",
+        "backend",
+        "path",
+        "workers",
+        "cycles",
+        "seconds",
+        "cycles/s",
+        "ms/cycle",
+        "vs baseline",
+        "errors"
+    );
+    println!("{}", "-".repeat(96));
+    for m in rows {
+        let ratio = vs_baseline(rows, m)
+            .map(|r| format!("{r:.2}x"))
+            .unwrap_or_default();
+        println!(
+            "{:<9} {:<9} {:>7} {:>7} {:>8.3} {:>9.0} {:>10.3} {:>12} {:>7}  {}",
+            m.backend.name(),
+            m.route.name(),
+            m.workers,
+            m.cycles,
+            m.elapsed.as_secs_f64(),
+            m.rate(),
+            m.latency_ms(),
+            ratio,
+            m.errors,
+            if m.verified { "ok" } else { "FAILED" }
+        );
+    }
+    println!();
+    println!("ms/cycle: mean time one worker spends on one claim+complete cycle (workers × seconds / cycles).");
+    println!(
+        "errors: failed cycles, warm-up included; verified: every task of the case ended `done`."
+    );
+    for m in rows.iter().filter(|m| !m.error_samples.is_empty()) {
+        println!(
+            "{}: {} errors, e.g.:",
+            case_name(m.backend, m.route, m.workers),
+            m.errors
+        );
+        for s in &m.error_samples {
+            println!("  {s}");
+        }
+    }
+}
+
+fn print_goals(rows: &[Measurement]) {
+    println!();
+    println!("goals (in-process store path):");
+    for (backend, goal) in [(Backend::Postgres, 3_000.0), (Backend::Sqlite, 10_000.0)] {
+        for m in rows
+            .iter()
+            .filter(|m| m.backend == backend && m.route == Route::Store)
+        {
+            println!(
+                "  {:<8} store {:>2} workers >= {:>6} cycles/s: {:>8.0}/s  {}",
+                backend.name(),
+                m.workers,
+                goal,
+                m.rate(),
+                if !m.verified || m.errors > 0 {
+                    "INVALID (failed cycles)"
+                } else if m.rate() >= goal {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            );
+        }
+    }
+}
+
+fn main() -> BenchResult<()> {
+    let scale: f64 = match std::env::var("SHEPHERD_BENCH_SCALE") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|e| format!("SHEPHERD_BENCH_SCALE={s:?}: {e}"))?,
+        Err(_) => 1.0,
+    };
+    if !(scale > 0.0 && scale.is_finite()) {
+        return Err(format!("SHEPHERD_BENCH_SCALE must be a positive number, got {scale}").into());
+    }
+    let pg_url = std::env::var("SHEPHERD_BENCH_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // `cargo bench` passes `--bench`; other arguments are name filters.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let plan = Plan { scale, filters };
+
+    println!("shepherd claim+complete benchmark");
+    println!("cores: {cores} (tokio multi-thread runtime, {cores} worker threads; server, store and workers share it)");
+    println!("scale: {scale} (SHEPHERD_BENCH_SCALE)");
+    if !plan.filters.is_empty() {
+        println!("only: {:?}", plan.filters);
+    }
+
+    let rows = runtime.block_on(async {
+        let mut rows = Vec::new();
+        eprintln!("sqlite: running");
+        bench_sqlite(&plan, &mut rows).await?;
+        match pg_connect(&pg_url, None).await {
+            Ok(client) => {
+                let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
+                drop(client);
+                println!("postgres: {} (server {version})", redact(&pg_url));
+                eprintln!("postgres: running");
+                bench_pg(&pg_url, &plan, &mut rows).await?;
+            }
+            Err(e) => {
+                println!(
+                    "postgres: unreachable at {} ({e}); skipping the PostgreSQL rows",
+                    redact(&pg_url)
+                );
+            }
+        }
+        Ok::<_, BenchError>(rows)
+    })?;
+
+    print_table(&rows);
+    print_goals(&rows);
+    if rows.iter().any(|m| !m.verified || m.errors > 0) {
+        return Err("some cycles failed or did not verify (see above)".into());
+    }
+    Ok(())
+}

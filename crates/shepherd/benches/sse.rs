@@ -1,0 +1,1415 @@
+//! SSE fan-out benchmark: delivery latency and server memory per subscriber.
+//!
+//! Starts the release binary (`<target>/release/shepherd serve`) as a child
+//! process on a free loopback port with a fresh SQLite data directory (or a
+//! fresh PostgreSQL schema when `SHEPHERD_BENCH_PG_URL` is set), then:
+//!
+//! 1. warm-up: ~2,000 `POST /api/v1/tasks` per second for 2 s;
+//! 2. baseline: the same append load for `SHEPHERD_BENCH_SECS` with no
+//!    subscribers (appends/s, create latency, server RSS and CPU);
+//! 3. connects `SHEPHERD_BENCH_SUBSCRIBERS` SSE clients to
+//!    `GET /api/events?after=now&types=task.created` (a minimal HTTP/1.1
+//!    client over `TcpStream`), waits until every one has received a marker
+//!    event, and reads the server's VmRSS;
+//! 4. load: the same append load again with every subscriber streaming.
+//!
+//! Each task title carries its send time (Unix µs), so a subscriber computes
+//! delivery latency = receive time - send time on the same clock; the event's
+//! `ts` (ms; the server stamps it when the store call starts, before the
+//! write is queued for the database) also gives server ts -> receive. Every
+//! subscriber must see every load event exactly once, in increasing `id`
+//! order; losses, duplicates and `event: resync` frames are reported.
+//! Memory per subscriber = (RSS with subscribers - RSS without) / N, both
+//! idle and under load. Goals: p99 delivery < 50 ms, < 20 KB per subscriber.
+//!
+//! Run (Cargo builds the package's binary into the same `release` directory
+//! for a bench; the explicit build only matters when running the bench
+//! executable directly):
+//!
+//! ```text
+//! CARGO_TARGET_DIR=/work/target-bench cargo build --release
+//! CARGO_TARGET_DIR=/work/target-bench cargo bench -p shepherd --bench sse
+//! ```
+//!
+//! The server and the clients share the machine: the report shows the CPU
+//! each used and what other processes took meanwhile, and the server CPU per
+//! delivered event, which does not depend on how busy the machine was.
+//!
+//! Knobs: `SHEPHERD_BENCH_SUBSCRIBERS` (default 1000), `SHEPHERD_BENCH_SECS`
+//! (default 10), `SHEPHERD_BENCH_RATE` (events/s, default 2000),
+//! `SHEPHERD_BENCH_APPENDERS` (concurrent creating clients, default 16),
+//! `SHEPHERD_BENCH_PG_URL` (PostgreSQL instead of SQLite).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+const WARMUP: Duration = Duration::from_secs(2);
+/// Subscribers opening their connection at the same time.
+const CONNECT_PARALLELISM: usize = 64;
+/// The marker every event title starts with.
+const TITLE_MARK: &[u8] = b"\"title\":\"sse-bench ";
+/// Server `ts` -> receive latencies are kept in a histogram of 1 ms buckets.
+const TS_HIST_MS: usize = 10_000;
+
+struct Opts {
+    subscribers: usize,
+    secs: u64,
+    rate: u64,
+    /// Concurrent HTTP clients creating tasks; each is paced by its own interval.
+    appenders: usize,
+    pg_url: Option<String>,
+}
+
+impl Opts {
+    fn from_env() -> Opts {
+        let num = |key: &str, default: u64| -> u64 {
+            match std::env::var(key) {
+                Ok(v) if !v.trim().is_empty() => v.trim().parse().unwrap_or_else(|_| {
+                    eprintln!("{key}: expected a whole number, got {v:?}");
+                    std::process::exit(2)
+                }),
+                _ => default,
+            }
+        };
+        Opts {
+            subscribers: num("SHEPHERD_BENCH_SUBSCRIBERS", 1000) as usize,
+            secs: num("SHEPHERD_BENCH_SECS", 10).max(1),
+            rate: num("SHEPHERD_BENCH_RATE", 2000).max(1),
+            appenders: num("SHEPHERD_BENCH_APPENDERS", 16).clamp(1, 512) as usize,
+            pg_url: std::env::var("SHEPHERD_BENCH_PG_URL")
+                .ok()
+                .filter(|v| !v.trim().is_empty()),
+        }
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Raises the soft open-files limit (inherited by the server) to at least `want`.
+fn raise_nofile(want: libc::rlim_t) -> libc::rlim_t {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid, owned struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 0;
+        }
+        if r.rlim_cur < want {
+            r.rlim_cur = if r.rlim_max == libc::RLIM_INFINITY {
+                want
+            } else {
+                want.min(r.rlim_max)
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+            }
+        }
+    }
+    r.rlim_cur
+}
+
+// ---------------------------------------------------------------------------
+// /proc readings
+
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `RssAnon`, ...).
+fn status_kb(pid: u32, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// User + system CPU seconds of a process (`"self"` or a pid).
+fn cpu_secs(pid: &str) -> f64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else {
+        return 0.0;
+    };
+    // After the command name: state is field 3; utime and stime are 14 and 15.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    ticks as f64 / hz as f64
+}
+
+/// Busy CPU seconds of the whole machine (everything but idle and iowait).
+fn machine_busy_secs() -> f64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    (total - idle) as f64 / hz as f64
+}
+
+/// Seconds that some task waited: `/proc/pressure/<res>` `some` (or `full`) total.
+fn pressure_secs(res: &str, line: &str) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/pressure/{res}")).unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with(line))
+        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("total=")))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0.0, |us| us / 1e6)
+}
+
+/// Average cores used over a stretch of time.
+#[derive(Clone, Copy, Default)]
+struct Cores {
+    server: f64,
+    bench: f64,
+    machine: f64,
+    /// Share of the time some runnable task waited for a CPU (PSI).
+    cpu_wait: f64,
+    /// Share of the time some task was stalled on I/O (PSI).
+    io_wait: f64,
+}
+
+/// CPU use of the server, of this process and of the whole machine (other
+/// work on a shared machine shows up as machine - server - bench).
+struct CpuMeter {
+    pid: u32,
+    at: Instant,
+    start: Cores,
+}
+
+impl CpuMeter {
+    fn now(pid: u32) -> Cores {
+        Cores {
+            server: cpu_secs(&pid.to_string()),
+            bench: cpu_secs("self"),
+            machine: machine_busy_secs(),
+            cpu_wait: pressure_secs("cpu", "some"),
+            io_wait: pressure_secs("io", "some"),
+        }
+    }
+
+    fn start(pid: u32) -> CpuMeter {
+        CpuMeter {
+            pid,
+            at: Instant::now(),
+            start: Self::now(pid),
+        }
+    }
+
+    /// CPU seconds used since `start`.
+    fn secs(&self) -> Cores {
+        let end = Self::now(self.pid);
+        Cores {
+            server: end.server - self.start.server,
+            bench: end.bench - self.start.bench,
+            machine: end.machine - self.start.machine,
+            cpu_wait: end.cpu_wait - self.start.cpu_wait,
+            io_wait: end.io_wait - self.start.io_wait,
+        }
+    }
+
+    /// Average cores used since `start`.
+    fn cores(&self) -> Cores {
+        let wall = self.at.elapsed().as_secs_f64().max(1e-9);
+        let used = self.secs();
+        Cores {
+            server: used.server / wall,
+            bench: used.bench / wall,
+            machine: used.machine / wall,
+            cpu_wait: used.cpu_wait / wall,
+            io_wait: used.io_wait / wall,
+        }
+    }
+}
+
+/// Samples the server's VmRSS every 200 ms until stopped.
+struct RssSampler {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Vec<u64>>,
+}
+
+impl RssSampler {
+    fn start(pid: u32) -> RssSampler {
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut out = Vec::new();
+            let mut iv = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => break,
+                    _ = iv.tick() => out.extend(status_kb(pid, "VmRSS")),
+                }
+            }
+            out
+        });
+        RssSampler { stop, task }
+    }
+
+    /// (mean, max) in kB.
+    async fn finish(self) -> (u64, u64) {
+        self.stop.cancel();
+        let v = self.task.await.unwrap_or_default();
+        if v.is_empty() {
+            return (0, 0);
+        }
+        (
+            v.iter().sum::<u64>() / v.len() as u64,
+            v.iter().copied().max().unwrap_or(0),
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The server process
+
+struct Server {
+    child: Child,
+    pid: u32,
+    addr: SocketAddr,
+    base: String,
+    dir: PathBuf,
+    log: PathBuf,
+    backend: String,
+    pg: Option<(String, String)>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// `<target>/release/shepherd`, next to this bench's `<target>/release/deps/`.
+fn server_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let release = exe.parent()?.parent()?;
+    let bin = release.join("shepherd");
+    bin.is_file().then_some(bin)
+}
+
+impl Server {
+    fn spawn(bin: &PathBuf, opts: &Opts) -> Server {
+        let stamp = format!("{}_{}", std::process::id(), now_us());
+        let dir = std::env::temp_dir().join(format!("shepherd-sse-bench-{stamp}"));
+        std::fs::create_dir_all(&dir).expect("create the temp data directory");
+        let log = std::env::temp_dir().join(format!("shepherd-sse-bench-{stamp}.log"));
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .env("SHEPHERD_LISTEN", addr.to_string())
+            .env("SHEPHERD_DATA_DIR", &dir)
+            .env("SHEPHERD_LOG", "warn")
+            .env_remove("SHEPHERD_CONFIG")
+            .env_remove("SHEPHERD_AUTH_TOKEN")
+            .env_remove("SHEPHERD_DATABASE_URL")
+            .env_remove("SHEPHERD_PG_SCHEMA")
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("create the server log file"));
+        let mut pg = None;
+        let backend = match &opts.pg_url {
+            Some(url) => {
+                let schema = format!("sse_bench_{stamp}");
+                cmd.env("SHEPHERD_DATABASE_URL", url)
+                    .env("SHEPHERD_PG_SCHEMA", &schema);
+                pg = Some((url.clone(), schema.clone()));
+                format!("postgresql (schema {schema})")
+            }
+            None => "sqlite".to_string(),
+        };
+        let child = cmd.spawn().expect("spawn shepherd serve");
+        Server {
+            pid: child.id(),
+            child,
+            addr,
+            base: format!("http://{addr}"),
+            dir,
+            log,
+            backend,
+            pg,
+        }
+    }
+
+    async fn wait_ready(&mut self) -> Result<(), String> {
+        let http = reqwest::Client::new();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Err(format!("the server exited during start-up: {st}"));
+            }
+            if http
+                .get(format!("{}/readyz", self.base))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err("the server did not become ready within 30 s".into())
+    }
+
+    fn rss_kb(&self) -> u64 {
+        status_kb(self.pid, "VmRSS").unwrap_or(0)
+    }
+
+    /// SIGTERM, then waits (SIGKILL after 15 s).
+    fn stop(&mut self) -> String {
+        if let Ok(Some(st)) = self.child.try_wait() {
+            return format!("had already exited ({st})");
+        }
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.pid as i32, libc::SIGTERM);
+        }
+        let start = Instant::now();
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => {
+                    return format!("stopped by SIGTERM in {:?} ({st})", start.elapsed())
+                }
+                Ok(None) if start.elapsed() < Duration::from_secs(15) => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return "did not stop within 15 s of SIGTERM; killed".into();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some((url, schema)) = self.pg.take() {
+            drop_pg_schema(&url, &schema);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn drop_pg_schema(url: &str, schema: &str) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    rt.block_on(async {
+        match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
+            Ok((client, conn)) => {
+                tokio::spawn(conn);
+                let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+                if let Err(e) = client.batch_execute(&sql).await {
+                    eprintln!("could not drop schema {schema}: {e}");
+                }
+            }
+            Err(e) => eprintln!("could not drop schema {schema}: {e}"),
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Append load
+
+#[derive(Default)]
+struct AppendStats {
+    ok: u64,
+    failed: u64,
+    elapsed: Duration,
+    http_us: Vec<u32>,
+    first_error: Option<String>,
+}
+
+impl AppendStats {
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn merge(&mut self, o: AppendStats) {
+        self.ok += o.ok;
+        self.failed += o.failed;
+        self.http_us.extend(o.http_us);
+        if self.first_error.is_none() {
+            self.first_error = o.first_error;
+        }
+    }
+}
+
+/// Creates tasks titled `sse-bench <phase> <n> <send µs>` at `rate`/s for
+/// `dur`, from a thread and runtime of their own so that subscriber work in
+/// this process does not delay the sends.
+fn append_load(
+    base: &str,
+    phase: &'static str,
+    (rate, appenders): (u64, usize),
+    dur: Duration,
+) -> std::thread::JoinHandle<AppendStats> {
+    let url = format!("{base}/api/v1/tasks");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("appender runtime");
+        rt.block_on(async move {
+            let http = reqwest::Client::builder()
+                .pool_max_idle_per_host(appenders)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("http client");
+            let seq = Arc::new(AtomicU64::new(0));
+            let period = Duration::from_secs_f64(appenders as f64 / rate as f64);
+            let start = tokio::time::Instant::now();
+            let end = start + dur;
+            let mut workers = Vec::new();
+            for w in 0..appenders {
+                let (http, url, seq) = (http.clone(), url.clone(), seq.clone());
+                let first = start + period * w as u32 / appenders as u32;
+                workers.push(tokio::spawn(async move {
+                    let mut st = AppendStats::default();
+                    let mut iv = tokio::time::interval_at(first, period);
+                    iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                    loop {
+                        let tick = iv.tick().await;
+                        if tick >= end || tokio::time::Instant::now() >= end {
+                            break;
+                        }
+                        let n = seq.fetch_add(1, Ordering::Relaxed);
+                        let sent = now_us();
+                        let body = format!(
+                            r#"{{"title":"sse-bench {phase} {n} {sent}","spec":"SSE fan-out benchmark","dispatch":false}}"#
+                        );
+                        let t0 = Instant::now();
+                        let res = http
+                            .post(&url)
+                            .header("content-type", "application/json")
+                            .body(body)
+                            .send()
+                            .await;
+                        match res {
+                            Ok(r) if r.status().is_success() => {
+                                let _ = r.bytes().await;
+                                st.ok += 1;
+                            }
+                            Ok(r) => {
+                                st.failed += 1;
+                                let status = r.status();
+                                let text = r.text().await.unwrap_or_default();
+                                st.first_error.get_or_insert(format!("{status}: {text}"));
+                            }
+                            Err(e) => {
+                                st.failed += 1;
+                                st.first_error.get_or_insert(e.to_string());
+                            }
+                        }
+                        st.http_us.push(t0.elapsed().as_micros() as u32);
+                    }
+                    st
+                }));
+            }
+            let mut total = AppendStats::default();
+            for w in workers {
+                total.merge(w.await.unwrap_or_default());
+            }
+            total.elapsed = start.elapsed();
+            total
+        })
+    })
+}
+
+async fn run_appends(base: &str, phase: &'static str, opts: &Opts, dur: Duration) -> AppendStats {
+    let h = append_load(base, phase, (opts.rate, opts.appenders), dur);
+    tokio::task::spawn_blocking(move || h.join().expect("appender thread"))
+        .await
+        .expect("join appender")
+}
+
+// ---------------------------------------------------------------------------
+// SSE subscribers
+
+/// Progress every subscriber reports while it runs.
+#[derive(Default)]
+struct Shared {
+    connected: AtomicUsize,
+    connect_failed: AtomicUsize,
+    synced: AtomicUsize,
+    finished: AtomicUsize,
+    load_received: AtomicU64,
+}
+
+#[derive(Default)]
+struct SubStats {
+    load_events: u64,
+    sync_events: u64,
+    other_events: u64,
+    order_violations: u64,
+    missing_ids: u64,
+    resyncs: u64,
+    reconnects: u64,
+    comments: u64,
+    bytes: u64,
+    reads: u64,
+    last_id: i64,
+    /// Send -> receive, µs, one per load event.
+    lat_us: Vec<u32>,
+    /// Server `ts` -> receive, 1 ms buckets; the last one is "or more".
+    ts_hist: Vec<u32>,
+    error: Option<String>,
+}
+
+/// Decodes `Transfer-Encoding: chunked` incrementally.
+enum Dechunk {
+    Raw,
+    Size { size: usize, ext: bool },
+    Data(usize),
+    DataEnd,
+    Done,
+}
+
+impl Dechunk {
+    /// Appends the payload in `input` to `out`; true once the last chunk ended.
+    fn feed(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<bool, String> {
+        while !input.is_empty() {
+            match self {
+                Dechunk::Raw => {
+                    out.extend_from_slice(input);
+                    return Ok(false);
+                }
+                Dechunk::Done => return Ok(true),
+                Dechunk::Data(rem) => {
+                    let k = (*rem).min(input.len());
+                    out.extend_from_slice(&input[..k]);
+                    input = &input[k..];
+                    *rem -= k;
+                    if *rem == 0 {
+                        *self = Dechunk::DataEnd;
+                    }
+                }
+                Dechunk::DataEnd => {
+                    match input[0] {
+                        b'\r' => {}
+                        b'\n' => {
+                            *self = Dechunk::Size {
+                                size: 0,
+                                ext: false,
+                            }
+                        }
+                        b => return Err(format!("bad chunk terminator {b:#x}")),
+                    }
+                    input = &input[1..];
+                }
+                Dechunk::Size { size, ext } => {
+                    let b = input[0];
+                    input = &input[1..];
+                    match b {
+                        b'\r' => {}
+                        b'\n' if *size == 0 => *self = Dechunk::Done,
+                        b'\n' => *self = Dechunk::Data(*size),
+                        _ if *ext => {}
+                        b';' => *ext = true,
+                        _ => {
+                            let d = (b as char)
+                                .to_digit(16)
+                                .ok_or_else(|| format!("bad chunk size byte {b:#x}"))?;
+                            *size = *size * 16 + d as usize;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(matches!(self, Dechunk::Done))
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn parse_u64(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 19 {
+        return None;
+    }
+    b.iter().try_fold(0u64, |acc, c| {
+        c.is_ascii_digit().then(|| acc * 10 + u64::from(c - b'0'))
+    })
+}
+
+/// Milliseconds into the UTC day of an RFC 3339 `...THH:MM:SS.mmmZ` value.
+fn ms_of_day(ts: &[u8]) -> Option<u64> {
+    let t = find(ts, b"T")?;
+    let f = ts.get(t + 1..t + 13)?; // HH:MM:SS.mmm
+    let num = |r: std::ops::Range<usize>| parse_u64(&f[r]);
+    Some(((num(0..2)? * 60 + num(3..5)?) * 60 + num(6..8)?) * 1000 + num(9..12)?)
+}
+
+impl SubStats {
+    /// One SSE frame (the lines between two blank lines).
+    fn on_frame(&mut self, frame: &[u8], recv_us: u64, synced: &mut bool) -> u64 {
+        let (mut id, mut event, mut data): (Option<i64>, &[u8], &[u8]) = (None, b"", b"");
+        let mut fields = 0;
+        for line in frame.split(|b| *b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() || line[0] == b':' {
+                continue;
+            }
+            fields += 1;
+            let (name, value) = match line.iter().position(|b| *b == b':') {
+                Some(i) => {
+                    let v = &line[i + 1..];
+                    (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+                }
+                None => (line, &b""[..]),
+            };
+            match name {
+                b"id" => id = parse_u64(value).map(|v| v as i64),
+                b"event" => event = value,
+                b"data" => data = value,
+                _ => {}
+            }
+        }
+        if fields == 0 {
+            self.comments += 1;
+            return 0;
+        }
+        match event {
+            b"task.created" => {}
+            b"resync" => {
+                self.resyncs += 1;
+                if self.error.is_none() {
+                    self.error = Some(format!("resync: {}", String::from_utf8_lossy(data)));
+                }
+                return 0;
+            }
+            _ => {
+                self.other_events += 1;
+                return 0;
+            }
+        }
+        match id {
+            Some(id) if id > self.last_id => self.last_id = id,
+            Some(_) => self.order_violations += 1,
+            None => self.missing_ids += 1,
+        }
+        // data: {..."title":"sse-bench <phase> <n> <send µs>"...}
+        let Some(at) = find(data, TITLE_MARK) else {
+            self.other_events += 1;
+            return 0;
+        };
+        let rest = &data[at + TITLE_MARK.len()..];
+        let rest = &rest[..rest.iter().position(|b| *b == b'"').unwrap_or(rest.len())];
+        let mut words = rest.split(|b| *b == b' ');
+        let phase = words.next().unwrap_or_default();
+        let sent = words.nth(1).and_then(parse_u64);
+        match phase {
+            b"load" => {
+                self.load_events += 1;
+                if let Some(sent) = sent {
+                    self.lat_us
+                        .push(recv_us.saturating_sub(sent).min(u32::MAX as u64) as u32);
+                }
+                if let Some(stamped) = find(data, b"\"ts\":\"")
+                    .and_then(|i| data.get(i + 6..))
+                    .and_then(ms_of_day)
+                {
+                    let recv = (recv_us / 1000) % 86_400_000;
+                    let d = (recv + 86_400_000 - stamped) % 86_400_000;
+                    // Clock rounding can put a receive a hair before `ts`: that wraps to ~1 day.
+                    let d = if d > 43_200_000 { 0 } else { d };
+                    self.ts_hist[(d as usize).min(TS_HIST_MS)] += 1;
+                }
+                1
+            }
+            b"sync" => {
+                self.sync_events += 1;
+                *synced = true;
+                0
+            }
+            _ => {
+                self.other_events += 1;
+                0
+            }
+        }
+    }
+}
+
+/// Opens one stream: returns the socket, body bytes already read, and
+/// whether the body is chunked.
+async fn open_stream(addr: SocketAddr, last_id: i64) -> Result<(TcpStream, Vec<u8>, bool), String> {
+    let mut s = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let _ = s.set_nodelay(true);
+    let mut req = format!(
+        "GET /api/events?after=now&types=task.created HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n"
+    );
+    if last_id >= 0 {
+        req.push_str(&format!("Last-Event-ID: {last_id}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(|e| format!("send request: {e}"))?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut tmp = [0u8; 1024];
+    let head_end = loop {
+        let n = s
+            .read(&mut tmp)
+            .await
+            .map_err(|e| format!("read head: {e}"))?;
+        if n == 0 {
+            return Err("connection closed before the response head".into());
+        }
+        buf.extend_from_slice(&tmp[..n]);
+        if let Some(p) = find(&buf, b"\r\n\r\n") {
+            break p;
+        }
+        if buf.len() > 16 * 1024 {
+            return Err("response head too large".into());
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    if !head.starts_with("http/1.1 200") {
+        return Err(format!(
+            "unexpected response: {}",
+            head.lines().next().unwrap_or("")
+        ));
+    }
+    let chunked = head
+        .lines()
+        .any(|l| l.starts_with("transfer-encoding:") && l.contains("chunked"));
+    Ok((s, buf[head_end + 4..].to_vec(), chunked))
+}
+
+enum StreamEnd {
+    Cancelled,
+    Closed(String),
+}
+
+/// Turns body bytes into SSE frames and hands them to [`SubStats::on_frame`].
+struct FrameReader {
+    dechunk: Dechunk,
+    body: Vec<u8>,
+    /// Where the search for the next blank line resumes.
+    scanned: usize,
+}
+
+impl FrameReader {
+    fn new(chunked: bool) -> FrameReader {
+        FrameReader {
+            dechunk: if chunked {
+                Dechunk::Size {
+                    size: 0,
+                    ext: false,
+                }
+            } else {
+                Dechunk::Raw
+            },
+            body: Vec::with_capacity(8 * 1024),
+            scanned: 0,
+        }
+    }
+
+    /// Takes bytes read at `recv_us`; true once the server ended the body.
+    fn feed(
+        &mut self,
+        input: &[u8],
+        recv_us: u64,
+        st: &mut SubStats,
+        shared: &Shared,
+        synced: &mut bool,
+    ) -> Result<bool, String> {
+        let finished = self.dechunk.feed(input, &mut self.body)?;
+        let (mut start, mut load) = (0, 0);
+        while let Some(p) = find(&self.body[self.scanned..], b"\n\n") {
+            let end = self.scanned + p;
+            let was_synced = *synced;
+            load += st.on_frame(&self.body[start..end], recv_us, synced);
+            if *synced && !was_synced {
+                shared.synced.fetch_add(1, Ordering::Relaxed);
+            }
+            start = end + 2;
+            self.scanned = start;
+        }
+        if load > 0 {
+            shared.load_received.fetch_add(load, Ordering::Relaxed);
+        }
+        if start > 0 {
+            self.body.drain(..start);
+        }
+        // A frame's closing "\n\n" may straddle two reads.
+        self.scanned = self.body.len().saturating_sub(1);
+        Ok(finished)
+    }
+}
+
+/// Reads frames until the stream ends or the bench stops.
+async fn read_stream(
+    st: &mut SubStats,
+    mut sock: TcpStream,
+    leftover: Vec<u8>,
+    chunked: bool,
+    shared: &Shared,
+    synced: &mut bool,
+    cancel: &CancellationToken,
+) -> StreamEnd {
+    let mut frames = FrameReader::new(chunked);
+    let mut rbuf = vec![0u8; 16 * 1024];
+    let mut input = &leftover[..];
+    loop {
+        match frames.feed(input, now_us(), st, shared, synced) {
+            Ok(false) => {}
+            Ok(true) => return StreamEnd::Closed("the server ended the stream".into()),
+            Err(e) => return StreamEnd::Closed(e),
+        }
+        let n = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return StreamEnd::Cancelled,
+            r = sock.read(&mut rbuf) => match r {
+                Ok(0) => return StreamEnd::Closed("connection closed".into()),
+                Ok(n) => n,
+                Err(e) => return StreamEnd::Closed(format!("read: {e}")),
+            },
+        };
+        st.reads += 1;
+        st.bytes += n as u64;
+        input = &rbuf[..n];
+    }
+}
+
+/// One subscriber: streams until cancelled, resuming with `Last-Event-ID`
+/// after a `resync` or a dropped connection.
+async fn subscriber(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    connect_gate: Arc<Semaphore>,
+    cancel: CancellationToken,
+) -> SubStats {
+    let mut st = SubStats {
+        last_id: -1,
+        ts_hist: vec![0; TS_HIST_MS + 1],
+        ..Default::default()
+    };
+    let mut synced = false;
+    let mut first = true;
+    loop {
+        let opened = {
+            let _permit = if first {
+                connect_gate.acquire().await.ok()
+            } else {
+                None
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                r = tokio::time::timeout(Duration::from_secs(30), open_stream(addr, st.last_id)) => {
+                    r.unwrap_or_else(|_| Err("timed out opening the stream".into()))
+                }
+            }
+        };
+        let (sock, leftover, chunked) = match opened {
+            Ok(x) => x,
+            Err(e) => {
+                st.error.get_or_insert(e);
+                if first {
+                    shared.connect_failed.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                st.reconnects += 1;
+                if st.reconnects > 100 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if first {
+            first = false;
+            shared.connected.fetch_add(1, Ordering::Relaxed);
+        }
+        let end = read_stream(
+            &mut st,
+            sock,
+            leftover,
+            chunked,
+            &shared,
+            &mut synced,
+            &cancel,
+        )
+        .await;
+        match end {
+            StreamEnd::Cancelled => break,
+            StreamEnd::Closed(why) => {
+                if cancel.is_cancelled() {
+                    break;
+                }
+                st.error.get_or_insert(why);
+                st.reconnects += 1;
+                if st.reconnects > 100 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    shared.finished.fetch_add(1, Ordering::Relaxed);
+    st
+}
+
+// ---------------------------------------------------------------------------
+// Reporting helpers
+
+fn pct(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn ms(us: u32) -> String {
+    format!("{:.2} ms", us as f64 / 1000.0)
+}
+
+fn hist_pct(hist: &[u64], p: f64) -> String {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return "-".into();
+    }
+    let rank = ((p / 100.0) * total as f64).ceil().max(1.0) as u64;
+    let mut acc = 0;
+    for (i, c) in hist.iter().enumerate() {
+        acc += c;
+        if acc >= rank {
+            return if i == hist.len() - 1 {
+                format!(">= {i} ms")
+            } else {
+                format!("{i} ms")
+            };
+        }
+    }
+    "-".into()
+}
+
+fn mib(kb: u64) -> String {
+    format!("{:.1} MiB", kb as f64 / 1024.0)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "MISS"
+    }
+}
+
+fn print_appends(label: &str, a: &AppendStats, cores: Cores, rss: (u64, u64)) {
+    let mut http = a.http_us.clone();
+    http.sort_unstable();
+    println!(
+        "  {label:<28} {:>8.1}/s  ok {:>6}  failed {:>3}  create p50 {} p99 {} max {}",
+        a.rate(),
+        a.ok,
+        a.failed,
+        ms(pct(&http, 50.0)),
+        ms(pct(&http, 99.0)),
+        ms(http.last().copied().unwrap_or(0)),
+    );
+    println!(
+        "  {:<28} CPU cores: server {:.2}, bench {:.2}, other processes {:.2} (machine {:.2}); \
+         CPU pressure {:.0}%, I/O pressure {:.0}%; server RSS mean {} / max {}",
+        "",
+        cores.server,
+        cores.bench,
+        (cores.machine - cores.server - cores.bench).max(0.0),
+        cores.machine,
+        cores.cpu_wait * 100.0,
+        cores.io_wait * 100.0,
+        mib(rss.0),
+        mib(rss.1)
+    );
+    if let Some(e) = &a.first_error {
+        println!("  {:<28} first append error: {e}", "");
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
+    server.wait_ready().await?;
+    let base = server.base.clone();
+    let pid = server.pid;
+    let n = opts.subscribers;
+    let dur = Duration::from_secs(opts.secs);
+    println!(
+        "server: pid {pid}, {} on {}, RSS at start {}",
+        server.backend,
+        server.addr,
+        mib(server.rss_kb())
+    );
+
+    // 1. Warm-up.
+    let w = run_appends(&base, "warmup", opts, WARMUP).await;
+    println!(
+        "warm-up: {} tasks in {:.1} s ({:.0}/s), {} failed",
+        w.ok,
+        w.elapsed.as_secs_f64(),
+        w.rate(),
+        w.failed
+    );
+    if w.ok == 0 {
+        return Err(format!(
+            "no task could be created during warm-up: {}",
+            w.first_error.unwrap_or_default()
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_idle_start = server.rss_kb();
+
+    // 2. Baseline: the same load, no subscribers.
+    let cpu = CpuMeter::start(pid);
+    let sampler = RssSampler::start(pid);
+    let baseline = run_appends(&base, "base", opts, dur).await;
+    let base_rss = sampler.finish().await;
+    let base_cores = cpu.cores();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before = server.rss_kb();
+
+    // 3. Subscribers connect, then prove they stream by receiving a marker.
+    let shared = Arc::new(Shared::default());
+    let cancel = CancellationToken::new();
+    let gate = Arc::new(Semaphore::new(CONNECT_PARALLELISM));
+    let connect_started = Instant::now();
+    let subs: Vec<_> = (0..n)
+        .map(|_| {
+            tokio::spawn(subscriber(
+                server.addr,
+                shared.clone(),
+                gate.clone(),
+                cancel.clone(),
+            ))
+        })
+        .collect();
+    while shared.connected.load(Ordering::Relaxed) + shared.connect_failed.load(Ordering::Relaxed)
+        < n
+    {
+        if connect_started.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let connected = shared.connected.load(Ordering::Relaxed);
+    let connect_time = connect_started.elapsed();
+    let http = reqwest::Client::new();
+    let mut markers = 0;
+    let sync_started = Instant::now();
+    while shared.synced.load(Ordering::Relaxed) < connected
+        && sync_started.elapsed() < Duration::from_secs(60)
+    {
+        let body = format!(
+            r#"{{"title":"sse-bench sync {markers} {}","spec":"marker","dispatch":false}}"#,
+            now_us()
+        );
+        let _ = http
+            .post(format!("{base}/api/v1/tasks"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await;
+        markers += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let synced = shared.synced.load(Ordering::Relaxed);
+    println!(
+        "subscribers: {connected}/{n} connected in {:.2} s ({} failed), {synced} streaming after {markers} marker event(s) in {:.2} s",
+        connect_time.as_secs_f64(),
+        shared.connect_failed.load(Ordering::Relaxed),
+        sync_started.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_connected = server.rss_kb();
+    let rss_anon_connected = status_kb(pid, "RssAnon").unwrap_or(0);
+
+    // 4. The same load with every subscriber streaming.
+    let cpu = CpuMeter::start(pid);
+    let sampler = RssSampler::start(pid);
+    let load = run_appends(&base, "load", opts, dur).await;
+    let load_rss = sampler.finish().await;
+    let load_cores = cpu.cores();
+    let rss_after_load = server.rss_kb();
+
+    // Let delivery catch up: stop when every subscriber has every event,
+    // when nothing moves for 5 s, or after 60 s.
+    let expected = load.ok;
+    let drain_started = Instant::now();
+    let mut last_seen = (shared.load_received.load(Ordering::Relaxed), Instant::now());
+    loop {
+        let got = shared.load_received.load(Ordering::Relaxed);
+        if got >= expected * synced as u64
+            || shared.finished.load(Ordering::Relaxed) >= n
+            || last_seen.1.elapsed() > Duration::from_secs(5)
+            || drain_started.elapsed() > Duration::from_secs(60)
+        {
+            break;
+        }
+        if got != last_seen.0 {
+            last_seen = (got, Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let drain_time = drain_started.elapsed();
+    let load_cpu = cpu.secs();
+    cancel.cancel();
+    let mut stats = Vec::with_capacity(n);
+    for s in subs {
+        stats.push(s.await.map_err(|e| format!("subscriber task: {e}"))?);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_disconnected = server.rss_kb();
+
+    // ---- report ----
+    println!();
+    println!(
+        "appends (target {} events/s for {} s):",
+        opts.rate, opts.secs
+    );
+    print_appends("no subscribers", &baseline, base_cores, base_rss);
+    print_appends(
+        &format!("{connected} subscribers"),
+        &load,
+        load_cores,
+        load_rss,
+    );
+
+    let mut lat: Vec<u32> = Vec::new();
+    let mut ts_hist = vec![0u64; TS_HIST_MS + 1];
+    let (mut complete, mut short, mut extra) = (0usize, 0usize, 0usize);
+    let (mut lost, mut dup_or_order, mut missing_ids, mut resyncs, mut reconnects) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut delivered, mut bytes, mut reads, mut comments) = (0u64, 0u64, 0u64, 0u64);
+    let mut worst_p99 = 0u32;
+    let mut errors: Vec<String> = Vec::new();
+    for s in &mut stats {
+        delivered += s.load_events;
+        bytes += s.bytes;
+        reads += s.reads;
+        comments += s.comments;
+        match s.load_events.cmp(&expected) {
+            std::cmp::Ordering::Equal => complete += 1,
+            std::cmp::Ordering::Less => {
+                short += 1;
+                lost += expected - s.load_events;
+            }
+            std::cmp::Ordering::Greater => extra += 1,
+        }
+        dup_or_order += s.order_violations;
+        missing_ids += s.missing_ids;
+        resyncs += s.resyncs;
+        reconnects += s.reconnects;
+        for (h, c) in ts_hist.iter_mut().zip(&s.ts_hist) {
+            *h += u64::from(*c);
+        }
+        s.lat_us.sort_unstable();
+        worst_p99 = worst_p99.max(pct(&s.lat_us, 99.0));
+        lat.extend_from_slice(&s.lat_us);
+        if let Some(e) = &s.error {
+            if errors.len() < 5 && !errors.contains(e) {
+                errors.push(e.clone());
+            }
+        }
+    }
+    lat.sort_unstable();
+    let p99 = pct(&lat, 99.0);
+
+    println!();
+    println!(
+        "delivery: {delivered} load events delivered ({expected} created x {connected} subscribers = {} expected) in {:.1} s + {:.2} s drain",
+        expected * connected as u64,
+        load.elapsed.as_secs_f64(),
+        drain_time.as_secs_f64()
+    );
+    println!(
+        "  throughput {:.0} deliveries/s, {:.1} MiB/s of SSE ({:.0} B per event on the wire), {:.1} events per read()",
+        delivered as f64 / (load.elapsed + drain_time).as_secs_f64(),
+        bytes as f64 / 1048576.0 / (load.elapsed + drain_time).as_secs_f64(),
+        bytes as f64 / delivered.max(1) as f64,
+        delivered as f64 / reads.max(1) as f64
+    );
+    if delivered > 0 {
+        // Server CPU for fan-out: all of it minus what the appends cost alone.
+        let per_append =
+            base_cores.server * baseline.elapsed.as_secs_f64() / baseline.ok.max(1) as f64;
+        let fanout = (load_cpu.server - per_append * load.ok as f64).max(0.0);
+        let per_delivery = fanout / delivered as f64;
+        println!(
+            "  CPU per delivery: server {:.2} µs (fan-out only; {:.0} µs per append alone), bench client {:.2} µs; \
+             {} events/s x {n} subscribers would need {:.1} server cores",
+            per_delivery * 1e6,
+            per_append * 1e6,
+            load_cpu.bench / delivered as f64 * 1e6,
+            opts.rate,
+            per_delivery * (opts.rate as f64 * n as f64) + per_append * opts.rate as f64
+        );
+    }
+    println!(
+        "  latency send -> receive: p50 {}  p90 {}  p99 {}  p99.9 {}  max {}   (worst subscriber p99 {})",
+        ms(pct(&lat, 50.0)),
+        ms(pct(&lat, 90.0)),
+        ms(p99),
+        ms(pct(&lat, 99.9)),
+        ms(lat.last().copied().unwrap_or(0)),
+        ms(worst_p99)
+    );
+    println!(
+        "  latency server ts (ms, stamped before the write is queued) -> receive: p50 {}  p99 {}  max {}",
+        hist_pct(&ts_hist, 50.0),
+        hist_pct(&ts_hist, 99.0),
+        hist_pct(&ts_hist, 100.0)
+    );
+    println!(
+        "  exactly-once: {complete}/{n} subscribers complete, {short} short ({lost} events lost), {extra} with extra events, {dup_or_order} duplicate/out-of-order ids, {missing_ids} without id",
+    );
+    println!(
+        "  resync frames {resyncs}, reconnects {reconnects}, keep-alive comments {comments}, failed appends during load {}",
+        load.failed
+    );
+    for e in &errors {
+        println!("  subscriber error: {e}");
+    }
+
+    let per_sub = |with: u64, without: u64| -> f64 {
+        (with as f64 - without as f64) / connected.max(1) as f64
+    };
+    let kb_idle = per_sub(rss_connected, rss_before);
+    let kb_load = per_sub(load_rss.0, base_rss.0);
+    println!();
+    println!("server memory (VmRSS):");
+    println!(
+        "  after warm-up, idle                 {}",
+        mib(rss_idle_start)
+    );
+    println!(
+        "  baseline load, no subscribers       mean {} / max {}",
+        mib(base_rss.0),
+        mib(base_rss.1)
+    );
+    println!("  idle before subscribers connect     {}", mib(rss_before));
+    println!(
+        "  {connected} subscribers connected, idle  {} (RssAnon {})",
+        mib(rss_connected),
+        mib(rss_anon_connected)
+    );
+    println!(
+        "  load with subscribers               mean {} / max {}, right after load {}",
+        mib(load_rss.0),
+        mib(load_rss.1),
+        mib(rss_after_load)
+    );
+    println!(
+        "  1 s after subscribers disconnected  {}",
+        mib(rss_disconnected)
+    );
+    println!(
+        "  per subscriber: idle {kb_idle:.1} KB  (connected - before) / {connected}; under load {kb_load:.1} KB  (mean with - mean without) / {connected}; peak {:.1} KB",
+        per_sub(load_rss.1, base_rss.1)
+    );
+
+    let lat_ok = p99 < 50_000 && !lat.is_empty();
+    let mem_ok = kb_idle.max(kb_load) < 20.0;
+    let exact_ok = complete == n && dup_or_order == 0 && missing_ids == 0;
+    println!();
+    println!(
+        "goals: p99 delivery < 50 ms: {} ({}); memory < 20 KB/subscriber: {} ({:.1} KB); \
+         every event exactly once, in order: {}; no resync: {} ({resyncs})",
+        verdict(lat_ok),
+        ms(p99),
+        verdict(mem_ok),
+        kb_idle.max(kb_load),
+        verdict(exact_ok),
+        verdict(resyncs == 0)
+    );
+    Ok(lat_ok && mem_ok && exact_ok && resyncs == 0)
+}
+
+fn main() {
+    let opts = Opts::from_env();
+    let nofile = raise_nofile(opts.subscribers as libc::rlim_t * 2 + 1024);
+    let Some(bin) = server_binary() else {
+        eprintln!(
+            "sse bench: the release binary is missing next to {}.\n\
+             Build it first with the same target directory, e.g.\n    \
+             CARGO_TARGET_DIR=<same dir> cargo build --release\n\
+             then run\n    CARGO_TARGET_DIR=<same dir> cargo bench -p shepherd --bench sse",
+            std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        );
+        std::process::exit(2);
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("== SSE fan-out benchmark ==");
+    println!(
+        "binary {}; {} subscribers, {} events/s for {} s per phase, {} append clients; {cpus} CPUs shared by server and bench; open-files limit {nofile}",
+        bin.display(),
+        opts.subscribers,
+        opts.rate,
+        opts.secs,
+        opts.appenders
+    );
+    let mut server = Server::spawn(&bin, &opts);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("bench runtime");
+    let result = rt.block_on(bench(&mut server, &opts));
+    drop(rt);
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    let stopped = server.stop();
+    println!("server {stopped}");
+    let lines: Vec<&str> = log.lines().collect();
+    if !lines.is_empty() {
+        println!("server log: {} line(s); last ones:", lines.len());
+        for l in lines.iter().rev().take(5).rev() {
+            println!("  {l}");
+        }
+    }
+    drop(server);
+    match result {
+        Ok(true) => println!("all goals met"),
+        Ok(false) => println!("some goals missed (see above)"),
+        Err(e) => {
+            eprintln!("sse bench failed: {e}");
+            std::process::exit(1);
+        }
+    }
+}
