@@ -719,11 +719,19 @@ impl Store {
         read_op!(self, |db| async move {
             let rows = db
                 .query(
-                    "SELECT worker_id, MAX(ts) FROM events WHERE worker_id IS NOT NULL GROUP BY worker_id",
+                    // One index probe per worker (events_worker), not a scan of the log.
+                    "SELECT w.id, (SELECT e.ts FROM events e WHERE e.worker_id = w.id ORDER BY e.seq DESC LIMIT 1) \
+                     FROM workers w",
                     params![],
                 )
                 .await?;
-            rows.iter().map(|r| Ok((r.string(0)?, r.i64(1)?))).collect()
+            rows.iter()
+                .filter_map(|r| match (r.string(0), r.opt_i64(1)) {
+                    (Ok(id), Ok(Some(ts))) => Some(Ok((id, ts))),
+                    (Err(e), _) | (_, Err(e)) => Some(Err(e)),
+                    _ => None,
+                })
+                .collect()
         })
     }
 
