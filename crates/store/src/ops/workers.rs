@@ -147,50 +147,32 @@ pub async fn register<D: Db>(
     } else {
         reg.metadata.to_string()
     };
-    match &existing {
-        Some(_) => {
-            db.defer(
-                "UPDATE workers SET agent_id = $2, worker_type = $3, name = $4, project_path = $5, session_id = $6, \
-                 terminal_id = $7, capabilities = $8, max_concurrent = $9, status = 'active', token_hash = $10, \
-                 metadata = $11, last_heartbeat_at = $12, closed_at = NULL WHERE id = $1",
-                params![
-                    &worker_id,
-                    &reg.agent_id,
-                    &reg.worker_type,
-                    &reg.name,
-                    &reg.project_path,
-                    &reg.session_id,
-                    &reg.terminal_id,
-                    caps,
-                    reg.max_concurrent,
-                    hash_token(&token),
-                    meta,
-                    now
-                ],
-            );
-        }
-        None => {
-            db.defer(
-                "INSERT INTO workers (id, agent_id, worker_type, name, project_path, session_id, terminal_id, \
-                 capabilities, max_concurrent, status, token_hash, metadata, registered_at, last_heartbeat_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'active', $10, $11, $12, $12)",
-                params![
-                    &worker_id,
-                    &reg.agent_id,
-                    &reg.worker_type,
-                    &reg.name,
-                    &reg.project_path,
-                    &reg.session_id,
-                    &reg.terminal_id,
-                    caps,
-                    reg.max_concurrent,
-                    hash_token(&token),
-                    meta,
-                    now
-                ],
-            );
-        }
-    }
+    // A worker that registers again keeps its id and its registration time;
+    // everything it says about itself, and its token, are replaced.
+    db.defer(
+        "INSERT INTO workers (id, agent_id, worker_type, name, project_path, session_id, terminal_id, \
+         capabilities, max_concurrent, status, token_hash, metadata, registered_at, last_heartbeat_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'active', $10, $11, $12, $12) \
+         ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, worker_type = excluded.worker_type, \
+         name = excluded.name, project_path = excluded.project_path, session_id = excluded.session_id, \
+         terminal_id = excluded.terminal_id, capabilities = excluded.capabilities, \
+         max_concurrent = excluded.max_concurrent, status = 'active', token_hash = excluded.token_hash, \
+         metadata = excluded.metadata, last_heartbeat_at = excluded.last_heartbeat_at, closed_at = NULL",
+        params![
+            &worker_id,
+            &reg.agent_id,
+            &reg.worker_type,
+            &reg.name,
+            &reg.project_path,
+            &reg.session_id,
+            &reg.terminal_id,
+            caps,
+            reg.max_concurrent,
+            hash_token(&token),
+            meta,
+            now
+        ],
+    );
     let worker = require(db, &worker_id).await?;
     emit(
         db,
