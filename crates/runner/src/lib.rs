@@ -30,7 +30,7 @@ use tokio_util::task::TaskTracker;
 pub use agent::AgentConfig;
 use client::{enc, follow_sse, CallError, Connector};
 use execution::{execute, Assignment, RunContext};
-use process::GroupRecords;
+use process::{GroupRecords, WorkerRecords};
 
 /// How a runner is set up.
 #[derive(Debug, Clone)]
@@ -93,6 +93,24 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         );
     }
     let operator = Connector::new(&config.server, config.token.clone());
+    // Workers a previous runner registered from this data directory lost
+    // their processes with it: release their claims now rather than after
+    // the heartbeat timeout, so their tasks go straight back to the queue.
+    let registry = WorkerRecords::new(&config.data_dir)
+        .map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
+    for old in registry.take_all() {
+        let body = json!({ "worker_id": old, "reason": "its runner stopped without deregistering; its processes were ended" });
+        match operator
+            .post("/api/v1/worker/orchestrator/deregister", body)
+            .await
+        {
+            Ok(_) => tracing::warn!(
+                worker_id = old,
+                "deregistered a worker left by a previous runner; its tasks are back in the queue"
+            ),
+            Err(e) => tracing::debug!(worker_id = old, error = %e, "previous worker already gone"),
+        }
+    }
     let tracker = TaskTracker::new();
     let cancels: Cancels = Arc::default();
     let wake = Arc::new(Notify::new());
@@ -101,6 +119,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     for (name, agent) in &config.agents {
         let worker_id = format!("{name}@{instance}");
         let token = register(&operator, &worker_id, name, agent, &shutdown).await?;
+        registry.record(&worker_id);
         tracing::info!(
             worker_id,
             agent = name,
@@ -148,13 +167,16 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     tracing::info!("runner stopping: ending agent processes");
     tracker.wait().await;
     for (worker_id, ctx) in workers {
-        let _ = ctx
+        let done = ctx
             .connector
             .post(
                 "/api/v1/worker/orchestrator/deregister",
                 json!({ "worker_id": worker_id, "reason": "runner stopped" }),
             )
             .await;
+        if done.is_ok() {
+            registry.forget(&worker_id);
+        }
     }
     Ok(())
 }

@@ -83,3 +83,41 @@ impl GroupRecords {
         killed
     }
 }
+
+/// The worker ids this runner registered, so that the next runner started
+/// from the same data directory can release what a dead one held.
+#[derive(Debug, Clone)]
+pub struct WorkerRecords {
+    dir: PathBuf,
+}
+
+impl WorkerRecords {
+    pub fn new(data_dir: &Path) -> std::io::Result<WorkerRecords> {
+        let dir = data_dir.join("runner").join("workers");
+        std::fs::create_dir_all(&dir)?;
+        Ok(WorkerRecords { dir })
+    }
+
+    pub fn record(&self, worker_id: &str) {
+        if let Err(e) = std::fs::write(self.dir.join(worker_id), b"") {
+            tracing::warn!(error = %e, worker_id, "cannot record the worker");
+        }
+    }
+
+    pub fn forget(&self, worker_id: &str) {
+        let _ = std::fs::remove_file(self.dir.join(worker_id));
+    }
+
+    /// Every recorded worker id, forgetting them.
+    pub fn take_all(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut ids = Vec::new();
+        for entry in entries.flatten() {
+            ids.push(entry.file_name().to_string_lossy().into_owned());
+            let _ = std::fs::remove_file(entry.path());
+        }
+        ids
+    }
+}

@@ -262,7 +262,9 @@ fn spawn_runner(env: &Env, server: &str, data: &std::path::Path) -> Proc {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_killed_leaves_no_orphan_and_another_finishes_the_task() {
     let mut env = Env::new(Kind::Sqlite);
-    env.set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "2")
+    // A heartbeat timeout far longer than the test: only the next runner
+    // releasing what the dead one held can put the task back in time.
+    env.set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "120")
         .set("SHEPHERD_SWEEP_INTERVAL_SECS", "1");
     let marker = env.dir.join("first-attempt");
     let pids = env.dir.join("pids");
@@ -323,6 +325,14 @@ async fn a_runner_killed_leaves_no_orphan_and_another_finishes_the_task() {
         statuses,
         vec!["done", "failed"],
         "newest first: the retry finished, the lost run failed"
+    );
+    let lost = &runs["runs"].as_array().unwrap()[1];
+    assert!(
+        lost["result"]
+            .as_str()
+            .unwrap_or("")
+            .contains("deregistered"),
+        "released by the next runner, not by a lease timeout: {lost}"
     );
     server.stop().await;
 }
