@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use shepherd_core::event::{Event, EventFilter};
 use shepherd_core::Error;
-use tokio::sync::{broadcast, mpsc, watch, Notify};
+use tokio::sync::{broadcast, mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::Store;
@@ -27,19 +27,13 @@ pub const BROADCAST_CAPACITY: usize = 4096;
 
 pub(crate) struct Hub {
     pub(crate) tx: broadcast::Sender<Arc<Event>>,
-    pub(crate) published: watch::Sender<i64>,
     pub(crate) wake: Arc<Notify>,
 }
 
 impl Hub {
     pub(crate) fn new(wake: Arc<Notify>) -> Self {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
-        let (published, _) = watch::channel(0);
-        Hub {
-            tx,
-            published,
-            wake,
-        }
+        Hub { tx, wake }
     }
 }
 
@@ -61,7 +55,6 @@ pub(crate) async fn pump(
             0
         }
     };
-    hub.published.send_replace(last);
     let mut direct_open = true;
     loop {
         let batch = tokio::select! {
@@ -85,7 +78,6 @@ pub(crate) async fn pump(
                     last = e.seq;
                     let _ = hub.tx.send(Arc::new(e));
                 }
-                hub.published.send_replace(last);
                 continue;
             }
             if batch.last().is_some_and(|e| e.seq <= last) {
@@ -107,7 +99,6 @@ async fn catch_up(store: &Store, hub: &Hub, mut last: i64) -> i64 {
                     last = e.seq;
                     let _ = hub.tx.send(Arc::new(e));
                 }
-                hub.published.send_replace(last);
                 if n < 1000 {
                     return last;
                 }
@@ -140,7 +131,6 @@ pub struct Tail {
     /// the backlog is delivered (events in between did not match the filter).
     scanned_to: i64,
     backfilling: bool,
-    lagged: u64,
 }
 
 impl Tail {
@@ -156,18 +146,12 @@ impl Tail {
             backlog: Default::default(),
             scanned_to: cursor,
             backfilling: true,
-            lagged: 0,
         }
     }
 
     /// The cursor: everything at or below it has been delivered or skipped.
     pub fn cursor(&self) -> i64 {
         self.cursor
-    }
-
-    /// How many times the reader fell behind the live ring and re-read the log.
-    pub fn lag_count(&self) -> u64 {
-        self.lagged
     }
 
     /// True while the reader is still reading stored events rather than live ones.
@@ -212,7 +196,6 @@ impl Tail {
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     // The ring moved past us; the log has everything.
                     self.backfilling = true;
-                    self.lagged += 1;
                 }
                 Err(broadcast::error::RecvError::Closed) => {
                     return Err(Error::unavailable(

@@ -349,11 +349,6 @@ impl Store {
         Tail::new(self.clone(), cursor, filter)
     }
 
-    /// The last sequence number the pump has published on this node.
-    pub fn published(&self) -> i64 {
-        *self.inner.hub.published.borrow()
-    }
-
     /// Deletes events older than `cutoff`, in chunks so writers never wait long.
     pub async fn prune_events(&self, cutoff: Millis) -> Result<u64, Error> {
         let mut total = 0;
