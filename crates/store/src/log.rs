@@ -17,6 +17,21 @@ const COLUMNS: &str =
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, \
     channel_id, conversation_id, session_id, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
+/// `INSERT` of `n` events in one statement (placeholders `$1…$(10n)`).
+pub(crate) fn insert_events_sql(n: usize) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|i| {
+            let p: Vec<String> = (1..=10).map(|k| format!("${}", i * 10 + k)).collect();
+            format!("({})", p.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data) \
+         VALUES {}",
+        rows.join(", ")
+    )
+}
+
 pub(crate) fn event_params(now: Millis, e: &NewEvent) -> Vec<Value> {
     let r = &e.refs;
     params![

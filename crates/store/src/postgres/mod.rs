@@ -188,6 +188,10 @@ pub struct PgDb {
     pending: Vec<Pending>,
     barrier: bool,
     failed: Option<Error>,
+    /// Deferred events, written together as one multi-row INSERT (in the
+    /// order they were emitted, which is the order of their `seq`) before
+    /// the unit's next statement that waits for an answer.
+    events: Vec<Vec<Value>>,
 }
 
 async fn prepare(
@@ -218,6 +222,7 @@ impl PgDb {
             pending: Vec::new(),
             barrier: false,
             failed: None,
+            events: Vec::new(),
         }
     }
 
@@ -226,9 +231,20 @@ impl PgDb {
         settle(std::mem::take(&mut self.pending), self.failed.take()).await
     }
 
+    /// Sends the buffered events as one statement (pipelined).
+    fn send_events(&mut self) {
+        if self.events.is_empty() {
+            return;
+        }
+        let rows = std::mem::take(&mut self.events);
+        let sql = crate::log::insert_events_sql(rows.len());
+        self.defer(&sql, rows.into_iter().flatten().collect());
+    }
+
     /// Before a statement whose answer is needed now: anything queued behind
     /// a barrier must go first, and an earlier failure ends the unit.
     async fn ready(&mut self) -> Result<(), Error> {
+        self.send_events();
         if self.barrier || self.failed.is_some() {
             self.settle().await?;
         }
@@ -322,7 +338,18 @@ impl Db for PgDb {
     }
 
     async fn flush(&mut self) -> Result<(), Error> {
+        self.send_events();
         self.settle().await
+    }
+
+    fn defer_event(
+        &mut self,
+        now: shepherd_core::time::Millis,
+        e: &shepherd_core::event::NewEvent,
+    ) {
+        if self.failed.is_none() {
+            self.events.push(crate::log::event_params(now, e));
+        }
     }
 
     fn dialect(&self) -> Dialect {
