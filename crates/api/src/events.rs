@@ -23,14 +23,13 @@ use axum::http::{header, HeaderMap, HeaderName};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use futures::stream::StreamExt;
+use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use shepherd_core::event::{kind, Event, EventFilter};
 use shepherd_core::Error;
 use shepherd_store::{Tail, TailItem};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use utoipa::IntoParams;
 
@@ -144,20 +143,20 @@ impl Default for FrameCache {
 }
 
 impl FrameCache {
-    fn render(&self, e: &Event) -> Bytes {
+    /// Appends the event's frame to `out`, rendering it only if no other
+    /// subscriber has yet. The copy happens under the slot's lock, so a
+    /// cache hit costs no reference-count traffic on shared memory.
+    fn write(&self, e: &Event, out: &mut BytesMut) {
         let slot = &self.slots[(e.seq as usize) % self.slots.len()];
-        if let Ok(guard) = slot.lock() {
-            if let Some((seq, bytes)) = guard.as_ref() {
-                if *seq == e.seq {
-                    return bytes.clone();
-                }
+        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+        match guard.as_ref() {
+            Some((seq, bytes)) if *seq == e.seq => out.extend_from_slice(bytes),
+            _ => {
+                let bytes = frame(Some(e.seq), surface_name(e), &event_json(e).to_string());
+                out.extend_from_slice(&bytes);
+                *guard = Some((e.seq, bytes));
             }
         }
-        let bytes = frame(Some(e.seq), surface_name(e), &event_json(e).to_string());
-        if let Ok(mut guard) = slot.lock() {
-            *guard = Some((e.seq, bytes.clone()));
-        }
-        bytes
     }
 }
 
@@ -199,61 +198,100 @@ pub async fn start_cursor(
     }
 }
 
-/// Feeds one client's bounded buffer from a tail. History the client asked
-/// for is paced by the client (a full buffer waits); once the stream has
-/// been live, a full buffer means the client cannot keep up: it gets a
-/// `resync` notice after what it already has, and the stream ends, so no
-/// client can hold memory or slow anyone else. A comment line keeps idle
-/// connections open through proxies.
-async fn produce(
-    mut tail: Tail,
-    tx: mpsc::Sender<Bytes>,
+/// A chunk is cut once it holds this many bytes of frames.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// One client's stream: pulls frames from its tail whenever the connection
+/// can take more. There is no queue per client: the node's broadcast ring is
+/// the one bounded buffer, and a client that falls out of it after having
+/// been live is too slow for the live feed: it gets a `resync` notice after
+/// what it already has, and the stream ends, so no client can hold memory or
+/// slow anyone else. History the client asked for is paced by the client.
+struct Feed {
+    tail: Tail,
     frames: Arc<FrameCache>,
     keepalive: Duration,
+    /// A busy stream writes at most once per this interval (see `next_chunk`).
+    coalesce: Duration,
+    last_write: Option<Instant>,
     shutdown: CancellationToken,
-) {
-    let mut has_been_live = false;
-    loop {
-        let item = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tx.closed() => return,
-            item = tokio::time::timeout(keepalive, tail.next()) => item,
+    ended: bool,
+}
+
+impl Feed {
+    /// The next piece of the body: one or more frames, or a keep-alive
+    /// comment; `None` ends the stream.
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.ended {
+            return None;
+        }
+        let first = tokio::select! {
+            _ = self.shutdown.cancelled() => return None,
+            item = tokio::time::timeout(self.keepalive, self.tail.next()) => item,
         };
-        has_been_live |= !tail.is_backfilling();
-        let bytes = match item {
-            Err(_) => Bytes::from_static(b": keep-alive\n\n"),
-            Ok(Ok(TailItem::Event(e))) => frames.render(&e),
-            Ok(Ok(TailItem::Expired)) => resync(
-                "cursor_expired",
-                tail.cursor(),
-                "events before this cursor were removed by retention; reload state, then continue",
-            ),
+        let first = match first {
+            Err(_) => return Some(Bytes::from_static(b": keep-alive\n\n")),
+            Ok(Ok(item)) => item,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "event stream ended");
-                return;
+                return None;
             }
         };
-        if !has_been_live {
-            if tx.send(bytes).await.is_err() {
-                return;
+        // A live stream that wrote a moment ago waits out the rest of the
+        // interval, so that one write carries every event committed
+        // meanwhile: a thousand subscribers then cost a thousand writes per
+        // interval rather than one per event each. A quiet stream writes at once.
+        if let Some(at) = self.last_write {
+            let due = at + self.coalesce;
+            if !self.tail.is_backfilling() && due > Instant::now() {
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep_until(due) => {}
+                }
             }
-            continue;
         }
-        match tx.try_send(bytes) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Closed(_)) => return,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                // The frame that did not fit is not sent: the client's cursor
-                // stays at the last frame it will receive, and it resumes there.
-                let notice = resync(
+        let mut out = BytesMut::new();
+        let mut item = Some(Ok(first));
+        while let Some(next) = item.take() {
+            match next {
+                Ok(next) => {
+                    let more = self.push(next, &mut out);
+                    if !more || out.len() >= CHUNK_BYTES {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "event stream ended");
+                    self.ended = true;
+                    break;
+                }
+            }
+            item = self.tail.try_next();
+        }
+        self.last_write = Some(Instant::now());
+        Some(out.freeze())
+    }
+
+    /// Appends one item's frame; false once the stream must end after it.
+    fn push(&mut self, item: TailItem, out: &mut BytesMut) -> bool {
+        match item {
+            TailItem::Event(e) => self.frames.write(&e, out),
+            TailItem::Expired => out.extend_from_slice(&resync(
+                "cursor_expired",
+                self.tail.cursor(),
+                "events before this cursor were removed by retention; reload state, then continue",
+            )),
+            TailItem::FellBehind => {
+                out.extend_from_slice(&resync(
                     "slow_consumer",
-                    tail.cursor() - 1,
+                    self.tail.cursor(),
                     "this client fell behind the live stream; reconnect with Last-Event-ID to resume",
-                );
-                let _ = tokio::time::timeout(Duration::from_secs(60), tx.send(notice)).await;
-                return;
+                ));
+                self.ended = true;
+                return false;
             }
         }
+        true
     }
 }
 
@@ -268,16 +306,20 @@ pub async fn events(
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> ApiResult<Response> {
     let cursor = start_cursor(&state, &headers, q.after.as_deref()).await?;
-    let tail = state.store.tail(cursor, q.filter());
-    let (tx, rx) = mpsc::channel(state.settings.sse_buffer.max(1));
-    tokio::spawn(produce(
-        tail,
-        tx,
-        state.frames.clone(),
-        state.settings.sse_keepalive,
-        state.shutdown.clone(),
-    ));
-    let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<_, Infallible>));
+    let feed = Feed {
+        tail: state.store.tail(cursor, q.filter()).stop_when_behind(),
+        frames: state.frames.clone(),
+        keepalive: state.settings.sse_keepalive,
+        coalesce: state.settings.sse_coalesce,
+        last_write: None,
+        shutdown: state.shutdown.clone(),
+        ended: false,
+    };
+    let chunks = futures::stream::unfold(feed, |mut feed| async move {
+        let chunk = feed.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), feed))
+    });
+    let body = Body::from_stream(chunks);
     Ok((
         [
             (header::CONTENT_TYPE, "text/event-stream"),

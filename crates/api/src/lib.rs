@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue};
+use axum::serve::ListenerExt;
 use axum::Router;
 use shepherd_store::Store;
 use tokio::net::TcpListener;
@@ -41,8 +42,9 @@ pub struct Settings {
     pub claim_ttl: Duration,
     pub cancel_grace: Duration,
     pub sse_keepalive: Duration,
-    /// Events buffered for one SSE client before it is told to resync.
-    pub sse_buffer: usize,
+    /// A busy SSE stream writes at most once per this interval, carrying
+    /// every event of the interval in one write.
+    pub sse_coalesce: Duration,
 }
 
 impl Default for Settings {
@@ -54,7 +56,7 @@ impl Default for Settings {
             claim_ttl: Duration::from_secs(3600),
             cancel_grace: Duration::from_secs(30),
             sse_keepalive: Duration::from_secs(15),
-            sse_buffer: 512,
+            sse_coalesce: Duration::from_millis(25),
         }
     }
 }
@@ -152,6 +154,13 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let token = state.shutdown.clone();
     let app = router(state);
+    // Event streams write small frames that must leave at once, not wait for
+    // the peer's delayed ACK (Nagle), so every connection sets TCP_NODELAY.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     // A shared make-service: each connection clones a pointer, not the router.
     axum::serve(listener, app.into_make_service())
         .with_graceful_shutdown(async move {

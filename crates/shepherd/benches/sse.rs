@@ -654,8 +654,22 @@ impl Dechunk {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
+
+/// Searchers built once: the client's parsing runs on the same two cores as
+/// the server, so it must stay cheap next to what it measures.
+struct Finders {
+    frame_end: memchr::memmem::Finder<'static>,
+    title: memchr::memmem::Finder<'static>,
+    ts: memchr::memmem::Finder<'static>,
+}
+
+static FINDERS: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| Finders {
+    frame_end: memchr::memmem::Finder::new(b"\n\n"),
+    title: memchr::memmem::Finder::new(TITLE_MARK),
+    ts: memchr::memmem::Finder::new(b"\"ts\":\""),
+});
 
 fn parse_u64(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 19 {
@@ -668,7 +682,7 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 
 /// Milliseconds into the UTC day of an RFC 3339 `...THH:MM:SS.mmmZ` value.
 fn ms_of_day(ts: &[u8]) -> Option<u64> {
-    let t = find(ts, b"T")?;
+    let t = memchr::memchr(b'T', ts)?;
     let f = ts.get(t + 1..t + 13)?; // HH:MM:SS.mmm
     let num = |r: std::ops::Range<usize>| parse_u64(&f[r]);
     Some(((num(0..2)? * 60 + num(3..5)?) * 60 + num(6..8)?) * 1000 + num(9..12)?)
@@ -679,13 +693,17 @@ impl SubStats {
     fn on_frame(&mut self, frame: &[u8], recv_us: u64, synced: &mut bool) -> u64 {
         let (mut id, mut event, mut data): (Option<i64>, &[u8], &[u8]) = (None, b"", b"");
         let mut fields = 0;
-        for line in frame.split(|b| *b == b'\n') {
+        let mut start = 0;
+        let ends = memchr::memchr_iter(b'\n', frame).chain(std::iter::once(frame.len()));
+        for end in ends {
+            let line = &frame[start..end];
+            start = end + 1;
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             if line.is_empty() || line[0] == b':' {
                 continue;
             }
             fields += 1;
-            let (name, value) = match line.iter().position(|b| *b == b':') {
+            let (name, value) = match memchr::memchr(b':', line) {
                 Some(i) => {
                     let v = &line[i + 1..];
                     (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
@@ -723,7 +741,7 @@ impl SubStats {
             None => self.missing_ids += 1,
         }
         // data: {..."title":"sse-bench <phase> <n> <send µs>"...}
-        let Some(at) = find(data, TITLE_MARK) else {
+        let Some(at) = FINDERS.title.find(data) else {
             self.other_events += 1;
             return 0;
         };
@@ -739,7 +757,9 @@ impl SubStats {
                     self.lat_us
                         .push(recv_us.saturating_sub(sent).min(u32::MAX as u64) as u32);
                 }
-                if let Some(stamped) = find(data, b"\"ts\":\"")
+                if let Some(stamped) = FINDERS
+                    .ts
+                    .find(data)
                     .and_then(|i| data.get(i + 6..))
                     .and_then(ms_of_day)
                 {
@@ -852,7 +872,7 @@ impl FrameReader {
     ) -> Result<bool, String> {
         let finished = self.dechunk.feed(input, &mut self.body)?;
         let (mut start, mut load) = (0, 0);
-        while let Some(p) = find(&self.body[self.scanned..], b"\n\n") {
+        while let Some(p) = FINDERS.frame_end.find(&self.body[self.scanned..]) {
             let end = self.scanned + p;
             let was_synced = *synced;
             load += st.on_frame(&self.body[start..end], recv_us, synced);

@@ -8,10 +8,12 @@
 //! [`Tail`] turns "events after cursor C" plus the broadcast into one
 //! gap-free, duplicate-free stream: it subscribes first, backfills from the
 //! database up to the head it read, then takes live events, dropping any at
-//! or below its cursor. If it falls too far behind the broadcast it reports
-//! [`TailItem::Lagged`] and the caller decides (backfill again, or tell its
-//! client to resync).
+//! or below its cursor. If it falls behind the broadcast ring it backfills
+//! from the log again, or, when asked to ([`Tail::stop_when_behind`]),
+//! reports [`TailItem::FellBehind`] so that the caller can tell its client to
+//! resync: the ring is the one bounded buffer every live reader shares.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,12 +30,18 @@ pub const BROADCAST_CAPACITY: usize = 4096;
 pub(crate) struct Hub {
     pub(crate) tx: broadcast::Sender<Arc<Event>>,
     pub(crate) wake: Arc<Notify>,
+    /// The last `seq` the pump broadcast.
+    pub(crate) published: AtomicI64,
 }
 
 impl Hub {
     pub(crate) fn new(wake: Arc<Notify>) -> Self {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
-        Hub { tx, wake }
+        Hub {
+            tx,
+            wake,
+            published: AtomicI64::new(0),
+        }
     }
 }
 
@@ -55,6 +63,7 @@ pub(crate) async fn pump(
             0
         }
     };
+    hub.published.store(last, Ordering::Release);
     let mut direct_open = true;
     loop {
         let batch = tokio::select! {
@@ -78,6 +87,7 @@ pub(crate) async fn pump(
                     last = e.seq;
                     let _ = hub.tx.send(Arc::new(e));
                 }
+                hub.published.store(last, Ordering::Release);
                 continue;
             }
             if batch.last().is_some_and(|e| e.seq <= last) {
@@ -86,6 +96,7 @@ pub(crate) async fn pump(
             // A gap (another process wrote in between): read it from the log.
         }
         last = catch_up(&store, hub, last).await;
+        hub.published.store(last, Ordering::Release);
     }
 }
 
@@ -118,6 +129,10 @@ pub enum TailItem {
     Event(Arc<Event>),
     /// The cursor is older than what retention kept: events were removed.
     Expired,
+    /// The reader was live and then fell more than the broadcast ring behind
+    /// the log (only with [`Tail::stop_when_behind`]). The cursor is the last
+    /// event delivered; reading on backfills from there.
+    FellBehind,
 }
 
 /// A gap-free, duplicate-free reader of the log from a cursor onwards.
@@ -131,6 +146,10 @@ pub struct Tail {
     /// the backlog is delivered (events in between did not match the filter).
     scanned_to: i64,
     backfilling: bool,
+    /// Whether the live feed has delivered since the last backfill: a lag
+    /// then means this reader is slow, not that its backfill took long.
+    kept_up: bool,
+    stop_when_behind: bool,
 }
 
 impl Tail {
@@ -146,7 +165,16 @@ impl Tail {
             backlog: Default::default(),
             scanned_to: cursor,
             backfilling: true,
+            kept_up: false,
+            stop_when_behind: false,
         }
+    }
+
+    /// Reports [`TailItem::FellBehind`] instead of quietly backfilling when a
+    /// reader that was keeping up with the live feed falls behind it.
+    pub fn stop_when_behind(mut self) -> Self {
+        self.stop_when_behind = true;
+        self
     }
 
     /// The cursor: everything at or below it has been delivered or skipped.
@@ -162,48 +190,110 @@ impl Tail {
     /// The next matching event, waiting for one if necessary.
     pub async fn next(&mut self) -> Result<TailItem, Error> {
         loop {
-            if let Some(e) = self.backlog.pop_front() {
-                self.cursor = e.seq;
+            if let Some(e) = self.pop_backlog() {
                 return Ok(TailItem::Event(Arc::new(e)));
             }
             self.cursor = self.cursor.max(self.scanned_to);
             if self.backfilling {
-                let page = self
-                    .store
-                    .read_events(self.cursor, &self.filter, 500)
-                    .await?;
-                if page.cursor_expired {
-                    // Continue from where retention starts; the caller must reload state.
-                    self.cursor = self.store.pruned_through().await?;
-                    self.scanned_to = self.cursor;
-                    return Ok(TailItem::Expired);
+                // Boxed: a database read's state is large, and the thousands
+                // of readers that wait live should not each carry it.
+                if let Some(item) = Box::pin(self.read_page()).await? {
+                    return Ok(item);
                 }
-                self.backlog.extend(page.events);
-                self.scanned_to = page.next_cursor;
-                self.backfilling = page.next_cursor < page.head;
                 continue;
             }
-            match self.rx.recv().await {
-                Ok(e) => {
-                    if e.seq <= self.cursor {
-                        continue;
-                    }
-                    self.cursor = e.seq;
-                    if self.filter.matches(&e) {
-                        return Ok(TailItem::Event(e));
-                    }
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    // The ring moved past us; the log has everything.
-                    self.backfilling = true;
-                }
-                Err(broadcast::error::RecvError::Closed) => {
-                    return Err(Error::unavailable(
-                        "shutting_down",
-                        "the server is shutting down",
-                    ));
-                }
+            let received = self.rx.recv().await;
+            if let Some(item) = self.take_live(received)? {
+                return Ok(item);
             }
+        }
+    }
+
+    /// The next matching event if one is at hand without waiting: from the
+    /// backlog or the live feed, never from the database. `None` means "call
+    /// [`Tail::next`]".
+    pub fn try_next(&mut self) -> Option<Result<TailItem, Error>> {
+        loop {
+            if let Some(e) = self.pop_backlog() {
+                return Some(Ok(TailItem::Event(Arc::new(e))));
+            }
+            self.cursor = self.cursor.max(self.scanned_to);
+            if self.backfilling {
+                return None;
+            }
+            let received = match self.rx.try_recv() {
+                Ok(e) => Ok(e),
+                Err(broadcast::error::TryRecvError::Empty) => return None,
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    Err(broadcast::error::RecvError::Lagged(n))
+                }
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    Err(broadcast::error::RecvError::Closed)
+                }
+            };
+            match self.take_live(received) {
+                Ok(Some(item)) => return Some(Ok(item)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// Takes the next backfilled event, releasing the backlog's memory
+    /// once the reader has caught up.
+    fn pop_backlog(&mut self) -> Option<Event> {
+        let e = self.backlog.pop_front()?;
+        self.cursor = e.seq;
+        if self.backlog.is_empty() && !self.backfilling {
+            self.backlog = Default::default();
+        }
+        Some(e)
+    }
+
+    /// Reads the next page of history into the backlog; `Some` only when
+    /// the cursor turned out to be older than retention.
+    async fn read_page(&mut self) -> Result<Option<TailItem>, Error> {
+        let page = self
+            .store
+            .read_events(self.cursor, &self.filter, 500)
+            .await?;
+        if page.cursor_expired {
+            // Continue from where retention starts; the caller must reload state.
+            self.cursor = self.store.pruned_through().await?;
+            self.scanned_to = self.cursor;
+            return Ok(Some(TailItem::Expired));
+        }
+        self.backlog.extend(page.events);
+        self.scanned_to = page.next_cursor;
+        self.backfilling = page.next_cursor < page.head;
+        Ok(None)
+    }
+
+    /// One receive from the broadcast: a matching event, or `None` for one
+    /// already delivered, filtered out, or a lag turned into a backfill.
+    fn take_live(
+        &mut self,
+        received: Result<Arc<Event>, broadcast::error::RecvError>,
+    ) -> Result<Option<TailItem>, Error> {
+        match received {
+            Ok(e) => {
+                self.kept_up = true;
+                if e.seq <= self.cursor {
+                    return Ok(None);
+                }
+                self.cursor = e.seq;
+                Ok(self.filter.matches(&e).then_some(TailItem::Event(e)))
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                // The ring moved past us; the log has everything.
+                self.backfilling = true;
+                let was_live = std::mem::take(&mut self.kept_up);
+                Ok((was_live && self.stop_when_behind).then_some(TailItem::FellBehind))
+            }
+            Err(broadcast::error::RecvError::Closed) => Err(Error::unavailable(
+                "shutting_down",
+                "the server is shutting down",
+            )),
         }
     }
 }

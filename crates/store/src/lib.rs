@@ -30,7 +30,7 @@ use sql::Db;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-pub use hub::{Tail, TailItem};
+pub use hub::{Tail, TailItem, BROADCAST_CAPACITY};
 pub use log::EventPage;
 pub use ops::claims::{Grant, HeldClaim, LeaseRules, SweepReport};
 pub use ops::runs::{RunFilter, StepsAck};
@@ -342,6 +342,13 @@ impl Store {
         read_op!(self, |db| async move {
             log::read_since_ts(db, since, &filter, limit).await
         })
+    }
+
+    /// The last event this node has delivered to its live readers.
+    pub fn published_through(&self) -> i64 {
+        self.hub()
+            .published
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// A live, gap-free reader starting after `cursor`.

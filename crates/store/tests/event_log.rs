@@ -161,6 +161,7 @@ contract!(
                     e.data["n"].as_u64().unwrap(),
                 )),
                 TailItem::Expired => panic!("nothing was pruned"),
+                TailItem::FellBehind => panic!("this tail backfills when behind"),
             }
         }
         let polled = tokio::time::timeout(Duration::from_secs(30), poller)
@@ -254,3 +255,58 @@ contract!(pruned_cursor_reports_expiry, |db: TestDb| async move {
     }
     store.close();
 });
+
+async fn wait_published(store: &shepherd_store::Store, seq: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.published_through() < seq {
+        assert!(std::time::Instant::now() < deadline, "the pump stalled");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+contract!(
+    a_live_tail_that_falls_out_of_the_ring_is_told_so,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        // History longer than the ring is backfilled, never reported as a lag.
+        let flood = |from: u64| -> Vec<NewEvent> {
+            (0..(shepherd_store::BROADCAST_CAPACITY as u64 + 500))
+                .map(|n| event("flood", "T", from + n))
+                .collect()
+        };
+        let stored = store.append_events(flood(0)).await.unwrap();
+        // The pump has published the history before the reader subscribes.
+        wait_published(&store, *stored.last().unwrap()).await;
+        let mut tail = store.tail(0, EventFilter::default()).stop_when_behind();
+        let history = shepherd_store::BROADCAST_CAPACITY as u64 + 500;
+        for n in 0..history {
+            match tail.next().await.unwrap() {
+                TailItem::Event(e) => assert_eq!(e.data["n"], n),
+                other => panic!("unexpected {other:?} while backfilling"),
+            }
+        }
+        assert!(tail.try_next().is_none(), "nothing more is at hand");
+        // Live: one event arrives through the broadcast...
+        let live = store
+            .append_events(vec![event("live", "T", 0)])
+            .await
+            .unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), tail.next()).await {
+            Ok(Ok(TailItem::Event(e))) => assert_eq!(e.seq, live[0]),
+            other => panic!("unexpected {other:?}"),
+        }
+        // ...then more than the ring holds while the reader reads nothing.
+        let burst = store.append_events(flood(history)).await.unwrap();
+        wait_published(&store, *burst.last().unwrap()).await;
+        match tail.next().await.unwrap() {
+            TailItem::FellBehind => assert_eq!(tail.cursor(), live[0]),
+            other => panic!("expected FellBehind, got {other:?}"),
+        }
+        // Reading on backfills exactly from the cursor.
+        match tail.next().await.unwrap() {
+            TailItem::Event(e) => assert_eq!(e.seq, burst[0]),
+            other => panic!("unexpected {other:?}"),
+        }
+        store.close();
+    }
+);
