@@ -1,9 +1,11 @@
 //! Live delivery of committed events inside one node.
 //!
-//! A single pump task reads the log in `seq` order after every commit (its
-//! own node's, or another node's via NOTIFY) and broadcasts each event once.
-//! Reading back from the database rather than forwarding what the writer just
-//! wrote keeps the broadcast in true commit order across nodes.
+//! A single pump task broadcasts every committed event once, in `seq` order:
+//! this node's writer hands over what it committed, and the pump publishes a
+//! batch directly when it follows the last event published without a gap;
+//! otherwise (another node's commit, announced by NOTIFY, or a gap left by a
+//! rolled-back sequence value) it reads the log after the last event
+//! published. Either way the broadcast follows true commit order across nodes.
 //!
 //! [`Tail`] turns "events after cursor C" plus the broadcast into one
 //! gap-free, duplicate-free stream: it subscribes first, backfills from the
@@ -46,10 +48,10 @@ impl Hub {
 }
 
 /// Runs until `shutdown`. Publishes every committed event once, in `seq`
-/// order: events handed over by this node's SQLite writer directly (it
-/// commits in `seq` order), everything else by reading the log after the
-/// last event published (PostgreSQL commits of any node, announced by
-/// NOTIFY, and anything a handed-over batch does not directly follow).
+/// order: events handed over by this node's writer directly (writers commit
+/// in `seq` order), everything else by reading the log after the last event
+/// published (other nodes' commits, announced by NOTIFY, and anything a
+/// handed-over batch does not directly follow).
 pub(crate) async fn pump(
     store: Store,
     mut direct: mpsc::UnboundedReceiver<Vec<Event>>,

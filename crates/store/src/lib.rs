@@ -61,7 +61,7 @@ macro_rules! write_op {
                         };
                         // Deferred writes belong to the unit: it succeeds only if they do.
                         match result {
-                            Ok(v) => sql::Db::flush(&mut __db).await.map(|_| v),
+                            Ok(v) => __db.end_unit().await.map(|_| v),
                             Err(e) => Err(e),
                         }
                     })
@@ -170,6 +170,13 @@ pub fn now_ms() -> Millis {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// Sequence numbers of appended events: known inside the unit of work, or
+/// only after it committed.
+enum Seqs {
+    Known(Vec<i64>),
+    AfterCommit(sql::Appended),
+}
+
 impl Store {
     /// Opens the database named by the configuration, applies migrations and
     /// starts the writer and the event pump. Must be called inside a tokio runtime.
@@ -193,7 +200,9 @@ impl Store {
                     schema: config.pg_schema.clone(),
                     pool_size: config.pg_pool_size,
                 };
-                Backend::Postgres(PgBackend::open(&opts, wake.clone(), shutdown.clone()).await?)
+                Backend::Postgres(
+                    PgBackend::open(&opts, wake.clone(), published_tx, shutdown.clone()).await?,
+                )
             }
         };
         let store = Store {
@@ -245,12 +254,28 @@ impl Store {
     /// Appends events in one unit of work; returns their sequence numbers.
     pub async fn append_events(&self, events: Vec<NewEvent>) -> Result<Vec<i64>, Error> {
         let now = now_ms();
-        write_op!(self, |db| async move {
+        let seqs = write_op!(self, |db| async move {
+            if let Some(appended) = sql::Db::appended_later(db) {
+                // Pipelined: the sequence numbers are read once committed.
+                for e in &events {
+                    log::append_deferred(db, now, e);
+                }
+                return Ok(Seqs::AfterCommit(appended));
+            }
             let mut seqs = Vec::with_capacity(events.len());
             for e in &events {
                 seqs.push(log::append(db, now, e).await?);
             }
-            Ok(seqs)
+            Ok(Seqs::Known(seqs))
+        })?;
+        Ok(match seqs {
+            Seqs::Known(seqs) => seqs,
+            Seqs::AfterCommit(appended) => appended
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|e| e.seq)
+                .collect(),
         })
     }
 

@@ -137,6 +137,9 @@ pub enum Dialect {
 
 /// A connection (inside a transaction when writing) that operations run against.
 ///
+/// The events a unit of work appended, filled in as their INSERTs answer.
+pub type Appended = std::sync::Arc<std::sync::Mutex<Vec<shepherd_core::event::Event>>>;
+
 /// Futures are `Send` so PostgreSQL operations can run on the tokio runtime;
 /// the SQLite implementation completes every future on its first poll.
 pub trait Db: Send {
@@ -169,6 +172,13 @@ pub trait Db: Send {
         e: &shepherd_core::event::NewEvent,
     ) {
         self.defer(crate::log::INSERT_EVENT, crate::log::event_params(now, e));
+    }
+
+    /// A backend that learns the `seq`s of deferred events only from the
+    /// database's answers returns where they will be once the unit commits;
+    /// then callers need not wait for them inside the unit.
+    fn appended_later(&self) -> Option<Appended> {
+        None
     }
 
     /// Called after an event was appended with a known sequence number.

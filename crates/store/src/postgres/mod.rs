@@ -13,6 +13,15 @@
 //! Serialising commits would be slow if every small change paid for its own
 //! commit, so each node groups queued units of work into one transaction
 //! (a savepoint each) exactly like the SQLite writer does.
+//!
+//! Round trips. Writes whose answers a unit does not need are pipelined
+//! (see [`PgDb`]), event INSERTs return their `seq`s to the writer rather than
+//! to the unit, and a unit alone in its transaction does not wait for its own
+//! writes: the writer collects their answers with the COMMIT's, so a small
+//! write is one round trip. The writer hands what it committed straight to
+//! this node's event pump; NOTIFY (at most one per [`NOTIFY_INTERVAL`],
+//! carrying the node's id so that its own listener ignores it) tells the
+//! other nodes, whose pumps then read the log.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +30,7 @@ use bytes::BytesMut;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures::future::BoxFuture;
 use futures::StreamExt;
+use shepherd_core::event::Event;
 use shepherd_core::Error;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_postgres::error::SqlState;
@@ -28,7 +38,7 @@ use tokio_postgres::types::{IsNull, ToSql, Type};
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 
-use crate::sql::{Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNAVAILABLE};
+use crate::sql::{Appended, Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNAVAILABLE};
 
 const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("0001_init.sql"))];
 /// Advisory lock key that orders event-appending commits (see module docs).
@@ -192,6 +202,14 @@ pub struct PgDb {
     /// order they were emitted, which is the order of their `seq`) before
     /// the unit's next statement that waits for an answer.
     events: Vec<Vec<Value>>,
+    /// What those events are, to be matched with the `seq`s the INSERT returns.
+    event_records: Vec<Event>,
+    /// Every event this unit appended, with its `seq`, once its INSERT answered.
+    appended: Appended,
+    /// Set by the writer when this unit is alone in its transaction: the
+    /// unit's final flush does not wait, and the writer collects its
+    /// answers together with the COMMIT's (one round trip for the lot).
+    settle_later: Option<Arc<std::sync::Mutex<Vec<Pending>>>>,
 }
 
 async fn prepare(
@@ -223,7 +241,34 @@ impl PgDb {
             barrier: false,
             failed: None,
             events: Vec::new(),
+            event_records: Vec::new(),
+            appended: Appended::default(),
+            settle_later: None,
         }
+    }
+
+    /// Ends a unit of work that returned `Ok`: its deferred writes must
+    /// succeed too. A unit alone in its transaction hands them to the
+    /// writer, which waits for them together with the COMMIT.
+    pub(crate) async fn end_unit(&mut self) -> Result<(), Error> {
+        self.send_events();
+        let Some(later) = &self.settle_later else {
+            return self.settle().await;
+        };
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        self.barrier = false;
+        later
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(&mut self.pending);
+        Ok(())
+    }
+
+    /// The events this unit appended; complete once the unit has committed.
+    pub fn appended(&self) -> Appended {
+        self.appended.clone()
     }
 
     async fn settle(&mut self) -> Result<(), Error> {
@@ -231,14 +276,42 @@ impl PgDb {
         settle(std::mem::take(&mut self.pending), self.failed.take()).await
     }
 
-    /// Sends the buffered events as one statement (pipelined).
+    /// Sends the buffered events as one statement (pipelined); their `seq`s
+    /// are recorded in [`PgDb::appended`] when the answer arrives.
     fn send_events(&mut self) {
         if self.events.is_empty() {
             return;
         }
         let rows = std::mem::take(&mut self.events);
-        let sql = crate::log::insert_events_sql(rows.len());
-        self.defer(&sql, rows.into_iter().flatten().collect());
+        let mut records = std::mem::take(&mut self.event_records);
+        let sql = format!(
+            "{} RETURNING seq",
+            crate::log::insert_events_sql(rows.len())
+        );
+        let appended = self.appended.clone();
+        let on_rows: OnRows = Box::new(move |rows| {
+            let mut seqs = Vec::with_capacity(rows.len());
+            for row in &rows {
+                seqs.push(row.try_get::<_, i64>(0).map_err(map_err)?);
+            }
+            // Rows of one INSERT take their `seq`s in VALUES order, under the
+            // event lock; sorting does not depend on the order of RETURNING.
+            seqs.sort_unstable();
+            if seqs.len() != records.len() {
+                return Err(Error::internal(
+                    "event insert returned a wrong number of rows",
+                ));
+            }
+            for (e, seq) in records.iter_mut().zip(seqs) {
+                e.seq = seq;
+            }
+            appended
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(records);
+            Ok(())
+        });
+        self.defer_inner(&sql, rows.into_iter().flatten().collect(), Some(on_rows));
     }
 
     /// Before a statement whose answer is needed now: anything queued behind
@@ -256,7 +329,57 @@ impl PgDb {
     async fn first_error(&mut self, e: Error) -> Error {
         self.settle().await.err().unwrap_or(e)
     }
+
+    /// Sends a write now if its statement is prepared (else queues it behind
+    /// a barrier); `on_rows` receives the rows it returns.
+    fn defer_inner(&mut self, sql: &str, params: Vec<Value>, on_rows: Option<OnRows>) {
+        if self.failed.is_some() {
+            return;
+        }
+        let client = self.client.clone();
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sql)
+            .cloned();
+        let run = |client: Arc<deadpool_postgres::Object>,
+                   stmt: tokio_postgres::Statement,
+                   params: Vec<Value>,
+                   on_rows: Option<OnRows>| async move {
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            match on_rows {
+                Some(f) => f(client.query(&stmt, &refs).await.map_err(map_err)?),
+                None => client
+                    .execute(&stmt, &refs)
+                    .await
+                    .map_err(map_err)
+                    .map(|_| ()),
+            }
+        };
+        match (cached, self.barrier) {
+            (Some(stmt), false) => match kick(Box::pin(run(client, stmt, params, on_rows))) {
+                Ok(Some(f)) => self.pending.push(f),
+                Ok(None) => {}
+                Err(e) => self.failed = Some(e),
+            },
+            _ => {
+                // Not sendable yet: it runs, in order, when the unit next waits.
+                self.barrier = true;
+                let cache = self.cache.clone();
+                let sql = sql.to_owned();
+                self.pending.push(Box::pin(async move {
+                    let stmt = prepare(&client, &cache, &sql).await?;
+                    run(client, stmt, params, on_rows).await
+                }));
+            }
+        }
+    }
 }
+
+/// What a deferred statement does with the rows it returns.
+type OnRows = Box<dyn FnOnce(Vec<tokio_postgres::Row>) -> Result<(), Error> + Send>;
 
 impl Db for PgDb {
     async fn query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
@@ -291,50 +414,7 @@ impl Db for PgDb {
     }
 
     fn defer(&mut self, sql: &str, params: Vec<Value>) {
-        if self.failed.is_some() {
-            return;
-        }
-        let client = self.client.clone();
-        let cached = self
-            .cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(sql)
-            .cloned();
-        match (cached, self.barrier) {
-            (Some(stmt), false) => {
-                let fut: Pending = Box::pin(async move {
-                    let refs: Vec<&(dyn ToSql + Sync)> =
-                        params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-                    client
-                        .execute(&stmt, &refs)
-                        .await
-                        .map_err(map_err)
-                        .map(|_| ())
-                });
-                match kick(fut) {
-                    Ok(Some(f)) => self.pending.push(f),
-                    Ok(None) => {}
-                    Err(e) => self.failed = Some(e),
-                }
-            }
-            _ => {
-                // Not sendable yet: it runs, in order, when the unit next waits.
-                self.barrier = true;
-                let cache = self.cache.clone();
-                let sql = sql.to_owned();
-                self.pending.push(Box::pin(async move {
-                    let stmt = prepare(&client, &cache, &sql).await?;
-                    let refs: Vec<&(dyn ToSql + Sync)> =
-                        params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-                    client
-                        .execute(&stmt, &refs)
-                        .await
-                        .map_err(map_err)
-                        .map(|_| ())
-                }));
-            }
-        }
+        self.defer_inner(sql, params, None);
     }
 
     async fn flush(&mut self) -> Result<(), Error> {
@@ -349,11 +429,38 @@ impl Db for PgDb {
     ) {
         if self.failed.is_none() {
             self.events.push(crate::log::event_params(now, e));
+            self.event_records.push(record(0, now, e));
         }
+    }
+
+    fn note_event(
+        &mut self,
+        seq: i64,
+        now: shepherd_core::time::Millis,
+        e: &shepherd_core::event::NewEvent,
+    ) {
+        self.appended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record(seq, now, e));
+    }
+
+    fn appended_later(&self) -> Option<Appended> {
+        Some(self.appended.clone())
     }
 
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
+    }
+}
+
+fn record(seq: i64, now: shepherd_core::time::Millis, e: &shepherd_core::event::NewEvent) -> Event {
+    Event {
+        seq,
+        ts: now,
+        kind: e.kind.clone(),
+        refs: e.refs.clone(),
+        data: e.data.clone(),
     }
 }
 
@@ -371,12 +478,30 @@ pub struct PgBackend {
     jobs: mpsc::UnboundedSender<Job>,
 }
 
+/// Where the writer hands committed events to this node's event pump.
+pub type Published = mpsc::UnboundedSender<Vec<Event>>;
+
+/// What the writer needs besides its connection pool.
+struct WriterContext {
+    published: Published,
+    /// The NOTIFY payload of this node's commits, so that its own listener
+    /// can ignore them (the writer already handed those events over).
+    node: String,
+}
+
+impl WriterContext {
+    fn notify_sql(&self) -> String {
+        format!("SELECT pg_notify('{NOTIFY_CHANNEL}', '{}')", self.node)
+    }
+}
+
 impl PgBackend {
     /// Connects, creates the schema if asked, migrates, and starts the writer
     /// and the listener. `on_commit` is notified after every commit on any node.
     pub async fn open(
         opts: &PgOptions,
         on_commit: Arc<Notify>,
+        published: Published,
         shutdown: CancellationToken,
     ) -> Result<Self, Error> {
         let mut config: tokio_postgres::Config = opts.url.parse().map_err(|e| {
@@ -417,8 +542,13 @@ impl PgBackend {
             .map_err(|e| Error::internal(format!("pool: {e}")))?;
         migrate(&pool).await?;
         let (jobs, rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer_loop(pool.clone(), rx, on_commit.clone()));
-        tokio::spawn(listen_loop(config.clone(), on_commit, shutdown));
+        let node = crate::ops::random_hex(8);
+        let writer = WriterContext {
+            published,
+            node: node.clone(),
+        };
+        tokio::spawn(writer_loop(pool.clone(), rx, writer));
+        tokio::spawn(listen_loop(config.clone(), node, on_commit, shutdown));
         Ok(PgBackend { pool, jobs })
     }
 
@@ -542,9 +672,36 @@ async fn migrate(pool: &Pool) -> Result<(), Error> {
     result
 }
 
-async fn writer_loop(pool: Pool, mut rx: mpsc::UnboundedReceiver<Job>, on_commit: Arc<Notify>) {
+/// Other nodes hear of this node's commits at most this late. Sending a
+/// NOTIFY with every commit costs the database about a sixth of a small
+/// commit's work (it wakes every listening session), so a commit made
+/// within this interval of the last notification leaves one owed, which
+/// the writer sends when the interval is up.
+const NOTIFY_INTERVAL: Duration = Duration::from_millis(5);
+
+async fn writer_loop(pool: Pool, mut rx: mpsc::UnboundedReceiver<Job>, ctx: WriterContext) {
     let mut conn: Option<(Arc<deadpool_postgres::Object>, StatementCache)> = None;
-    while let Some(first) = rx.recv().await {
+    let mut last_notify: Option<tokio::time::Instant> = None;
+    let mut owed = false;
+    loop {
+        let next = match (owed, last_notify) {
+            (true, Some(at)) => tokio::select! {
+                job = rx.recv() => job,
+                _ = tokio::time::sleep_until(at + NOTIFY_INTERVAL) => {
+                    owed = false;
+                    last_notify = Some(tokio::time::Instant::now());
+                    if let Some((client, _)) = &conn {
+                        if let Err(e) = client.batch_execute(&ctx.notify_sql()).await {
+                            // Other nodes still catch up by polling.
+                            tracing::warn!(error = %map_err(e), "NOTIFY failed");
+                        }
+                    }
+                    continue;
+                }
+            },
+            _ => rx.recv().await,
+        };
+        let Some(first) = next else { break };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -566,18 +723,31 @@ async fn writer_loop(pool: Pool, mut rx: mpsc::UnboundedReceiver<Job>, on_commit
                 }
             },
         };
-        run_batch(&client, &cache, batch).await;
+        let notify = last_notify.is_none_or(|at| at.elapsed() >= NOTIFY_INTERVAL);
+        if run_batch(&client, &cache, batch, &ctx, notify).await {
+            if notify {
+                last_notify = Some(tokio::time::Instant::now());
+            } else {
+                owed = true;
+            }
+        }
         conn = Some((client, cache));
-        on_commit.notify_one();
+    }
+    if let (true, Some((client, _))) = (owed, &conn) {
+        let _ = client.batch_execute(&ctx.notify_sql()).await;
     }
     tracing::debug!("PostgreSQL writer stopped");
 }
 
+/// Runs one write transaction; true if it committed something. With
+/// `notify`, the commit carries this node's NOTIFY.
 async fn run_batch(
     client: &Arc<deadpool_postgres::Object>,
     cache: &StatementCache,
     batch: Vec<Job>,
-) {
+    ctx: &WriterContext,
+    notify: bool,
+) -> bool {
     // Transaction control is pipelined with the units' own statements: a
     // unit costs round trips only for its reads and its final flush.
     let mut control: Vec<Pending> = Vec::new();
@@ -594,13 +764,20 @@ async fn run_batch(
         &mut control,
     );
     let single = batch.len() == 1;
+    let later: Arc<std::sync::Mutex<Vec<Pending>>> = Arc::default();
     let mut finishers = Vec::with_capacity(batch.len());
     let mut any_ok = false;
     for job in batch {
         if !single {
             send("SAVEPOINT unit".into(), &mut control);
         }
-        let (ok, finish) = job(Ok(PgDb::with_cache(client.clone(), cache.clone()))).await;
+        let mut db = PgDb::with_cache(client.clone(), cache.clone());
+        if single {
+            // Nothing to roll back to: its answers can wait for the COMMIT's.
+            db.settle_later = Some(later.clone());
+        }
+        let appended = db.appended();
+        let (ok, finish) = job(Ok(db)).await;
         if !single {
             let end = if ok {
                 "RELEASE unit"
@@ -610,27 +787,54 @@ async fn run_batch(
             send(end.into(), &mut control);
         }
         any_ok |= ok;
-        finishers.push((ok, finish));
+        finishers.push((ok, finish, appended));
     }
-    let end = if single && !any_ok {
+    let end = if !any_ok {
         "ROLLBACK".to_owned()
+    } else if notify {
+        format!("{}; COMMIT", ctx.notify_sql())
     } else {
-        format!("SELECT pg_notify('{NOTIFY_CHANNEL}', ''); COMMIT")
+        "COMMIT".to_owned()
     };
     send(end, &mut control);
+    // A lone unit's own writes first: if one failed, that is the unit's
+    // error, and the COMMIT behind it failed only because of it.
+    let pending = std::mem::take(&mut *later.lock().unwrap_or_else(|p| p.into_inner()));
+    let unit_outcome = settle(pending, None).await;
     let outcome = settle(control, control_error).await;
-    match outcome {
-        Ok(()) => {
-            for (_, finish) in finishers {
+    match (unit_outcome, outcome) {
+        (Ok(()), Ok(())) => {
+            let mut events = Vec::new();
+            for (ok, _, appended) in &finishers {
+                if *ok {
+                    let appended = appended.lock().unwrap_or_else(|p| p.into_inner());
+                    events.extend(appended.iter().cloned());
+                }
+            }
+            // Live subscribers hear of the commit before its callers do.
+            if !events.is_empty() {
+                events.sort_unstable_by_key(|e| e.seq);
+                let _ = ctx.published.send(events);
+            }
+            for (_, finish, _) in finishers {
                 finish(None);
             }
+            any_ok
         }
-        Err(err) => {
+        (Err(err), _) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            for (_, finish, _) in finishers {
+                finish(Some(err.clone()));
+            }
+            false
+        }
+        (Ok(()), Err(err)) => {
             tracing::error!(error = %err, "write transaction failed; every unit in the batch is rolled back");
             let _ = client.batch_execute("ROLLBACK").await;
-            for (ok, finish) in finishers {
+            for (ok, finish, _) in finishers {
                 finish(if ok { Some(err.clone()) } else { None });
             }
+            false
         }
     }
 }
@@ -640,6 +844,7 @@ async fn run_batch(
 /// on whatever was committed while it was away).
 async fn listen_loop(
     config: tokio_postgres::Config,
+    node: String,
     on_commit: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
@@ -667,6 +872,8 @@ async fn listen_loop(
             on_commit.notify_one();
             while let Some(m) = messages.next().await {
                 match m {
+                    // This node's own commits reach its pump from the writer.
+                    Ok(AsyncMessage::Notification(n)) if n.payload() == node => {}
                     Ok(AsyncMessage::Notification(_)) => on_commit.notify_one(),
                     Ok(_) => {}
                     Err(e) => return Err(e),
