@@ -45,7 +45,7 @@ pub(crate) fn random_hex(bytes: usize) -> String {
 }
 
 pub(crate) fn new_uuid() -> String {
-    uuid::Uuid::new_v4().to_string()
+    uuid::Uuid::now_v7().to_string()
 }
 
 /// Tokens are stored hashed: a database dump does not hand out credentials.
