@@ -200,6 +200,8 @@ pub async fn start_cursor(
 
 /// A chunk is cut once it holds this many bytes of frames.
 const CHUNK_BYTES: usize = 64 * 1024;
+/// A typical frame's size, to size a chunk before filling it.
+const FRAME_GUESS: usize = 320;
 
 /// One client's stream: pulls frames from its tail whenever the connection
 /// can take more. There is no queue per client: the node's broadcast ring is
@@ -250,7 +252,10 @@ impl Feed {
                 }
             }
         }
-        let mut out = BytesMut::new();
+        // Sized for everything at hand, so that the chunk is not grown (and
+        // copied) step by step: fewer, larger allocations.
+        let at_hand = 1 + self.tail.pending();
+        let mut out = BytesMut::with_capacity((at_hand * FRAME_GUESS).min(CHUNK_BYTES));
         let mut item = Some(Ok(first));
         while let Some(next) = item.take() {
             match next {

@@ -184,6 +184,11 @@ impl Tail {
         self.cursor
     }
 
+    /// How many events are at hand without waiting (before filtering).
+    pub fn pending(&self) -> usize {
+        self.backlog.len() + self.rx.len()
+    }
+
     /// True while the reader is still reading stored events rather than live ones.
     pub fn is_backfilling(&self) -> bool {
         self.backfilling || !self.backlog.is_empty()
