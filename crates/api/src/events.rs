@@ -202,13 +202,19 @@ pub async fn start_cursor(
 const CHUNK_BYTES: usize = 64 * 1024;
 /// A typical frame's size, to size a chunk before filling it.
 const FRAME_GUESS: usize = 320;
+/// With this many events at hand a stream writes at once rather than wait
+/// for more: waiting would only risk falling out of the broadcast ring.
+const COALESCE_UNTIL: usize = 256;
 
 /// One client's stream: pulls frames from its tail whenever the connection
 /// can take more. There is no queue per client: the node's broadcast ring is
 /// the one bounded buffer, and a client that falls out of it after having
-/// been live is too slow for the live feed: it gets a `resync` notice after
-/// what it already has, and the stream ends, so no client can hold memory or
-/// slow anyone else. History the client asked for is paced by the client.
+/// been live, while its connection was not taking what it was given, is too
+/// slow for the live feed: it gets a `resync` notice after what it already
+/// has, and the stream ends, so no client can hold memory or slow anyone
+/// else. (Falling behind while waiting for events, because the server was
+/// busy, is caught up from the log.) History the client asked for is paced
+/// by the client.
 struct Feed {
     tail: Tail,
     frames: Arc<FrameCache>,
@@ -227,9 +233,16 @@ impl Feed {
         if self.ended {
             return None;
         }
-        let first = tokio::select! {
-            _ = self.shutdown.cancelled() => return None,
-            item = tokio::time::timeout(self.keepalive, self.tail.next()) => item,
+        // The connection has taken everything before: a fall out of the
+        // ring since then (or while this chunk is gathered, below) means the
+        // client is not keeping up, and ends its stream. A fall while
+        // waiting in `next` (the server was busy) is caught up quietly.
+        let first = match self.tail.try_next_or_behind() {
+            Some(item) => Ok(item),
+            None => tokio::select! {
+                _ = self.shutdown.cancelled() => return None,
+                item = tokio::time::timeout(self.keepalive, self.tail.next()) => item,
+            },
         };
         let first = match first {
             Err(_) => return Some(Bytes::from_static(b": keep-alive\n\n")),
@@ -245,7 +258,8 @@ impl Feed {
         // interval rather than one per event each. A quiet stream writes at once.
         if let Some(at) = self.last_write {
             let due = at + self.coalesce;
-            if !self.tail.is_backfilling() && due > Instant::now() {
+            let busy = self.tail.pending() >= COALESCE_UNTIL;
+            if !busy && !self.tail.is_backfilling() && due > Instant::now() {
                 tokio::select! {
                     _ = self.shutdown.cancelled() => return None,
                     _ = tokio::time::sleep_until(due) => {}
@@ -271,7 +285,7 @@ impl Feed {
                     break;
                 }
             }
-            item = self.tail.try_next();
+            item = self.tail.try_next_or_behind();
         }
         self.last_write = Some(Instant::now());
         Some(out.freeze())
@@ -312,7 +326,7 @@ pub async fn events(
 ) -> ApiResult<Response> {
     let cursor = start_cursor(&state, &headers, q.after.as_deref()).await?;
     let feed = Feed {
-        tail: state.store.tail(cursor, q.filter()).stop_when_behind(),
+        tail: state.store.tail(cursor, q.filter()),
         frames: state.frames.clone(),
         keepalive: state.settings.sse_keepalive,
         coalesce: state.settings.sse_coalesce,

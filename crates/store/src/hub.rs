@@ -11,9 +11,10 @@
 //! gap-free, duplicate-free stream: it subscribes first, backfills from the
 //! database up to the head it read, then takes live events, dropping any at
 //! or below its cursor. If it falls behind the broadcast ring it backfills
-//! from the log again, or, when asked to ([`Tail::stop_when_behind`]),
-//! reports [`TailItem::FellBehind`] so that the caller can tell its client to
-//! resync: the ring is the one bounded buffer every live reader shares.
+//! from the log again; a caller that reads only when its client can take
+//! more asks with [`Tail::try_next_or_behind`] to hear of it instead
+//! ([`TailItem::FellBehind`]), so that it can tell a slow client to resync:
+//! the ring is the one bounded buffer every live reader shares.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -132,8 +133,8 @@ pub enum TailItem {
     /// The cursor is older than what retention kept: events were removed.
     Expired,
     /// The reader was live and then fell more than the broadcast ring behind
-    /// the log (only with [`Tail::stop_when_behind`]). The cursor is the last
-    /// event delivered; reading on backfills from there.
+    /// the log (only from [`Tail::try_next_or_behind`]). The cursor is the
+    /// last event delivered; reading on backfills from there.
     FellBehind,
 }
 
@@ -151,7 +152,8 @@ pub struct Tail {
     /// Whether the live feed has delivered since the last backfill: a lag
     /// then means this reader is slow, not that its backfill took long.
     kept_up: bool,
-    stop_when_behind: bool,
+    /// Set only inside [`Tail::try_next_or_behind`].
+    report_lag: bool,
 }
 
 impl Tail {
@@ -168,15 +170,8 @@ impl Tail {
             scanned_to: cursor,
             backfilling: true,
             kept_up: false,
-            stop_when_behind: false,
+            report_lag: false,
         }
-    }
-
-    /// Reports [`TailItem::FellBehind`] instead of quietly backfilling when a
-    /// reader that was keeping up with the live feed falls behind it.
-    pub fn stop_when_behind(mut self) -> Self {
-        self.stop_when_behind = true;
-        self
     }
 
     /// The cursor: everything at or below it has been delivered or skipped.
@@ -246,6 +241,19 @@ impl Tail {
         }
     }
 
+    /// Like [`Tail::try_next`], but a reader that was keeping up with the
+    /// live feed and has fallen out of the ring since it last read gets
+    /// [`TailItem::FellBehind`] instead of a quiet backfill. Meant for the
+    /// first read after the caller's client took what it was given: a lag
+    /// found then is the client's doing. A lag while the caller waits in
+    /// [`Tail::next`] (the server was busy) is backfilled quietly.
+    pub fn try_next_or_behind(&mut self) -> Option<Result<TailItem, Error>> {
+        self.report_lag = true;
+        let item = self.try_next();
+        self.report_lag = false;
+        item
+    }
+
     /// Takes the next backfilled event, releasing the backlog's memory
     /// once the reader has caught up.
     fn pop_backlog(&mut self) -> Option<Event> {
@@ -295,7 +303,7 @@ impl Tail {
                 // The ring moved past us; the log has everything.
                 self.backfilling = true;
                 let was_live = std::mem::take(&mut self.kept_up);
-                Ok((was_live && self.stop_when_behind).then_some(TailItem::FellBehind))
+                Ok((was_live && self.report_lag).then_some(TailItem::FellBehind))
             }
             Err(broadcast::error::RecvError::Closed) => Err(Error::unavailable(
                 "shutting_down",
