@@ -303,6 +303,28 @@ impl Store {
         })
     }
 
+    /// Appends `events` in a unit of work whose last deferred write then
+    /// fails (a duplicate key). Tests use it to check that a unit fails
+    /// whole when a write it did not wait for fails, and that the node's
+    /// writer carries on.
+    #[doc(hidden)]
+    pub async fn append_events_then_fail(&self, events: Vec<NewEvent>) -> Result<(), Error> {
+        let now = now_ms();
+        write_op!(self, |db| async move {
+            for e in &events {
+                log::append_deferred(db, now, e);
+            }
+            for _ in 0..2 {
+                sql::Db::defer(
+                    db,
+                    "INSERT INTO meta (key, value) VALUES ('test.duplicate', '')",
+                    params![],
+                );
+            }
+            Ok(())
+        })
+    }
+
     /// The highest committed sequence number.
     pub async fn head(&self) -> Result<i64, Error> {
         read_op!(self, |db| log::head(db))

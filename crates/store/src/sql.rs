@@ -19,6 +19,17 @@ pub enum Value {
     Blob(Vec<u8>),
 }
 
+/// Text as the databases store it: PostgreSQL cannot hold a NUL character
+/// (it refuses the whole statement), so both backends store each one as
+/// U+FFFD. An agent whose output contains a NUL still has its run recorded.
+pub(crate) fn storable_text(v: &str) -> std::borrow::Cow<'_, str> {
+    if v.contains('\0') {
+        std::borrow::Cow::Owned(v.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(v)
+    }
+}
+
 impl From<i64> for Value {
     fn from(v: i64) -> Self {
         Value::Int(v)

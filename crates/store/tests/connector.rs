@@ -679,3 +679,36 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    text_with_nul_characters_is_stored_not_refused,
+    |db: TestDb| async move {
+        // PostgreSQL refuses NUL in text; agent output can contain one. Both
+        // stores keep the text, each NUL as U+FFFD, and the run completes.
+        let store = db.open().await;
+        register(&store, "w1", &[]).await;
+        let mut t = task("NUL-1", "simple");
+        t.title = "before\0after".into();
+        store.create_task(t).await.unwrap();
+        let (d, _) = store.task("NUL-1", 10).await.unwrap();
+        assert_eq!(d.task.title, "before\u{FFFD}after");
+        let g = store.claim_task("w1", "NUL-1", rules()).await.unwrap();
+        let done = store
+            .progress(
+                "w1",
+                "NUL-1",
+                Some(g.claim_token.clone()),
+                "worker.execution.completed",
+                None,
+                json!({}),
+                Some("binary\0output".into()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(state_of(&done), "done");
+        let (run, _, _) = store.run_detail(&g.claim.run_id).await.unwrap();
+        assert_eq!(run.status, "done");
+        assert_eq!(run.result.as_deref(), Some("binary\u{FFFD}output"));
+        store.close();
+    }
+);

@@ -328,3 +328,48 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    a_unit_whose_unawaited_write_fails_commits_nothing,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        let mut tail = store.tail(store.head().await.unwrap(), EventFilter::default());
+        let warm = store
+            .append_events(vec![event("warm", "T", 0)])
+            .await
+            .unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), tail.next()).await {
+            Ok(Ok(TailItem::Event(e))) => assert_eq!(e.seq, warm[0]),
+            other => panic!("unexpected {other:?}"),
+        }
+        // Three times: on PostgreSQL the first prepares the statements, and
+        // the later ones send them at once, so their failure is found only
+        // when the writer collects the answers with the COMMIT's.
+        for _ in 0..3 {
+            let err = store
+                .append_events_then_fail(vec![event("doomed", "T", 1)])
+                .await
+                .unwrap_err();
+            assert_eq!(err.code, "constraint_violation", "{err}");
+        }
+        // The writer carries on, and the failed unit's event never existed.
+        let kept = store
+            .append_events(vec![event("kept", "T", 2)])
+            .await
+            .unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), tail.next()).await {
+            Ok(Ok(TailItem::Event(e))) => {
+                assert_eq!(e.kind, "kept");
+                assert_eq!(e.seq, kept[0]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let doomed = EventFilter {
+            kinds: vec!["doomed".into()],
+            ..Default::default()
+        };
+        let page = store.read_events(0, &doomed, 10).await.unwrap();
+        assert!(page.events.is_empty(), "{:?}", page.events);
+        store.close();
+    }
+);

@@ -97,7 +97,7 @@ impl ToSql for Value {
                 Type::BOOL => (*v != 0).to_sql(ty, out),
                 _ => v.to_sql(ty, out),
             },
-            Value::Text(v) => v.to_sql(ty, out),
+            Value::Text(v) => crate::sql::storable_text(v).as_ref().to_sql(ty, out),
             Value::Blob(v) => v.to_sql(ty, out),
         }
     }
@@ -252,18 +252,19 @@ impl PgDb {
     /// writer, which waits for them together with the COMMIT.
     pub(crate) async fn end_unit(&mut self) -> Result<(), Error> {
         self.send_events();
-        let Some(later) = &self.settle_later else {
-            return self.settle().await;
-        };
-        if let Some(e) = self.failed.take() {
-            return Err(e);
+        match &self.settle_later {
+            // Only writes already on the wire can be handed over: one queued
+            // behind a barrier would be sent after the writer's COMMIT,
+            // outside the transaction.
+            Some(later) if !self.barrier && self.failed.is_none() => {
+                later
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .append(&mut self.pending);
+                Ok(())
+            }
+            _ => self.settle().await,
         }
-        self.barrier = false;
-        later
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .append(&mut self.pending);
-        Ok(())
     }
 
     /// The events this unit appended; complete once the unit has committed.

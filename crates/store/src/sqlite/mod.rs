@@ -83,7 +83,12 @@ impl rusqlite::ToSql for Value {
         Ok(match self {
             Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
             Value::Int(v) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
-            Value::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Value::Text(v) => match crate::sql::storable_text(v) {
+                std::borrow::Cow::Borrowed(v) => {
+                    ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes()))
+                }
+                std::borrow::Cow::Owned(v) => ToSqlOutput::Owned(rusqlite::types::Value::Text(v)),
+            },
             Value::Blob(v) => ToSqlOutput::Borrowed(ValueRef::Blob(v)),
         })
     }
