@@ -180,17 +180,7 @@ pub async fn execute(
         spool: match Spool::create(&ctx.spool_dir, &a.run_id, ctx.spool_cap_bytes) {
             Ok(s) => s,
             Err(e) => {
-                let reason = format!("cannot create the step spool: {e}");
-                report_end(
-                    &ctx,
-                    &a,
-                    &Ending::SpawnFailed(reason.clone()),
-                    None,
-                    &reason,
-                    Value::Null,
-                )
-                .await;
-                return Ending::SpawnFailed(reason);
+                return spawn_failed(&ctx, &a, format!("cannot create the step spool: {e}")).await
             }
         },
         progress: VecDeque::new(),
@@ -219,19 +209,7 @@ pub async fn execute(
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            let reason = format!("cannot start {:?}: {e}", argv[0]);
-            report_end(
-                &ctx,
-                &a,
-                &Ending::SpawnFailed(reason.clone()),
-                None,
-                &reason,
-                Value::Null,
-            )
-            .await;
-            return Ending::SpawnFailed(reason);
-        }
+        Err(e) => return spawn_failed(&ctx, &a, format!("cannot start {:?}: {e}", argv[0])).await,
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     ctx.records.record(&a.run_id, pgid);
@@ -508,6 +486,13 @@ pub async fn execute(
 }
 
 /// Reports the end of a run, retrying while the server is away.
+/// Reports a run that never started and says how it ended.
+async fn spawn_failed(ctx: &RunContext, a: &Assignment, reason: String) -> Ending {
+    let ending = Ending::SpawnFailed(reason.clone());
+    report_end(ctx, a, &ending, None, &reason, Value::Null).await;
+    ending
+}
+
 async fn report_end(
     ctx: &RunContext,
     a: &Assignment,

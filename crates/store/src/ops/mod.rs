@@ -58,6 +58,17 @@ pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
+/// Capabilities are non-empty names of at most 64 characters.
+pub(crate) fn validate_capabilities(caps: &[String]) -> Result<(), Error> {
+    if caps.iter().any(|c| c.is_empty() || c.len() > 64) {
+        return Err(Error::invalid(
+            "invalid_capabilities",
+            "capabilities are non-empty strings of at most 64 characters",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks an identifier supplied by a client: it appears in URLs and logs.
 pub fn validate_id(what: &'static str, code: &'static str, id: &str) -> Result<(), Error> {
     let ok = !id.is_empty()

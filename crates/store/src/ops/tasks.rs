@@ -184,16 +184,7 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
             "priority must be between -1000000 and 1000000",
         ));
     }
-    if new
-        .capabilities
-        .iter()
-        .any(|c| c.is_empty() || c.len() > 64)
-    {
-        return Err(Error::invalid(
-            "invalid_capabilities",
-            "capabilities are non-empty strings of at most 64 characters",
-        ));
-    }
+    super::validate_capabilities(&new.capabilities)?;
     let wf_name = new.workflow.clone().unwrap_or_else(|| "simple".into());
     let wf = workflow::by_name(&wf_name).ok_or_else(|| {
         Error::invalid(

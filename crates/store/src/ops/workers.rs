@@ -128,16 +128,7 @@ pub async fn register<D: Db>(
             "max_concurrent must be between 1 and 1000",
         ));
     }
-    if reg
-        .capabilities
-        .iter()
-        .any(|c| c.is_empty() || c.len() > 64)
-    {
-        return Err(Error::invalid(
-            "invalid_capabilities",
-            "capabilities are non-empty strings of at most 64 characters",
-        ));
-    }
+    super::validate_capabilities(&reg.capabilities)?;
     ensure_agent(db, now, &reg.agent_id, &reg.worker_type).await?;
     let token = format!("swk_{}", random_hex(24));
     let existing = get(db, &worker_id).await?;
