@@ -362,6 +362,10 @@ e2e!(bad_input_gets_clear_codes, |kind: Kind| async move {
     assert_eq!((st, code(&b).as_str()), (422, "invalid_body"));
     let (st, b) = raw("{\"title\":\"\"}").await;
     assert_eq!((st, code(&b).as_str()), (422, "invalid_title"));
+    let (st, b) = raw("{\"title\":\"x\",\"capabilities\":[\"\"]}").await;
+    assert_eq!((st, code(&b).as_str()), (422, "invalid_capabilities"));
+    let (st, b) = raw("{\"title\":\"x\",\"priority\":2000000}").await;
+    assert_eq!((st, code(&b).as_str()), (422, "invalid_priority"));
     let big = format!("{{\"title\":\"{}\"}}", "x".repeat(10_000));
     let r = s
         .http

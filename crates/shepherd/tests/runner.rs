@@ -77,10 +77,17 @@ command = ["bash", "-c", "echo oops >&2; exit 3"]
 command = ["sleep", "30"]
 timeout_secs = 1
 cancel_grace_secs = 1
+[agents.missing]
+command = ["/nonexistent/shepherd-no-such-program"]
 "#,
     );
     let s = Server::start(&env).await;
-    for (vtid, agent) in [("OK-1", "ok"), ("BAD-1", "broken"), ("SLOW-1", "slow")] {
+    for (vtid, agent) in [
+        ("OK-1", "ok"),
+        ("BAD-1", "broken"),
+        ("SLOW-1", "slow"),
+        ("GONE-1", "missing"),
+    ] {
         let (st, b) = s
             .post(
                 "/api/v1/tasks",
@@ -117,6 +124,16 @@ cancel_grace_secs = 1
             .unwrap()
             .contains("timed out after 1s"),
         "{run}"
+    );
+
+    // A program that cannot be started fails its run with the reason.
+    task_in(&s, "GONE-1", &["failed"], Duration::from_secs(15)).await;
+    let run = last_run(&s, "GONE-1").await;
+    assert_eq!(run["status"], "failed");
+    let result = run["result"].as_str().unwrap();
+    assert!(
+        result.contains("cannot start") && result.contains("shepherd-no-such-program"),
+        "{result}"
     );
     s.stop().await;
 }
