@@ -536,9 +536,12 @@ impl Store {
         metadata: serde_json::Value,
     ) -> Result<Applied, Error> {
         let (now, vtid, event) = (now_ms(), vtid.to_owned(), event.to_owned());
-        write_op!(self, |db| async move {
-            tasks::external_event(db, now, &vtid, &event, message, metadata).await
-        })
+        let (applied, appended) = write_op!(self, |db| async move {
+            let appended = sql::Db::appended_later(db);
+            let applied = tasks::external_event(db, now, &vtid, &event, message, metadata).await?;
+            Ok((applied, appended))
+        })?;
+        Ok(claims::settle_seq(applied, appended))
     }
 
     pub async fn pending_tasks(&self, worker_id: &str, limit: i64) -> Result<Vec<Task>, Error> {
@@ -578,8 +581,9 @@ impl Store {
             vtid.to_owned(),
             event.to_owned(),
         );
-        write_op!(self, |db| async move {
-            claims::progress(
+        let (applied, appended) = write_op!(self, |db| async move {
+            let appended = sql::Db::appended_later(db);
+            let applied = claims::progress(
                 db,
                 now,
                 &id,
@@ -590,8 +594,10 @@ impl Store {
                 metadata,
                 result,
             )
-            .await
-        })
+            .await?;
+            Ok((applied, appended))
+        })?;
+        Ok(claims::settle_seq(applied, appended))
     }
 
     /// Expires lapsed claims and ends runs whose cancel grace has passed.

@@ -712,3 +712,68 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    applied_events_report_their_own_seq,
+    |db: TestDb| async move {
+        // The `seq` answered for a progress report or an outside event is that
+        // event's place in the log, whether it moved the task or was rejected,
+        // and also when many units of work share one commit.
+        let store = db.open().await;
+        let seq_of = |a: &Applied| match a {
+            Applied::Moved { seq, .. } | Applied::Rejected { seq, .. } => *seq,
+        };
+        let logged = |store: Store, seq: i64| async move {
+            let page = store
+                .read_events(seq - 1, &EventFilter::default(), 1)
+                .await
+                .unwrap();
+            let e = page.events.into_iter().next().expect("an event at seq");
+            assert_eq!(e.seq, seq);
+            (e.kind, e.refs.task_id)
+        };
+        let mut runs = Vec::new();
+        for i in 0..8 {
+            let worker = format!("sw{i}");
+            let vtid = format!("SEQ-{i}");
+            register(&store, &worker, &[]).await;
+            store.create_task(task(&vtid, "autopilot")).await.unwrap();
+            let g = store.claim_task(&worker, &vtid, rules()).await.unwrap();
+            runs.push((worker, vtid, g.claim_token));
+        }
+        let reports = futures::future::join_all(runs.iter().map(|(w, v, tok)| {
+            let store = store.clone();
+            async move { progress(&store, w, v, tok, "worker.building").await }
+        }))
+        .await;
+        for ((_, vtid, _), r) in runs.iter().zip(reports) {
+            let a = r.unwrap();
+            assert_eq!(state_of(&a), "building");
+            let (kind, task) = logged(store.clone(), seq_of(&a)).await;
+            assert_eq!(
+                (kind.as_str(), task.as_deref()),
+                ("worker.building", Some(vtid.as_str()))
+            );
+        }
+        // Rejected (a known event from a state that does not take it): the
+        // seq is that of the recorded rejection.
+        let (w, v, tok) = &runs[0];
+        let rejected = progress(&store, w, v, tok, "worker.execution.completed")
+            .await
+            .unwrap();
+        assert!(matches!(rejected, Applied::Rejected { .. }));
+        let (kind, task) = logged(store.clone(), seq_of(&rejected)).await;
+        assert_eq!(kind, "task.transition_rejected");
+        assert_eq!(task.as_deref(), Some(v.as_str()));
+        // An event from outside any worker.
+        let outside = store
+            .task_event(v, "github.pull_request.opened", None, json!({}))
+            .await
+            .unwrap();
+        assert_eq!(state_of(&outside), "pr_created");
+        let (kind, task) = logged(store.clone(), seq_of(&outside)).await;
+        assert_eq!(kind, "github.pull_request.opened");
+        assert_eq!(task.as_deref(), Some(v.as_str()));
+        store.close();
+    }
+);

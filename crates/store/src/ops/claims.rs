@@ -18,6 +18,7 @@ use super::tasks::{self, set_state, task_from_row, workflow_of, Applied, TASK_CO
 use super::workers::WORKER_COLUMNS;
 use super::{emit, emit_returning, new_uuid, random_hex, runs, workers};
 use crate::params;
+use crate::sql::Appended;
 use crate::sql::{Db, Row};
 
 /// Timing rules for leases.
@@ -411,10 +412,7 @@ pub async fn claim<D: Db>(
         "UPDATE tasks SET attempts = $2, builder_worker_id = $3, state = $4, updated_at = $5 WHERE id = $1",
         params![vtid, attempt, &builder, &new_state, now],
     );
-    db.defer(
-        "UPDATE workers SET last_activity_at = $2 WHERE id = $1",
-        params![worker_id, now],
-    );
+    db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
     let refs = EventRefs::default()
         .task(vtid)
         .worker(worker_id)
@@ -604,6 +602,40 @@ pub async fn progress<D: Db>(
     .await
 }
 
+/// The `seq` an [`Applied`] reports: the first event its unit of work
+/// appended. Where the backend learns `seq`s only as the database answers
+/// (PostgreSQL), the unit does not wait for it: the event is sent with the
+/// unit's other writes, and [`settle_seq`] fills the number in once the unit
+/// has committed. That saves a round trip on every progress report.
+async fn emit_first<D: Db>(db: &mut D, now: Millis, e: NewEvent) -> Result<i64, Error> {
+    if db.appended_later().is_some() {
+        emit(db, now, e).await?;
+        Ok(SEQ_AFTER_COMMIT)
+    } else {
+        emit_returning(db, now, e).await
+    }
+}
+
+/// Placeholder for a `seq` known only after commit (never a real `seq`).
+const SEQ_AFTER_COMMIT: i64 = -1;
+
+/// Fills in the `seq` of an [`Applied`] whose event was appended without
+/// waiting (see [`emit_first`]), from what its committed unit appended.
+pub(crate) fn settle_seq(mut applied: Applied, appended: Option<Appended>) -> Applied {
+    let slot = match &mut applied {
+        Applied::Moved { seq, .. } | Applied::Rejected { seq, .. } => seq,
+    };
+    if *slot == SEQ_AFTER_COMMIT {
+        if let Some(appended) = appended {
+            let events = appended.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(first) = events.iter().map(|e| e.seq).min() {
+                *slot = first;
+            }
+        }
+    }
+    applied
+}
+
 /// Applies `event` to the task's workflow, recording it either way, and ends
 /// the run and the claim when the event finishes them.
 #[allow(clippy::too_many_arguments)]
@@ -639,7 +671,7 @@ pub(crate) async fn apply_event<D: Db>(
             format!("workflow {:?} does not know event {event:?}", wf.name),
         )),
         Outcome::NotFromHere => {
-            let seq = emit_returning(
+            let seq = emit_first(
                 db,
                 now,
                 NewEvent::new(
@@ -653,7 +685,7 @@ pub(crate) async fn apply_event<D: Db>(
         }
         Outcome::Move { to, trigger } => {
             let from = task.state.clone();
-            let seq = emit_returning(
+            let seq = emit_first(
                 db,
                 now,
                 NewEvent::new(
@@ -683,10 +715,7 @@ pub(crate) async fn apply_event<D: Db>(
             };
             if let Some((a, holder)) = active {
                 if !external {
-                    db.defer(
-                        "UPDATE workers SET last_activity_at = $2 WHERE id = $1",
-                        params![&a.claim.worker_id, now],
-                    );
+                    db.defer(workers::TOUCH_ACTIVITY, params![&a.claim.worker_id, now]);
                 }
                 match ending {
                     Some((status, reason)) => {

@@ -15,7 +15,7 @@ use shepherd_core::workflow::{self, Outcome};
 use shepherd_core::Error;
 
 use super::tasks::{self, set_state, workflow_of};
-use super::{claims, emit, new_uuid};
+use super::{claims, emit, new_uuid, workers};
 use crate::params;
 use crate::sql::{Db, Row, Value};
 
@@ -308,10 +308,7 @@ pub async fn append_steps<D: Db>(
             "UPDATE runs SET step_count = $2, tool_calls = $3, active_tool = $4, last_step_at = $5 WHERE id = $1",
             params![run_id, next_index, tool_calls, active_tool, now],
         );
-        db.defer(
-            "UPDATE workers SET last_activity_at = $2 WHERE id = $1",
-            params![&run.worker_id, now],
-        );
+        db.defer(workers::TOUCH_ACTIVITY, params![&run.worker_id, now]);
         // A first step means the worker is executing (simple: claimed → running).
         let mut task = tasks::require(db, &run.vtid).await?;
         let wf = workflow_of(&task)?;

@@ -10,6 +10,12 @@ use super::{emit, hash_token, random_hex, to_json, validate_id};
 use crate::params;
 use crate::sql::{Db, Row};
 
+/// Records that a worker did something (`$2` = now). At most once a second:
+/// the time serves "stuck for N minutes" checks, and skipping the write
+/// keeps a busy worker's row from being rewritten by every call it makes.
+pub(crate) const TOUCH_ACTIVITY: &str = "UPDATE workers SET last_activity_at = $2 \
+     WHERE id = $1 AND (last_activity_at IS NULL OR last_activity_at + 1000 < $2)";
+
 /// What a worker says about itself when registering.
 #[derive(Debug, Clone, Default)]
 pub struct Registration {

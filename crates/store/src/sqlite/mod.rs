@@ -230,6 +230,16 @@ fn open_conn(path: &Path, read_only: bool, sync: SyncMode) -> Result<Connection,
         .map_err(map_err)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(map_err)?;
+    // Savepoint journals (one per grouped unit of work) stay in memory:
+    // past 64 KiB SQLite would spill each one to a temporary file, and a
+    // claim or a completion touches more pages than that.
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(map_err)?;
+    // 32 MiB of page cache keeps the hot B-tree pages (the right edges of
+    // the log's indexes, the queue) in memory instead of re-reading them
+    // out of the WAL.
+    conn.pragma_update(None, "cache_size", -32768)
+        .map_err(map_err)?;
     conn.set_prepared_statement_cache_capacity(128);
     Ok(conn)
 }
@@ -453,11 +463,11 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, publish: &Published) {
         let (ok, finish, unit_events) = job(Ok(conn));
         if !single {
             let end = if ok {
-                "RELEASE unit"
+                control(conn, "RELEASE unit")
             } else {
-                "ROLLBACK TO unit; RELEASE unit"
+                control(conn, "ROLLBACK TO unit").and_then(|_| control(conn, "RELEASE unit"))
             };
-            if let Err(e) = conn.execute_batch(end) {
+            if let Err(e) = end {
                 tracing::error!(error = %e, "savepoint handling failed");
             }
         }
