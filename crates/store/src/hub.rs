@@ -53,19 +53,19 @@ impl Hub {
 /// in `seq` order), everything else by reading the log after the last event
 /// published (other nodes' commits, announced by NOTIFY, and anything a
 /// handed-over batch does not directly follow).
+///
+/// `head` is the log's head read before the store took its first write:
+/// every event after it is published. (Reading it here instead, after the
+/// task got to run, could count a commit the writer had already handed over
+/// as published, and that event would never reach a live reader.)
 pub(crate) async fn pump(
     store: Store,
+    head: i64,
     mut direct: mpsc::UnboundedReceiver<Vec<Event>>,
     shutdown: CancellationToken,
 ) {
     let hub = store.hub();
-    let mut last = match store.head().await {
-        Ok(h) => h,
-        Err(e) => {
-            tracing::error!(error = %e, "event pump cannot read the log head");
-            0
-        }
-    };
+    let mut last = head;
     hub.published.store(last, Ordering::Release);
     let mut direct_open = true;
     loop {

@@ -213,7 +213,16 @@ impl Store {
                 url: redact(&config.url),
             }),
         };
-        tokio::spawn(hub::pump(store.clone(), published_rx, shutdown));
+        // Before the store is handed out, so before anything can be written
+        // through it (see `hub::pump`).
+        let head = match store.head().await {
+            Ok(head) => head,
+            Err(e) => {
+                store.close();
+                return Err(e);
+            }
+        };
+        tokio::spawn(hub::pump(store.clone(), head, published_rx, shutdown));
         Ok(store)
     }
 
