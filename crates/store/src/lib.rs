@@ -250,6 +250,16 @@ impl Store {
         }
     }
 
+    /// PostgreSQL only: whether this node has heard another node on the
+    /// same database recently, and how many commit notifications it sent.
+    #[doc(hidden)]
+    pub fn peer_state(&self) -> Option<(bool, u64)> {
+        match &self.inner.backend {
+            Backend::Postgres(b) => Some((b.peers().present(), b.peers().notifies())),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
     /// Checks that the database answers.
     pub async fn ping(&self) -> Result<(), Error> {
         match &self.inner.backend {

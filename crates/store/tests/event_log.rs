@@ -11,7 +11,7 @@ use serde_json::json;
 use shepherd_core::event::{EventFilter, EventRefs, NewEvent};
 use shepherd_store::TailItem;
 
-use common::TestDb;
+use common::{Kind, TestDb};
 
 fn event(kind: &str, task: &str, n: u64) -> NewEvent {
     NewEvent::new(kind, EventRefs::default().task(task), json!({ "n": n }))
@@ -416,3 +416,54 @@ contract!(
         }
     }
 );
+
+#[tokio::test]
+async fn postgres_notifies_commits_only_while_another_node_listens() {
+    // A node alone on its database sends no NOTIFY with its commits; once a
+    // second node has announced itself, commits are notified again and the
+    // second node's tail hears the first node's events.
+    let db = TestDb::new(Kind::Postgres).await;
+    let first = db.open().await;
+    for i in 0..20 {
+        first
+            .append_events(vec![NewEvent::new(
+                "test.alone",
+                EventRefs::default(),
+                json!({ "i": i }),
+            )])
+            .await
+            .unwrap();
+    }
+    assert_eq!(first.peer_state(), Some((false, 0)));
+
+    let second = db.open().await;
+    let mut tail = second.tail(first.head().await.unwrap(), EventFilter::default());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while first.peer_state().map(|(present, _)| present) != Some(true) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second node was never heard"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seq = first
+        .append_events(vec![NewEvent::new(
+            "test.together",
+            EventRefs::default(),
+            json!({}),
+        )])
+        .await
+        .unwrap()[0];
+    let (_, sent) = first.peer_state().unwrap();
+    assert!(sent >= 1, "a commit with a peer listening is notified");
+    let heard = tokio::time::timeout(Duration::from_secs(10), tail.next())
+        .await
+        .expect("the second node hears the first node's commit")
+        .unwrap();
+    let TailItem::Event(heard) = heard else {
+        panic!("expected an event, got {heard:?}");
+    };
+    assert_eq!((heard.seq, heard.kind.as_str()), (seq, "test.together"));
+    first.close();
+    second.close();
+}

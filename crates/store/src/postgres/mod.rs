@@ -22,6 +22,14 @@
 //! this node's event pump; NOTIFY (at most one per [`NOTIFY_INTERVAL`],
 //! carrying the node's id so that its own listener ignores it) tells the
 //! other nodes, whose pumps then read the log.
+//!
+//! Peers. A node alone on its database has nobody to tell, and a NOTIFY
+//! costs the database a good part of a small commit. So every node
+//! announces itself ([`ANNOUNCE_INTERVAL`]) on the same channel, and the
+//! writer sends commit notifications only while it has heard another node
+//! within [`PEER_TTL`]. A node that starts announces itself at once; until
+//! the others hear it (milliseconds), its pump's periodic read of the log
+//! covers what they commit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,8 +52,53 @@ const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("0001_init.sql"))];
 /// Advisory lock key that orders event-appending commits (see module docs).
 pub const EVENT_LOCK: i64 = 0x5348_4550_0001;
 const MIGRATION_LOCK: i64 = 0x5348_4550_0002;
-/// The channel every node LISTENs on.
+/// The channel every node LISTENs on (in the default schema; see
+/// [`notify_channel`]).
 pub const NOTIFY_CHANNEL: &str = "shepherd_events";
+/// The channel of the nodes sharing one schema. Notifications are
+/// database-wide, so deployments in separate schemas of one database use
+/// separate channels and do not wake (or count as peers of) each other.
+pub fn notify_channel(schema: Option<&str>) -> String {
+    match schema {
+        None => NOTIFY_CHANNEL.to_owned(),
+        // Channel names are at most 63 bytes: name, "_", schema.
+        Some(s) if NOTIFY_CHANNEL.len() + 1 + s.len() <= 63 => format!("{NOTIFY_CHANNEL}_{s}"),
+        Some(s) => format!("{NOTIFY_CHANNEL}_{}", &crate::ops::hash_token(s)[..32]),
+    }
+}
+
+/// Payload prefix of a node's announcement (not a commit).
+const ANNOUNCE_PREFIX: &str = "node:";
+/// How often a node announces itself to the others.
+const ANNOUNCE_INTERVAL: Duration = Duration::from_secs(5);
+/// A node that announced itself this recently still counts as a peer.
+const PEER_TTL: Duration = Duration::from_secs(20);
+
+/// When this node last heard another node on [`NOTIFY_CHANNEL`], and how
+/// many commit notifications it has sent.
+#[derive(Debug, Default)]
+pub struct Peers {
+    heard_at: std::sync::Mutex<Option<std::time::Instant>>,
+    notifies: std::sync::atomic::AtomicU64,
+}
+
+impl Peers {
+    fn heard(&self) {
+        *self.heard_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+    }
+    /// Whether another node has been heard within [`PEER_TTL`].
+    pub fn present(&self) -> bool {
+        self.heard_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() < PEER_TTL)
+    }
+    /// Commit notifications sent so far.
+    pub fn notifies(&self) -> u64 {
+        self.notifies.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 const MAX_BATCH: usize = 512;
 
 type Finisher = Box<dyn FnOnce(Option<Error>) + Send>;
@@ -477,6 +530,7 @@ pub struct PgOptions {
 pub struct PgBackend {
     pool: Pool,
     jobs: mpsc::UnboundedSender<Job>,
+    peers: Arc<Peers>,
 }
 
 /// Where the writer hands committed events to this node's event pump.
@@ -488,11 +542,16 @@ struct WriterContext {
     /// The NOTIFY payload of this node's commits, so that its own listener
     /// can ignore them (the writer already handed those events over).
     node: String,
+    channel: String,
+    peers: Arc<Peers>,
 }
 
 impl WriterContext {
     fn notify_sql(&self) -> String {
-        format!("SELECT pg_notify('{NOTIFY_CHANNEL}', '{}')", self.node)
+        self.peers
+            .notifies
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("SELECT pg_notify('{}', '{}')", self.channel, self.node)
     }
 }
 
@@ -544,13 +603,30 @@ impl PgBackend {
         migrate(&pool).await?;
         let (jobs, rx) = mpsc::unbounded_channel();
         let node = crate::ops::random_hex(8);
+        let peers = Arc::new(Peers::default());
+        let channel = notify_channel(opts.schema.as_deref());
         let writer = WriterContext {
             published,
             node: node.clone(),
+            channel: channel.clone(),
+            peers: peers.clone(),
         };
         tokio::spawn(writer_loop(pool.clone(), rx, writer));
-        tokio::spawn(listen_loop(config.clone(), node, on_commit, shutdown));
-        Ok(PgBackend { pool, jobs })
+        tokio::spawn(listen_loop(
+            config.clone(),
+            channel.clone(),
+            node.clone(),
+            on_commit,
+            peers.clone(),
+            shutdown.clone(),
+        ));
+        tokio::spawn(announce_loop(pool.clone(), channel, node, shutdown));
+        Ok(PgBackend { pool, jobs, peers })
+    }
+
+    /// What this node knows of other nodes on the same database.
+    pub fn peers(&self) -> &Peers {
+        &self.peers
     }
 
     /// Runs `f` inside the node's shared write transaction (see module docs)
@@ -724,8 +800,9 @@ async fn writer_loop(pool: Pool, mut rx: mpsc::UnboundedReceiver<Job>, ctx: Writ
                 }
             },
         };
-        let notify = last_notify.is_none_or(|at| at.elapsed() >= NOTIFY_INTERVAL);
-        if run_batch(&client, &cache, batch, &ctx, notify).await {
+        let peers = ctx.peers.present();
+        let notify = peers && last_notify.is_none_or(|at| at.elapsed() >= NOTIFY_INTERVAL);
+        if run_batch(&client, &cache, batch, &ctx, notify).await && peers {
             if notify {
                 last_notify = Some(tokio::time::Instant::now());
             } else {
@@ -845,16 +922,19 @@ async fn run_batch(
 /// on whatever was committed while it was away).
 async fn listen_loop(
     config: tokio_postgres::Config,
+    channel: String,
     node: String,
     on_commit: Arc<Notify>,
+    peers: Arc<Peers>,
     shutdown: CancellationToken,
 ) {
+    let own_announcement = format!("{ANNOUNCE_PREFIX}{node}");
     let mut backoff = Duration::from_millis(100);
     loop {
         let attempt = async {
             let (client, mut conn) = config.connect(NoTls).await?;
             let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
-            let listen_sql = format!("LISTEN {NOTIFY_CHANNEL}");
+            let listen_sql = format!("LISTEN {channel}");
             {
                 let listen = client.batch_execute(&listen_sql);
                 // The connection must be polled for LISTEN to complete.
@@ -874,8 +954,17 @@ async fn listen_loop(
             while let Some(m) = messages.next().await {
                 match m {
                     // This node's own commits reach its pump from the writer.
-                    Ok(AsyncMessage::Notification(n)) if n.payload() == node => {}
-                    Ok(AsyncMessage::Notification(_)) => on_commit.notify_one(),
+                    Ok(AsyncMessage::Notification(n))
+                        if n.payload() == node || n.payload() == own_announcement => {}
+                    Ok(AsyncMessage::Notification(n))
+                        if n.payload().starts_with(ANNOUNCE_PREFIX) =>
+                    {
+                        peers.heard()
+                    }
+                    Ok(AsyncMessage::Notification(_)) => {
+                        peers.heard();
+                        on_commit.notify_one()
+                    }
                     Ok(_) => {}
                     Err(e) => return Err(e),
                 }
@@ -898,5 +987,40 @@ async fn listen_loop(
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Tells the other nodes on this database that this one is here (see
+/// "Peers" in the module docs): at once, then every [`ANNOUNCE_INTERVAL`].
+async fn announce_loop(pool: Pool, channel: String, node: String, shutdown: CancellationToken) {
+    let sql = format!("SELECT pg_notify('{channel}', '{ANNOUNCE_PREFIX}{node}')");
+    loop {
+        match pool.get().await {
+            Ok(client) => {
+                if let Err(e) = client.batch_execute(&sql).await {
+                    tracing::debug!(error = %map_err(e), "node announcement failed");
+                }
+            }
+            Err(e) => tracing::debug!(error = %pool_err(e), "node announcement skipped"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(ANNOUNCE_INTERVAL) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notify_channels_fit_and_separate_schemas() {
+        assert_eq!(notify_channel(None), "shepherd_events");
+        assert_eq!(notify_channel(Some("team_a")), "shepherd_events_team_a");
+        let long = "s".repeat(60);
+        let c = notify_channel(Some(&long));
+        assert!(c.len() <= 63, "{c}");
+        assert_ne!(c, notify_channel(Some(&"s".repeat(61))));
     }
 }
