@@ -485,7 +485,6 @@ pub async fn execute(
     ending
 }
 
-/// Reports the end of a run, retrying while the server is away.
 /// Reports a run that never started and says how it ended.
 async fn spawn_failed(ctx: &RunContext, a: &Assignment, reason: String) -> Ending {
     let ending = Ending::SpawnFailed(reason.clone());
@@ -493,6 +492,7 @@ async fn spawn_failed(ctx: &RunContext, a: &Assignment, reason: String) -> Endin
     ending
 }
 
+/// Reports the end of a run, retrying while the server is away.
 async fn report_end(
     ctx: &RunContext,
     a: &Assignment,

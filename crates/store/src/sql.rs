@@ -146,11 +146,11 @@ pub enum Dialect {
     Postgres,
 }
 
-/// A connection (inside a transaction when writing) that operations run against.
-///
 /// The events a unit of work appended, filled in as their INSERTs answer.
 pub type Appended = std::sync::Arc<std::sync::Mutex<Vec<shepherd_core::event::Event>>>;
 
+/// A connection (inside a transaction when writing) that operations run against.
+///
 /// Futures are `Send` so PostgreSQL operations can run on the tokio runtime;
 /// the SQLite implementation completes every future on its first poll.
 pub trait Db: Send {
