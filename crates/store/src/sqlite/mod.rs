@@ -235,11 +235,13 @@ fn open_conn(path: &Path, read_only: bool, sync: SyncMode) -> Result<Connection,
     // claim or a completion touches more pages than that.
     conn.pragma_update(None, "temp_store", "MEMORY")
         .map_err(map_err)?;
-    // 32 MiB of page cache keeps the hot B-tree pages (the right edges of
-    // the log's indexes, the queue) in memory instead of re-reading them
-    // out of the WAL.
-    conn.pragma_update(None, "cache_size", -32768)
-        .map_err(map_err)?;
+    if !read_only {
+        // The writer's 32 MiB of page cache keeps the hot B-tree pages (the
+        // right edges of the log's indexes, the queue) in memory instead of
+        // re-reading them out of the WAL. Readers keep SQLite's default.
+        conn.pragma_update(None, "cache_size", -32768)
+            .map_err(map_err)?;
+    }
     conn.set_prepared_statement_cache_capacity(128);
     Ok(conn)
 }
