@@ -37,6 +37,10 @@ pub use ops::runs::{RunFilter, StepsAck};
 pub use ops::tasks::{Applied, CancelOutcome, NewTask, TaskDetail, TaskFilter};
 pub use ops::workers::{Registration, WorkerFilter};
 pub use postgres::PgOptions;
+/// The PostgreSQL advisory lock that orders event-log commits: anything else
+/// that appends to the log must take it (transaction-scoped) before its first
+/// `seq` is drawn.
+pub use postgres::EVENT_LOCK as POSTGRES_EVENT_LOCK;
 pub use sqlite::SyncMode;
 
 use postgres::PgBackend;

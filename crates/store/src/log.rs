@@ -17,18 +17,32 @@ const COLUMNS: &str =
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, \
     channel_id, conversation_id, session_id, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
+/// The columns an append writes, in [`event_params`] order.
+pub(crate) const INSERT_COLUMNS: &str =
+    "ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data";
+
+/// `n` rows of placeholders for [`event_params`] (`($1, …, $10), …`), each
+/// placeholder followed by `cast` (its column's type), if given.
+pub(crate) fn event_rows_sql(n: usize, casts: Option<&[&str; 10]>) -> String {
+    use std::fmt::Write;
+    let mut sql = String::with_capacity(n * 64);
+    for i in 0..n {
+        sql.push_str(if i == 0 { "(" } else { ", (" });
+        for k in 0..10 {
+            let sep = if k == 0 { "" } else { ", " };
+            let cast = casts.map_or("", |c| c[k]);
+            let _ = write!(sql, "{sep}${}{cast}", i * 10 + k + 1);
+        }
+        sql.push(')');
+    }
+    sql
+}
+
 /// `INSERT` of `n` events in one statement (placeholders `$1…$(10n)`).
 pub(crate) fn insert_events_sql(n: usize) -> String {
-    let rows: Vec<String> = (0..n)
-        .map(|i| {
-            let p: Vec<String> = (1..=10).map(|k| format!("${}", i * 10 + k)).collect();
-            format!("({})", p.join(", "))
-        })
-        .collect();
     format!(
-        "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data) \
-         VALUES {}",
-        rows.join(", ")
+        "INSERT INTO events ({INSERT_COLUMNS}) VALUES {}",
+        event_rows_sql(n, None)
     )
 }
 

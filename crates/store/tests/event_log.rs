@@ -134,8 +134,14 @@ contract!(
                         );
                         // Every third unit of work stays open a little, so commits
                         // interleave out of sequence order unless the log prevents it.
-                        let hold = if n % 3 == 0 { (n % 5) as i64 } else { 0 };
-                        let seqs = node.append_events_holding(vec![e], hold).await.unwrap();
+                        // Another third are plain appends, which a writer may send
+                        // as one statement without a transaction of its own.
+                        let seqs = match n % 3 {
+                            0 => node.append_events_holding(vec![e], (n % 5) as i64).await,
+                            1 => node.append_events(vec![e]).await,
+                            _ => node.append_events_holding(vec![e], 0).await,
+                        }
+                        .unwrap();
                         acked.push((seqs[0], writer_id, n));
                     }
                     acked
@@ -466,4 +472,65 @@ async fn postgres_notifies_commits_only_while_another_node_listens() {
     assert_eq!((heard.seq, heard.kind.as_str()), (seq, "test.together"));
     first.close();
     second.close();
+}
+
+#[tokio::test]
+async fn postgres_plain_appends_wait_for_an_earlier_open_transaction() {
+    // A node alone on its database may send a plain append as one statement
+    // in autocommit. That statement must still queue behind a transaction
+    // that drew a lower `seq` and has not committed, or a reader could pass
+    // over the lower one. The open transaction here is another process's,
+    // holding the event lock as every writer must.
+    let db = TestDb::new(Kind::Postgres).await;
+    let store = db.open().await;
+    store
+        .append_events(vec![event("test.warm", "T1", 0)])
+        .await
+        .unwrap();
+    let mut config: tokio_postgres::Config = common::pg_url().parse().unwrap();
+    config.options(format!("-c search_path={}", db.config().pg_schema.unwrap()));
+    let (other, conn) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    other.batch_execute("BEGIN").await.unwrap();
+    other
+        .execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&shepherd_store::POSTGRES_EVENT_LOCK],
+        )
+        .await
+        .unwrap();
+    let early: i64 = other
+        .query_one(
+            "INSERT INTO events (ts, type, data) VALUES (0, 'test.early', '{}') RETURNING seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+
+    let appender = store.clone();
+    let mut late = tokio::spawn(async move {
+        appender
+            .append_events(vec![event("test.late", "T1", 1)])
+            .await
+    });
+    let waited = tokio::time::timeout(Duration::from_millis(500), &mut late).await;
+    assert!(
+        waited.is_err(),
+        "a plain append committed while an earlier transaction was open: {waited:?}"
+    );
+    other.batch_execute("COMMIT").await.unwrap();
+    let late = tokio::time::timeout(Duration::from_secs(10), late)
+        .await
+        .expect("the append goes through once the other transaction commits")
+        .unwrap()
+        .unwrap();
+    assert!(late[0] > early, "late {late:?}, early {early}");
+    let page = store
+        .read_events(0, &EventFilter::default(), 10)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = page.events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["test.warm", "test.early", "test.late"]);
+    store.close();
 }

@@ -18,7 +18,12 @@
 //! (see [`PgDb`]), event INSERTs return their `seq`s to the writer rather than
 //! to the unit, and a unit alone in its transaction does not wait for its own
 //! writes: the writer collects their answers with the COMMIT's, so a small
-//! write is one round trip. The writer hands what it committed straight to
+//! write is one round trip. A lone unit also sends BEGIN and the lock itself,
+//! just before its first statement; if its only write is its events (a plain
+//! append), it sends no BEGIN at all but one autocommit INSERT that takes the
+//! lock inside the statement before drawing any `seq`
+//! ([`autocommit_events_sql`]): the same one statement and one answer as an
+//! INSERT without any of this machinery. The writer hands what it committed straight to
 //! this node's event pump; NOTIFY (at most one per [`NOTIFY_INTERVAL`],
 //! carrying the node's id so that its own listener ignores it) tells the
 //! other nodes, whose pumps then read the log.
@@ -262,7 +267,69 @@ pub struct PgDb {
     /// Set by the writer when this unit is alone in its transaction: the
     /// unit's final flush does not wait, and the writer collects its
     /// answers together with the COMMIT's (one round trip for the lot).
-    settle_later: Option<Arc<std::sync::Mutex<Vec<Pending>>>>,
+    lone: Option<Arc<LoneUnit>>,
+    /// The writer left the transaction's start to this (lone) unit: BEGIN
+    /// and the event lock go out just before its first statement, or, if
+    /// its only statement is its event insert, the lock is taken inside
+    /// that insert and it commits on its own (see [`PgDb::end_unit`]).
+    unbegun: bool,
+}
+
+/// What the writer shares with a unit that is alone in its transaction.
+#[derive(Default)]
+struct LoneUnit {
+    /// Answers the unit did not wait for.
+    pending: std::sync::Mutex<Vec<Pending>>,
+    /// What the unit opened, if the writer left that to it ([`Opened`]).
+    opened: std::sync::atomic::AtomicU8,
+}
+
+/// What a lazily begun unit put on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    /// No statement at all: there is nothing to commit.
+    Nothing = 0,
+    /// A transaction, which the writer commits or rolls back.
+    Transaction = 1,
+    /// One statement that committed on its own.
+    Autocommit = 2,
+}
+
+impl LoneUnit {
+    fn opened(&self) -> Opened {
+        match self.opened.load(std::sync::atomic::Ordering::Acquire) {
+            1 => Opened::Transaction,
+            2 => Opened::Autocommit,
+            _ => Opened::Nothing,
+        }
+    }
+    fn set_opened(&self, o: Opened) {
+        self.opened
+            .store(o as u8, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// What every write transaction starts with (see the module docs).
+fn begin_sql() -> String {
+    format!("BEGIN; SELECT pg_advisory_xact_lock({EVENT_LOCK})")
+}
+
+/// The insert of `n` events as one statement that takes the event lock
+/// itself, before any `seq` is drawn: the lock comes from a materialised
+/// CTE that every inserted row is joined with, so no row (and no identity
+/// value) exists before the lock is held; autocommit holds it to the commit.
+fn autocommit_events_sql(n: usize) -> String {
+    const CASTS: [&str; 10] = [
+        "::bigint", "::text", "::text", "::text", "::text", "::text", "::text", "::text", "::text",
+        "::text",
+    ];
+    format!(
+        "WITH ordering AS MATERIALIZED (SELECT pg_advisory_xact_lock({EVENT_LOCK})) \
+         INSERT INTO events ({cols}) SELECT v.* FROM ordering, (VALUES {rows}) AS v ({cols}) \
+         RETURNING seq",
+        cols = crate::log::INSERT_COLUMNS,
+        rows = crate::log::event_rows_sql(n, Some(&CASTS)),
+    )
 }
 
 async fn prepare(
@@ -296,16 +363,29 @@ impl PgDb {
             events: Vec::new(),
             event_records: Vec::new(),
             appended: Appended::default(),
-            settle_later: None,
+            lone: None,
+            unbegun: false,
         }
     }
 
     /// Ends a unit of work that returned `Ok`: its deferred writes must
     /// succeed too. A unit alone in its transaction hands them to the
     /// writer, which waits for them together with the COMMIT.
+    ///
+    /// A lazily begun unit whose only statement is its event insert sends
+    /// that insert alone, in autocommit, with the event lock inside it: the
+    /// same single statement and single answer as a plain INSERT.
     pub(crate) async fn end_unit(&mut self) -> Result<(), Error> {
-        self.send_events();
-        match &self.settle_later {
+        match &self.lone {
+            // `unbegun` still set: nothing has gone out yet.
+            Some(lone) if self.unbegun && !self.events.is_empty() => {
+                self.unbegun = false;
+                lone.set_opened(Opened::Autocommit);
+                self.send_events_with(autocommit_events_sql);
+            }
+            _ => self.send_events(),
+        }
+        match self.lone.as_ref().map(|l| &l.pending) {
             // Only writes already on the wire can be handed over: one queued
             // behind a barrier would be sent after the writer's COMMIT,
             // outside the transaction.
@@ -325,6 +405,22 @@ impl PgDb {
         self.appended.clone()
     }
 
+    /// Sends BEGIN and the event lock if the writer left them to this unit
+    /// and they have not gone out: before the unit's first statement.
+    fn open(&mut self) {
+        if !std::mem::take(&mut self.unbegun) {
+            return;
+        }
+        if let Some(lone) = &self.lone {
+            lone.set_opened(Opened::Transaction);
+        }
+        match send_simple(&self.client, begin_sql()) {
+            Ok(Some(f)) => self.pending.push(f),
+            Ok(None) => {}
+            Err(e) => self.failed = Some(e),
+        }
+    }
+
     async fn settle(&mut self) -> Result<(), Error> {
         self.barrier = false;
         settle(std::mem::take(&mut self.pending), self.failed.take()).await
@@ -333,15 +429,17 @@ impl PgDb {
     /// Sends the buffered events as one statement (pipelined); their `seq`s
     /// are recorded in [`PgDb::appended`] when the answer arrives.
     fn send_events(&mut self) {
+        self.send_events_with(|n| format!("{} RETURNING seq", crate::log::insert_events_sql(n)));
+    }
+
+    /// [`PgDb::send_events`] with the statement `sql(n)` for `n` events.
+    fn send_events_with(&mut self, sql: fn(usize) -> String) {
         if self.events.is_empty() {
             return;
         }
         let rows = std::mem::take(&mut self.events);
         let mut records = std::mem::take(&mut self.event_records);
-        let sql = format!(
-            "{} RETURNING seq",
-            crate::log::insert_events_sql(rows.len())
-        );
+        let sql = sql(rows.len());
         let appended = self.appended.clone();
         let on_rows: OnRows = Box::new(move |rows| {
             let mut seqs = Vec::with_capacity(rows.len());
@@ -390,6 +488,7 @@ impl PgDb {
         if self.failed.is_some() {
             return;
         }
+        self.open();
         let client = self.client.clone();
         let cached = self
             .cache
@@ -438,6 +537,7 @@ type OnRows = Box<dyn FnOnce(Vec<tokio_postgres::Row>) -> Result<(), Error> + Se
 impl Db for PgDb {
     async fn query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
         self.ready().await?;
+        self.open();
         let result = async {
             let stmt = prepare(&self.client, &self.cache, sql).await?;
             let refs: Vec<&(dyn ToSql + Sync)> =
@@ -454,6 +554,7 @@ impl Db for PgDb {
 
     async fn execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
         self.ready().await?;
+        self.open();
         let result = async {
             let stmt = prepare(&self.client, &self.cache, sql).await?;
             let refs: Vec<&(dyn ToSql + Sync)> =
@@ -837,12 +938,14 @@ async fn run_batch(
             control_error.get_or_insert(e);
         }
     };
-    send(
-        format!("BEGIN; SELECT pg_advisory_xact_lock({EVENT_LOCK})"),
-        &mut control,
-    );
     let single = batch.len() == 1;
-    let later: Arc<std::sync::Mutex<Vec<Pending>>> = Arc::default();
+    // A lone unit begins its own transaction, and may need none (see
+    // `PgDb::end_unit`); a NOTIFY needs one to ride on.
+    let lazy_begin = single && !notify;
+    if !lazy_begin {
+        send(begin_sql(), &mut control);
+    }
+    let lone: Arc<LoneUnit> = Arc::default();
     let mut finishers = Vec::with_capacity(batch.len());
     let mut any_ok = false;
     for job in batch {
@@ -852,7 +955,8 @@ async fn run_batch(
         let mut db = PgDb::with_cache(client.clone(), cache.clone());
         if single {
             // Nothing to roll back to: its answers can wait for the COMMIT's.
-            db.settle_later = Some(later.clone());
+            db.lone = Some(lone.clone());
+            db.unbegun = lazy_begin;
         }
         let appended = db.appended();
         let (ok, finish) = job(Ok(db)).await;
@@ -867,17 +971,20 @@ async fn run_batch(
         any_ok |= ok;
         finishers.push((ok, finish, appended));
     }
-    let end = if !any_ok {
-        "ROLLBACK".to_owned()
-    } else if notify {
-        format!("{}; COMMIT", ctx.notify_sql())
-    } else {
-        "COMMIT".to_owned()
-    };
-    send(end, &mut control);
+    let in_transaction = !lazy_begin || lone.opened() == Opened::Transaction;
+    if in_transaction {
+        let end = if !any_ok {
+            "ROLLBACK".to_owned()
+        } else if notify {
+            format!("{}; COMMIT", ctx.notify_sql())
+        } else {
+            "COMMIT".to_owned()
+        };
+        send(end, &mut control);
+    }
     // A lone unit's own writes first: if one failed, that is the unit's
     // error, and the COMMIT behind it failed only because of it.
-    let pending = std::mem::take(&mut *later.lock().unwrap_or_else(|p| p.into_inner()));
+    let pending = std::mem::take(&mut *lone.pending.lock().unwrap_or_else(|p| p.into_inner()));
     let unit_outcome = settle(pending, None).await;
     let outcome = settle(control, control_error).await;
     match (unit_outcome, outcome) {
@@ -900,7 +1007,9 @@ async fn run_batch(
             any_ok
         }
         (Err(err), _) => {
-            let _ = client.batch_execute("ROLLBACK").await;
+            if in_transaction {
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
             for (_, finish, _) in finishers {
                 finish(Some(err.clone()));
             }
@@ -908,7 +1017,9 @@ async fn run_batch(
         }
         (Ok(()), Err(err)) => {
             tracing::error!(error = %err, "write transaction failed; every unit in the batch is rolled back");
-            let _ = client.batch_execute("ROLLBACK").await;
+            if in_transaction {
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
             for (ok, finish, _) in finishers {
                 finish(if ok { Some(err.clone()) } else { None });
             }
