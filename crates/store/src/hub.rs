@@ -1,11 +1,14 @@
 //! Live delivery of committed events inside one node.
 //!
-//! A single pump task broadcasts every committed event once, in `seq` order:
-//! this node's writer hands over what it committed, and the pump publishes a
-//! batch directly when it follows the last event published without a gap;
-//! otherwise (another node's commit, announced by NOTIFY, or a gap left by a
-//! rolled-back sequence value) it reads the log after the last event
-//! published. Either way the broadcast follows true commit order across nodes.
+//! Every committed event is broadcast once, in `seq` order. This node's
+//! writer broadcasts what it committed itself, right after the commit, when
+//! the batch directly follows the last event published
+//! ([`Hub::publish_committed`]): no other task has to wake up for the common
+//! case. Anything else (another node's commit, announced by NOTIFY, or a gap
+//! left by a rolled-back sequence value) wakes the pump task, which reads
+//! the log after the last event published. Both publish under one lock that
+//! holds the last `seq` published, so the broadcast follows true commit
+//! order across nodes and never repeats an event.
 //!
 //! [`Tail`] turns "events after cursor C" plus the broadcast into one
 //! gap-free, duplicate-free stream: it subscribes first, backfills from the
@@ -22,7 +25,7 @@ use std::time::Duration;
 
 use shepherd_core::event::{Event, EventFilter};
 use shepherd_core::Error;
-use tokio::sync::{broadcast, mpsc, Notify};
+use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::Store;
@@ -32,9 +35,13 @@ pub const BROADCAST_CAPACITY: usize = 4096;
 
 pub(crate) struct Hub {
     pub(crate) tx: broadcast::Sender<Arc<Event>>,
+    /// Wakes the pump to read the log.
     pub(crate) wake: Arc<Notify>,
-    /// The last `seq` the pump broadcast.
+    /// The last `seq` broadcast, for lock-free readers.
     pub(crate) published: AtomicI64,
+    /// The last `seq` broadcast; every broadcast happens under this lock.
+    /// `None` until the store has read the log's head ([`Hub::start`]).
+    last: std::sync::Mutex<Option<i64>>,
 }
 
 impl Hub {
@@ -44,83 +51,100 @@ impl Hub {
             tx,
             wake,
             published: AtomicI64::new(0),
+            last: std::sync::Mutex::new(None),
         }
     }
-}
 
-/// Runs until `shutdown`. Publishes every committed event once, in `seq`
-/// order: events handed over by this node's writer directly (writers commit
-/// in `seq` order), everything else by reading the log after the last event
-/// published (other nodes' commits, announced by NOTIFY, and anything a
-/// handed-over batch does not directly follow).
-///
-/// `head` is the log's head read before the store took its first write:
-/// every event after it is published. (Reading it here instead, after the
-/// task got to run, could count a commit the writer had already handed over
-/// as published, and that event would never reach a live reader.)
-pub(crate) async fn pump(
-    store: Store,
-    head: i64,
-    mut direct: mpsc::UnboundedReceiver<Vec<Event>>,
-    shutdown: CancellationToken,
-) {
-    let hub = store.hub();
-    let mut last = head;
-    hub.published.store(last, Ordering::Release);
-    let mut direct_open = true;
-    loop {
-        let batch = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            b = direct.recv(), if direct_open => match b {
-                Some(b) => Some(b),
-                None => {
-                    direct_open = false;
-                    continue;
-                }
-            },
-            _ = hub.wake.notified() => None,
-            // A safety net, and how writes of other processes are noticed.
-            _ = tokio::time::sleep(Duration::from_millis(500)) => None,
+    fn last(&self) -> std::sync::MutexGuard<'_, Option<i64>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the log's head, read before the store took its first write:
+    /// every event after it is published. (Reading it any later could count
+    /// an event the writer had already committed as published, and that
+    /// event would never reach a live reader.)
+    pub(crate) fn start(&self, head: i64) {
+        *self.last() = Some(head);
+        self.published.store(head, Ordering::Release);
+    }
+
+    /// Called by this node's writer after a commit with the events it
+    /// committed, in `seq` order. Broadcasts them at once if they directly
+    /// follow the last event published; otherwise wakes the pump, which
+    /// reads them (and whatever lies between) from the log.
+    pub(crate) fn publish_committed(&self, batch: Vec<Event>) {
+        let mut last = self.last();
+        let Some(prev) = *last else {
+            drop(last);
+            self.wake.notify_one();
+            return;
         };
-        if let Some(batch) = batch {
-            let follows = batch.first().is_some_and(|e| e.seq == last + 1)
-                && batch.windows(2).all(|w| w[1].seq == w[0].seq + 1);
-            if follows {
-                for e in batch {
-                    last = e.seq;
-                    let _ = hub.tx.send(Arc::new(e));
-                }
-                hub.published.store(last, Ordering::Release);
-                continue;
+        let follows = batch.first().is_some_and(|e| e.seq == prev + 1)
+            && batch.windows(2).all(|w| w[1].seq == w[0].seq + 1);
+        if follows {
+            for e in batch {
+                *last = Some(e.seq);
+                let _ = self.tx.send(Arc::new(e));
             }
-            if batch.last().is_some_and(|e| e.seq <= last) {
-                continue;
-            }
-            // A gap (another process wrote in between): read it from the log.
+            self.published
+                .store(last.unwrap_or(prev), Ordering::Release);
+        } else if batch.last().is_some_and(|e| e.seq > prev) {
+            drop(last);
+            self.wake.notify_one();
         }
-        last = catch_up(&store, hub, last).await;
-        hub.published.store(last, Ordering::Release);
+    }
+
+    /// Broadcasts events read from the log after the last one published,
+    /// skipping any the writer published meanwhile; returns the new last.
+    fn publish_read(&self, events: Vec<Event>) -> i64 {
+        let mut last = self.last();
+        let mut now = last.unwrap_or(0);
+        for e in events {
+            if e.seq > now {
+                now = e.seq;
+                let _ = self.tx.send(Arc::new(e));
+            }
+        }
+        *last = Some(now);
+        self.published.store(now, Ordering::Release);
+        now
     }
 }
 
-/// Publishes everything in the log after `last`; returns the new last.
-async fn catch_up(store: &Store, hub: &Hub, mut last: i64) -> i64 {
+/// Runs until `shutdown`. Publishes, by reading the log after the last
+/// event published, whatever the writer could not broadcast itself: other
+/// nodes' commits (announced by NOTIFY, or noticed by the periodic read)
+/// and batches that did not directly follow. Started once [`Hub::start`]
+/// has run.
+pub(crate) async fn pump(store: Store, shutdown: CancellationToken) {
+    let hub = store.hub();
     loop {
-        match store.read_new_events(last, 1000).await {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = hub.wake.notified() => {}
+            // A safety net, and how writes of other processes are noticed.
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        catch_up(&store, hub).await;
+    }
+}
+
+/// Publishes everything in the log after the last event published.
+async fn catch_up(store: &Store, hub: &Hub) {
+    loop {
+        let after = hub.last().unwrap_or(0);
+        match store.read_new_events(after, 1000).await {
             Ok(events) => {
                 let n = events.len();
-                for e in events {
-                    last = e.seq;
-                    let _ = hub.tx.send(Arc::new(e));
-                }
+                hub.publish_read(events);
                 if n < 1000 {
-                    return last;
+                    return;
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "event pump read failed; retrying");
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                return last;
+                return;
             }
         }
     }

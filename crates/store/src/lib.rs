@@ -104,7 +104,7 @@ enum Backend {
 
 struct Inner {
     backend: Backend,
-    hub: hub::Hub,
+    hub: Arc<hub::Hub>,
     shutdown: CancellationToken,
     url: String,
 }
@@ -186,13 +186,14 @@ impl Store {
     /// starts the writer and the event pump. Must be called inside a tokio runtime.
     pub async fn open(config: &StoreConfig) -> Result<Store, Error> {
         let wake = Arc::new(Notify::new());
-        let (published_tx, published_rx) = tokio::sync::mpsc::unbounded_channel();
+        let hub = Arc::new(hub::Hub::new(wake.clone()));
+        let published = hub.clone();
         let shutdown = CancellationToken::new();
         let backend = match parse_database_url(&config.url)? {
             DatabaseUrl::Sqlite(path) => {
                 let sync = config.sqlite_sync;
                 let b = tokio::task::spawn_blocking(move || {
-                    SqliteBackend::open(&path, sync, published_tx)
+                    SqliteBackend::open(&path, sync, published)
                 })
                 .await
                 .map_err(|e| Error::internal(format!("open task failed: {e}")))??;
@@ -204,15 +205,13 @@ impl Store {
                     schema: config.pg_schema.clone(),
                     pool_size: config.pg_pool_size,
                 };
-                Backend::Postgres(
-                    PgBackend::open(&opts, wake.clone(), published_tx, shutdown.clone()).await?,
-                )
+                Backend::Postgres(PgBackend::open(&opts, wake, published, shutdown.clone()).await?)
             }
         };
         let store = Store {
             inner: Arc::new(Inner {
                 backend,
-                hub: hub::Hub::new(wake),
+                hub,
                 shutdown: shutdown.clone(),
                 url: redact(&config.url),
             }),
@@ -226,7 +225,8 @@ impl Store {
                 return Err(e);
             }
         };
-        tokio::spawn(hub::pump(store.clone(), head, published_rx, shutdown));
+        store.hub().start(head);
+        tokio::spawn(hub::pump(store.clone(), shutdown));
         Ok(store)
     }
 

@@ -23,8 +23,10 @@
 //! append), it sends no BEGIN at all but one autocommit INSERT that takes the
 //! lock inside the statement before drawing any `seq`
 //! ([`autocommit_events_sql`]): the same one statement and one answer as an
-//! INSERT without any of this machinery. The writer hands what it committed straight to
-//! this node's event pump; NOTIFY (at most one per [`NOTIFY_INTERVAL`],
+//! INSERT without any of this machinery.
+//!
+//! The writer broadcasts what it committed to this node's live readers
+//! itself (see `hub`); NOTIFY (at most one per [`NOTIFY_INTERVAL`],
 //! carrying the node's id so that its own listener ignores it) tells the
 //! other nodes, whose pumps then read the log.
 //!
@@ -634,8 +636,8 @@ pub struct PgBackend {
     peers: Arc<Peers>,
 }
 
-/// Where the writer hands committed events to this node's event pump.
-pub type Published = mpsc::UnboundedSender<Vec<Event>>;
+/// Where the writer publishes the events of each commit (see `hub`).
+pub type Published = Arc<crate::hub::Hub>;
 
 /// What the writer needs besides its connection pool.
 struct WriterContext {
@@ -999,7 +1001,7 @@ async fn run_batch(
             // Live subscribers hear of the commit before its callers do.
             if !events.is_empty() {
                 events.sort_unstable_by_key(|e| e.seq);
-                let _ = ctx.published.send(events);
+                ctx.published.publish_committed(events);
             }
             for (_, finish, _) in finishers {
                 finish(None);
@@ -1064,7 +1066,7 @@ async fn listen_loop(
             on_commit.notify_one();
             while let Some(m) = messages.next().await {
                 match m {
-                    // This node's own commits reach its pump from the writer.
+                    // This node's writer publishes its own commits.
                     Ok(AsyncMessage::Notification(n))
                         if n.payload() == node || n.payload() == own_announcement => {}
                     Ok(AsyncMessage::Notification(n))

@@ -45,8 +45,8 @@ type Finisher = Box<dyn FnOnce(Option<Error>) + Send>;
 /// plus the callback that delivers its answer once the commit outcome is known.
 type Job = Box<dyn FnOnce(Result<&mut Connection, Error>) -> (bool, Finisher, Vec<Event>) + Send>;
 
-/// Where the writer sends the events of each commit, in commit order.
-pub type Published = tokio::sync::mpsc::UnboundedSender<Vec<Event>>;
+/// Where the writer publishes the events of each commit, in commit order.
+pub type Published = std::sync::Arc<crate::hub::Hub>;
 
 pub struct SqliteBackend {
     jobs: std::sync::mpsc::Sender<Job>,
@@ -486,7 +486,7 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, publish: &Published) {
         Ok(()) => {
             // Live subscribers hear of the commit before its callers do.
             if !events.is_empty() {
-                let _ = publish.send(events);
+                publish.publish_committed(events);
             }
             for (_, finish) in finishers {
                 finish(None);
