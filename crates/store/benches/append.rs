@@ -17,6 +17,11 @@
 //! PostgreSQL: tokio-postgres, a prepared statement; the concurrent baseline
 //! is 16/64 separate connections, each inserting in autocommit.
 //!
+//! Every append is also timed on its own; the table shows the median and the
+//! 90th and 99th percentile of those latencies, which tell a slower typical
+//! append from a heavier tail (on a small virtual machine, a few appends in
+//! ten waiting hundreds of microseconds for a thread or a disk flush).
+//!
 //! Every case (store and raw) gets a fresh database: a new file under
 //! `/tmp/shepherd-bench-<unique>/bench.db` (deleted afterwards), or a new
 //! PostgreSQL schema `bench_append_<unique>` (dropped at the end). Each case
@@ -160,12 +165,33 @@ struct Measurement {
     elapsed: Duration,
     /// The log (store) or table (raw) holds exactly the rows written.
     verified: bool,
+    /// Every timed append's latency in microseconds, sorted.
+    latency_us: Vec<u64>,
 }
 
 impl Measurement {
     fn rate(&self) -> f64 {
         self.events as f64 / self.elapsed.as_secs_f64()
     }
+    /// The `q` quantile of the append latencies, in microseconds.
+    fn latency(&self, q: f64) -> u64 {
+        let n = self.latency_us.len();
+        if n == 0 {
+            return 0;
+        }
+        self.latency_us[((n - 1) as f64 * q).round() as usize]
+    }
+}
+
+/// Latencies gathered from several appenders, sorted.
+fn sorted(parts: Vec<Vec<u64>>) -> Vec<u64> {
+    let mut all: Vec<u64> = parts.into_iter().flatten().collect();
+    all.sort_unstable();
+    all
+}
+
+fn micros(since: Instant) -> u64 {
+    since.elapsed().as_micros() as u64
 }
 
 fn case_name(appenders: usize) -> String {
@@ -179,8 +205,13 @@ fn case_name(appenders: usize) -> String {
 // ----- the store -----
 
 /// Runs `appenders` tasks, each appending `per` events sequentially through
-/// the store; returns the wall time from the common start to the last commit.
-async fn store_appenders(store: &Store, appenders: usize, per: u64) -> BenchResult<Duration> {
+/// the store; returns the wall time from the common start to the last
+/// commit, and every append's latency.
+async fn store_appenders(
+    store: &Store,
+    appenders: usize,
+    per: u64,
+) -> BenchResult<(Duration, Vec<u64>)> {
     let barrier = Arc::new(tokio::sync::Barrier::new(appenders + 1));
     let mut handles = Vec::with_capacity(appenders);
     for worker in 0..appenders {
@@ -188,18 +219,22 @@ async fn store_appenders(store: &Store, appenders: usize, per: u64) -> BenchResu
         let barrier = barrier.clone();
         handles.push(tokio::spawn(async move {
             barrier.wait().await;
+            let mut latency = Vec::with_capacity(per as usize);
             for i in 0..per {
+                let t = Instant::now();
                 store.append_events(vec![new_event(worker, i)]).await?;
+                latency.push(micros(t));
             }
-            Ok::<(), shepherd_core::Error>(())
+            Ok::<_, shepherd_core::Error>(latency)
         }));
     }
     barrier.wait().await;
     let start = Instant::now();
+    let mut latency = Vec::with_capacity(appenders);
     for h in handles {
-        h.await??;
+        latency.push(h.await??);
     }
-    Ok(start.elapsed())
+    Ok((start.elapsed(), sorted(latency)))
 }
 
 /// Counts the events after `after` by reading the log through the store.
@@ -230,7 +265,7 @@ async fn bench_store(
     let store = Store::open(config).await?;
     store_appenders(&store, appenders, warm).await?;
     let before = store.head().await?;
-    let elapsed = store_appenders(&store, appenders, per).await?;
+    let (elapsed, latency_us) = store_appenders(&store, appenders, per).await?;
     let events = appenders as u64 * per;
     let head = store.head().await?;
     let read = count_logged(&store, before).await?;
@@ -250,6 +285,7 @@ async fn bench_store(
         events,
         elapsed,
         verified: ok,
+        latency_us,
     })
 }
 
@@ -294,8 +330,14 @@ fn raw_sqlite_insert(conn: &rusqlite::Connection, worker: usize, i: u64) -> rusq
 }
 
 /// `threads` threads, each with its own connection, each inserting `per`
-/// rows in autocommit after `warm` untimed ones.
-fn raw_sqlite_threads(path: &Path, threads: usize, per: u64, warm: u64) -> BenchResult<Duration> {
+/// rows in autocommit after `warm` untimed ones; returns the wall time and
+/// every insert's latency.
+fn raw_sqlite_threads(
+    path: &Path,
+    threads: usize,
+    per: u64,
+    warm: u64,
+) -> BenchResult<(Duration, Vec<u64>)> {
     let conns = (0..threads)
         .map(|_| open_raw_sqlite(path))
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -306,24 +348,28 @@ fn raw_sqlite_threads(path: &Path, threads: usize, per: u64, warm: u64) -> Bench
             .into_iter()
             .enumerate()
             .map(|(worker, conn)| {
-                s.spawn(move || -> rusqlite::Result<()> {
+                s.spawn(move || -> rusqlite::Result<Vec<u64>> {
                     let warmed = (0..warm)
                         .try_for_each(|i| raw_sqlite_insert(&conn, worker, u64::MAX - i).map(drop));
                     barrier.wait();
                     warmed?;
+                    let mut latency = Vec::with_capacity(per as usize);
                     for i in 0..per {
+                        let t = Instant::now();
                         raw_sqlite_insert(&conn, worker, i)?;
+                        latency.push(micros(t));
                     }
-                    Ok(())
+                    Ok(latency)
                 })
             })
             .collect();
         barrier.wait();
         let start = Instant::now();
+        let mut latency = Vec::with_capacity(threads);
         for h in handles {
-            h.join().map_err(|_| "raw SQLite thread panicked")??;
+            latency.push(h.join().map_err(|_| "raw SQLite thread panicked")??);
         }
-        Ok(start.elapsed())
+        Ok((start.elapsed(), sorted(latency)))
     })
 }
 
@@ -331,7 +377,7 @@ async fn bench_raw_sqlite(appenders: usize, per: u64, warm: u64) -> BenchResult<
     let dir = TempDir::new()?;
     create_schema(&StoreConfig::new(dir.url())).await?;
     let path = dir.db_path();
-    let elapsed = tokio::task::spawn_blocking(move || {
+    let (elapsed, latency_us) = tokio::task::spawn_blocking(move || {
         raw_sqlite_threads(&path, appenders, per, warm).map_err(|e| e.to_string())
     })
     .await??;
@@ -352,6 +398,7 @@ async fn bench_raw_sqlite(appenders: usize, per: u64, warm: u64) -> BenchResult<
         events,
         elapsed,
         verified: ok,
+        latency_us,
     })
 }
 
@@ -454,18 +501,23 @@ async fn bench_raw_pg(
             // Wait even after a failure, so that the others are not stuck.
             barrier.wait().await;
             warmed?;
+            let mut latency = Vec::with_capacity(per as usize);
             for i in 0..per {
+                let t = Instant::now();
                 raw_pg_insert(&client, &stmt, worker, i).await?;
+                latency.push(micros(t));
             }
-            Ok::<(), tokio_postgres::Error>(())
+            Ok::<_, tokio_postgres::Error>(latency)
         }));
     }
     barrier.wait().await;
     let start = Instant::now();
+    let mut latency = Vec::with_capacity(appenders);
     for h in handles {
-        h.await??;
+        latency.push(h.await??);
     }
     let elapsed = start.elapsed();
+    let latency_us = sorted(latency);
     let events = appenders as u64 * per;
     let client = pg_connect(url, Some(schema)).await?;
     let rows: i64 = client
@@ -486,6 +538,7 @@ async fn bench_raw_pg(
         events,
         elapsed,
         verified: ok,
+        latency_us,
     })
 }
 
@@ -586,12 +639,14 @@ fn summarize(runs: Vec<Measurement>) -> Vec<Measurement> {
 
 fn report_progress(m: &Measurement) {
     eprintln!(
-        "  done: {:<8} {:<13} {:<5} {:>7} events in {:>7.3}s",
+        "  done: {:<8} {:<13} {:<5} {:>7} events in {:>7.3}s  (p50 {} us, p90 {} us)",
         m.backend,
         m.case,
         m.imp,
         m.events,
-        m.elapsed.as_secs_f64()
+        m.elapsed.as_secs_f64(),
+        m.latency(0.5),
+        m.latency(0.9)
     );
 }
 
@@ -618,17 +673,26 @@ fn ratio(rows: &[Measurement], m: &Measurement) -> Option<f64> {
 fn print_table(rows: &[Measurement]) {
     println!();
     println!(
-        "{:<9} {:<13} {:<6} {:>8} {:>9} {:>11} {:>10}  verified",
-        "backend", "case", "impl", "events", "seconds", "events/s", "store/raw"
+        "{:<9} {:<13} {:<6} {:>8} {:>9} {:>11} {:>10} {:>8} {:>8} {:>8}  verified",
+        "backend",
+        "case",
+        "impl",
+        "events",
+        "seconds",
+        "events/s",
+        "store/raw",
+        "p50 us",
+        "p90 us",
+        "p99 us"
     );
-    println!("{}", "-".repeat(82));
+    println!("{}", "-".repeat(109));
     for m in rows {
         let ratio = ratio(rows, m)
             .map(|r| format!("{r:.2}"))
             .unwrap_or_default();
         let verified = if m.verified { "ok" } else { "FAILED" };
         println!(
-            "{:<9} {:<13} {:<6} {:>8} {:>9.3} {:>11.0} {:>10}  {}",
+            "{:<9} {:<13} {:<6} {:>8} {:>9.3} {:>11.0} {:>10} {:>8} {:>8} {:>8}  {}",
             m.backend,
             m.case,
             m.imp,
@@ -636,6 +700,9 @@ fn print_table(rows: &[Measurement]) {
             m.elapsed.as_secs_f64(),
             m.rate(),
             ratio,
+            m.latency(0.5),
+            m.latency(0.9),
+            m.latency(0.99),
             verified
         );
     }
