@@ -534,3 +534,42 @@ async fn postgres_plain_appends_wait_for_an_earlier_open_transaction() {
     assert_eq!(kinds, ["test.warm", "test.early", "test.late"]);
     store.close();
 }
+
+#[tokio::test]
+async fn postgres_a_write_dropped_part_way_is_rolled_back_and_frees_the_log() {
+    // A node that is idle runs a caller's unit of work on the caller's own
+    // task. If the caller goes away part-way (a client hung up), the unit
+    // must be rolled back, not committed by whatever the node writes next,
+    // and the event lock must be released without waiting for that.
+    let db = TestDb::new(Kind::Postgres).await;
+    let first = db.open().await;
+    let second = db.open().await;
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        first.append_events_holding(vec![event("test.dropped", "T1", 0)], 1500),
+    )
+    .await;
+    assert!(dropped.is_err(), "the unit was meant to be cut short");
+
+    // The other node gets the event lock once the dropped unit's statement
+    // ends, although the first node writes nothing more.
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        second.append_events(vec![event("test.other", "T1", 1)]),
+    )
+    .await
+    .expect("the event lock was left held")
+    .unwrap();
+    first
+        .append_events(vec![event("test.after", "T1", 2)])
+        .await
+        .unwrap();
+    let page = second
+        .read_events(0, &EventFilter::default(), 10)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = page.events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["test.other", "test.after"]);
+    first.close();
+    second.close();
+}

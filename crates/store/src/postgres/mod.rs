@@ -12,7 +12,11 @@
 //!
 //! Serialising commits would be slow if every small change paid for its own
 //! commit, so each node groups queued units of work into one transaction
-//! (a savepoint each) exactly like the SQLite writer does.
+//! (a savepoint each) exactly like the SQLite writer does. A unit that
+//! finds the writer idle (nothing queued, its connection free) runs on its
+//! caller's task instead of being handed to the writer task and back
+//! ([`Writer`]); if that caller goes away part-way, the connection is rolled
+//! back at once, so the unit commits nothing and the lock is released.
 //!
 //! Round trips. Writes whose answers a unit does not need are pipelined
 //! (see [`PgDb`]), event INSERTs return their `seq`s to the writer rather than
@@ -634,6 +638,127 @@ pub struct PgBackend {
     pool: Pool,
     jobs: mpsc::UnboundedSender<Job>,
     peers: Arc<Peers>,
+    writer: Arc<Writer>,
+}
+
+/// The node's writer: one connection, shared by the writer task and by
+/// callers that find it idle.
+///
+/// A unit of work that arrives while the writer is idle (nothing queued,
+/// connection free) runs on the caller's own task: the same hops as a query
+/// on a plain connection, with no hand-over to the writer task and back.
+/// Units that arrive while it is busy queue for the writer task, which runs
+/// them together in one transaction (group commit), as before.
+struct Writer {
+    pool: Pool,
+    ctx: WriterContext,
+    slot: Arc<tokio::sync::Mutex<WriterSlot>>,
+    /// Units sent to the writer task that it has not taken yet.
+    queued: std::sync::atomic::AtomicUsize,
+    /// Tells the writer task that a NOTIFY is owed (see [`NOTIFY_INTERVAL`]).
+    owed_notify: Notify,
+}
+
+/// The writer's connection and what goes with it.
+#[derive(Default)]
+struct WriterSlot {
+    conn: Option<(Arc<deadpool_postgres::Object>, StatementCache)>,
+    last_notify: Option<tokio::time::Instant>,
+    /// A commit was made without the NOTIFY other nodes are owed.
+    owed: bool,
+    /// A unit running on a caller's task was dropped before it finished:
+    /// the connection may still be inside its transaction, holding the
+    /// event lock. Whoever takes the slot next rolls it back first.
+    dirty: bool,
+}
+
+impl WriterSlot {
+    /// Ends whatever a dropped unit left open. Requests a dropped unit had
+    /// already queued on the connection still run, in order, before this.
+    async fn clean(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        if let Some((client, _)) = &self.conn {
+            if let Err(e) = client.batch_execute("ROLLBACK").await {
+                tracing::warn!(error = %map_err(e), "writer connection reset failed; replacing it");
+                self.conn = None;
+            }
+        }
+        // Only now: a caller dropped during the ROLLBACK leaves it dirty.
+        self.dirty = false;
+    }
+
+    /// Sends the NOTIFY owed to other nodes, if any.
+    async fn send_owed(&mut self, ctx: &WriterContext) {
+        if !std::mem::take(&mut self.owed) {
+            return;
+        }
+        self.last_notify = Some(tokio::time::Instant::now());
+        if let Some((client, _)) = &self.conn {
+            if let Err(e) = client.batch_execute(&ctx.notify_sql()).await {
+                // Other nodes still catch up by polling.
+                tracing::warn!(error = %map_err(e), "NOTIFY failed");
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Runs `batch` as one transaction on the slot's connection (getting one
+    /// from the pool if needed) and keeps the NOTIFY bookkeeping. The slot
+    /// must be clean ([`WriterSlot::clean`]).
+    async fn run(&self, slot: &mut WriterSlot, batch: Vec<Job>) {
+        let (client, cache) = match slot.conn.take() {
+            Some((c, cache)) if !c.is_closed() => (c, cache),
+            _ => match self.pool.get().await {
+                Ok(c) => (Arc::new(c), StatementCache::default()),
+                Err(e) => {
+                    let err = pool_err(e);
+                    for job in batch {
+                        let (_, finish) = job(Err(err.clone())).await;
+                        finish(None);
+                    }
+                    return;
+                }
+            },
+        };
+        slot.conn = Some((client.clone(), cache.clone()));
+        let peers = self.ctx.peers.present();
+        let notify = peers
+            && slot
+                .last_notify
+                .is_none_or(|at| at.elapsed() >= NOTIFY_INTERVAL);
+        if run_batch(&client, &cache, batch, &self.ctx, notify).await && peers {
+            if notify {
+                slot.last_notify = Some(tokio::time::Instant::now());
+            } else {
+                slot.owed = true;
+            }
+        }
+    }
+}
+
+/// The writer slot held by a caller running its own unit. If the caller's
+/// future is dropped part-way, the slot stays marked dirty and a task is
+/// spawned to roll the connection back at once, so that an idle node does
+/// not sit on the event lock.
+struct InlineRun {
+    guard: Option<tokio::sync::OwnedMutexGuard<WriterSlot>>,
+}
+
+impl Drop for InlineRun {
+    fn drop(&mut self) {
+        let Some(mut guard) = self.guard.take() else {
+            return;
+        };
+        if !guard.dirty {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move { guard.clean().await });
+        }
+    }
 }
 
 /// Where the writer publishes the events of each commit (see `hub`).
@@ -708,13 +833,19 @@ impl PgBackend {
         let node = crate::ops::random_hex(8);
         let peers = Arc::new(Peers::default());
         let channel = notify_channel(opts.schema.as_deref());
-        let writer = WriterContext {
-            published,
-            node: node.clone(),
-            channel: channel.clone(),
-            peers: peers.clone(),
-        };
-        tokio::spawn(writer_loop(pool.clone(), rx, writer));
+        let writer = Arc::new(Writer {
+            pool: pool.clone(),
+            ctx: WriterContext {
+                published,
+                node: node.clone(),
+                channel: channel.clone(),
+                peers: peers.clone(),
+            },
+            slot: Arc::default(),
+            queued: Default::default(),
+            owed_notify: Notify::new(),
+        });
+        tokio::spawn(writer_loop(writer.clone(), rx));
         tokio::spawn(listen_loop(
             config.clone(),
             channel.clone(),
@@ -724,7 +855,12 @@ impl PgBackend {
             shutdown.clone(),
         ));
         tokio::spawn(announce_loop(pool.clone(), channel, node, shutdown));
-        Ok(PgBackend { pool, jobs, peers })
+        Ok(PgBackend {
+            pool,
+            jobs,
+            peers,
+            writer,
+        })
     }
 
     /// What this node knows of other nodes on the same database.
@@ -756,7 +892,35 @@ impl PgBackend {
                 (ok, finish)
             })
         });
-        self.jobs.send(job).map_err(|_| closed())?;
+        let writer = &self.writer;
+        let idle = writer.queued.load(std::sync::atomic::Ordering::Acquire) == 0;
+        match writer.slot.clone().try_lock_owned() {
+            Ok(guard) if idle && !self.jobs.is_closed() => {
+                let mut run = InlineRun { guard: Some(guard) };
+                if let Some(slot) = run.guard.as_deref_mut() {
+                    slot.clean().await;
+                    slot.dirty = true;
+                    writer.run(slot, vec![job]).await;
+                    slot.dirty = false;
+                    if slot.owed {
+                        writer.owed_notify.notify_one();
+                    }
+                }
+                drop(run);
+            }
+            other => {
+                drop(other);
+                writer
+                    .queued
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                if self.jobs.send(job).is_err() {
+                    writer
+                        .queued
+                        .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    return Err(closed());
+                }
+            }
+        }
         rx.await.map_err(|_| closed())?
     }
 
@@ -859,64 +1023,50 @@ async fn migrate(pool: &Pool) -> Result<(), Error> {
 /// the writer sends when the interval is up.
 const NOTIFY_INTERVAL: Duration = Duration::from_millis(5);
 
-async fn writer_loop(pool: Pool, mut rx: mpsc::UnboundedReceiver<Job>, ctx: WriterContext) {
-    let mut conn: Option<(Arc<deadpool_postgres::Object>, StatementCache)> = None;
-    let mut last_notify: Option<tokio::time::Instant> = None;
-    let mut owed = false;
+/// Runs the units queued while the writer was busy, as many as are queued
+/// in one transaction each time, and sends owed NOTIFYs on time.
+async fn writer_loop(writer: Arc<Writer>, mut rx: mpsc::UnboundedReceiver<Job>) {
+    let take = |writer: &Writer| {
+        writer
+            .queued
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    };
     loop {
-        let next = match (owed, last_notify) {
-            (true, Some(at)) => tokio::select! {
-                job = rx.recv() => job,
-                _ = tokio::time::sleep_until(at + NOTIFY_INTERVAL) => {
-                    owed = false;
-                    last_notify = Some(tokio::time::Instant::now());
-                    if let Some((client, _)) = &conn {
-                        if let Err(e) = client.batch_execute(&ctx.notify_sql()).await {
-                            // Other nodes still catch up by polling.
-                            tracing::warn!(error = %map_err(e), "NOTIFY failed");
-                        }
-                    }
-                    continue;
-                }
-            },
-            _ => rx.recv().await,
+        let owed_at = {
+            let slot = writer.slot.lock().await;
+            match (slot.owed, slot.last_notify) {
+                (true, Some(at)) => Some(at + NOTIFY_INTERVAL),
+                (true, None) => Some(tokio::time::Instant::now()),
+                _ => None,
+            }
+        };
+        let next = tokio::select! {
+            job = rx.recv() => job,
+            _ = writer.owed_notify.notified() => continue,
+            _ = tokio::time::sleep_until(owed_at.unwrap_or_else(tokio::time::Instant::now)), if owed_at.is_some() => {
+                writer.slot.lock().await.send_owed(&writer.ctx).await;
+                continue;
+            }
         };
         let Some(first) = next else { break };
+        take(&writer);
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(job) => {
+                    take(&writer);
+                    batch.push(job)
+                }
                 Err(_) => break,
             }
         }
-        let (client, cache) = match conn.take() {
-            Some((c, cache)) if !c.is_closed() => (c, cache),
-            _ => match pool.get().await {
-                Ok(c) => (Arc::new(c), StatementCache::default()),
-                Err(e) => {
-                    let err = pool_err(e);
-                    for job in batch {
-                        let (_, finish) = job(Err(err.clone())).await;
-                        finish(None);
-                    }
-                    continue;
-                }
-            },
-        };
-        let peers = ctx.peers.present();
-        let notify = peers && last_notify.is_none_or(|at| at.elapsed() >= NOTIFY_INTERVAL);
-        if run_batch(&client, &cache, batch, &ctx, notify).await && peers {
-            if notify {
-                last_notify = Some(tokio::time::Instant::now());
-            } else {
-                owed = true;
-            }
-        }
-        conn = Some((client, cache));
+        let mut slot = writer.slot.lock().await;
+        slot.clean().await;
+        writer.run(&mut slot, batch).await;
     }
-    if let (true, Some((client, _))) = (owed, &conn) {
-        let _ = client.batch_execute(&ctx.notify_sql()).await;
-    }
+    let mut slot = writer.slot.lock().await;
+    slot.clean().await;
+    slot.send_owed(&writer.ctx).await;
     tracing::debug!("PostgreSQL writer stopped");
 }
 
