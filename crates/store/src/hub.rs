@@ -3,7 +3,7 @@
 //! Every committed event is broadcast once, in `seq` order. This node's
 //! writer broadcasts what it committed itself, right after the commit, when
 //! the batch directly follows the last event published
-//! ([`Hub::publish_committed`]): no other task has to wake up for the common
+//! (`Hub::publish_committed`): no other task has to wake up for the common
 //! case. Anything else (another node's commit, announced by NOTIFY, or a gap
 //! left by a rolled-back sequence value) wakes the pump task, which reads
 //! the log after the last event published. Both publish under one lock that
