@@ -315,6 +315,24 @@ impl LoneUnit {
     }
 }
 
+/// The text of an event insert for each row count, built once: a unit
+/// rarely appends more than a few events, and building and hashing the
+/// statement text was a visible part of a small append's cost.
+struct EventSql([std::sync::OnceLock<String>; 16]);
+
+impl EventSql {
+    const fn new() -> Self {
+        EventSql([const { std::sync::OnceLock::new() }; 16])
+    }
+
+    fn get(&'static self, n: usize, build: fn(usize) -> String) -> std::borrow::Cow<'static, str> {
+        match self.0.get(n) {
+            Some(cell) => cell.get_or_init(|| build(n)).as_str().into(),
+            None => build(n).into(),
+        }
+    }
+}
+
 /// What every write transaction starts with (see the module docs).
 fn begin_sql() -> String {
     format!("BEGIN; SELECT pg_advisory_xact_lock({EVENT_LOCK})")
@@ -387,7 +405,8 @@ impl PgDb {
             Some(lone) if self.unbegun && !self.events.is_empty() => {
                 self.unbegun = false;
                 lone.set_opened(Opened::Autocommit);
-                self.send_events_with(autocommit_events_sql);
+                static SQL: EventSql = EventSql::new();
+                self.send_events_with(&SQL, autocommit_events_sql);
             }
             _ => self.send_events(),
         }
@@ -435,17 +454,20 @@ impl PgDb {
     /// Sends the buffered events as one statement (pipelined); their `seq`s
     /// are recorded in [`PgDb::appended`] when the answer arrives.
     fn send_events(&mut self) {
-        self.send_events_with(|n| format!("{} RETURNING seq", crate::log::insert_events_sql(n)));
+        static SQL: EventSql = EventSql::new();
+        self.send_events_with(&SQL, |n| {
+            format!("{} RETURNING seq", crate::log::insert_events_sql(n))
+        });
     }
 
     /// [`PgDb::send_events`] with the statement `sql(n)` for `n` events.
-    fn send_events_with(&mut self, sql: fn(usize) -> String) {
+    fn send_events_with(&mut self, cache: &'static EventSql, sql: fn(usize) -> String) {
         if self.events.is_empty() {
             return;
         }
         let rows = std::mem::take(&mut self.events);
         let mut records = std::mem::take(&mut self.event_records);
-        let sql = sql(rows.len());
+        let sql = cache.get(rows.len(), sql);
         let appended = self.appended.clone();
         let on_rows: OnRows = Box::new(move |rows| {
             let mut seqs = Vec::with_capacity(rows.len());
