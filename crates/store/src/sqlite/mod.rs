@@ -202,7 +202,26 @@ impl Db for SqliteDb<'_> {
     }
 }
 
+/// Turns off SQLite's memory statistics, process-wide, before its first
+/// connection opens. They cost a global mutex on every allocation SQLite
+/// makes, and Shepherd never reads them. (Called later, after SQLite has
+/// initialised, the setting is refused and nothing changes.)
+fn configure_sqlite() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a documented start-up option taking one int argument; it
+        // changes nothing if SQLite is already initialised.
+        unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS,
+                0 as std::os::raw::c_int,
+            );
+        }
+    });
+}
+
 fn open_conn(path: &Path, read_only: bool, sync: SyncMode) -> Result<Connection, Error> {
+    configure_sqlite();
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {
