@@ -326,6 +326,22 @@ impl Store {
         })
     }
 
+    /// Reads the log's head in a read transaction that then stays open for
+    /// `hold_ms` (PostgreSQL only). Tests use it to cut a read short and
+    /// check that its connection does not go back to the pool still inside
+    /// that transaction.
+    #[doc(hidden)]
+    pub async fn read_holding(&self, hold_ms: i64) -> Result<i64, Error> {
+        read_op!(self, |db| async move {
+            let head = log::head(db).await?;
+            if db.dialect() == sql::Dialect::Postgres {
+                db.query("SELECT pg_sleep($1::bigint / 1000.0)", params![hold_ms])
+                    .await?;
+            }
+            Ok(head)
+        })
+    }
+
     /// Appends `events` in a unit of work whose last deferred write then
     /// fails (a duplicate key). Tests use it to check that a unit fails
     /// whole when a write it did not wait for fails, and that the node's

@@ -573,3 +573,38 @@ async fn postgres_a_write_dropped_part_way_is_rolled_back_and_frees_the_log() {
     first.close();
     second.close();
 }
+
+#[tokio::test]
+async fn postgres_a_read_cut_short_does_not_leave_its_snapshot_to_the_next() {
+    // A reader that goes away mid-read (an SSE client hanging up during a
+    // backfill) leaves its pooled connection inside a repeatable-read
+    // transaction. The next read on that connection must not see the log
+    // as it was then.
+    let db = TestDb::new(Kind::Postgres).await;
+    let mut config = db.config();
+    config.pg_pool_size = 2; // the writer's connection and one for reads
+    let first = shepherd_store::Store::open(&config).await.unwrap();
+    let second = db.open().await;
+    first
+        .append_events(vec![event("test.before", "T1", 0)])
+        .await
+        .unwrap();
+    let cut = tokio::time::timeout(Duration::from_millis(200), first.read_holding(1000)).await;
+    assert!(cut.is_err(), "the read was meant to be cut short");
+    let seq = second
+        .append_events(vec![event("test.later", "T1", 1)])
+        .await
+        .unwrap()[0];
+    let page = tokio::time::timeout(
+        Duration::from_secs(10),
+        first.read_events(0, &EventFilter::default(), 10),
+    )
+    .await
+    .expect("a read connection came back")
+    .unwrap();
+    let kinds: Vec<_> = page.events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["test.before", "test.later"], "head {}", page.head);
+    assert_eq!(page.head, seq);
+    first.close();
+    second.close();
+}

@@ -767,6 +767,7 @@ impl Writer {
 /// not sit on the event lock.
 struct InlineRun {
     guard: Option<tokio::sync::OwnedMutexGuard<WriterSlot>>,
+    writer: Arc<Writer>,
 }
 
 impl Drop for InlineRun {
@@ -777,8 +778,48 @@ impl Drop for InlineRun {
         if !guard.dirty {
             return;
         }
+        let writer = self.writer.clone();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move { guard.clean().await });
+            handle.spawn(async move {
+                guard.clean().await;
+                // Its COMMIT may have gone out before the caller left:
+                // other nodes are owed a NOTIFY, which nobody sent.
+                if writer.ctx.peers.present() {
+                    guard.owed = true;
+                    writer.owed_notify.notify_one();
+                }
+            });
+        }
+    }
+}
+
+/// A pooled connection inside a read transaction whose caller may go away
+/// before COMMIT. If it does, the connection must not go back to the pool
+/// still inside that transaction (the next user would read an old snapshot):
+/// a task rolls it back first, and the connection returns to the pool only
+/// when that task lets go of it. Outside a runtime it is closed instead.
+struct OpenRead(Option<Arc<deadpool_postgres::Object>>);
+
+impl Drop for OpenRead {
+    fn drop(&mut self) {
+        let Some(client) = self.0.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    if client.batch_execute("ROLLBACK").await.is_err() {
+                        if let Ok(object) = Arc::try_unwrap(client) {
+                            drop(deadpool_postgres::Object::take(object));
+                        }
+                    }
+                });
+            }
+            Err(_) => {
+                if let Ok(object) = Arc::try_unwrap(client) {
+                    drop(deadpool_postgres::Object::take(object));
+                }
+            }
         }
     }
 }
@@ -918,7 +959,10 @@ impl PgBackend {
         let idle = writer.queued.load(std::sync::atomic::Ordering::Acquire) == 0;
         match writer.slot.clone().try_lock_owned() {
             Ok(guard) if idle && !self.jobs.is_closed() => {
-                let mut run = InlineRun { guard: Some(guard) };
+                let mut run = InlineRun {
+                    guard: Some(guard),
+                    writer: writer.clone(),
+                };
                 if let Some(slot) = run.guard.as_deref_mut() {
                     slot.clean().await;
                     slot.dirty = true;
@@ -954,12 +998,14 @@ impl PgBackend {
         F: FnOnce(PgDb) -> BoxFuture<'static, Result<T, Error>> + Send + 'static,
     {
         let client = Arc::new(self.pool.get().await.map_err(pool_err)?);
+        let mut open = OpenRead(Some(client.clone()));
         client
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
             .map_err(map_err)?;
         let result = f(PgDb::new(client.clone())).await;
         let end = client.batch_execute("COMMIT").await.map_err(map_err);
+        open.0 = None;
         let r = result?;
         end?;
         Ok(r)
@@ -1066,7 +1112,9 @@ async fn writer_loop(writer: Arc<Writer>, mut rx: mpsc::UnboundedReceiver<Job>) 
             job = rx.recv() => job,
             _ = writer.owed_notify.notified() => continue,
             _ = tokio::time::sleep_until(owed_at.unwrap_or_else(tokio::time::Instant::now)), if owed_at.is_some() => {
-                writer.slot.lock().await.send_owed(&writer.ctx).await;
+                let mut slot = writer.slot.lock().await;
+                slot.clean().await;
+                slot.send_owed(&writer.ctx).await;
                 continue;
             }
         };
@@ -1178,12 +1226,13 @@ async fn run_batch(
             for (_, finish, _) in finishers {
                 finish(None);
             }
-            any_ok
+            // A lone unit that sent nothing committed nothing.
+            any_ok && (!lazy_begin || lone.opened() != Opened::Nothing)
         }
         (Err(err), _) => {
-            if in_transaction {
-                let _ = client.batch_execute("ROLLBACK").await;
-            }
+            // Even after a lone autocommit statement: whatever state the
+            // connection was in, it leaves this batch outside a transaction.
+            let _ = client.batch_execute("ROLLBACK").await;
             for (_, finish, _) in finishers {
                 finish(Some(err.clone()));
             }
@@ -1191,9 +1240,7 @@ async fn run_batch(
         }
         (Ok(()), Err(err)) => {
             tracing::error!(error = %err, "write transaction failed; every unit in the batch is rolled back");
-            if in_transaction {
-                let _ = client.batch_execute("ROLLBACK").await;
-            }
+            let _ = client.batch_execute("ROLLBACK").await;
             for (ok, finish, _) in finishers {
                 finish(if ok { Some(err.clone()) } else { None });
             }
