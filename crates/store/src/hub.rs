@@ -19,7 +19,6 @@
 //! ([`TailItem::FellBehind`]), so that it can tell a slow client to resync:
 //! the ring is the one bounded buffer every live reader shares.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,20 +36,17 @@ pub(crate) struct Hub {
     pub(crate) tx: broadcast::Sender<Arc<Event>>,
     /// Wakes the pump to read the log.
     pub(crate) wake: Arc<Notify>,
-    /// The last `seq` broadcast, for lock-free readers.
-    pub(crate) published: AtomicI64,
     /// The last `seq` broadcast; every broadcast happens under this lock.
     /// `None` until the store has read the log's head ([`Hub::start`]).
     last: std::sync::Mutex<Option<i64>>,
 }
 
 impl Hub {
-    pub(crate) fn new(wake: Arc<Notify>) -> Self {
+    pub(crate) fn new() -> Self {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         Hub {
             tx,
-            wake,
-            published: AtomicI64::new(0),
+            wake: Arc::new(Notify::new()),
             last: std::sync::Mutex::new(None),
         }
     }
@@ -59,13 +55,17 @@ impl Hub {
         self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The last `seq` broadcast (0 before the store has started).
+    pub(crate) fn last_published(&self) -> i64 {
+        self.last().unwrap_or(0)
+    }
+
     /// Sets the log's head, read before the store took its first write:
     /// every event after it is published. (Reading it any later could count
     /// an event the writer had already committed as published, and that
     /// event would never reach a live reader.)
     pub(crate) fn start(&self, head: i64) {
         *self.last() = Some(head);
-        self.published.store(head, Ordering::Release);
     }
 
     /// Called by this node's writer after a commit with the events it
@@ -86,8 +86,6 @@ impl Hub {
                 *last = Some(e.seq);
                 let _ = self.tx.send(Arc::new(e));
             }
-            self.published
-                .store(last.unwrap_or(prev), Ordering::Release);
         } else if batch.last().is_some_and(|e| e.seq > prev) {
             drop(last);
             self.wake.notify_one();
@@ -95,8 +93,8 @@ impl Hub {
     }
 
     /// Broadcasts events read from the log after the last one published,
-    /// skipping any the writer published meanwhile; returns the new last.
-    fn publish_read(&self, events: Vec<Event>) -> i64 {
+    /// skipping any the writer published meanwhile.
+    fn publish_read(&self, events: Vec<Event>) {
         let mut last = self.last();
         let mut now = last.unwrap_or(0);
         for e in events {
@@ -106,8 +104,6 @@ impl Hub {
             }
         }
         *last = Some(now);
-        self.published.store(now, Ordering::Release);
-        now
     }
 }
 
@@ -132,7 +128,7 @@ pub(crate) async fn pump(store: Store, shutdown: CancellationToken) {
 /// Publishes everything in the log after the last event published.
 async fn catch_up(store: &Store, hub: &Hub) {
     loop {
-        let after = hub.last().unwrap_or(0);
+        let after = hub.last_published();
         match store.read_new_events(after, 1000).await {
             Ok(events) => {
                 let n = events.len();

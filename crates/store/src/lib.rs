@@ -27,7 +27,6 @@ use shepherd_core::time::Millis;
 use shepherd_core::transcript::TranscriptStep;
 use shepherd_core::Error;
 use sql::Db;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 pub use hub::{Tail, TailItem, BROADCAST_CAPACITY};
@@ -185,8 +184,7 @@ impl Store {
     /// Opens the database named by the configuration, applies migrations and
     /// starts the writer and the event pump. Must be called inside a tokio runtime.
     pub async fn open(config: &StoreConfig) -> Result<Store, Error> {
-        let wake = Arc::new(Notify::new());
-        let hub = Arc::new(hub::Hub::new(wake.clone()));
+        let hub = Arc::new(hub::Hub::new());
         let published = hub.clone();
         let shutdown = CancellationToken::new();
         let backend = match parse_database_url(&config.url)? {
@@ -205,7 +203,7 @@ impl Store {
                     schema: config.pg_schema.clone(),
                     pool_size: config.pg_pool_size,
                 };
-                Backend::Postgres(PgBackend::open(&opts, wake, published, shutdown.clone()).await?)
+                Backend::Postgres(PgBackend::open(&opts, published, shutdown.clone()).await?)
             }
         };
         let store = Store {
@@ -432,9 +430,7 @@ impl Store {
 
     /// The last event this node has delivered to its live readers.
     pub fn published_through(&self) -> i64 {
-        self.hub()
-            .published
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.hub().last_published()
     }
 
     /// A live, gap-free reader starting after `cursor`.

@@ -608,3 +608,64 @@ async fn postgres_a_read_cut_short_does_not_leave_its_snapshot_to_the_next() {
     first.close();
     second.close();
 }
+
+#[tokio::test]
+async fn postgres_writes_go_on_after_the_database_drops_the_nodes_connections() {
+    // The database ends every connection of a node (a restart, a failover,
+    // an administrator's pg_terminate_backend). A write caught by it fails
+    // as "database unavailable", never as an internal error; the node
+    // then reconnects on its own and nothing half-written is left behind.
+    let db = TestDb::new(Kind::Postgres).await;
+    let name = db.config().pg_schema.unwrap();
+    let mut config = db.config();
+    config.url = format!("{}?application_name={name}", common::pg_url());
+    let store = shepherd_store::Store::open(&config).await.unwrap();
+    let mut appended = vec![
+        store
+            .append_events(vec![event("test.before", "T1", 0)])
+            .await
+            .unwrap()[0],
+    ];
+
+    let (admin, conn) = tokio_postgres::connect(&common::pg_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let killed = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert!(!killed.is_empty(), "no connection of the node was found");
+
+    let mut failures = 0;
+    for n in 1..=20u64 {
+        match store
+            .append_events(vec![event("test.after", "T1", n)])
+            .await
+        {
+            Ok(seqs) => appended.extend(seqs),
+            Err(e) => {
+                assert_eq!(e.code, "database_unavailable", "{e:?}");
+                failures += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    assert!(
+        failures <= 2,
+        "the node did not reconnect: {failures} failures"
+    );
+    let page = store
+        .read_events(0, &EventFilter::default(), 100)
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = page.events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs, appended,
+        "exactly the acknowledged appends are in the log"
+    );
+    store.close();
+}

@@ -286,32 +286,28 @@ pub struct PgDb {
 struct LoneUnit {
     /// Answers the unit did not wait for.
     pending: std::sync::Mutex<Vec<Pending>>,
-    /// What the unit opened, if the writer left that to it ([`Opened`]).
-    opened: std::sync::atomic::AtomicU8,
+    /// What the unit opened, if the writer left that to it.
+    opened: std::sync::Mutex<Opened>,
 }
 
 /// What a lazily begun unit put on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum Opened {
     /// No statement at all: there is nothing to commit.
-    Nothing = 0,
+    #[default]
+    Nothing,
     /// A transaction, which the writer commits or rolls back.
-    Transaction = 1,
+    Transaction,
     /// One statement that committed on its own.
-    Autocommit = 2,
+    Autocommit,
 }
 
 impl LoneUnit {
     fn opened(&self) -> Opened {
-        match self.opened.load(std::sync::atomic::Ordering::Acquire) {
-            1 => Opened::Transaction,
-            2 => Opened::Autocommit,
-            _ => Opened::Nothing,
-        }
+        *self.opened.lock().unwrap_or_else(|p| p.into_inner())
     }
     fn set_opened(&self, o: Opened) {
-        self.opened
-            .store(o as u8, std::sync::atomic::Ordering::Release);
+        *self.opened.lock().unwrap_or_else(|p| p.into_inner()) = o;
     }
 }
 
@@ -728,9 +724,22 @@ impl WriterSlot {
 
 impl Writer {
     /// Runs `batch` as one transaction on the slot's connection (getting one
-    /// from the pool if needed) and keeps the NOTIFY bookkeeping. The slot
-    /// must be clean ([`WriterSlot::clean`]).
+    /// from the pool if needed, and first rolling back whatever a dropped
+    /// unit left open) and keeps the NOTIFY bookkeeping. Until it returns,
+    /// the slot is marked dirty: if it is dropped part-way, whoever holds
+    /// the slot next (or [`InlineRun`]'s task) rolls the connection back.
     async fn run(&self, slot: &mut WriterSlot, batch: Vec<Job>) {
+        slot.clean().await;
+        slot.dirty = true;
+        self.run_clean(slot, batch).await;
+        slot.dirty = false;
+        if slot.owed {
+            // The writer task keeps the timer that sends it.
+            self.owed_notify.notify_one();
+        }
+    }
+
+    async fn run_clean(&self, slot: &mut WriterSlot, batch: Vec<Job>) {
         let (client, cache) = match slot.conn.take() {
             Some((c, cache)) if !c.is_closed() => (c, cache),
             _ => match self.pool.get().await {
@@ -805,21 +814,21 @@ impl Drop for OpenRead {
         let Some(client) = self.0.take() else {
             return;
         };
+        // Out of the pool for good: dropping it closes the connection.
+        let close = |client: Arc<deadpool_postgres::Object>| {
+            if let Ok(object) = Arc::try_unwrap(client) {
+                drop(deadpool_postgres::Object::take(object));
+            }
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
                     if client.batch_execute("ROLLBACK").await.is_err() {
-                        if let Ok(object) = Arc::try_unwrap(client) {
-                            drop(deadpool_postgres::Object::take(object));
-                        }
+                        close(client);
                     }
                 });
             }
-            Err(_) => {
-                if let Ok(object) = Arc::try_unwrap(client) {
-                    drop(deadpool_postgres::Object::take(object));
-                }
-            }
+            Err(_) => close(client),
         }
     }
 }
@@ -848,10 +857,10 @@ impl WriterContext {
 
 impl PgBackend {
     /// Connects, creates the schema if asked, migrates, and starts the writer
-    /// and the listener. `on_commit` is notified after every commit on any node.
+    /// and the listener. The writer publishes this node's commits to
+    /// `published`; the listener wakes its pump for other nodes' commits.
     pub async fn open(
         opts: &PgOptions,
-        on_commit: Arc<Notify>,
         published: Published,
         shutdown: CancellationToken,
     ) -> Result<Self, Error> {
@@ -894,6 +903,7 @@ impl PgBackend {
         migrate(&pool).await?;
         let (jobs, rx) = mpsc::unbounded_channel();
         let node = crate::ops::random_hex(8);
+        let on_commit = published.wake.clone();
         let peers = Arc::new(Peers::default());
         let channel = notify_channel(opts.schema.as_deref());
         let writer = Arc::new(Writer {
@@ -964,15 +974,8 @@ impl PgBackend {
                     writer: writer.clone(),
                 };
                 if let Some(slot) = run.guard.as_deref_mut() {
-                    slot.clean().await;
-                    slot.dirty = true;
                     writer.run(slot, vec![job]).await;
-                    slot.dirty = false;
-                    if slot.owed {
-                        writer.owed_notify.notify_one();
-                    }
                 }
-                drop(run);
             }
             other => {
                 drop(other);
@@ -1130,9 +1133,7 @@ async fn writer_loop(writer: Arc<Writer>, mut rx: mpsc::UnboundedReceiver<Job>) 
                 Err(_) => break,
             }
         }
-        let mut slot = writer.slot.lock().await;
-        slot.clean().await;
-        writer.run(&mut slot, batch).await;
+        writer.run(&mut *writer.slot.lock().await, batch).await;
     }
     let mut slot = writer.slot.lock().await;
     slot.clean().await;
@@ -1193,8 +1194,12 @@ async fn run_batch(
         any_ok |= ok;
         finishers.push((ok, finish, appended));
     }
-    let in_transaction = !lazy_begin || lone.opened() == Opened::Transaction;
-    if in_transaction {
+    let opened = if lazy_begin {
+        lone.opened()
+    } else {
+        Opened::Transaction
+    };
+    if opened == Opened::Transaction {
         let end = if !any_ok {
             "ROLLBACK".to_owned()
         } else if notify {
@@ -1227,7 +1232,7 @@ async fn run_batch(
                 finish(None);
             }
             // A lone unit that sent nothing committed nothing.
-            any_ok && (!lazy_begin || lone.opened() != Opened::Nothing)
+            any_ok && opened != Opened::Nothing
         }
         (Err(err), _) => {
             // Even after a lone autocommit statement: whatever state the
