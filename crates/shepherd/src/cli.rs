@@ -89,6 +89,9 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Serve MCP on stdin/stdout for an agent, as a client of the server
+    /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
+    Mcp,
     /// Remove old data on purpose (transcripts, events).
     Prune {
         /// Null transcripts of runs that ended longer ago than this (e.g. 30d, 12h).
@@ -348,6 +351,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Runs(r) => runs(g, r).await,
         Command::Events(e) => events(g, e).await,
         Command::Workers { all } => workers(g, *all).await,
+        Command::Mcp => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
     }
 }
 
