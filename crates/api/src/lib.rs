@@ -134,13 +134,17 @@ pub fn router(state: AppState) -> Router {
         .with_state(state.clone());
     // MCP over Streamable HTTP, behind the same auth; its tools call `app`
     // in-process with the caller's own Authorization header.
-    let mcp = shepherd_mcp::http_service(app.clone(), state.shutdown.clone());
+    let mcp = shepherd_mcp::http_route(app.clone(), state.shutdown.clone());
     app.merge(
         Router::new()
-            .route_service("/mcp", mcp)
+            .route("/mcp", mcp)
             .layer(axum::middleware::from_fn_with_state(
                 state.clone(),
                 auth::authenticate,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                origin::check_origin,
             ))
             .layer(axum::middleware::from_fn(log_requests))
             .with_state(state),

@@ -10,6 +10,7 @@
 //! API's own and the transports behave the same.
 
 pub mod backend;
+mod jsonrpc;
 mod resources;
 mod server;
 mod tools;
@@ -17,6 +18,9 @@ pub mod wire;
 
 use std::sync::Arc;
 
+use axum::extract::Request;
+use axum::response::IntoResponse;
+use axum::routing::MethodRouter;
 use axum::Router;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -85,15 +89,16 @@ pub async fn serve_stdio(
 ///
 /// Host and Origin checks are left to the server's own middleware, which
 /// applies to every route alike (a bearer token is required off loopback).
-pub fn http_service(
+pub fn http_route<S: Clone + Send + Sync + 'static>(
     api: Router,
     shutdown: CancellationToken,
-) -> StreamableHttpService<ShepherdMcp, LocalSessionManager> {
+) -> MethodRouter<S> {
     let settings = McpSettings::from_env();
     let config = StreamableHttpServerConfig::default()
         .disable_allowed_hosts()
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
         .with_cancellation_token(shutdown.child_token());
-    StreamableHttpService::new(
+    let service = StreamableHttpService::new(
         move || {
             Ok(ShepherdMcp::new(
                 Api::new(Backend::InProcess(api.clone()), None),
@@ -103,5 +108,17 @@ pub fn http_service(
         },
         Arc::new(LocalSessionManager::default()),
         config,
-    )
+    );
+    axum::routing::any(move |req: Request| {
+        let service = service.clone();
+        async move {
+            match jsonrpc::check(req).await {
+                Ok(req) => service.handle(req).await.into_response(),
+                Err(refusal) => refusal,
+            }
+        }
+    })
 }
+
+/// The largest MCP request body accepted.
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
