@@ -245,6 +245,9 @@ async def check_errors(s):
     assert await tool_error(s, "get_task", vtid="VTID-99999") == "task_not_found"
     assert await tool_error(s, "submit_task", spec="no title") == "invalid_arguments"
     assert await tool_error(s, "get_transcript", run_id="nope") == "run_not_found"
+    assert await tool_error(s, "get_transcript", run_id="nope", max_steps=0) == "invalid_limit"
+    assert await tool_error(s, "wait_for_task", vtid="VTID-99999", timeout_seconds=-1) == "invalid_timeout"
+    assert await tool_error(s, "list_workers", bogus=True) == "invalid_arguments"
     try:
         await s.call_tool("no_such_tool", {})
         raise AssertionError("an unknown tool must be a JSON-RPC error")

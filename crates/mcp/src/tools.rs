@@ -342,7 +342,7 @@ async fn worker_events(
         None
     };
     Ok(WorkerEventsAnswer {
-        count: events.len(),
+        count: events.len() as i64,
         events,
         next_cursor: next_cursor.to_string(),
         has_more,
@@ -426,13 +426,14 @@ async fn wait_for_task(
     ctx: &RequestContext<RoleServer>,
 ) -> Result<WaitAnswer, ApiError> {
     let a = a?;
-    let timeout = Duration::from_secs(a.timeout_seconds.unwrap_or(120));
-    if timeout > Duration::from_secs(3600) {
+    let timeout = a.timeout_seconds.unwrap_or(120);
+    if !(0..=3600).contains(&timeout) {
         return Err(ApiError::new(
             "invalid_timeout",
-            "timeout_seconds must be at most 3600",
+            "timeout_seconds must be between 0 and 3600",
         ));
     }
+    let timeout = Duration::from_secs(timeout as u64);
     let deadline = tokio::time::Instant::now() + timeout;
     let path = format!("/api/v1/tasks/{}", encode(&a.vtid));
     let reply = api.get(&path).await?;
@@ -585,7 +586,7 @@ pub(crate) async fn get_transcript(
             if steps.is_empty() {
                 // Alone larger than the cap: say so rather than stall paging.
                 s.step = Value::Null;
-                s.omitted_bytes = Some(size);
+                s.omitted_bytes = Some(size as i64);
                 steps.push(s);
             }
             cut = true;

@@ -62,7 +62,7 @@ pub struct WorkerInfo {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct WorkerList {
     pub workers: Vec<WorkerInfo>,
-    pub count: usize,
+    pub count: i64,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -126,7 +126,7 @@ pub struct Snapshot {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct WorkerEventsAnswer {
     pub events: Vec<WorkerEvent>,
-    pub count: usize,
+    pub count: i64,
     /// Pass as `since` to get the events after these, each exactly once.
     pub next_cursor: String,
     /// True when more events may follow `next_cursor` already.
@@ -267,7 +267,7 @@ pub struct CancelTaskArgs {
 pub struct PendingWorker {
     pub worker_id: String,
     pub run_id: String,
-    pub grace_secs: u64,
+    pub grace_secs: i64,
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -285,7 +285,7 @@ pub struct CancelAnswer {
 pub struct WaitForTaskArgs {
     pub vtid: String,
     /// Give up after this many seconds (default 120, at most 3600).
-    pub timeout_seconds: Option<u64>,
+    pub timeout_seconds: Option<i64>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -391,7 +391,7 @@ pub struct IndexedStep {
     /// the size cap (`omitted_bytes` says how large).
     pub step: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub omitted_bytes: Option<usize>,
+    pub omitted_bytes: Option<i64>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
