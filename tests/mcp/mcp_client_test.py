@@ -351,6 +351,12 @@ async def check_workers(server, data_dir, notes):
                 break
         assert ids == [e["id"] for e in everything["events"]], "paging lost or repeated events"
         assert len(set(ids)) == len(ids)
+        # An ISO 8601 `since` (seed 001): the events at or after that time.
+        middle = everything["events"][len(everything["events"]) // 2]
+        since_ts = await call(s, "worker_events", since=middle["ts"], limit=10000)
+        assert middle["id"] in [e["id"] for e in since_ts["events"]]
+        assert [e["id"] for e in since_ts["events"]] == [
+            e["id"] for e in everything["events"] if e["id"] >= since_ts["events"][0]["id"]]
         types_seen = {e["type"] for e in everything["events"]}
         assert {"worker_started", "worker_active", "snapshot"} <= types_seen, types_seen
 

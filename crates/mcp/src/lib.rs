@@ -29,7 +29,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use backend::{Api, ApiError, Backend};
 pub use server::ShepherdMcp;
-pub use tools::tool_names;
 
 /// Limits on what one MCP answer may carry.
 #[derive(Debug, Clone)]

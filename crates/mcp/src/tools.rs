@@ -132,14 +132,6 @@ next_index back as start_index while has_more.",
     ]
 }
 
-/// The names of the listed tools.
-pub fn tool_names() -> Vec<String> {
-    catalogue()
-        .into_iter()
-        .map(|t| t.name.into_owned())
-        .collect()
-}
-
 /// A tool's failure: the REST API's code, or `invalid_arguments`.
 pub(crate) fn tool_error(e: &ApiError) -> CallToolResult {
     let body = ToolError {

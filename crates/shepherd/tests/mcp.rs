@@ -78,8 +78,17 @@ impl McpSession<'_> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tools_act_with_the_mcp_callers_own_token() {
-    let mut env = Env::new(Kind::Sqlite);
+async fn tools_act_with_the_mcp_callers_own_token_sqlite() {
+    tools_act_with_the_mcp_callers_own_token(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_act_with_the_mcp_callers_own_token_postgres() {
+    tools_act_with_the_mcp_callers_own_token(Kind::Postgres).await;
+}
+
+async fn tools_act_with_the_mcp_callers_own_token(kind: Kind) {
+    let mut env = Env::new(kind);
     env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
     let s = Server::start(&env).await;
     let (code, reg) = s
