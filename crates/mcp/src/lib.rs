@@ -111,8 +111,19 @@ pub fn http_route<S: Clone + Send + Sync + 'static>(
     axum::routing::any(move |req: Request| {
         let service = service.clone();
         async move {
+            let delete = req.method() == http::Method::DELETE;
             match jsonrpc::check(req).await {
-                Ok(req) => service.handle(req).await.into_response(),
+                Ok(req) => {
+                    let mut res = service.handle(req).await.into_response();
+                    // ending a session is answered 202 by the transport; MCP
+                    // clients (the official Python SDK among them) expect 200
+                    // or 204 and log a failure otherwise.
+                    if delete && res.status() == http::StatusCode::ACCEPTED {
+                        *res.status_mut() = http::StatusCode::NO_CONTENT;
+                        *res.body_mut() = axum::body::Body::empty();
+                    }
+                    res
+                }
                 Err(refusal) => refusal,
             }
         }
