@@ -190,19 +190,31 @@ async def check_tools(s):
 
 async def check_task_flow(s, server, label):
     """submit_task to the demo agent, wait with progress, transcript == REST."""
-    sub = await call(s, "submit_task", title=f"MCP {label}", spec=f"# MCP {label}\nlook around", agent="demo")
+    # A draft, dispatched only once the wait has begun: all of the run's
+    # progress happens while wait_for_task waits.
+    sub = await call(s, "submit_task", title=f"MCP {label}", spec=f"# MCP {label}\nlook around",
+                     agent="demo", draft=True)
     vtid = sub["vtid"]
+    assert sub["state"] == "draft" and sub["run_id"] is None, sub
     progress = []
+    waited = {}
 
     async def on_progress(p, total, message):
         progress.append((p, message))
 
-    r = await s.call_tool("wait_for_task", {"vtid": vtid, "timeout_seconds": 60},
-                          progress_callback=on_progress)
+    async def wait():
+        waited["r"] = await s.call_tool("wait_for_task", {"vtid": vtid, "timeout_seconds": 60},
+                                        progress_callback=on_progress)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await eventually(lambda: progress, "the first progress notification")
+        server.ok("POST", f"/api/v1/tasks/{vtid}/dispatch")
+    r = waited["r"]
     assert not r.is_error, r.content
     w = r.structured_content
     assert w["final"] and not w["timed_out"] and w["state"] == "done", w
-    assert progress, "no progress notification arrived while waiting"
+    assert len(progress) >= 3, f"too few progress notifications while the run ran: {progress}"
     assert all(b[0] > a[0] for a, b in zip(progress, progress[1:])), progress
     run_id = w["run_id"]
     steps, start, pages = [], 0, 0
