@@ -193,6 +193,7 @@ pub async fn subscribe(
         }
         // A watcher that ended by itself leaves no entry behind; one that was
         // replaced must not remove its successor's (which is not cancelled).
+        tracing::debug!(%uri, "transcript subscription ended");
         stop.cancel();
         if let Some(subscriptions) = subscriptions.upgrade() {
             let mut subs = subscriptions.lock().unwrap_or_else(|p| p.into_inner());
