@@ -15,6 +15,7 @@ pub mod health;
 pub mod openapi;
 pub mod runs;
 pub mod tasks;
+pub mod ui;
 pub mod workers;
 
 use std::future::Future;
@@ -119,7 +120,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(health::router())
         .merge(api)
-        .fallback(error::not_found)
+        .fallback(ui::serve)
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
         .layer(axum::middleware::from_fn(log_requests))
         .with_state(state)
