@@ -77,12 +77,17 @@ fn collect(dir: &'static Dir<'static>, out: &mut HashMap<String, Asset>) {
     for file in dir.files() {
         let path = file.path().to_string_lossy().replace('\\', "/");
         let ct = content_type(&path);
-        let compressible = ct.starts_with("text/") || ct == "application/json" || ct == "image/svg+xml";
+        let compressible =
+            ct.starts_with("text/") || ct == "application/json" || ct == "image/svg+xml";
         out.insert(
             format!("/{path}"),
             Asset {
                 bytes: file.contents(),
-                gzip: if compressible { gzip(file.contents()) } else { None },
+                gzip: if compressible {
+                    gzip(file.contents())
+                } else {
+                    None
+                },
                 content_type: ct,
                 etag: format!("\"{:016x}\"", fnv1a(file.contents())),
                 immutable: path.starts_with("assets/"),
@@ -106,7 +111,10 @@ fn assets() -> &'static HashMap<String, Asset> {
 
 fn is_api_path(path: &str) -> bool {
     API_PREFIXES.iter().any(|p| {
-        path == *p || path.strip_prefix(p).is_some_and(|rest| rest.starts_with('/'))
+        path == *p
+            || path
+                .strip_prefix(p)
+                .is_some_and(|rest| rest.starts_with('/'))
     })
 }
 
@@ -142,7 +150,10 @@ fn send(asset: &Asset, method: &Method, headers: &HeaderMap) -> Response {
     let unchanged = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == asset.etag || t.trim() == "*"));
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim() == asset.etag || t.trim() == "*")
+        });
     if unchanged {
         return res
             .status(StatusCode::NOT_MODIFIED)
@@ -206,17 +217,27 @@ mod tests {
     fn gzip_is_accepted_unless_refused() {
         let mut h = HeaderMap::new();
         assert!(!accepts_gzip(&h));
-        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("br, gzip, deflate"));
+        h.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("br, gzip, deflate"),
+        );
         assert!(accepts_gzip(&h));
-        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip;q=0, br"));
+        h.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("gzip;q=0, br"),
+        );
         assert!(!accepts_gzip(&h));
     }
 
     #[test]
     fn the_bundle_has_an_index_and_hashed_assets() {
         let a = assets();
-        let index = a.get("/index.html").expect("web/dist/index.html is embedded");
+        let index = a
+            .get("/index.html")
+            .expect("web/dist/index.html is embedded");
         assert!(!index.immutable);
-        assert!(a.keys().any(|k| k.starts_with("/assets/") && k.ends_with(".js")));
+        assert!(a
+            .keys()
+            .any(|k| k.starts_with("/assets/") && k.ends_with(".js")));
     }
 }
