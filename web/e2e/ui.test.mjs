@@ -4,7 +4,8 @@
 // screenshots (light and dark) to docs/screenshots/.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
+import { generate, SCHEMA_FILE } from "../scripts/gen-api.mjs";
 import { join } from "node:path";
 import {
   REPO,
@@ -80,7 +81,7 @@ after(async () => {
   await server?.stop();
 });
 
-test("the shell loads at client routes and unknown API paths stay JSON", async () => {
+test("the shell loads at client routes and unknown API paths stay JSON", async (t) => {
   const html = await fetch(`${server.url}/tasks/VTID-NOPE`);
   assert.equal(html.status, 200);
   assert.match(html.headers.get("content-type"), /text\/html/);
@@ -92,6 +93,14 @@ test("the shell loads at client routes and unknown API paths stay JSON", async (
   const api = await fetch(`${server.url}/api/v1/nothing-here`);
   assert.equal(api.status, 404);
   assert.equal((await api.json()).error.code, "route_not_found");
+
+  const doc = await apiCall(server, "GET", "/api/openapi.json");
+  const fresh = await generate(doc);
+  if (fresh !== readFileSync(SCHEMA_FILE, "utf8")) {
+    // The type check in `npm run build` is what guards the UI; a drift
+    // only means the types are due for `npm run gen:api`.
+    t.diagnostic("web/src/api/schema.d.ts is behind /api/openapi.json: run `npm run gen:api` in web/ against this server");
+  }
 });
 
 test("home lists agents with their counts", async () => {
