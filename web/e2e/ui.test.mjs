@@ -110,6 +110,15 @@ test("home lists agents with their counts", async () => {
   await waitForText(page, '[data-agent-id="scripted"] [data-testid="agent-failed"]', "1");
   assert.equal(await demo.locator('[data-testid="agent-running"]').textContent(), "0");
   await waitForText(page, '[data-testid="connection"]', "Live");
+  // The theme toggle goes light, dark, back to the system's, and is remembered.
+  await page.getByTestId("theme-toggle").click();
+  await page.waitForFunction(() => document.documentElement.dataset.theme === "light");
+  await page.getByTestId("theme-toggle").click();
+  await page.waitForFunction(() => document.documentElement.dataset.theme === "dark");
+  await page.reload();
+  await page.waitForFunction(() => document.documentElement.dataset.theme === "dark");
+  await page.getByTestId("theme-toggle").click();
+  await page.waitForFunction(() => document.documentElement.dataset.theme === undefined);
   await expectAccessible("home");
   await screenshot("home");
 });
@@ -303,6 +312,18 @@ test("fleet shows workers, then recovered ones after a restart, with the indicat
   await waitForText(page, '[data-testid="worker-events"]', "worker_started");
   await expectAccessible("fleet");
   await screenshot("fleet");
+
+  // A worker holding a claim with no activity for longer than the threshold
+  // is stuck; a threshold of 0 minutes makes any busy worker so.
+  const busy = await createTask(server, { title: "Busy for the fleet", agent_id: "scripted" });
+  const busyRun = await runOf(server, busy.vtid, "running");
+  await page.getByTestId("stale-threshold").fill("0");
+  await waitForText(page, `[data-testid="fleet-row"][data-worker-id="${busyRun.worker_id}"].row-stuck`, "stuck");
+  await page.getByTestId("stale-threshold").fill("10");
+  await waitForCount(page, ".row-stuck", 0);
+  gate(ws, busy.vtid, "step2");
+  gate(ws, busy.vtid, "finish");
+  await runOf(server, busy.vtid, "done");
 
   // Restart on the same data and port without agents: the workers are
   // known only from storage now.

@@ -56,7 +56,7 @@ export function AgentWorkersPage({ agentId, search }: { agentId: string; search:
   const navigate = useNavigate({ from: "/agents/$agentId/workers" });
   const list = useWorkerList(agentId, search.status, search.q);
   useWorkerLiveUpdates(agentId);
-  const runs = useMemo(() => list.data?.pages.flatMap((p) => p.workers) ?? [], [list.data]);
+  const runs = useMemo(() => list.data?.pages.flatMap((p) => p.workers.map((run) => ({ run, cursor: p.cursor }))) ?? [], [list.data]);
   const total = list.data?.pages[0]?.total ?? 0;
   const { hasNextPage, isFetchingNextPage, fetchNextPage } = list;
   const loadMore = useCallback(() => {

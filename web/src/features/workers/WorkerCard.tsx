@@ -3,8 +3,10 @@ import { Link } from "@tanstack/react-router";
 import type { WorkerRunInfo } from "../../api/gaps";
 import { StatusBadge } from "../../components/StatusBadge";
 import { RelativeTime } from "../../components/time";
+import { useLive } from "./live";
 
-export function WorkerCard({ run, agentId, selected }: { run: WorkerRunInfo; agentId: string; selected: boolean }) {
+export function WorkerCard({ run: fetched, cursor, agentId, selected }: { run: WorkerRunInfo; cursor: number; agentId: string; selected: boolean }) {
+  const run = useLive(fetched.id, fetched, cursor);
   return (
     <Link
       to="/agents/$agentId/workers"

@@ -6,7 +6,8 @@ import { Markdown } from "../../components/Markdown";
 import { duration, useNow } from "../../components/time";
 import { ApiError } from "../../api/client";
 import { Transcript } from "./Transcript";
-import { useWorkerDetail } from "./queries";
+import { useWorkerDetail, type WorkerDetail as Detail } from "./queries";
+import { useLive } from "./live";
 
 function Duration({ run }: { run: WorkerDetailResponse }) {
   const now = useNow();
@@ -32,7 +33,11 @@ export function WorkerDetail({ agentId, workerId }: { agentId: string; workerId:
       </div>
     );
   }
-  const run = detail.data as WorkerDetailResponse & { active_tool?: string | null };
+  return <DetailBody detail={detail.data} />;
+}
+
+function DetailBody({ detail }: { detail: Detail }) {
+  const run = useLive(detail.id, detail, detail.cursor);
   const running = run.status === "running";
   return (
     <article className="worker-detail" data-testid="worker-detail" data-worker-id={run.id} data-run-status={run.status}>

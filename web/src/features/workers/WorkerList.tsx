@@ -4,11 +4,17 @@ import { useEffect, useRef, type KeyboardEvent } from "react";
 import { useNavigate } from "@tanstack/react-router";
 import { useVirtualizer } from "@tanstack/react-virtual";
 import type { WorkerRunInfo } from "../../api/gaps";
+
+/** A run as listed, with the cursor its page is valid at. */
+export interface ListedRun {
+  run: WorkerRunInfo;
+  cursor: number;
+}
 import { WorkerCard } from "./WorkerCard";
 
 interface Props {
   agentId: string;
-  runs: WorkerRunInfo[];
+  runs: ListedRun[];
   selected: string | undefined;
   hasMore: boolean;
   loadMore: () => void;
@@ -22,7 +28,7 @@ export function WorkerList({ agentId, runs, selected, hasMore, loadMore }: Props
     getScrollElement: () => scrollRef.current,
     estimateSize: () => 76,
     overscan: 10,
-    getItemKey: (i) => runs[i].id,
+    getItemKey: (i) => runs[i].run.id,
   });
   const items = virtualizer.getVirtualItems();
   const lastIndex = items.length > 0 ? items[items.length - 1].index : -1;
@@ -35,13 +41,13 @@ export function WorkerList({ agentId, runs, selected, hasMore, loadMore }: Props
     if (e.key !== "ArrowDown" && e.key !== "ArrowUp" && e.key !== "Home" && e.key !== "End") return;
     if (runs.length === 0) return;
     e.preventDefault();
-    const current = runs.findIndex((r) => r.id === selected);
+    const current = runs.findIndex((r) => r.run.id === selected);
     let next = current;
     if (e.key === "ArrowDown") next = current < 0 ? 0 : Math.min(current + 1, runs.length - 1);
     if (e.key === "ArrowUp") next = current < 0 ? 0 : Math.max(current - 1, 0);
     if (e.key === "Home") next = 0;
     if (e.key === "End") next = runs.length - 1;
-    const id = runs[next].id;
+    const id = runs[next].run.id;
     virtualizer.scrollToIndex(next, { align: "auto" });
     void navigate({ search: (prev) => ({ ...prev, worker: id }) }).then(() => {
       scrollRef.current?.querySelector<HTMLElement>(`[data-worker-id="${CSS.escape(id)}"]`)?.focus();
@@ -52,7 +58,7 @@ export function WorkerList({ agentId, runs, selected, hasMore, loadMore }: Props
     <div className="worker-list" ref={scrollRef} onKeyDown={onKeyDown} data-testid="worker-list">
       <ul role="list" aria-label="Worker runs" style={{ height: virtualizer.getTotalSize(), position: "relative", margin: 0, padding: 0 }}>
         {items.map((item) => {
-          const run = runs[item.index];
+          const { run, cursor } = runs[item.index];
           return (
             <li
               key={item.key}
@@ -60,7 +66,7 @@ export function WorkerList({ agentId, runs, selected, hasMore, loadMore }: Props
               ref={virtualizer.measureElement}
               style={{ position: "absolute", top: 0, left: 0, right: 0, transform: `translateY(${item.start}px)` }}
             >
-              <WorkerCard run={run} agentId={agentId} selected={run.id === selected} />
+              <WorkerCard run={run} cursor={cursor} agentId={agentId} selected={run.id === selected} />
             </li>
           );
         })}
