@@ -54,6 +54,27 @@ pub fn hash_token(token: &str) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether a presented claim token is the one a claim was granted with.
+///
+/// Claims store the token's SHA-256 (64 hex digits); claims granted before
+/// tokens were hashed hold the token itself, and keep working. Either way
+/// two digests of equal length are compared without an early exit, so the
+/// answer's timing reveals neither the token nor its length.
+pub(crate) fn claim_token_matches(presented: &str, stored: &str) -> bool {
+    let presented = hash_token(presented);
+    let stored_is_digest = stored.len() == 64 && stored.bytes().all(|b| b.is_ascii_hexdigit());
+    let stored = if stored_is_digest {
+        stored.to_owned()
+    } else {
+        hash_token(stored)
+    };
+    presented
+        .bytes()
+        .zip(stored.bytes())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
 pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
