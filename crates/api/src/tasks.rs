@@ -111,6 +111,7 @@ pub async fn create_task(
             channel_id: body.channel_id,
             workflow: body.workflow,
             dispatch: body.dispatch.unwrap_or(true),
+            conversation_id: None,
         })
         .await?;
     Ok((StatusCode::CREATED, Json(task)))

@@ -31,6 +31,9 @@ pub struct Task {
     pub created_at: Millis,
     #[serde(with = "serde_ms")]
     pub updated_at: Millis,
+    /// The conversation whose message this task answers, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
 }
 
 /// A lease of one task by one worker.
@@ -121,4 +124,7 @@ pub struct Run {
     pub has_transcript: bool,
     #[serde(with = "serde_ms::option")]
     pub cancel_requested_at: Option<Millis>,
+    /// The conversation this run replies in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
 }
