@@ -187,6 +187,8 @@ pub async fn claim(
         "purpose": g.claim.purpose,
         "state": g.task.state,
         "workflow": g.task.workflow,
+        // A conversation's task: what the worker needs to continue it.
+        "conversation": g.conversation,
     })))
 }
 

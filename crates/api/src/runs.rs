@@ -160,6 +160,7 @@ pub async fn seed_list(
         .store
         .list_runs(RunFilter {
             agent_id,
+            channel_id: None,
             status,
             vtid: None,
             q: q.q.filter(|s| !s.is_empty()),
@@ -204,8 +205,11 @@ pub async fn seed_detail(
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 pub struct RunsQuery {
     pub agent_id: Option<String>,
+    /// Runs of one channel (resource).
+    pub channel_id: Option<String>,
     pub status: Option<String>,
     pub vtid: Option<String>,
     pub q: Option<String>,
@@ -233,6 +237,7 @@ pub async fn list_runs(
         .store
         .list_runs(RunFilter {
             agent_id: q.agent_id,
+            channel_id: q.channel_id,
             status: q.status,
             vtid: q.vtid,
             q: q.q,

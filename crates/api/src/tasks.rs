@@ -62,9 +62,12 @@ pub struct TaskDetailBody {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     pub state: Option<String>,
     pub agent_id: Option<String>,
+    /// Tasks of one channel (resource).
+    pub channel_id: Option<String>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
 }
@@ -134,6 +137,7 @@ pub async fn list_tasks(
         .list_tasks(TaskFilter {
             state: q.state,
             agent_id: q.agent_id,
+            channel_id: q.channel_id,
             limit,
             offset,
         })

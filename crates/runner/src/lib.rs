@@ -271,6 +271,8 @@ async fn claim_loop(
                                         .unwrap_or_default()
                                         .to_owned(),
                                     spec: c["spec"].as_str().unwrap_or_default().to_owned(),
+                                    conversation: serde_json::from_value(c["conversation"].clone())
+                                        .ok(),
                                 };
                                 let token = shutdown.child_token();
                                 cancels

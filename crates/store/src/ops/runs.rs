@@ -469,6 +469,7 @@ pub(crate) async fn finish<D: Db>(
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub agent_id: Option<String>,
+    pub channel_id: Option<String>,
     pub status: Option<String>,
     pub vtid: Option<String>,
     /// Case-insensitive search in task titles.
@@ -497,6 +498,10 @@ pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), E
     let counted_cond = cond
         .replace("r.agent_id", "agent_id")
         .replace("r.status", "status");
+    if let Some(c) = &f.channel_id {
+        args.push(Value::Text(c.clone()));
+        cond.push_str(&format!(" AND r.channel_id = ${}", args.len()));
+    }
     if let Some(v) = &f.vtid {
         args.push(Value::Text(v.clone()));
         cond.push_str(&format!(" AND r.task_id = ${}", args.len()));
@@ -513,7 +518,7 @@ pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), E
             args.len()
         ));
     }
-    let total = if f.vtid.is_none() && f.q.is_none() {
+    let total = if f.vtid.is_none() && f.q.is_none() && f.channel_id.is_none() {
         db.query_one(
             &format!("SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM run_counts{counted_cond}"),
             counted,

@@ -311,6 +311,7 @@ async fn dispatch_loaded<D: Db>(db: &mut D, now: Millis, task: &mut Task) -> Res
 pub struct TaskFilter {
     pub state: Option<String>,
     pub agent_id: Option<String>,
+    pub channel_id: Option<String>,
     pub limit: i64,
     pub offset: i64,
 }
@@ -325,6 +326,10 @@ pub async fn list<D: Db>(db: &mut D, f: &TaskFilter) -> Result<(Vec<Task>, i64),
     if let Some(a) = &f.agent_id {
         args.push(SqlValue::Text(a.clone()));
         cond.push_str(&format!(" AND t.agent_id = ${}", args.len()));
+    }
+    if let Some(c) = &f.channel_id {
+        args.push(SqlValue::Text(c.clone()));
+        cond.push_str(&format!(" AND t.channel_id = ${}", args.len()));
     }
     let total = db
         .query_one(&format!("SELECT COUNT(*) FROM tasks t{cond}"), args.clone())
