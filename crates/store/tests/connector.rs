@@ -777,3 +777,30 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    pending_filters_capabilities_in_the_query_so_untakeable_tasks_never_hide_takeable_ones,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "rusty", &["rust"]).await;
+        // 150 tasks this worker cannot take, all ahead of the one it can.
+        for i in 0..150 {
+            let mut t = task(&format!("GPU-{i:03}"), "simple");
+            t.priority = 9;
+            t.capabilities = vec!["gpu".into()];
+            store.create_task(t).await.unwrap();
+        }
+        let mut mine = task("RUST-1", "simple");
+        mine.capabilities = vec!["rust".into()];
+        mine.priority = 2;
+        store.create_task(mine).await.unwrap();
+        store.create_task(task("ANY-1", "simple")).await.unwrap();
+
+        let pending = store.pending_tasks("rusty", 10).await.unwrap();
+        let vtids: Vec<_> = pending.iter().map(|t| t.vtid.as_str()).collect();
+        assert_eq!(vtids, ["RUST-1", "ANY-1"], "best first, untakeable skipped");
+        let first = store.pending_tasks("rusty", 1).await.unwrap();
+        assert_eq!(first[0].vtid, "RUST-1");
+        store.close();
+    }
+);

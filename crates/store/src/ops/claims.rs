@@ -19,7 +19,7 @@ use super::workers::WORKER_COLUMNS;
 use super::{emit, emit_returning, new_uuid, random_hex, runs, workers};
 use crate::params;
 use crate::sql::Appended;
-use crate::sql::{Db, Row};
+use crate::sql::{Db, Dialect, Row};
 
 /// Timing rules for leases.
 #[derive(Debug, Clone, Copy)]
@@ -173,13 +173,14 @@ fn eligibility(worker: &Worker, task: &Task) -> Result<(), Error> {
     Ok(())
 }
 
-/// SQL condition selecting tasks waiting in a claimable state of their workflow.
-fn claimable_condition() -> String {
+/// SQL condition selecting tasks waiting in a claimable state of their
+/// workflow; review states only for a worker that can validate.
+fn claimable_condition(can_validate: bool) -> String {
     let parts: Vec<String> = workflow::ALL
         .iter()
         .map(|wf| {
             let mut states = vec![format!("'{}'", wf.dispatched_state)];
-            if let Some(r) = wf.review_state {
+            if let (Some(r), true) = (wf.review_state, can_validate) {
                 states.push(format!("'{r}'"));
             }
             format!(
@@ -192,31 +193,67 @@ fn claimable_condition() -> String {
     format!("({})", parts.join(" OR "))
 }
 
+/// SQL condition: every capability the task needs (a JSON array) is among
+/// `$caps` (the worker's, a JSON array). Done in the query, not after it:
+/// a page of tasks this worker cannot take must not hide those it can.
+fn capabilities_condition(dialect: Dialect, caps: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!(
+            "NOT EXISTS (SELECT 1 FROM json_each(t.capabilities) need \
+             WHERE need.value NOT IN (SELECT have.value FROM json_each({caps}) have))"
+        ),
+        Dialect::Postgres => format!("t.capabilities::jsonb <@ ({caps}::text)::jsonb"),
+    }
+}
+
 /// Tasks the worker may claim now, best first (priority, then age).
 pub async fn pending<D: Db>(db: &mut D, worker_id: &str, limit: i64) -> Result<Vec<Task>, Error> {
     let worker = workers::require_live(db, worker_id).await?;
+    let can_validate = worker
+        .capabilities
+        .iter()
+        .any(|c| c == workflow::VALIDATOR_CAPABILITY);
     let sql = format!(
         "SELECT {TASK_COLUMNS} FROM tasks t WHERE {} AND t.cancel_requested_at IS NULL \
          AND (t.agent_id IS NULL OR t.agent_id = $1) \
+         AND {} \
+         AND (t.builder_worker_id IS NULL OR t.builder_worker_id <> $4 OR t.state IN ({})) \
          AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.task_id = t.id AND c.released_at IS NULL) \
          ORDER BY t.priority DESC, t.dispatched_at, t.id LIMIT $2",
-        claimable_condition()
+        claimable_condition(can_validate),
+        capabilities_condition(db.dialect(), "$3"),
+        dispatched_states(),
     );
-    // Capability rules are checked here rather than in SQL; fetch a margin.
     let rows = db
-        .query(&sql, params![&worker.agent_id, (limit * 4).max(100)])
+        .query(
+            &sql,
+            params![
+                &worker.agent_id,
+                limit,
+                super::to_json(&worker.capabilities),
+                &worker.worker_id
+            ],
+        )
         .await?;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
         let t = task_from_row(r)?;
+        // The query applies every rule; this is a guard, not a filter.
         if eligibility(&worker, &t).is_ok() {
             out.push(t);
-            if out.len() as i64 >= limit {
-                break;
-            }
         }
     }
     Ok(out)
+}
+
+/// The dispatched (builder) states of every workflow, as a SQL list: a
+/// worker that built a task may not validate it, but may build it again.
+fn dispatched_states() -> String {
+    let states: Vec<String> = workflow::ALL
+        .iter()
+        .map(|wf| format!("'{}'", wf.dispatched_state))
+        .collect();
+    states.join(", ")
 }
 
 /// What a successful claim hands the worker.
