@@ -83,6 +83,11 @@ pub enum Command {
     Runs(RunsCommand),
     /// Print events; with --follow, keep streaming (resumes after drops).
     Events(EventsArgs),
+    /// Talk to a resource's agent: type a message, watch the steps stream.
+    Chat(crate::chat_cli::ChatArgs),
+    /// List, show, send to and cancel conversations.
+    #[command(subcommand)]
+    Conversation(crate::chat_cli::ConversationCommand),
     /// List workers (live and recovered).
     Workers {
         /// Include workers that have closed.
@@ -348,6 +353,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Runs(r) => runs(g, r).await,
         Command::Events(e) => events(g, e).await,
         Command::Workers { all } => workers(g, *all).await,
+        Command::Chat(a) => crate::chat_cli::chat(g, a).await,
+        Command::Conversation(c) => crate::chat_cli::conversation(g, c).await,
     }
 }
 

@@ -615,3 +615,110 @@ e2e!(
         child.wait().unwrap();
     }
 );
+
+// ----- the command line -----
+
+async fn cli(base: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let (base, args, stdin): (String, Vec<String>, String) = (
+        base.to_owned(),
+        args.iter().map(|a| a.to_string()).collect(),
+        stdin.to_owned(),
+    );
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(&args)
+            .env("SHEPHERD_SERVER", &base)
+            .env_remove("SHEPHERD_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_line_chat_and_conversation_verbs() {
+    let mut env = Env::new(common::Kind::Sqlite);
+    let config = agent_config(&env);
+    env.with_config_file(&config);
+    let s = Server::start(&env).await;
+    let conv = setup(&s, "chat").await;
+
+    let (ok, out, err) = cli(
+        &s.base,
+        &[
+            "conversation",
+            "send",
+            &conv,
+            "quick from the cli",
+            "--wait",
+        ],
+        "",
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains("step 2 of 2"), "{out}");
+    assert!(out.contains("agent: answered in 2 steps"), "{out}");
+
+    let (ok, out, err) = cli(&s.base, &["conversation", "show", &conv, "-o", "json"], "").await;
+    assert!(ok, "{err}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(roles(&shown), ["user:sent", "agent:done"]);
+
+    let (ok, out, _) = cli(
+        &s.base,
+        &["conversation", "list", "table-1", "-o", "json"],
+        "",
+    )
+    .await;
+    assert!(ok);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(list["conversations"][0]["id"], conv.as_str());
+
+    let (ok, _, err) = cli(&s.base, &["conversation", "cancel", &conv], "").await;
+    assert!(!ok);
+    assert!(err.contains("conversation_idle"), "{err}");
+
+    // The interactive prompt, fed from a pipe.
+    let (ok, out, err) = cli(
+        &s.base,
+        &["chat", "table-1"],
+        "quick via chat\n/history\n/new\n",
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("you: quick from the cli"),
+        "history shown first: {out}"
+    );
+    assert!(out.contains("agent: answered in 2 steps"), "{out}");
+    assert!(out.contains("new conversation"), "{out}");
+    let (_, page) = s.get("/api/v1/resources/table-1/conversations", None).await;
+    assert_eq!(page["conversations"].as_array().unwrap().len(), 2);
+    let c = conversation(&s, &conv).await;
+    assert_eq!(
+        roles(&c),
+        ["user:sent", "agent:done", "user:sent", "agent:done"]
+    );
+
+    let (ok, _, err) = cli(&s.base, &["chat", "no-such-table"], "").await;
+    assert!(!ok);
+    assert!(err.contains("no resource"), "{err}");
+    s.stop().await;
+}
