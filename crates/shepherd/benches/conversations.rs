@@ -20,7 +20,7 @@
 //!
 //! Run: `cargo bench -p shepherd --bench conversations`. Knobs:
 //! `SHEPHERD_BENCH_SAMPLES` (default 200), `SHEPHERD_BENCH_SENDS` (default
-//! 50), `SHEPHERD_TEST_PG_URL` (default the local `test` database; the
+//! 50), `SHEPHERD_BENCH_PG_URL` (default the local `test` database; the
 //! PostgreSQL case is skipped if it cannot connect).
 
 use std::collections::HashMap;
@@ -54,7 +54,7 @@ fn unique() -> String {
 }
 
 fn pg_url() -> String {
-    std::env::var("SHEPHERD_TEST_PG_URL")
+    std::env::var("SHEPHERD_BENCH_PG_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
