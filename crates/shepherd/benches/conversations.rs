@@ -9,7 +9,8 @@
 //!    `GET /api/v1/conversations/{id}` (body read and parsed), then
 //!    `GET /api/events?after=<cursor>&conversation_id=<id>` until its
 //!    response headers arrive (the tail is live). Reported: p50/p90/p99 of
-//!    the load alone and of load-then-tail. After each sample the worker
+//!    the load's body received, the load parsed by the client, and
+//!    load-then-tail. After each sample the worker
 //!    appends one step and the sample waits for it on the tail (not
 //!    timed), so the running reply grows by one step per sample.
 //! 2. **Send → first step** with the built-in runner: an agent that prints
@@ -289,6 +290,8 @@ async fn load_then_tail(name: &str, vars: Vec<(&str, String)>, samples: usize) {
         seeding.elapsed().as_secs_f64()
     );
     let (run_id, token, mut next_index) = live;
+    let mut body_ms = Vec::with_capacity(samples);
+    let mut body_bytes = 0;
     let mut load_ms = Vec::with_capacity(samples);
     let mut total_ms = Vec::with_capacity(samples);
     for i in 0..samples + 5 {
@@ -301,6 +304,7 @@ async fn load_then_tail(name: &str, vars: Vec<(&str, String)>, samples: usize) {
             .bytes()
             .await
             .unwrap_or_else(|e| fail(e));
+        let t_body = t0.elapsed();
         let detail: Value = serde_json::from_slice(&body).unwrap_or_else(|e| fail(e));
         let t_load = t0.elapsed();
         let cursor = detail["cursor"]
@@ -313,6 +317,8 @@ async fn load_then_tail(name: &str, vars: Vec<(&str, String)>, samples: usize) {
         .await;
         let t_tail = t0.elapsed();
         if i >= 5 {
+            body_ms.push(t_body.as_secs_f64() * 1000.0);
+            body_bytes = body.len();
             load_ms.push(t_load.as_secs_f64() * 1000.0);
             total_ms.push(t_tail.as_secs_f64() * 1000.0);
         }
@@ -333,7 +339,12 @@ async fn load_then_tail(name: &str, vars: Vec<(&str, String)>, samples: usize) {
         }
         next_index += 1;
     }
-    println!("{name}: load                {}", percentiles(load_ms));
+    println!(
+        "{name}: body received       {}  ({} KiB)",
+        percentiles(body_ms),
+        body_bytes / 1024
+    );
+    println!("{name}: load (parsed)       {}", percentiles(load_ms));
     println!("{name}: load then tail      {}", percentiles(total_ms));
     s.stop().await;
 }
