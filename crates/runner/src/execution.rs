@@ -17,9 +17,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::AgentConfig;
-use crate::client::{CallError, Connector};
 use crate::process::{signal_group, GroupRecords};
 use crate::spool::Spool;
+use shepherd_client::{Client, ClientError};
+use shepherd_protocol::{AppendSteps, ProgressBody, SetStatus, TranscriptStep};
 
 /// What the server handed over with a claim.
 #[derive(Debug, Clone)]
@@ -27,6 +28,8 @@ pub struct Assignment {
     pub vtid: String,
     pub run_id: String,
     pub claim_token: String,
+    /// The task's title (given to the agent when there is no spec).
+    pub title: String,
     pub spec: String,
     /// Set when the task answers a conversation's message.
     pub conversation: Option<ConversationTurn>,
@@ -34,16 +37,7 @@ pub struct Assignment {
 
 /// The claim's `conversation` object: what a follow-up needs to continue
 /// the agent's own conversation.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-pub struct ConversationTurn {
-    pub conversation_id: String,
-    pub resource_id: String,
-    pub agent_session_id: Option<String>,
-    /// The new message alone (the spec holds the earlier turns too).
-    pub message: String,
-    /// 1 for the conversation's first message.
-    pub turn: i64,
-}
+pub type ConversationTurn = shepherd_protocol::ClaimConversation;
 
 impl Assignment {
     /// The command line and the text for stdin (if the command does not
@@ -69,7 +63,7 @@ impl Assignment {
 pub struct RunContext {
     pub agent_name: String,
     pub agent: AgentConfig,
-    pub connector: Connector,
+    pub connector: Client,
     pub records: GroupRecords,
     pub spool_dir: PathBuf,
     pub spool_cap_bytes: u64,
@@ -117,22 +111,34 @@ impl Outbox {
 
 /// Sends what is waiting, in order: steps, then progress, then live status.
 /// Returns Err only when the server is unreachable (try again later).
-async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(), CallError> {
+async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(), ClientError> {
     while out.spool.pending() > 0 && !out.claim_lost {
-        let (first, batch) = out
-            .spool
-            .next_batch(STEP_BATCH)
-            .map_err(|e| CallError::Unreachable(format!("spool: {e}")))?;
-        match ctx
-            .connector
-            .steps(&a.run_id, &a.claim_token, first, &batch)
-            .await
-        {
-            Ok(ack) => out.spool.acknowledge(
-                ack["next_index"]
-                    .as_u64()
-                    .unwrap_or(first + batch.len() as u64),
-            ),
+        let (first, batch) =
+            out.spool
+                .next_batch(STEP_BATCH)
+                .map_err(|e| ClientError::Unreachable {
+                    message: format!("spool: {e}"),
+                })?;
+        let count = batch.len() as u64;
+        let steps: Result<Vec<TranscriptStep>, _> =
+            batch.into_iter().map(serde_json::from_value).collect();
+        let steps = match steps {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(run_id = a.run_id, error = %e, first, "spooled steps are not transcript steps; skipping them");
+                out.spool.acknowledge(first + count);
+                continue;
+            }
+        };
+        let body = AppendSteps {
+            claim_token: a.claim_token.clone(),
+            start_index: first as i64,
+            steps,
+        };
+        match ctx.connector.append_steps(&a.run_id, &body).await {
+            Ok(ack) => out
+                .spool
+                .acknowledge(u64::try_from(ack.next_index).unwrap_or(first + count)),
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) if e.code() == "claim_stale" || e.code() == "not_your_claim" => {
                 out.claim_lost = true;
@@ -141,7 +147,7 @@ async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(
                 // A batch the server will never take (it refused it as
                 // invalid): skip it rather than wedge the run, and say so.
                 tracing::error!(run_id = a.run_id, error = %e, first, "steps refused; skipping them");
-                out.spool.acknowledge(first + batch.len() as u64);
+                out.spool.acknowledge(first + count);
             }
         }
     }
@@ -149,18 +155,14 @@ async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(
         if out.claim_lost {
             break;
         }
-        match ctx
-            .connector
-            .progress(
-                &a.vtid,
-                &a.claim_token,
-                &event,
-                message.as_deref(),
-                metadata,
-                None,
-            )
-            .await
-        {
+        let body = ProgressBody {
+            event: event.clone(),
+            message: message.clone(),
+            metadata,
+            claim_token: Some(a.claim_token.clone()),
+            ..Default::default()
+        };
+        match ctx.connector.progress(&a.vtid, &body).await {
             Ok(_) => {}
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
@@ -169,7 +171,11 @@ async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(
         out.progress.pop_front();
     }
     if let Some(text) = out.status.clone() {
-        match ctx.connector.status(&a.run_id, &a.claim_token, &text).await {
+        let body = SetStatus {
+            claim_token: a.claim_token.clone(),
+            status: text.clone(),
+        };
+        match ctx.connector.set_status(&a.run_id, &body).await {
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
             _ => {}
@@ -232,6 +238,7 @@ pub async fn execute(
         .envs(&ctx.agent.env)
         .env("SHEPHERD_TASK_ID", &a.vtid)
         .env("SHEPHERD_RUN_ID", &a.run_id)
+        .env("SHEPHERD_TASK_TITLE", &a.title)
         .env("SHEPHERD_AGENT", &ctx.agent_name)
         .stdin(if spec_on_stdin {
             Stdio::piped()
@@ -560,18 +567,15 @@ async fn report_end(
     let mut event = event.to_owned();
     let mut backoff = Duration::from_millis(200);
     for _ in 0..600 {
-        match ctx
-            .connector
-            .progress(
-                &a.vtid,
-                &a.claim_token,
-                &event,
-                Some(reason).filter(|r| !r.is_empty()),
-                metadata.clone(),
-                result.as_deref(),
-            )
-            .await
-        {
+        let body = ProgressBody {
+            event: event.clone(),
+            message: Some(reason.to_owned()).filter(|r| !r.is_empty()),
+            metadata: metadata.clone(),
+            claim_token: Some(a.claim_token.clone()),
+            result: result.clone(),
+            worker_id: None,
+        };
+        match ctx.connector.progress(&a.vtid, &body).await {
             Ok(_) => return,
             Err(e) if e.is_retryable() => {
                 tokio::time::sleep(backoff).await;

@@ -12,10 +12,10 @@ use serde_json::{json, Value};
 use shepherd_api::conversations::{
     ConversationDetail, ConversationInfo, ConversationPage, MessageInfo, ResourceList, SendResponse,
 };
-use shepherd_runner::client::{enc, follow_sse, Connector};
+use shepherd_client::{enc, Client, Start};
+use shepherd_protocol::EventStreamQuery;
 
 use crate::cli::{Global, Output};
-use crate::client::Client;
 use crate::render::{cut, table};
 use crate::server::anyhow_like::Result;
 
@@ -63,16 +63,8 @@ pub enum MultitaskArg {
     Interrupt,
 }
 
-fn client(g: &Global) -> Client {
-    Client::new(&g.server, token(g))
-}
-
-fn token(g: &Global) -> Option<String> {
-    g.token.clone().or_else(|| {
-        std::env::var("SHEPHERD_AUTH_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty())
-    })
+fn client(g: &Global) -> Result<Client> {
+    crate::cli::output::client(g)
 }
 
 fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
@@ -80,15 +72,18 @@ fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
 }
 
 async fn load(c: &Client, id: &str) -> Result<ConversationDetail> {
-    parse(c.get(&format!("/api/v1/conversations/{}", enc(id))).await?)
+    parse(
+        c.get_value(&format!("/api/v1/conversations/{}", enc(id)))
+            .await?,
+    )
 }
 
 pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
-    let c = client(g);
+    let c = client(g)?;
     match cmd {
         ConversationCommand::List { resource, limit } => {
             let v = c
-                .get(&format!(
+                .get_value(&format!(
                     "/api/v1/resources/{}/conversations?limit={limit}",
                     enc(resource)
                 ))
@@ -132,7 +127,7 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
                 });
             }
             let v = c
-                .post(
+                .post_value(
                     &format!("/api/v1/conversations/{}/messages", enc(id)),
                     &body,
                 )
@@ -154,7 +149,7 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
         }
         ConversationCommand::Cancel { id } => {
             let v = c
-                .post(
+                .post_value(
                     &format!("/api/v1/conversations/{}/cancel", enc(id)),
                     &json!({}),
                 )
@@ -237,13 +232,14 @@ fn print_message(m: &MessageInfo, full: bool) {
 /// they land. The first Ctrl-C cancels the run; the tail goes on until the
 /// run has really ended (the partial reply is kept).
 async fn stream_reply(g: &Global, c: &Client, id: &str, cursor: i64) -> Result<()> {
-    let conn = Connector::new(&g.server, token(g));
-    let path = format!("/api/events?conversation_id={}", enc(id));
+    let query = EventStreamQuery {
+        conversation_id: Some(id.to_owned()),
+        ..Default::default()
+    };
     let json_out = g.output == Output::Json;
-    let follow = follow_sse(
-        &conn,
-        &path,
-        Some(cursor),
+    let follow = c.follow(
+        &query,
+        Start::After(cursor),
         |f| {
             let data: Value = serde_json::from_str(&f.data).unwrap_or(Value::Null);
             if json_out {
@@ -295,7 +291,7 @@ async fn stream_reply(g: &Global, c: &Client, id: &str, cursor: i64) -> Result<(
             }
             _ = tokio::signal::ctrl_c(), if !cancelled => {
                 cancelled = true;
-                if let Err(e) = c.post(&format!("/api/v1/conversations/{}/cancel", enc(id)), &json!({})).await {
+                if let Err(e) = c.post_value(&format!("/api/v1/conversations/{}/cancel", enc(id)), &json!({})).await {
                     eprintln!("cancel: {e}");
                 }
             }
@@ -315,7 +311,7 @@ async fn stream_reply(g: &Global, c: &Client, id: &str, cursor: i64) -> Result<(
 
 /// Finds the resource's active conversation, or starts one.
 async fn open_conversation(c: &Client, resource: &str, new: bool) -> Result<String> {
-    let list: ResourceList = parse(c.get("/api/v1/resources").await?)?;
+    let list: ResourceList = parse(c.get_value("/api/v1/resources").await?)?;
     let Some(r) = list.resources.iter().find(|r| r.id == resource) else {
         return Err(format!(
             "no resource {resource:?}; create one with POST /api/v1/resources {{id, name, agent_id}}"
@@ -330,7 +326,7 @@ async fn open_conversation(c: &Client, resource: &str, new: bool) -> Result<Stri
 
 async fn new_conversation(c: &Client, resource: &str) -> Result<String> {
     let v = c
-        .post(
+        .post_value(
             &format!("/api/v1/resources/{}/conversations", enc(resource)),
             &json!({}),
         )
@@ -357,7 +353,7 @@ fn stdin_lines() -> tokio::sync::mpsc::Receiver<String> {
 
 /// The interactive prompt.
 pub async fn chat(g: &Global, a: &ChatArgs) -> Result<()> {
-    let c = client(g);
+    let c = client(g)?;
     let mut id = open_conversation(&c, &a.resource, a.new).await?;
     let d = load(&c, &id).await?;
     println!(
@@ -396,7 +392,7 @@ pub async fn chat(g: &Global, a: &ChatArgs) -> Result<()> {
             }
             "/history" => {
                 let page: ConversationPage = parse(
-                    c.get(&format!(
+                    c.get_value(&format!(
                         "/api/v1/resources/{}/conversations?limit=20",
                         enc(&a.resource)
                     ))
@@ -407,7 +403,7 @@ pub async fn chat(g: &Global, a: &ChatArgs) -> Result<()> {
             _ => {
                 let before = load(&c, &id).await?;
                 match c
-                    .post(
+                    .post_value(
                         &format!("/api/v1/conversations/{}/messages", enc(&id)),
                         &json!({ "text": text }),
                     )

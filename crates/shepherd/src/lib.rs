@@ -4,7 +4,6 @@
 
 pub mod chat_cli;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod maintenance;
 pub mod render;

@@ -742,7 +742,11 @@ impl Store {
     // ----- channels (seed 002's resources) -----
 
     /// Creates a channel, or renames it if it exists.
-    pub async fn upsert_channel(&self, id: &str, name: &str) -> Result<serde_json::Value, Error> {
+    pub async fn upsert_channel(
+        &self,
+        id: &str,
+        name: &str,
+    ) -> Result<shepherd_core::model::Channel, Error> {
         let (now, id, name) = (now_ms(), id.to_owned(), name.to_owned());
         write_op!(self, |db| async move {
             ops::validate_id("channel id", "invalid_channel_id", &id)?;
@@ -769,7 +773,7 @@ impl Store {
     }
 
     /// Archives a channel: it stays, with its runs; it is only hidden from lists.
-    pub async fn archive_channel(&self, id: &str) -> Result<serde_json::Value, Error> {
+    pub async fn archive_channel(&self, id: &str) -> Result<shepherd_core::model::Channel, Error> {
         let (now, id) = (now_ms(), id.to_owned());
         write_op!(self, |db| async move {
             let n = db
@@ -798,7 +802,7 @@ impl Store {
     pub async fn list_channels(
         &self,
         include_archived: bool,
-    ) -> Result<Vec<serde_json::Value>, Error> {
+    ) -> Result<Vec<shepherd_core::model::Channel>, Error> {
         read_op!(self, |db| async move {
             let rows = db
                 .query(
@@ -808,7 +812,7 @@ impl Store {
                     params![include_archived as i64],
                 )
                 .await?;
-            rows.iter().map(ops::channel_json).collect()
+            rows.iter().map(ops::channel_from_row).collect()
         })
     }
 

@@ -144,17 +144,22 @@ pub async fn agents_upsert<D: Db>(
     Ok(())
 }
 
-pub(crate) fn channel_json(r: &crate::sql::Row) -> Result<serde_json::Value, Error> {
-    Ok(serde_json::json!({
-        "id": r.string(0)?,
-        "name": r.string(1)?,
-        "created_at": shepherd_core::time::to_rfc3339(r.i64(2)?),
-        "archived_at": shepherd_core::time::opt_rfc3339(r.opt_i64(3)?),
-        "runs": r.i64(4)?,
-    }))
+pub(crate) fn channel_from_row(
+    r: &crate::sql::Row,
+) -> Result<shepherd_core::model::Channel, Error> {
+    Ok(shepherd_core::model::Channel {
+        id: r.string(0)?,
+        name: r.string(1)?,
+        created_at: r.i64(2)?,
+        archived_at: r.opt_i64(3)?,
+        runs: r.i64(4)?,
+    })
 }
 
-pub(crate) async fn channel_get<D: Db>(db: &mut D, id: &str) -> Result<serde_json::Value, Error> {
+pub(crate) async fn channel_get<D: Db>(
+    db: &mut D,
+    id: &str,
+) -> Result<shepherd_core::model::Channel, Error> {
     let row = db
         .query_opt(
             "SELECT c.id, c.name, c.created_at, c.archived_at, \
@@ -163,5 +168,5 @@ pub(crate) async fn channel_get<D: Db>(db: &mut D, id: &str) -> Result<serde_jso
         )
         .await?
         .ok_or_else(|| Error::not_found("channel_not_found", format!("no channel {id:?}")))?;
-    channel_json(&row)
+    channel_from_row(&row)
 }
