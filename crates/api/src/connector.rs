@@ -169,6 +169,15 @@ pub async fn claim(
         purpose,
         state: g.task.state,
         workflow: g.task.workflow,
+        conversation: g
+            .conversation
+            .map(|c| shepherd_protocol::ClaimConversation {
+                conversation_id: c.conversation_id,
+                resource_id: c.resource_id,
+                agent_session_id: c.agent_session_id,
+                message: c.message,
+                turn: c.turn,
+            }),
     }))
 }
 

@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod channels;
 pub mod connector;
+pub mod conversations;
 pub mod error;
 pub mod events;
 pub mod health;
@@ -118,6 +119,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::router())
         .merge(workers::router())
         .merge(channels::router())
+        .merge(conversations::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

@@ -23,6 +23,10 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::events::events,
         crate::channels::upsert, crate::channels::list, crate::channels::archive,
         crate::workers::list_workers, crate::workers::worker_events, crate::workers::event_page,
+        crate::conversations::upsert_resource, crate::conversations::list_resources,
+        crate::conversations::create_conversation, crate::conversations::list_conversations,
+        crate::conversations::get_conversation, crate::conversations::send_message,
+        crate::conversations::cancel_conversation, crate::conversations::activate_conversation,
     ),
     components(schemas(
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,

@@ -113,6 +113,7 @@ pub async fn seed_list(
         .store
         .list_runs(RunFilter {
             agent_id,
+            channel_id: None,
             status,
             vtid: None,
             q: q.q.filter(|s| !s.is_empty()),
@@ -165,6 +166,7 @@ pub async fn list_runs(
         .store
         .list_runs(RunFilter {
             agent_id: q.agent_id,
+            channel_id: q.channel_id,
             status: q.status,
             vtid: q.vtid,
             q: q.q,

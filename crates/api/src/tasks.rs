@@ -63,6 +63,7 @@ pub async fn create_task(
             channel_id: body.channel_id,
             workflow: body.workflow,
             dispatch: body.dispatch.unwrap_or(true),
+            conversation_id: None,
         })
         .await?;
     Ok((StatusCode::CREATED, Json(task)))
@@ -87,6 +88,7 @@ pub async fn list_tasks(
         .list_tasks(TaskFilter {
             state: q.state,
             agent_id: q.agent_id,
+            channel_id: q.channel_id,
             limit,
             offset,
         })

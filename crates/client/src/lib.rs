@@ -10,6 +10,7 @@
 //! stream and resumes after drops (see [`sse`]).
 
 pub mod error;
+mod raw;
 pub mod sse;
 
 use std::time::Duration;

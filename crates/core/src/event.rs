@@ -40,6 +40,13 @@ pub mod kind {
     pub const CHANNEL_CREATED: &str = "channel.created";
     pub const CHANNEL_ARCHIVED: &str = "channel.archived";
     pub const AGENT_UPSERTED: &str = "agent.upserted";
+    pub const CHANNEL_UPDATED: &str = "channel.updated";
+    // Conversations on resources (seed 002).
+    pub const CONVERSATION_CREATED: &str = "conversation.created";
+    pub const CONVERSATION_STATE_CHANGED: &str = "conversation.state_changed";
+    pub const CONVERSATION_MESSAGE: &str = "conversation.message";
+    pub const CONVERSATION_ACTIVATED: &str = "conversation.activated";
+    pub const CONVERSATION_AGENT_SESSION: &str = "conversation.agent_session";
 }
 
 /// The ids an event concerns. Each is optional; filters match on them.
@@ -90,6 +97,10 @@ impl EventRefs {
     }
     pub fn channel(mut self, id: Option<String>) -> Self {
         self.channel_id = id;
+        self
+    }
+    pub fn conversation(mut self, id: Option<String>) -> Self {
+        self.conversation_id = id;
         self
     }
     pub fn session(mut self, id: Option<String>) -> Self {

@@ -41,6 +41,9 @@ pub struct Task {
     #[schema(value_type = String, format = DateTime)]
     #[schemars(with = "String")]
     pub updated_at: Millis,
+    /// The conversation whose message this task answers, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
 }
 
 /// A lease of one task by one worker.
@@ -170,6 +173,9 @@ pub struct Run {
     #[schema(value_type = Option<String>, format = DateTime)]
     #[schemars(with = "Option<String>")]
     pub cancel_requested_at: Option<Millis>,
+    /// The conversation this run replies in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
 }
 
 /// A channel (seed 002's resource, seed 000's `channel_id`): what runs and

@@ -110,6 +110,24 @@ pub struct ClaimResponse {
     pub purpose: ClaimPurpose,
     pub state: String,
     pub workflow: String,
+    /// For a task answering a conversation's message: what the worker
+    /// needs to continue it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ClaimConversation>,
+}
+
+/// The claim's `conversation` object (seed 002): a follow-up continues the
+/// agent's own conversation when it can.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ClaimConversation {
+    pub conversation_id: String,
+    pub resource_id: String,
+    /// The agent's own id for this conversation, captured from its output.
+    pub agent_session_id: Option<String>,
+    /// The new user message alone (the spec also holds the earlier turns).
+    pub message: String,
+    /// 1 for the conversation's first message.
+    pub turn: i64,
 }
 
 #[derive(

@@ -88,9 +88,13 @@ pub struct SeedDetailQuery {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 pub struct RunsQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// Runs of one channel (resource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(value_type = Option<RunStatus>)]
     pub status: Option<String>,

@@ -39,12 +39,16 @@ pub struct CreateTask {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 pub struct TaskListQuery {
     /// A state of any workflow (`pending`, `running`, `done`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// Tasks of one channel (resource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,

@@ -24,7 +24,10 @@ pub struct AgentConfig {
     pub cancel_grace_secs: Option<u64>,
     pub worker_type: Option<String>,
     /// Arguments that make the agent continue its own earlier conversation
-    /// (`["--continue"]`, `["resume", "{session_id}"]`); used by sessions.
+    /// (`["--resume", "{agent_session_id}"]`, `["--continue"]`). A
+    /// conversation's follow-up message runs the command with these appended
+    /// and the new message alone as its spec; `{agent_session_id}` is the id
+    /// the agent revealed in its output on the conversation's earlier runs.
     #[serde(default)]
     pub continue_args: Vec<String>,
     /// `steps-jsonl`, `claude-stream-json`, `codex-json` or `text` (default).
@@ -109,6 +112,43 @@ impl AgentConfig {
     }
 }
 
+/// Placeholder in `continue_args` for the agent's own conversation id.
+pub const AGENT_SESSION_PLACEHOLDER: &str = "{agent_session_id}";
+
+impl AgentConfig {
+    /// The command line of a follow-up run that continues the agent's own
+    /// conversation, or `None` when the agent cannot: it declares no
+    /// `continue_args`, or they name `{agent_session_id}` and none is known
+    /// yet. Then the caller runs [`AgentConfig::argv`] with the whole
+    /// history in the spec.
+    pub fn continue_argv(
+        &self,
+        message: &str,
+        task_id: &str,
+        run_id: &str,
+        agent_session_id: Option<&str>,
+    ) -> Option<(Vec<String>, bool)> {
+        if self.continue_args.is_empty() {
+            return None;
+        }
+        let needs_id = self
+            .continue_args
+            .iter()
+            .any(|a| a.contains(AGENT_SESSION_PLACEHOLDER));
+        let id = agent_session_id.filter(|s| !s.is_empty());
+        if needs_id && id.is_none() {
+            return None;
+        }
+        let (mut argv, stdin) = self.argv(message, task_id, run_id);
+        argv.extend(self.continue_args.iter().map(|a| {
+            a.replace(AGENT_SESSION_PLACEHOLDER, id.unwrap_or_default())
+                .replace("{task_id}", task_id)
+                .replace("{run_id}", run_id)
+        }));
+        Some((argv, stdin))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +169,30 @@ mod tests {
         let (argv, stdin) = b.argv("do it", "T-1", "r1");
         assert_eq!(argv[2], "do it");
         assert!(!stdin);
+    }
+
+    #[test]
+    fn continue_args_need_a_known_agent_session() {
+        let a = AgentConfig {
+            command: vec!["claude".into(), "-p".into(), "{spec}".into()],
+            continue_args: vec!["--resume".into(), "{agent_session_id}".into()],
+            ..Default::default()
+        };
+        assert_eq!(a.continue_argv("next", "T-1", "r1", None), None);
+        let (argv, stdin) = a.continue_argv("next", "T-1", "r1", Some("s-9")).unwrap();
+        assert_eq!(argv, vec!["claude", "-p", "next", "--resume", "s-9"]);
+        assert!(!stdin);
+        let plain = AgentConfig {
+            command: vec!["agent".into()],
+            continue_args: vec!["--continue".into()],
+            ..Default::default()
+        };
+        let (argv, _) = plain.continue_argv("next", "T-1", "r1", None).unwrap();
+        assert_eq!(argv, vec!["agent", "--continue"]);
+        assert_eq!(
+            AgentConfig::default().continue_argv("x", "t", "r", Some("s")),
+            None
+        );
     }
 
     #[test]

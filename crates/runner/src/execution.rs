@@ -31,6 +31,32 @@ pub struct Assignment {
     /// The task's title (given to the agent when there is no spec).
     pub title: String,
     pub spec: String,
+    /// Set when the task answers a conversation's message.
+    pub conversation: Option<ConversationTurn>,
+}
+
+/// The claim's `conversation` object: what a follow-up needs to continue
+/// the agent's own conversation.
+pub type ConversationTurn = shepherd_protocol::ClaimConversation;
+
+impl Assignment {
+    /// The command line and the text for stdin (if the command does not
+    /// take `{spec}`): a follow-up continues the agent's own conversation
+    /// when the agent can; otherwise the spec carries the earlier turns.
+    fn command(&self, agent: &AgentConfig) -> (Vec<String>, Option<String>) {
+        if let Some(c) = self.conversation.as_ref().filter(|c| c.turn > 1) {
+            if let Some((argv, stdin)) = agent.continue_argv(
+                &c.message,
+                &self.vtid,
+                &self.run_id,
+                c.agent_session_id.as_deref(),
+            ) {
+                return (argv, stdin.then(|| c.message.clone()));
+            }
+        }
+        let (argv, stdin) = agent.argv(&self.spec, &self.vtid, &self.run_id);
+        (argv, stdin.then(|| self.spec.clone()))
+    }
 }
 
 /// Everything a run needs from its runner.
@@ -211,7 +237,8 @@ pub async fn execute(
         claim_lost: false,
         session_id: None,
     };
-    let (argv, spec_on_stdin) = ctx.agent.argv(&a.spec, &a.vtid, &a.run_id);
+    let (argv, stdin_text) = a.command(&ctx.agent);
+    let spec_on_stdin = stdin_text.is_some();
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .envs(&ctx.agent.env)
@@ -253,7 +280,7 @@ pub async fn execute(
         "agent process started"
     );
     if let Some(mut stdin) = child.stdin.take() {
-        let spec = a.spec.clone();
+        let spec = stdin_text.unwrap_or_default();
         tokio::spawn(async move {
             let _ = stdin.write_all(spec.as_bytes()).await;
             let _ = stdin.shutdown().await;
@@ -315,6 +342,7 @@ pub async fn execute(
     let mut unreachable_logged = false;
     let tick = Duration::from_millis(100);
 
+    let conversation = a.conversation.is_some();
     let handle_outputs = |outputs: Vec<AdapterOutput>,
                           outbox: &mut Outbox,
                           result: &mut Option<String>| {
@@ -336,7 +364,18 @@ pub async fn execute(
                     .push_back((event, message, metadata.unwrap_or(Value::Null))),
                 AdapterOutput::Status(s) => outbox.status = Some(s),
                 AdapterOutput::Result(r) => *result = Some(r),
-                AdapterOutput::SessionId(id) => outbox.session_id = Some(id),
+                AdapterOutput::SessionId(id) => {
+                    // A conversation stores the id at once, so that a run
+                    // that never reports its end still leaves it behind.
+                    if conversation && outbox.session_id.as_deref() != Some(id.as_str()) {
+                        outbox.progress.push_back((
+                            "worker.building".into(),
+                            Some("agent session".into()),
+                            json!({ "agent_session_id": id }),
+                        ));
+                    }
+                    outbox.session_id = Some(id)
+                }
             }
         }
     };

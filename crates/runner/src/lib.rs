@@ -257,6 +257,7 @@ async fn claim_loop(
                                     claim_token: c.claim_token,
                                     title: c.title,
                                     spec: c.spec,
+                                    conversation: c.conversation,
                                 };
                                 let token = shutdown.child_token();
                                 cancels

@@ -55,6 +55,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Runs(r) => runs::runs(g, r).await,
         Command::Events(e) => events::events(g, e).await,
         Command::Workers { all } => workers::workers(g, *all).await,
+        Command::Chat(a) => crate::chat_cli::chat(g, a).await,
+        Command::Conversation(c) => crate::chat_cli::conversation(g, c).await,
         Command::Mcp => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
     }
 }

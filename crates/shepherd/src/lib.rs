@@ -2,6 +2,7 @@
 //! background loops, and the command-line client. `main.rs` only parses the
 //! command line and calls in here.
 
+pub mod chat_cli;
 pub mod cli;
 pub mod config;
 pub mod maintenance;

@@ -32,6 +32,10 @@ use tokio_util::sync::CancellationToken;
 pub use hub::{Tail, TailItem, BROADCAST_CAPACITY};
 pub use log::EventPage;
 pub use ops::claims::{Grant, HeldClaim, LeaseRules, SweepReport};
+pub use ops::conversations::{
+    ClaimConversation, Conversation, ConversationView, Message, MessageView, Multitask, Resource,
+    SendOutcome,
+};
 pub use ops::runs::{RunFilter, StepsAck};
 pub use ops::tasks::{Applied, CancelOutcome, NewTask, TaskDetail, TaskFilter};
 pub use ops::workers::{Registration, WorkerFilter};
@@ -95,6 +99,9 @@ macro_rules! read_op {
         }
     };
 }
+
+// Conversation operations live in their own file; it uses the macros above.
+mod conversation_store;
 
 enum Backend {
     Sqlite(SqliteBackend),

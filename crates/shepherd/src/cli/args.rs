@@ -73,6 +73,11 @@ pub enum Command {
     Runs(RunsCommand),
     /// Print events; with --follow, keep streaming (resumes after drops).
     Events(EventsArgs),
+    /// Talk to a resource's agent: type a message, watch the steps stream.
+    Chat(crate::chat_cli::ChatArgs),
+    /// List, show, send to and cancel conversations.
+    #[command(subcommand)]
+    Conversation(crate::chat_cli::ConversationCommand),
     /// List workers (live and recovered).
     Workers {
         /// Include workers that have closed.

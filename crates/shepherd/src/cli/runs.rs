@@ -32,6 +32,7 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                 q: search.clone(),
                 limit: Some(*limit),
                 offset: None,
+                ..Default::default()
             };
             let v = c.runs(&q).await.map_err(explain)?;
             match g.output {

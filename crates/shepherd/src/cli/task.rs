@@ -106,6 +106,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
                 agent_id: agent.clone(),
                 limit: Some(*limit),
                 offset: None,
+                ..Default::default()
             };
             let v = c.tasks(&q).await.map_err(explain)?;
             match g.output {

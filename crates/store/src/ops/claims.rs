@@ -264,6 +264,8 @@ pub struct Grant {
     pub claim_token: String,
     /// The spec as frozen at dispatch.
     pub spec: String,
+    /// For a conversation's task: what the worker needs to continue it.
+    pub conversation: Option<super::conversations::ClaimConversation>,
 }
 
 /// Everything a claim decision needs, read in one statement: the task, the
@@ -290,7 +292,7 @@ fn slice(r: &Row, from: usize, len: usize) -> Row {
     Row(r.0.iter().skip(from).take(len).cloned().collect())
 }
 
-const TASK_WIDTH: usize = 16;
+const TASK_WIDTH: usize = 17;
 const WORKER_WIDTH: usize = 16;
 
 /// An active claim with its holder's last heartbeat and registry status.
@@ -457,7 +459,8 @@ pub async fn claim<D: Db>(
         .worker(worker_id)
         .run(&run_id)
         .agent(&worker.agent_id)
-        .channel(task.channel_id.clone());
+        .channel(task.channel_id.clone())
+        .conversation(task.conversation_id.clone());
     emit(
         db,
         now,
@@ -510,7 +513,9 @@ pub async fn claim<D: Db>(
     task.state = new_state;
     task.updated_at = now;
     let spec = snapshot.unwrap_or_else(|| task.spec.clone());
+    let conversation = super::conversations::claim_context(db, &task).await?;
     Ok(Grant {
+        conversation,
         claim: Claim {
             id: claim_id,
             vtid: vtid.to_owned(),
@@ -544,7 +549,8 @@ fn progress_context_sql() -> String {
     format!(
         "SELECT {TASK_COLUMNS}, c.id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.token, \
          w.last_heartbeat_at, w.status, r.status, r.step_count, r.agent_id, r.channel_id, w.agent_id, w.session_id, \
-         (SELECT COUNT(*) FROM claims c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL) \
+         (SELECT COUNT(*) FROM claims c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
+         r.conversation_id \
          FROM tasks t LEFT JOIN claims c ON c.task_id = t.id AND c.released_at IS NULL \
          LEFT JOIN runs r ON r.id = c.run_id LEFT JOIN workers w ON w.id = c.worker_id \
          WHERE t.id = $1"
@@ -572,7 +578,8 @@ async fn task_with_holder<D: Db>(
                 .task(vtid)
                 .worker(&active.claim.worker_id)
                 .agent(&run_agent)
-                .channel(run_channel);
+                .channel(run_channel)
+                .conversation(r.opt_string(at + 16)?);
             let holder = Holder {
                 run: runs::RunInfo {
                     status: r.string(at + 9)?,
@@ -637,6 +644,7 @@ pub async fn progress<D: Db>(
             return Err(stale());
         }
     };
+    super::conversations::note_agent_session(db, now, &task, &metadata).await?;
     apply_event(
         db,
         now,

@@ -6,6 +6,7 @@
 //! transaction (writes) or a snapshot (reads); an `Err` rolls back all of it.
 
 pub mod claims;
+pub mod conversations;
 pub mod runs;
 pub mod tasks;
 pub mod workers;

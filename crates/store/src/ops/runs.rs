@@ -21,12 +21,12 @@ use crate::sql::{Db, Row, Value};
 
 /// Columns of a run for lists and details. Transcripts live in another
 /// table (`run_transcripts`); lists read only the `has_transcript` flag.
-const RUN_COLUMNS: &str = "r.id, r.task_id, r.task, r.channel_id, ch.name, r.worker_id, r.agent_id, r.worker_type, \
+pub(crate) const RUN_COLUMNS: &str = "r.id, r.task_id, r.task, r.channel_id, ch.name, r.worker_id, r.agent_id, r.worker_type, \
     r.attempt, r.purpose, r.status, r.result, r.started_at, r.completed_at, r.live_status, r.tool_calls, \
-    r.active_tool, r.step_count, r.has_transcript, r.cancel_requested_at";
-const RUN_FROM: &str = "FROM runs r LEFT JOIN channels ch ON ch.id = r.channel_id";
+    r.active_tool, r.step_count, r.has_transcript, r.cancel_requested_at, r.conversation_id";
+pub(crate) const RUN_FROM: &str = "FROM runs r LEFT JOIN channels ch ON ch.id = r.channel_id";
 
-fn run_from_row(r: &Row) -> Result<Run, Error> {
+pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
     Ok(Run {
         id: r.string(0)?,
         vtid: r.string(1)?,
@@ -48,6 +48,7 @@ fn run_from_row(r: &Row) -> Result<Run, Error> {
         step_count: r.i64(17)?,
         has_transcript: r.bool(18)?,
         cancel_requested_at: r.opt_i64(19)?,
+        conversation_id: r.opt_string(20)?,
     })
 }
 
@@ -59,6 +60,7 @@ fn run_refs(run: &Run) -> EventRefs {
         .worker(&run.worker_id)
         .agent(&run.agent_id)
         .channel(run.channel_id.clone())
+        .conversation(run.conversation_id.clone())
 }
 
 /// Moves the per-agent, per-status run counter by `delta`.
@@ -81,8 +83,8 @@ pub(crate) async fn create<D: Db>(
 ) -> Result<String, Error> {
     let id = new_uuid();
     db.defer(
-        "INSERT INTO runs (id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, purpose, status, started_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10)",
+        "INSERT INTO runs (id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, purpose, status, started_at, \
+         conversation_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $11)",
         params![
             &id,
             &task.vtid,
@@ -93,7 +95,8 @@ pub(crate) async fn create<D: Db>(
             &worker.worker_type,
             attempt,
             purpose,
-            now
+            now,
+            &task.conversation_id
         ],
     );
     count_run(db, &worker.agent_id, "running", 1);
@@ -102,7 +105,8 @@ pub(crate) async fn create<D: Db>(
         .task(&task.vtid)
         .worker(&worker.worker_id)
         .agent(&worker.agent_id)
-        .channel(task.channel_id.clone());
+        .channel(task.channel_id.clone())
+        .conversation(task.conversation_id.clone());
     emit(
         db,
         now,
@@ -465,6 +469,7 @@ pub(crate) async fn finish<D: Db>(
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub agent_id: Option<String>,
+    pub channel_id: Option<String>,
     pub status: Option<String>,
     pub vtid: Option<String>,
     /// Case-insensitive search in task titles.
@@ -493,6 +498,10 @@ pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), E
     let counted_cond = cond
         .replace("r.agent_id", "agent_id")
         .replace("r.status", "status");
+    if let Some(c) = &f.channel_id {
+        args.push(Value::Text(c.clone()));
+        cond.push_str(&format!(" AND r.channel_id = ${}", args.len()));
+    }
     if let Some(v) = &f.vtid {
         args.push(Value::Text(v.clone()));
         cond.push_str(&format!(" AND r.task_id = ${}", args.len()));
@@ -509,7 +518,7 @@ pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), E
             args.len()
         ));
     }
-    let total = if f.vtid.is_none() && f.q.is_none() {
+    let total = if f.vtid.is_none() && f.q.is_none() && f.channel_id.is_none() {
         db.query_one(
             &format!("SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM run_counts{counted_cond}"),
             counted,

@@ -24,11 +24,13 @@ pub struct NewTask {
     pub channel_id: Option<String>,
     pub workflow: Option<String>,
     pub dispatch: bool,
+    /// Set only by conversations: the conversation whose message this answers.
+    pub conversation_id: Option<String>,
 }
 
 pub(crate) const TASK_COLUMNS: &str = "t.id, t.title, t.spec, t.priority, t.capabilities, t.agent_id, t.channel_id, \
     t.workflow, t.state, t.spec_snapshot_id, t.dispatched_at, t.builder_worker_id, t.cancel_requested_at, \
-    t.attempts, t.created_at, t.updated_at";
+    t.attempts, t.created_at, t.updated_at, t.conversation_id";
 
 pub(crate) fn task_from_row(r: &Row) -> Result<Task, Error> {
     Ok(Task {
@@ -48,6 +50,7 @@ pub(crate) fn task_from_row(r: &Row) -> Result<Task, Error> {
         attempts: r.i64(13)?,
         created_at: r.i64(14)?,
         updated_at: r.i64(15)?,
+        conversation_id: r.opt_string(16)?,
     })
 }
 
@@ -77,7 +80,8 @@ pub async fn require<D: Db>(db: &mut D, vtid: &str) -> Result<Task, Error> {
 fn task_refs(task: &Task) -> EventRefs {
     let mut refs = EventRefs::default()
         .task(&task.vtid)
-        .channel(task.channel_id.clone());
+        .channel(task.channel_id.clone())
+        .conversation(task.conversation_id.clone());
     refs.agent_id = task.agent_id.clone();
     refs
 }
@@ -113,6 +117,9 @@ pub(crate) async fn set_state<D: Db>(
     .await?;
     task.state = to.to_owned();
     task.updated_at = now;
+    if task.conversation_id.is_some() && workflow_of(task)?.is_final(to) {
+        super::conversations::task_finished(db, now, task).await?;
+    }
     Ok(())
 }
 
@@ -214,7 +221,7 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
     };
     db.defer(
         "INSERT INTO tasks (id, title, spec, priority, capabilities, agent_id, channel_id, workflow, state, \
-         attempts, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $10)",
+         attempts, created_at, updated_at, conversation_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $10, $11)",
         params![
             &vtid,
             &new.title,
@@ -225,7 +232,8 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
             &new.channel_id,
             wf.name,
             wf.draft_state,
-            now
+            now,
+            &new.conversation_id
         ],
     );
     let mut task = require(db, &vtid).await?;
@@ -303,6 +311,7 @@ async fn dispatch_loaded<D: Db>(db: &mut D, now: Millis, task: &mut Task) -> Res
 pub struct TaskFilter {
     pub state: Option<String>,
     pub agent_id: Option<String>,
+    pub channel_id: Option<String>,
     pub limit: i64,
     pub offset: i64,
 }
@@ -317,6 +326,10 @@ pub async fn list<D: Db>(db: &mut D, f: &TaskFilter) -> Result<(Vec<Task>, i64),
     if let Some(a) = &f.agent_id {
         args.push(SqlValue::Text(a.clone()));
         cond.push_str(&format!(" AND t.agent_id = ${}", args.len()));
+    }
+    if let Some(c) = &f.channel_id {
+        args.push(SqlValue::Text(c.clone()));
+        cond.push_str(&format!(" AND t.channel_id = ${}", args.len()));
     }
     let total = db
         .query_one(&format!("SELECT COUNT(*) FROM tasks t{cond}"), args.clone())

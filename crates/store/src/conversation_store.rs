@@ -1,0 +1,104 @@
+//! The store's conversation operations (seed 002): each runs one operation
+//! of `ops::conversations` as a unit of work or a consistent read.
+
+use shepherd_core::Error;
+
+use crate::ops::conversations::{
+    self, Conversation, ConversationView, Multitask, Resource, SendOutcome,
+};
+use crate::{log, now_ms, postgres, sqlite, Backend, Store};
+
+impl Store {
+    /// Creates a resource (a channel with an agent) or updates it; says
+    /// whether it was created.
+    pub async fn upsert_resource(
+        &self,
+        id: &str,
+        name: &str,
+        agent_id: &str,
+    ) -> Result<(Resource, bool), Error> {
+        let (now, id, name, agent) = (
+            now_ms(),
+            id.to_owned(),
+            name.to_owned(),
+            agent_id.to_owned(),
+        );
+        write_op!(self, |db| async move {
+            conversations::resource_upsert(db, now, &id, &name, &agent).await
+        })
+    }
+
+    /// Resources not archived, and the cursor the list is valid at.
+    pub async fn list_resources(&self) -> Result<(Vec<Resource>, i64), Error> {
+        read_op!(self, |db| async move {
+            let list = conversations::resource_list(db).await?;
+            Ok((list, log::head(db).await?))
+        })
+    }
+
+    /// A new active conversation on a resource (cancelling one processing there).
+    pub async fn create_conversation(&self, resource_id: &str) -> Result<Conversation, Error> {
+        let (now, id) = (now_ms(), resource_id.to_owned());
+        write_op!(self, |db| async move {
+            conversations::create(db, now, &id).await
+        })
+    }
+
+    /// A page of a resource's conversations, newest first, the next page's
+    /// token, and the cursor.
+    pub async fn list_conversations(
+        &self,
+        resource_id: &str,
+        before: Option<String>,
+        limit: i64,
+    ) -> Result<(Vec<Conversation>, Option<String>, i64), Error> {
+        let id = resource_id.to_owned();
+        read_op!(self, |db| async move {
+            let (list, next) = conversations::list(db, &id, before.as_deref(), limit).await?;
+            Ok((list, next, log::head(db).await?))
+        })
+    }
+
+    /// Everything persisted of a conversation, and the cursor it is valid
+    /// at: tailing the log after that cursor gives exactly what followed.
+    pub async fn load_conversation(&self, id: &str) -> Result<(ConversationView, i64), Error> {
+        let id = id.to_owned();
+        read_op!(self, |db| async move {
+            let view = conversations::load(db, &id).await?;
+            Ok((view, log::head(db).await?))
+        })
+    }
+
+    pub async fn send_message(
+        &self,
+        conversation_id: &str,
+        text: &str,
+        multitask: Multitask,
+    ) -> Result<SendOutcome, Error> {
+        let (now, id, text) = (now_ms(), conversation_id.to_owned(), text.to_owned());
+        write_op!(self, |db| async move {
+            conversations::send(db, now, &id, &text, multitask).await
+        })
+    }
+
+    pub async fn cancel_conversation(
+        &self,
+        conversation_id: &str,
+        reason: Option<String>,
+    ) -> Result<Conversation, Error> {
+        let (now, id) = (now_ms(), conversation_id.to_owned());
+        write_op!(self, |db| async move {
+            conversations::cancel(db, now, &id, reason).await
+        })
+    }
+
+    pub async fn activate_conversation(
+        &self,
+        conversation_id: &str,
+    ) -> Result<Conversation, Error> {
+        let (now, id) = (now_ms(), conversation_id.to_owned());
+        write_op!(self, |db| async move {
+            conversations::activate(db, now, &id).await
+        })
+    }
+}
