@@ -55,5 +55,6 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Runs(r) => runs::runs(g, r).await,
         Command::Events(e) => events::events(g, e).await,
         Command::Workers { all } => workers::workers(g, *all).await,
+        Command::Mcp => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
     }
 }

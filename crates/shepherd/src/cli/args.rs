@@ -79,6 +79,9 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Serve MCP on stdin/stdout for an agent, as a client of the server
+    /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
+    Mcp,
     /// Remove old data on purpose (transcripts, events).
     Prune {
         /// Null transcripts of runs that ended longer ago than this (e.g. 30d, 12h).

@@ -616,7 +616,16 @@ pub async fn progress<D: Db>(
     };
     let fenced = match active {
         Some((a, h))
-            if a.claim.worker_id == worker_id && claim_token.is_none_or(|t| t == a.token) =>
+            if a.claim.worker_id == worker_id
+                && match claim_token {
+                    Some(t) => tokens_match(t, &a.token),
+                    // The seed's request shape has no token. It is enough
+                    // only while the worker has held one claim on the task:
+                    // after a claim lapsed and was re-granted to the same
+                    // worker, a token-less report could come from its old
+                    // attempt, so it must name the claim it means.
+                    None => claims_held_on(db, worker_id, vtid).await? == 1,
+                } =>
         {
             (a, h)
         }
@@ -637,6 +646,22 @@ pub async fn progress<D: Db>(
         result,
     )
     .await
+}
+
+/// How many claims (active or not) `worker_id` has held on `vtid`.
+async fn claims_held_on<D: Db>(db: &mut D, worker_id: &str, vtid: &str) -> Result<i64, Error> {
+    db.query_one(
+        "SELECT COUNT(*) FROM claims WHERE task_id = $1 AND worker_id = $2",
+        params![vtid, worker_id],
+    )
+    .await?
+    .i64(0)
+}
+
+/// Compares a presented claim token with the stored one in constant time.
+fn tokens_match(presented: &str, stored: &str) -> bool {
+    let (a, b) = (presented.as_bytes(), stored.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The `seq` an [`Applied`] reports: the first event its unit of work
@@ -936,6 +961,21 @@ pub async fn heartbeat<D: Db>(
             ),
         )
         .await?;
+    }
+    // A lapsed lease is lapsed whoever touches it first: a heartbeat that
+    // arrives after the timeout (or the TTL) but before the sweeper ends the
+    // claim, as the sweeper would have, instead of reviving it. Whether a
+    // late worker keeps its work must not depend on sweep timing.
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS} FROM claims c WHERE c.worker_id = $1 AND c.released_at IS NULL"
+    );
+    for r in &db.query(&sql, params![worker_id]).await? {
+        let claim = claim_from_row(r)?;
+        if let Some(reason) =
+            lapse_reason(now, rules, &claim, worker.last_heartbeat_at, &worker.status)
+        {
+            expire(db, now, &claim, &reason).await?;
+        }
     }
     db.defer(
         "UPDATE claims SET expires_at = $2 WHERE worker_id = $1 AND released_at IS NULL AND expires_at < $2",
