@@ -14,5 +14,5 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s "$requirements" "$venv/requirements.t
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
     cp "$requirements" "$venv/requirements.txt"
 fi
-cargo build --locked --quiet -p shepherd
-"$venv/bin/python" tests/mcp/mcp_client_test.py target/debug/shepherd
+source scripts/binary.sh
+"$venv/bin/python" tests/mcp/mcp_client_test.py "$SHEPHERD_BIN"

@@ -131,9 +131,9 @@ class Notes:
 
 
 @contextlib.asynccontextmanager
-async def stdio_session(server, notes):
+async def stdio_session(server, notes, **env):
     params = StdioServerParameters(
-        command=BIN, args=["mcp", "--server", server.url], env={"SHEPHERD_TOKEN": TOKEN}
+        command=BIN, args=["mcp", "--server", server.url], env={"SHEPHERD_TOKEN": TOKEN, **env}
     )
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write, message_handler=notes) as s:
@@ -190,19 +190,31 @@ async def check_tools(s):
 
 async def check_task_flow(s, server, label):
     """submit_task to the demo agent, wait with progress, transcript == REST."""
-    sub = await call(s, "submit_task", title=f"MCP {label}", spec=f"# MCP {label}\nlook around", agent="demo")
+    # A draft, dispatched only once the wait has begun: all of the run's
+    # progress happens while wait_for_task waits.
+    sub = await call(s, "submit_task", title=f"MCP {label}", spec=f"# MCP {label}\nlook around",
+                     agent="demo", draft=True)
     vtid = sub["vtid"]
+    assert sub["state"] == "draft" and sub["run_id"] is None, sub
     progress = []
+    waited = {}
 
     async def on_progress(p, total, message):
         progress.append((p, message))
 
-    r = await s.call_tool("wait_for_task", {"vtid": vtid, "timeout_seconds": 60},
-                          progress_callback=on_progress)
+    async def wait():
+        waited["r"] = await s.call_tool("wait_for_task", {"vtid": vtid, "timeout_seconds": 60},
+                                        progress_callback=on_progress)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await eventually(lambda: progress, "the first progress notification")
+        server.ok("POST", f"/api/v1/tasks/{vtid}/dispatch")
+    r = waited["r"]
     assert not r.is_error, r.content
     w = r.structured_content
     assert w["final"] and not w["timed_out"] and w["state"] == "done", w
-    assert progress, "no progress notification arrived while waiting"
+    assert len(progress) >= 3, f"too few progress notifications while the run ran: {progress}"
     assert all(b[0] > a[0] for a, b in zip(progress, progress[1:])), progress
     run_id = w["run_id"]
     steps, start, pages = [], 0, 0
@@ -232,10 +244,42 @@ async def check_task_flow(s, server, label):
     assert [x["step"] for x in body["steps"]] == detail["transcript"]
     # Cancelling a finished task is the API's conflict, as a tool error.
     assert await tool_error(s, "cancel_task", vtid=vtid) == "task_finished"
+    # A task nobody can take: the wait ends at its timeout, not final.
+    stuck = await call(s, "submit_task", title="for nobody", agent="nobody")
+    t = time.monotonic()
+    w = await call(s, "wait_for_task", vtid=stuck["vtid"], timeout_seconds=1)
+    assert w["timed_out"] and not w["final"] and w["state"] == "pending", w
+    assert time.monotonic() - t < 10
+    await call(s, "cancel_task", vtid=stuck["vtid"])
     # A draft can be cancelled.
     d = await call(s, "submit_task", title="draft", draft=True)
     c = await call(s, "cancel_task", vtid=d["vtid"], reason="test")
     assert c["cancelled"] and c["task"]["state"] == "cancelled"
+
+
+async def check_capped_transcript(server, notes):
+    """With a small cap, pages stay under it and still cover every step."""
+    CAP = 300
+    run_id = server.ok("GET", "/api/agents/workers?agent_id=demo&status=done&limit=1")["workers"][0]["id"]
+    rest = server.ok("GET", f"/api/agents/workers/detail?worker_id={run_id}")["transcript"]
+    async with stdio_session(server, notes, SHEPHERD_MCP_MAX_ANSWER_BYTES=str(CAP)) as s:
+        got, start = [], 0
+        while True:
+            page = await call(s, "get_transcript", run_id=run_id, start_index=start, max_steps=1000)
+            size = sum(len(json.dumps(x["step"], separators=(",", ":"))) for x in page["steps"]
+                       if x["step"] is not None)
+            assert size <= CAP and page["steps"], page
+            got += page["steps"]
+            start = page["next_index"]
+            if not page["has_more"]:
+                break
+    assert [x["index"] for x in got] == list(range(len(rest)))
+    assert len(json.dumps(rest)) > 3 * CAP, "the demo transcript should need several capped pages"
+    for x, step in zip(got, rest):
+        if x["step"] is None:
+            assert x["omitted_bytes"] > CAP
+        else:
+            assert x["step"] == step
 
 
 async def check_errors(s):
@@ -366,6 +410,12 @@ async def check_workers(server, data_dir, notes):
         assert alpha_ev["events"] and all(
             e["worker_id"] in (None, a["worker_id"]) for e in alpha_ev["events"]), alpha_ev
         assert alpha_ev["summary"]["stuck"] == [a["worker_id"]]
+        # Cancelling a task a worker holds: the worker is told, the answer says so.
+        g = register(server, "mcp-worker-gamma", "/work/gamma")
+        cg = claim(server, g, "gamma work")
+        c = await call(s, "cancel_task", vtid=cg["vtid"], reason="changed my mind")
+        assert not c["cancelled"] and c["pending_worker"]["worker_id"] == g["worker_id"], c
+        assert c["pending_worker"]["run_id"] == cg["run_id"]
         beta_ev = await call(s, "worker_events", include_summary=True, project_filter="beta")
         assert beta_ev["summary"]["stuck"] == []
         assert all(e["worker_id"] in (None, b["worker_id"]) for e in beta_ev["events"])
@@ -384,6 +434,8 @@ async def main():
                     await check_task_flow(s, server, label)
                     await check_errors(s)
                 print(f"ok: {label}")
+            await check_capped_transcript(server, notes)
+            print("ok: capped transcript")
             await check_workers(server, data_dir, notes)
             print("ok: workers, recovery, worker_events, subscriptions")
         except BaseException:

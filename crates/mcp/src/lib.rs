@@ -34,7 +34,7 @@ pub use server::ShepherdMcp;
 #[derive(Debug, Clone)]
 pub struct McpSettings {
     /// The most bytes of transcript steps one answer carries
-    /// (`SHEPHERD_MCP_MAX_ANSWER_BYTES`, default 256 KiB).
+    /// (`SHEPHERD_MCP_MAX_ANSWER_BYTES`, at least 256, default 256 KiB).
     pub max_answer_bytes: usize,
 }
 
@@ -53,7 +53,7 @@ impl McpSettings {
         if let Some(n) = std::env::var("SHEPHERD_MCP_MAX_ANSWER_BYTES")
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|n| *n >= 1024)
+            .filter(|n| *n >= 256)
         {
             s.max_answer_bytes = n;
         }

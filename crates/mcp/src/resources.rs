@@ -3,6 +3,8 @@
 //! transcript is told each time the run records a step, and once more when
 //! it ends; the watcher follows the event stream, not a timer.
 
+use std::sync::Arc;
+
 use futures::StreamExt;
 use rmcp::model::{
     ListResourcesResult, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
@@ -163,7 +165,9 @@ pub async fn subscribe(
             old.cancel();
         }
     }
-    let subscriptions = mcp.subscriptions.clone();
+    // Weak, so that the session's handler going away (its last strong
+    // reference) still ends this watcher: see `ShepherdMcp`'s `Drop`.
+    let subscriptions = Arc::downgrade(&mcp.subscriptions);
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -189,10 +193,13 @@ pub async fn subscribe(
         }
         // A watcher that ended by itself leaves no entry behind; one that was
         // replaced must not remove its successor's (which is not cancelled).
+        tracing::debug!(%uri, "transcript subscription ended");
         stop.cancel();
-        let mut subs = subscriptions.lock().unwrap_or_else(|p| p.into_inner());
-        if subs.get(&uri).is_some_and(|t| t.is_cancelled()) {
-            subs.remove(&uri);
+        if let Some(subscriptions) = subscriptions.upgrade() {
+            let mut subs = subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+            if subs.get(&uri).is_some_and(|t| t.is_cancelled()) {
+                subs.remove(&uri);
+            }
         }
     });
     Ok(())

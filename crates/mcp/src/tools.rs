@@ -466,6 +466,10 @@ async fn wait_for_task(
             }
         }
     };
+    // The first notification says the wait has begun (and the stream is
+    // open: whatever happens to the task from here on is seen).
+    progress += 1;
+    notify(progress, format!("{}: {} (waiting)", task.vtid, task.state)).await;
     let mut heartbeat =
         tokio::time::interval_at(tokio::time::Instant::now() + WAIT_HEARTBEAT, WAIT_HEARTBEAT);
     loop {

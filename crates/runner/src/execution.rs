@@ -197,7 +197,13 @@ pub async fn execute(
         spool: match Spool::create(&ctx.spool_dir, &a.run_id, ctx.spool_cap_bytes) {
             Ok(s) => s,
             Err(e) => {
-                return spawn_failed(&ctx, &a, format!("cannot create the step spool: {e}")).await
+                return spawn_failed(
+                    &ctx,
+                    &a,
+                    format!("cannot create the step spool: {e}"),
+                    &shutdown,
+                )
+                .await
             }
         },
         progress: VecDeque::new(),
@@ -227,7 +233,15 @@ pub async fn execute(
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return spawn_failed(&ctx, &a, format!("cannot start {:?}: {e}", argv[0])).await,
+        Err(e) => {
+            return spawn_failed(
+                &ctx,
+                &a,
+                format!("cannot start {:?}: {e}", argv[0]),
+                &shutdown,
+            )
+            .await
+        }
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     ctx.records.record(&a.run_id, pgid);
@@ -498,19 +512,40 @@ pub async fn execute(
         Ending::SpawnFailed(r) => r.clone(),
     };
     let metadata = json!({ "session_id": outbox.session_id, "ending": format!("{ending:?}") });
-    report_end(&ctx, &a, &ending, result_text.as_deref(), &reason, metadata).await;
+    report_end(
+        &ctx,
+        &a,
+        &ending,
+        result_text.as_deref(),
+        &reason,
+        metadata,
+        &shutdown,
+    )
+    .await;
     tracing::info!(run_id = a.run_id, ?ending, "run ended");
     ending
 }
 
 /// Reports a run that never started and says how it ended.
-async fn spawn_failed(ctx: &RunContext, a: &Assignment, reason: String) -> Ending {
+async fn spawn_failed(
+    ctx: &RunContext,
+    a: &Assignment,
+    reason: String,
+    shutdown: &CancellationToken,
+) -> Ending {
     let ending = Ending::SpawnFailed(reason.clone());
-    report_end(ctx, a, &ending, None, &reason, Value::Null).await;
+    report_end(ctx, a, &ending, None, &reason, Value::Null, shutdown).await;
     ending
 }
 
-/// Reports the end of a run, retrying while the server is away.
+/// How long a stopping runner keeps trying to report the end of a run to a
+/// server that does not answer.
+pub const STOPPING_REPORT_WINDOW: Duration = Duration::from_secs(10);
+
+/// Reports the end of a run, retrying while the server is away; once the
+/// runner is stopping, only for [`STOPPING_REPORT_WINDOW`], so that a
+/// SIGTERM while the server is down ends the runner instead of hanging.
+#[allow(clippy::too_many_arguments)]
 async fn report_end(
     ctx: &RunContext,
     a: &Assignment,
@@ -518,6 +553,7 @@ async fn report_end(
     result: Option<&str>,
     reason: &str,
     metadata: Value,
+    shutdown: &CancellationToken,
 ) {
     let (event, result) = match ending {
         Ending::Exited(0) => (workflow::EXECUTION_COMPLETED, result.map(str::to_owned)),
@@ -527,6 +563,7 @@ async fn report_end(
     };
     let mut event = event.to_owned();
     let mut backoff = Duration::from_millis(200);
+    let mut give_up_at: Option<tokio::time::Instant> = None;
     for _ in 0..600 {
         let body = ProgressBody {
             event: event.clone(),
@@ -539,7 +576,26 @@ async fn report_end(
         match ctx.connector.progress(&a.vtid, &body).await {
             Ok(_) => return,
             Err(e) if e.is_retryable() => {
-                tokio::time::sleep(backoff).await;
+                if shutdown.is_cancelled() {
+                    let deadline = *give_up_at.get_or_insert_with(|| {
+                        tokio::time::Instant::now() + STOPPING_REPORT_WINDOW
+                    });
+                    if tokio::time::Instant::now() >= deadline {
+                        tracing::warn!(
+                            run_id = a.run_id,
+                            vtid = a.vtid,
+                            error = %e,
+                            "stopping while the server is unreachable: the end of this run is not reported; \
+                             its steps stay in the spool and its claim lapses after the heartbeat timeout \
+                             (or at once when a runner starts again with this data directory)"
+                        );
+                        return;
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled(), if give_up_at.is_none() => {}
+                }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             Err(e)
