@@ -23,10 +23,6 @@ pub enum Caller {
 }
 
 impl Caller {
-    pub fn is_operator(&self) -> bool {
-        matches!(self, Caller::Operator)
-    }
-
     /// Refuses unless the caller is the operator.
     pub fn require_operator(&self) -> Result<(), Error> {
         match self {

@@ -94,7 +94,8 @@ fn acting_worker(caller: &Caller, named: Option<&str>) -> Result<String, Error> 
     (status = 200, body = PendingResponse),
     (status = 400, description = "missing_worker_id, invalid_limit", body = SeedErrorBody),
     (status = 403, description = "not_your_worker", body = SeedErrorBody),
-    (status = 404, description = "worker_not_found", body = SeedErrorBody)))]
+    (status = 404, description = "worker_not_found", body = SeedErrorBody),
+    (status = 409, description = "worker_terminated", body = SeedErrorBody)))]
 pub async fn pending(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -224,7 +225,8 @@ pub async fn progress(
     (status = 200, body = HeartbeatResponse),
     (status = 400, description = "missing_worker_id", body = SeedErrorBody),
     (status = 403, description = "not_your_worker", body = SeedErrorBody),
-    (status = 404, description = "worker_not_found", body = SeedErrorBody)))]
+    (status = 404, description = "worker_not_found", body = SeedErrorBody),
+    (status = 409, description = "worker_terminated", body = SeedErrorBody)))]
 pub async fn heartbeat(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -260,7 +262,8 @@ pub async fn heartbeat(
 #[utoipa::path(post, path = "/api/v1/worker/orchestrator/deregister", tag = "connector", request_body = DeregisterBody, responses(
     (status = 200, body = DeregisterResponse),
     (status = 400, description = "missing_worker_id", body = SeedErrorBody),
-    (status = 404, description = "worker_not_found", body = SeedErrorBody)))]
+    (status = 404, description = "worker_not_found", body = SeedErrorBody),
+    (status = 409, description = "worker_terminated", body = SeedErrorBody)))]
 pub async fn deregister(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

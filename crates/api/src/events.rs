@@ -35,6 +35,18 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ApiQuery, ApiResult};
 use crate::AppState;
 
+/// The log type behind one of seed 000's SSE names, so a `types` filter may
+/// use either (`worker_completed` or `run.completed`).
+fn seed000_kind(name: &str) -> &str {
+    match name {
+        "worker_started" => kind::RUN_STARTED,
+        "worker_status" => kind::RUN_STATUS,
+        "worker_completed" => kind::RUN_COMPLETED,
+        "tool_started" | "tool_completed" => kind::RUN_STEP,
+        other => other,
+    }
+}
+
 /// The event filter a stream or page query asks for.
 pub fn filter_of(q: &EventStreamQuery) -> EventFilter {
     EventFilter {
@@ -52,7 +64,7 @@ pub fn filter_of(q: &EventStreamQuery) -> EventFilter {
                 t.split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
-                    .map(String::from)
+                    .map(|t| seed000_kind(t).to_owned())
                     .collect()
             })
             .unwrap_or_default(),

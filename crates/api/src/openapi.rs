@@ -34,7 +34,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         p::RunStatusChanged, p::RunStep, p::RunCompleted, p::ClaimGranted, p::ClaimReleased,
         p::CancelRequested,
     )),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &CommonErrors)
 )]
 pub struct ApiDoc;
 
@@ -48,6 +48,57 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// Declares the errors any operation can answer before its handler runs
+/// (an unreadable body or query, a missing token, a body too large), so a
+/// client generated from the document knows every status it may see.
+struct CommonErrors;
+
+impl utoipa::Modify for CommonErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::Operation;
+        use utoipa::openapi::{Ref, ResponseBuilder};
+        let error = |what: &str| {
+            ResponseBuilder::new()
+                .description(what)
+                .content(
+                    "application/json",
+                    utoipa::openapi::ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build()
+        };
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let protected = path.starts_with("/api/") && path != "/api/openapi.json";
+            let ops: [Option<&mut Operation>; 2] = [item.get.as_mut(), item.post.as_mut()];
+            for op in ops.into_iter().flatten() {
+                let mut add = |status: &str, what: &str| {
+                    op.responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| error(what).into());
+                };
+                if protected {
+                    add("401", "unauthorized: a token is needed (or it is wrong)");
+                    add("403", "origin_not_allowed, operator_only");
+                }
+                let has_query = op.parameters.as_ref().is_some_and(|ps| {
+                    ps.iter()
+                        .any(|p| p.parameter_in == utoipa::openapi::path::ParameterIn::Query)
+                });
+                if has_query {
+                    add("400", "invalid_query");
+                }
+                if op.request_body.is_some() {
+                    add("400", "malformed_json, unsupported_media_type");
+                    add("413", "payload_too_large");
+                    add("422", "invalid_body");
+                }
+            }
+        }
     }
 }
 

@@ -10,6 +10,9 @@ macro_rules! vocabulary {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize,
                  utoipa::ToSchema, schemars::JsonSchema)]
+        // Every word is its variant in snake_case; schema generators read
+        // this (utoipa ignores a variant rename made inside a macro).
+        #[serde(rename_all = "snake_case")]
         pub enum $name {
             $($(#[$vm])* #[serde(rename = $text)] $variant),+
         }
@@ -134,6 +137,15 @@ vocabulary!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schemas_list_the_seed_words() {
+        use utoipa::PartialSchema;
+        let schema = serde_json::to_string(&WorkerSource::schema()).unwrap();
+        assert!(schema.contains("\"event_log\""), "{schema}");
+        let schema = serde_json::to_string(&schemars::schema_for!(RunStatus)).unwrap();
+        assert!(schema.contains("\"cancelled\""), "{schema}");
+    }
 
     #[test]
     fn serialises_as_the_seed_words() {

@@ -84,6 +84,7 @@ pub struct ChannelBody {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelListQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]

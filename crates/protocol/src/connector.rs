@@ -55,6 +55,7 @@ pub struct RegisterResponse {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PendingQuery {
     /// Needed with the operator token; a worker token names its worker itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]

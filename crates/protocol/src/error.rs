@@ -18,12 +18,15 @@ pub struct ErrorDetail {
 }
 
 /// A connector (seed 003) error: the standard `error` object with the
-/// seed's `ok: false` and `reason`, and `claimed: false` on claims.
+/// seed's `ok: false` and `reason`, and `claimed: false` on claims. A
+/// request that could not be read at all (malformed JSON) has only `error`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct SeedErrorBody {
-    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
     /// The error's message again, as the seed names it.
-    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Present (false) on a refused claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed: Option<bool>,

@@ -14,6 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 use shepherd_core::event::Event;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventStreamQuery {
     /// A cursor (sequence number) to resume after, or `now`. `Last-Event-ID` wins.
@@ -42,6 +43,7 @@ pub struct EventStreamQuery {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventPageQuery {
     /// Cursor to read after; without it, the latest `limit` events.

@@ -61,6 +61,7 @@ pub struct WorkerDetailResponse {
 
 /// Seed 000's list query.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SeedRunsQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
@@ -80,6 +81,7 @@ pub struct SeedRunsQuery {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SeedDetailQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
@@ -89,6 +91,7 @@ pub struct SeedDetailQuery {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct RunsQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
@@ -126,6 +129,7 @@ pub struct RunDetail {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StepsQuery {
     /// Return steps with an index greater than this (omit for all).
     #[serde(default, skip_serializing_if = "Option::is_none")]

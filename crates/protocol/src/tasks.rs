@@ -40,6 +40,7 @@ pub struct CreateTask {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct TaskListQuery {
     /// A state of any workflow (`pending`, `running`, `done`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]

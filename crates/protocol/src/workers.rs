@@ -9,6 +9,7 @@ use shepherd_core::status::{
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WorkersQuery {
     /// Include workers that deregistered or were terminated.
@@ -57,6 +58,7 @@ pub struct WorkerInfoList {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerEventsQuery {
     /// An ISO 8601 time (events at or after it) or a cursor (events after it).

@@ -683,3 +683,49 @@ e2e!(run_activity_uses_seed_000_names, |kind: Kind| async move {
     );
     s.stop().await;
 });
+
+e2e!(
+    types_filter_accepts_seed_000_names,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        let (st, b) = s.post("/api/v1/tasks", None, task("TY-1", "simple")).await;
+        assert_eq!(st, 201, "{b}");
+        let reg = s
+            .post(
+                "/api/v1/worker/orchestrator/register",
+                None,
+                json!({ "worker_id": "ty-w" }),
+            )
+            .await
+            .1;
+        let tok = reg["worker_token"].as_str().unwrap().to_owned();
+        let c = s
+            .post(
+                "/api/v1/worker/orchestrator/tasks/TY-1/claim",
+                Some(&tok),
+                json!({}),
+            )
+            .await
+            .1;
+        let ct = c["claim_token"].as_str().unwrap();
+        assert_eq!(
+            progress(&s, &tok, "TY-1", ct, "worker.execution.completed")
+                .await
+                .0,
+            200
+        );
+        // The SSE name and the log type select the same events.
+        let by_name = s
+            .get("/api/v1/events?after=0&types=worker_completed", None)
+            .await
+            .1;
+        let by_type = s
+            .get("/api/v1/events?after=0&types=run.completed", None)
+            .await
+            .1;
+        assert_eq!(by_name["events"].as_array().unwrap().len(), 1, "{by_name}");
+        assert_eq!(by_name["events"], by_type["events"]);
+        s.stop().await;
+    }
+);

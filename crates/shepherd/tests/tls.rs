@@ -208,6 +208,24 @@ async fn client_cli_and_runner_work_over_https() {
         shown.contains("hello over tls"),
         "a unique prefix finds the run: {shown}"
     );
+    // Piped into a reader that has already gone (as `head` goes once it has
+    // its line), a verb ends quietly.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} task show TLS-1 --server {base} | true",
+            env!("CARGO_BIN_EXE_shepherd")
+        ))
+        .envs(&env.vars)
+        .env("SHEPHERD_TOKEN", OPERATOR)
+        .env("SHEPHERD_CA_CERT", &ca)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{stderr}"
+    );
     // Without the CA, the CLI says why.
     let out = Command::new(env!("CARGO_BIN_EXE_shepherd"))
         .args(["task", "list", "--server", &base])

@@ -98,6 +98,16 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether this verb talks to a server (rather than being one).
+    pub fn is_client(&self) -> bool {
+        matches!(
+            self,
+            Command::Task(_) | Command::Runs(_) | Command::Events(_) | Command::Workers { .. }
+        )
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
     /// Create a task (dispatched at once unless --draft).

@@ -11,22 +11,6 @@ use crate::render::cut;
 use super::output::{client, explain};
 use super::{EventsArgs, Global, Output, Result};
 
-/// The `types` filter with seed 000's SSE names accepted beside the log's
-/// (`worker_completed` means `run.completed`).
-pub fn log_types(types: &str) -> String {
-    types
-        .split(',')
-        .map(|t| match t.trim() {
-            "worker_started" => "run.started",
-            "worker_status" => "run.status",
-            "worker_completed" => "run.completed",
-            "tool_started" | "tool_completed" => "run.step",
-            other => other,
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 fn detail(data: &Value) -> String {
     let field = |k: &str| data.get(k).filter(|v| !v.is_null());
     let text = |v: &Value| match v {
@@ -90,7 +74,7 @@ pub async fn follow(
 
 pub async fn events(g: &Global, e: &EventsArgs) -> Result<()> {
     let c = client(g)?;
-    let types = e.types.as_deref().map(log_types);
+    let types = e.types.clone();
     if !e.follow {
         let q = EventPageQuery {
             after: e.after.map(|a| a.to_string()),

@@ -785,13 +785,20 @@ pub(crate) async fn apply_event<D: Db>(
                 }
                 match ending {
                     Some((status, reason)) => {
+                        // A run that did not succeed keeps the worker's own
+                        // account of why (seed 000 shows the failure's text).
+                        let result = result.clone().or_else(|| {
+                            (status != "done")
+                                .then(|| message.clone().filter(|m| !m.is_empty()))
+                                .flatten()
+                        });
                         release(
                             db,
                             now,
                             &a.claim,
                             reason,
                             status,
-                            result.clone(),
+                            result,
                             false,
                             Some(holder),
                         )
