@@ -19,11 +19,11 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s "$requirements" "$venv/requirements.t
 fi
 check=scripts/openapi-check
 (cd "$check" && npm ci --no-audit --no-fund --silent)
-cargo build --locked --quiet -p shepherd
+source scripts/binary.sh
 
 data=$(mktemp -d)
 port=$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-SHEPHERD_DATA_DIR="$data" SHEPHERD_LOG=warn target/debug/shepherd serve --listen "127.0.0.1:$port" &
+SHEPHERD_DATA_DIR="$data" SHEPHERD_LOG=warn "$SHEPHERD_BIN" serve --listen "127.0.0.1:$port" &
 server=$!
 cleanup() {
     kill "$server" 2>/dev/null || true
