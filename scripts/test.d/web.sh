@@ -23,7 +23,8 @@ fi
 node scripts/check-size.mjs
 cd ..
 
-# The binary the tests drive, embedding the bundle just checked.
-cargo build -p shepherd --locked --quiet
+# The binary the tests drive (the one the Rust tests built), embedding the
+# bundle just checked.
+source scripts/binary.sh
 cd web
 npm run e2e --silent

@@ -41,8 +41,3 @@ export async function unwrap<T>(p: Promise<{ data?: T; error?: unknown; response
   if (!response.ok || data === undefined) throw await toError(response, error);
   return data;
 }
-
-/** Unwraps a result whose body the document leaves untyped, as the given type. */
-export async function unwrapAs<T>(p: Promise<{ data?: unknown; error?: unknown; response: Response }>): Promise<T> {
-  return (await unwrap(p)) as T;
-}

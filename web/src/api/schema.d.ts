@@ -489,19 +489,150 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description One item of an [`TranscriptStep::Action`]. */
+        ActionContent: {
+            text: string;
+            /** @enum {string} */
+            type: "text";
+        } | {
+            args: string;
+            id: string;
+            name: string;
+            /** @enum {string} */
+            type: "tool_call";
+        };
+        /** @description A configured kind of worker. */
+        Agent: {
+            capabilities: string[];
+            /** Format: date-time */
+            created_at: string;
+            id: string;
+            /** Format: int64 */
+            max_concurrent?: number | null;
+            /**
+             * Format: int64
+             * @description Runs of this agent now running.
+             */
+            running: number;
+            /** @description `config` or `registration`. */
+            source: string;
+            worker_type: string;
+        };
+        AgentList: {
+            agents: components["schemas"]["Agent"][];
+        };
+        AppendAck: {
+            /** Format: int64 */
+            accepted: number;
+            /**
+             * Format: int64
+             * @description Steps already stored (a retried batch).
+             */
+            duplicates: number;
+            /** Format: int64 */
+            next_index: number;
+            ok: boolean;
+        };
         AppendSteps: {
             claim_token: string;
             /** Format: int64 */
             start_index: number;
-            steps: Record<string, never>[];
+            steps: components["schemas"]["TranscriptStep"][];
         };
         CancelBody: {
             reason?: string | null;
+        };
+        /** @description `data` of `task.cancel_requested`. */
+        CancelRequested: {
+            reason: string;
+        };
+        CancelResponse: {
+            /** @description True when the task is cancelled now; false when a worker was asked to stop. */
+            cancelled: boolean;
+            ok: boolean;
+            pending_worker?: null | components["schemas"]["PendingWorker"];
+            task: components["schemas"]["Task"];
+        };
+        /**
+         * @description A channel (seed 002's resource, seed 000's `channel_id`): what runs and
+         *     conversations belong to.
+         */
+        Channel: {
+            /** Format: date-time */
+            archived_at?: string | null;
+            /** Format: date-time */
+            created_at: string;
+            id: string;
+            /** @description Display name, e.g. `#general`. */
+            name: string;
+            /**
+             * Format: int64
+             * @description Runs that belong to it.
+             */
+            runs: number;
         };
         ChannelBody: {
             id: string;
             /** @description Display name, e.g. `#general`. */
             name: string;
+        };
+        ChannelList: {
+            channels: components["schemas"]["Channel"][];
+        };
+        /** @description A lease of one task by one worker. */
+        Claim: {
+            /** Format: date-time */
+            claimed_at: string;
+            /** Format: date-time */
+            expires_at: string;
+            id: string;
+            /** @description `build` or `validate`. */
+            purpose: components["schemas"]["ClaimPurpose"];
+            release_reason?: string | null;
+            /** Format: date-time */
+            released_at?: string | null;
+            run_id: string;
+            vtid: string;
+            worker_id: string;
+        };
+        /** @description `data` of `worker.claim.granted`. */
+        ClaimGranted: {
+            /** Format: int64 */
+            attempt: number;
+            claim_id: string;
+            /**
+             * Format: int64
+             * @description Milliseconds since the Unix epoch.
+             */
+            expires_at: number;
+            purpose: components["schemas"]["ClaimPurpose"];
+        };
+        /**
+         * @description Why a claim was granted: to build the task or to validate it.
+         * @enum {string}
+         */
+        ClaimPurpose: "build" | "validate";
+        /** @description `data` of `worker.claim.released` and `worker.claim.expired`. */
+        ClaimReleased: {
+            claim_id: string;
+            purpose: components["schemas"]["ClaimPurpose"];
+            reason: string;
+        };
+        ClaimResponse: {
+            claim_expires_at: string;
+            /** @description The fencing token every later call under this claim carries. */
+            claim_token: string;
+            claimed: boolean;
+            ok: boolean;
+            purpose: components["schemas"]["ClaimPurpose"];
+            run_id: string;
+            /** @description The spec as dispatched (its snapshot), markdown. */
+            spec: string;
+            spec_snapshot_id?: string | null;
+            state: string;
+            title: string;
+            vtid: string;
+            workflow: string;
         };
         CreateTask: {
             /** @description Only workers registered with this agent may take it. */
@@ -528,6 +659,11 @@ export interface components {
             reason?: string | null;
             worker_id?: string | null;
         };
+        DeregisterResponse: {
+            ok: boolean;
+            status: components["schemas"]["WorkerStatus"];
+            worker_id: string;
+        };
         /** @description The shape of every error response. */
         ErrorBody: {
             error: components["schemas"]["ErrorDetail"];
@@ -537,19 +673,120 @@ export interface components {
             code: string;
             message: string;
         };
+        /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
+        Event: components["schemas"]["EventRefs"] & {
+            /** @description The event's own fields; their shape depends on `type`. */
+            data: Record<string, never>;
+            /** Format: int64 */
+            seq: number;
+            /**
+             * Format: date-time
+             * @description Milliseconds since the Unix epoch; RFC 3339 in JSON.
+             */
+            ts: string;
+            type: string;
+        };
+        /** @description A workflow event applied: the task moved from `previous_state` to `state`. */
+        EventApplied: {
+            event: string;
+            /**
+             * Format: int64
+             * @description The event's sequence number in the log.
+             */
+            event_id: number;
+            ok: boolean;
+            previous_state: string;
+            state: string;
+            vtid: string;
+        };
+        EventPage: {
+            /** @description The cursor was below what retention kept: reload state. */
+            cursor_expired: boolean;
+            events: components["schemas"]["WireEvent"][];
+            /**
+             * Format: int64
+             * @description Resume after this cursor.
+             */
+            next_cursor: number;
+        };
+        /** @description The ids an event concerns. Each is optional; filters match on them. */
+        EventRefs: {
+            agent_id?: string | null;
+            channel_id?: string | null;
+            conversation_id?: string | null;
+            run_id?: string | null;
+            session_id?: string | null;
+            task_id?: string | null;
+            worker_id?: string | null;
+        };
+        /**
+         * @description Seed 001's event state of a worker.
+         * @enum {string}
+         */
+        EventState: "idle" | "active" | "closed";
         Health: {
             status: string;
             version: string;
         };
         HeartbeatBody: {
+            /** @description The task the worker believes it is working on. */
             active_vtid?: string | null;
             worker_id?: string | null;
+        };
+        /** @description A claim the worker holds, as a heartbeat reports it. */
+        HeartbeatClaim: {
+            /** @description The operator asked to cancel: stop within the grace period. */
+            cancel_requested: boolean;
+            claim_expires_at: string;
+            run_id: string;
+            vtid: string;
+        };
+        HeartbeatResponse: {
+            claims: components["schemas"]["HeartbeatClaim"][];
+            /** Format: int64 */
+            heartbeat_interval_secs: number;
+            last_heartbeat_at: string;
+            ok: boolean;
+            status: components["schemas"]["WorkerStatus"];
+            worker_id: string;
+        };
+        IndexedStep: {
+            /** Format: int64 */
+            index: number;
+            step: components["schemas"]["TranscriptStep"];
         };
         OutsideEvent: {
             /** @description Such as `github.pull_request.opened`. */
             event: string;
             message?: string | null;
             metadata?: Record<string, never>;
+        };
+        PendingResponse: {
+            ok: boolean;
+            tasks: components["schemas"]["PendingTask"][];
+        };
+        /** @description A task offered to a worker. */
+        PendingTask: {
+            agent_id?: string | null;
+            capabilities: string[];
+            dispatched_at?: string | null;
+            /** Format: int64 */
+            priority: number;
+            spec_snapshot_id?: string | null;
+            state: string;
+            title: string;
+            vtid: string;
+            workflow: string;
+        };
+        /** @description The worker that holds a task being cancelled. */
+        PendingWorker: {
+            /**
+             * Format: int64
+             * @description How long the worker has to stop before its claim is revoked.
+             */
+            grace_secs: number;
+            run_id: string;
+            worker_id: string;
         };
         ProgressBody: {
             /** @description The fencing token from the claim; recommended. */
@@ -562,7 +799,18 @@ export interface components {
             result?: string | null;
             worker_id?: string | null;
         };
+        /** @description `data` of a progress event (`worker.*`, `validator.*`) or an outside event. */
+        ProgressRecorded: {
+            /** @description True for events from outside any worker. */
+            external: boolean;
+            from: string;
+            message?: string | null;
+            metadata: Record<string, never>;
+            result?: string | null;
+            to: string;
+        };
         Ready: {
+            /** @description `sqlite` or `postgres`. */
             database: string;
             status: string;
         };
@@ -578,21 +826,238 @@ export interface components {
             terminal_id?: string | null;
             /** @description Optional; generated when absent. */
             worker_id?: string | null;
+            /** @description `builtin` for Shepherd's own runner; anything else names an outside worker. */
             worker_type?: string | null;
         };
+        RegisterResponse: {
+            agent_id: string;
+            capabilities: string[];
+            /** Format: int64 */
+            heartbeat_interval_secs: number;
+            /** Format: int64 */
+            max_concurrent: number;
+            ok: boolean;
+            registered_at: string;
+            worker_id: string;
+            /** @description The worker's own bearer token; shown once. */
+            worker_token: string;
+        };
+        /**
+         * @description The `resync` frame: the reader missed events and must reload state,
+         *     then resume from `cursor`.
+         */
+        Resync: {
+            /** Format: int64 */
+            cursor: number;
+            message: string;
+            /** @description `cursor_expired` or `too_slow`. */
+            reason: string;
+        };
+        /** @description One execution of a task by a worker (seed 000's `worker_runs` row). */
+        Run: {
+            active_tool?: string | null;
+            agent_id: string;
+            /** Format: int64 */
+            attempt: number;
+            /** Format: date-time */
+            cancel_requested_at?: string | null;
+            channel_id?: string | null;
+            channel_name?: string | null;
+            /** Format: date-time */
+            completed_at?: string | null;
+            has_transcript: boolean;
+            id: string;
+            live_status?: string | null;
+            purpose: components["schemas"]["ClaimPurpose"];
+            result?: string | null;
+            /** Format: date-time */
+            started_at: string;
+            /** @description `running | done | failed | cancelled`. */
+            status: components["schemas"]["RunStatus"];
+            /** Format: int64 */
+            step_count: number;
+            /** @description The task's title. */
+            task: string;
+            /** Format: int64 */
+            tool_calls: number;
+            vtid: string;
+            worker_id: string;
+            worker_type: string;
+        };
+        /** @description `data` of `run.completed` (SSE `worker_completed`). */
+        RunCompleted: {
+            reason: string;
+            result?: string | null;
+            status: components["schemas"]["RunStatus"];
+            /** Format: int64 */
+            steps: number;
+        };
+        /** @description One run: the detail route's fields and the full record under `run`. */
+        RunDetail: components["schemas"]["WorkerDetailResponse"] & {
+            run: components["schemas"]["Run"];
+        };
+        RunList: {
+            runs: components["schemas"]["Run"][];
+            /** Format: int64 */
+            total: number;
+        };
+        /** @description `data` of `run.started` (SSE `worker_started`). */
+        RunStarted: {
+            agent_id: string;
+            /** Format: int64 */
+            attempt: number;
+            channel_id?: string | null;
+            purpose: components["schemas"]["ClaimPurpose"];
+            task: string;
+            worker_type: string;
+        };
+        /**
+         * @description A run's status (seed 000's `worker_runs.status`).
+         * @enum {string}
+         */
+        RunStatus: "running" | "done" | "failed" | "cancelled";
+        /** @description `data` of `run.status` (SSE `worker_status`). */
+        RunStatusChanged: {
+            status: string;
+        };
+        /** @description `data` of `run.step` (SSE `tool_started`, `tool_completed` or `run.step`). */
+        RunStep: {
+            call_ids: string[];
+            /** Format: int64 */
+            index: number;
+            /** @description `action` or `tool_result`. */
+            kind: string;
+            preview: string;
+            tool_name?: string | null;
+        };
+        /**
+         * @description A connector (seed 003) error: the standard `error` object with the
+         *     seed's `ok: false` and `reason`, and `claimed: false` on claims.
+         */
+        SeedErrorBody: {
+            /** @description Present (false) on a refused claim. */
+            claimed?: boolean | null;
+            error: components["schemas"]["ErrorDetail"];
+            ok: boolean;
+            /** @description The error's message again, as the seed names it. */
+            reason: string;
+        };
+        /**
+         * @description Seed 001's session status of a worker.
+         * @enum {string}
+         */
+        SessionStatus: "spawning" | "ready" | "busy" | "closed";
         SetStatus: {
             claim_token: string;
             status: string;
         };
-        TaskDetailBody: Record<string, never> & {
-            claims: Record<string, never>[];
-            events: Record<string, never>[];
+        StatusAck: {
+            live_status?: string | null;
+            ok: boolean;
+            run_id: string;
+        };
+        StepsPage: {
+            /**
+             * Format: int64
+             * @description Pass as `after` to read on.
+             */
+            next_after: number;
+            run_id: string;
+            status: components["schemas"]["RunStatus"];
+            steps: components["schemas"]["IndexedStep"][];
+        };
+        /** @description A unit of work (seed 003's VTID). */
+        Task: {
+            agent_id?: string | null;
+            /** Format: int64 */
+            attempts: number;
+            /** @description The worker that last built it; it may not validate its own work. */
+            builder_worker_id?: string | null;
+            /** Format: date-time */
+            cancel_requested_at?: string | null;
+            capabilities: string[];
+            channel_id?: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at?: string | null;
+            /** Format: int64 */
+            priority: number;
+            spec: string;
+            spec_snapshot_id?: string | null;
+            state: string;
+            title: string;
+            /** Format: date-time */
+            updated_at: string;
+            vtid: string;
+            workflow: string;
+        };
+        /** @description A task with its claims and its latest events. */
+        TaskDetail: components["schemas"]["Task"] & {
+            claims: components["schemas"]["Claim"][];
+            events: components["schemas"]["Event"][];
         };
         TaskList: {
-            tasks: Record<string, never>[];
+            tasks: components["schemas"]["Task"][];
             /** Format: int64 */
             total: number;
         };
+        /** @description `data` of `task.state_changed`. */
+        TaskStateChanged: {
+            /** @description The event type or action that moved it (`dispatched`, `claimed`, …). */
+            cause: string;
+            from: string;
+            to: string;
+        };
+        /**
+         * @description One step of a run: either something the agent did, or what a tool
+         *     returned to it.
+         */
+        TranscriptStep: {
+            content: components["schemas"]["ActionContent"][];
+            /** @enum {string} */
+            type: "action";
+        } | {
+            call_id: string;
+            name: string;
+            text: string;
+            /** @enum {string} */
+            type: "tool_result";
+        };
+        /** @description One row of a workflow's transition table. */
+        TransitionInfo: {
+            description: string;
+            event_types: string[];
+            /** @description States this applies from; `["*"]` means every non-final state. */
+            from_states: string[];
+            to_state: string;
+            /** @description An action the server performs on entering `to_state`. */
+            trigger_action?: string | null;
+        };
+        /**
+         * @description An event that does not apply in the task's state: it is recorded (with
+         *     `event_id`) and refused with `invalid_transition`.
+         */
+        TransitionRejectedBody: {
+            error: components["schemas"]["ErrorDetail"];
+            /** Format: int64 */
+            event_id: number;
+            ok: boolean;
+            state: string;
+            vtid: string;
+        };
+        /**
+         * @description One event as clients see it: the log record with `id` (= `seq`, the
+         *     SSE id) and the ids it concerns at the top level.
+         */
+        WireEvent: components["schemas"]["Event"] & {
+            /**
+             * Format: int64
+             * @description The cursor; equal to `seq`.
+             */
+            id: number;
+        };
+        /** @description Names the acting worker; optional with a worker token. */
         WorkerBody: {
             worker_id?: string | null;
         };
@@ -606,14 +1071,80 @@ export interface components {
             live_status?: string | null;
             result?: string | null;
             started_at: string;
-            status: string;
+            status: components["schemas"]["RunStatus"];
             task: string;
             /** Format: int64 */
             tool_calls: number;
             /** @description Null while running, or where none was recorded. */
-            transcript?: Record<string, never>[] | null;
+            transcript?: components["schemas"]["TranscriptStep"][] | null;
             vtid: string;
             worker_type: string;
+        };
+        /** @description One worker lifecycle event under seed 001's names. */
+        WorkerEvent: {
+            data: Record<string, never>;
+            /**
+             * Format: int64
+             * @description Stable: the event's sequence number.
+             */
+            id: number;
+            ts: string;
+            type: components["schemas"]["WorkerEventType"];
+            worker_id?: string | null;
+        };
+        WorkerEventsResponse: {
+            count: number;
+            events: components["schemas"]["WorkerEvent"][];
+            /** Format: int64 */
+            next_cursor: number;
+            snapshot?: null | components["schemas"]["WorkerSnapshot"];
+            summary?: null | components["schemas"]["WorkerEventSummary"];
+        };
+        /** @description Which workers the page's events concern, by kind. */
+        WorkerEventSummary: {
+            active: string[];
+            closed: string[];
+            idle: string[];
+            last_event_ts?: string | null;
+            started: string[];
+            /** @description Active with no progress for longer than `stale_threshold_minutes`. */
+            stuck: string[];
+        };
+        /**
+         * @description Seed 001's names for worker lifecycle events.
+         * @enum {string}
+         */
+        WorkerEventType: "worker_started" | "worker_active" | "worker_idle" | "worker_closed" | "snapshot" | "unknown";
+        /** @description A worker as seed 001's `list_workers` shows it. */
+        WorkerInfo: {
+            /** Format: int64 */
+            active_claims: number;
+            agent_id: string;
+            /** @description The agent, under seed 001's name. */
+            agent_type: string;
+            capabilities: string[];
+            created_at: string;
+            event_state: components["schemas"]["EventState"];
+            last_activity: string;
+            last_event_ts?: string | null;
+            last_heartbeat_at: string;
+            /** Format: int64 */
+            max_concurrent: number;
+            name?: string | null;
+            project_path?: string | null;
+            /** @description When this server recovered it from storage; null for live workers. */
+            recovered_at?: string | null;
+            registry_status: components["schemas"]["WorkerStatus"];
+            session_id?: string | null;
+            source: components["schemas"]["WorkerSource"];
+            status: components["schemas"]["SessionStatus"];
+            terminal_id?: string | null;
+            worker_id: string;
+            worker_type: string;
+        };
+        WorkerInfoList: {
+            count: number;
+            workers: components["schemas"]["WorkerInfo"][];
         };
         WorkerListResponse: {
             /** Format: int64 */
@@ -629,14 +1160,49 @@ export interface components {
             completed_at?: string | null;
             has_transcript: boolean;
             id: string;
+            /** @description Null once the run ended. */
             live_status?: string | null;
             started_at: string;
-            status: string;
+            status: components["schemas"]["RunStatus"];
             task: string;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description 0 once the run ended.
+             */
             tool_calls: number;
             vtid: string;
             worker_type: string;
+        };
+        /** @description The latest `workers.snapshot` event. */
+        WorkerSnapshot: {
+            data: Record<string, never>;
+            /** Format: int64 */
+            id: number;
+            ts: string;
+        };
+        /**
+         * @description Where seed 001's worker list learned of a worker.
+         * @enum {string}
+         */
+        WorkerSource: "registry" | "event_log";
+        /**
+         * @description A worker's registry status (seed 003).
+         * @enum {string}
+         */
+        WorkerStatus: "active" | "inactive" | "terminated";
+        /** @description A workflow: its states and its transition table. */
+        WorkflowInfo: {
+            claimed_state: string;
+            dispatched_state: string;
+            draft_state: string;
+            final_states: string[];
+            name: string;
+            review_state?: string | null;
+            states: string[];
+            transitions: components["schemas"]["TransitionInfo"][];
+        };
+        WorkflowList: {
+            workflows: components["schemas"]["WorkflowInfo"][];
         };
     };
     responses: never;
@@ -651,12 +1217,12 @@ export interface operations {
         parameters: {
             query?: {
                 agent_id?: string | null;
+                /** @description 1 to 500; default 50. */
                 limit?: number | null;
                 offset?: number | null;
                 /** @description Search in task titles. */
                 q?: string | null;
-                /** @description `running | done | failed | cancelled`. */
-                status?: string | null;
+                status?: null | components["schemas"]["RunStatus"];
             };
             header?: never;
             path?: never;
@@ -746,6 +1312,7 @@ export interface operations {
                 task_id?: string | null;
                 /** @description Comma-separated log types; a trailing `*` matches a prefix (`worker.*`). */
                 types?: string | null;
+                /** @description Same as `task_id`. */
                 vtid?: string | null;
                 worker_id?: string | null;
             };
@@ -808,7 +1375,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["AgentList"];
                 };
             };
         };
@@ -829,7 +1396,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["ChannelList"];
                 };
             };
         };
@@ -852,7 +1419,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["Channel"];
+                };
+            };
+            /** @description operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description invalid_channel_id, invalid_name */
@@ -882,7 +1458,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["Channel"];
+                };
+            };
+            /** @description operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description channel_not_found */
@@ -915,6 +1500,7 @@ export interface operations {
                 limit?: number | null;
                 run_id?: string | null;
                 task_id?: string | null;
+                /** @description Comma-separated log types; a trailing `*` matches a prefix. */
                 types?: string | null;
                 worker_id?: string | null;
             };
@@ -924,13 +1510,21 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description `{events, next_cursor, cursor_expired}` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["EventPage"];
+                };
+            };
+            /** @description invalid_limit, invalid_cursor */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -941,8 +1535,9 @@ export interface operations {
                 agent_id?: string | null;
                 limit?: number | null;
                 offset?: number | null;
+                /** @description Search in task titles. */
                 q?: string | null;
-                status?: string | null;
+                status?: null | components["schemas"]["RunStatus"];
                 vtid?: string | null;
             };
             header?: never;
@@ -956,7 +1551,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["RunList"];
+                };
+            };
+            /** @description invalid_status, invalid_limit, invalid_offset */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -977,10 +1581,20 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["WorkerDetailResponse"];
+                    "application/json": components["schemas"]["RunDetail"];
                 };
             };
+            /** @description run_not_found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description transcript_corrupt */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1010,7 +1624,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["StatusAck"];
+                };
+            };
+            /** @description run_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description claim_stale */
@@ -1039,13 +1662,30 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description `{run_id, status, steps: [{index, step}], next_after}` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["StepsPage"];
+                };
+            };
+            /** @description invalid_after, invalid_limit */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -1065,17 +1705,34 @@ export interface operations {
             };
         };
         responses: {
-            /** @description `{ok, accepted, duplicates, next_index}` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["AppendAck"];
+                };
+            };
+            /** @description run_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description claim_stale, step_gap */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_steps, invalid_body */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1091,6 +1748,7 @@ export interface operations {
                 agent_id?: string | null;
                 limit?: number | null;
                 offset?: number | null;
+                /** @description A state of any workflow (`pending`, `running`, `done`, …). */
                 state?: string | null;
             };
             header?: never;
@@ -1105,6 +1763,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TaskList"];
+                };
+            };
+            /** @description invalid_state, invalid_limit, invalid_offset */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -1128,7 +1795,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["Task"];
+                };
+            };
+            /** @description operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description task_exists */
@@ -1167,9 +1843,10 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TaskDetailBody"];
+                    "application/json": components["schemas"]["TaskDetail"];
                 };
             };
+            /** @description task_not_found */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1200,7 +1877,34 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["CancelResponse"];
+                };
+            };
+            /** @description malformed_json */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description task_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description task_finished */
@@ -1230,7 +1934,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["Task"];
+                };
+            };
+            /** @description operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description task_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description already_dispatched */
@@ -1264,7 +1986,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["EventApplied"];
+                };
+            };
+            /** @description operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description task_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description invalid_transition (recorded) */
@@ -1273,7 +2013,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["TransitionRejectedBody"];
                 };
             };
             /** @description unknown_event */
@@ -1304,16 +2044,15 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description `{events, count, summary?, snapshot?, next_cursor}` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["WorkerEventsResponse"];
                 };
             };
-            /** @description invalid_since, invalid_limit */
+            /** @description invalid_since, invalid_limit, invalid_stale_threshold */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1342,7 +2081,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["DeregisterResponse"];
+                };
+            };
+            /** @description missing_worker_id */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
             /** @description worker_not_found */
@@ -1351,7 +2099,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
         };
@@ -1369,13 +2117,39 @@ export interface operations {
             };
         };
         responses: {
-            /** @description `{ok, worker_id, status, claims: [{vtid, run_id, claim_expires_at, cancel_requested}]}` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["HeartbeatResponse"];
+                };
+            };
+            /** @description missing_worker_id */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description not_your_worker */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description worker_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
         };
@@ -1393,13 +2167,12 @@ export interface operations {
             };
         };
         responses: {
-            /** @description `{ok, worker_id, registered_at, worker_token, agent_id, heartbeat_interval_secs}` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["RegisterResponse"];
                 };
             };
             /** @description operator_only */
@@ -1408,7 +2181,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
             /** @description invalid_worker_id, … */
@@ -1417,7 +2190,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
         };
@@ -1437,13 +2210,21 @@ export interface operations {
             };
         };
         responses: {
-            /** @description `{ok, claimed, vtid, spec, claim_expires_at, run_id, claim_token}` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["ClaimResponse"];
+                };
+            };
+            /** @description missing_worker_id */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
             /** @description wrong_agent, missing_capabilities, validator_is_builder */
@@ -1452,7 +2233,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description task_not_found, worker_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
             /** @description already_claimed, task_not_claimable, task_not_dispatched */
@@ -1461,7 +2251,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
             /** @description worker_at_capacity, agent_at_capacity */
@@ -1470,7 +2260,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
         };
@@ -1490,22 +2280,48 @@ export interface operations {
             };
         };
         responses: {
-            /** @description `{ok, vtid, event, previous_state, state, event_id}` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["EventApplied"];
                 };
             };
-            /** @description claim_stale, invalid_transition */
+            /** @description missing_worker_id */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description not_your_worker */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description task_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description claim_stale (seed fields), invalid_transition (body `TransitionRejectedBody`) */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
             /** @description unknown_event */
@@ -1514,7 +2330,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
         };
@@ -1522,6 +2338,7 @@ export interface operations {
     pending: {
         parameters: {
             query?: {
+                /** @description 1 to 500; default 50. */
                 limit?: number | null;
                 /** @description Needed with the operator token; a worker token names its worker itself. */
                 worker_id?: string | null;
@@ -1532,13 +2349,39 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description `{ok, tasks: [{vtid, title, state, dispatched_at, spec_snapshot_id, priority}]}` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["PendingResponse"];
+                };
+            };
+            /** @description missing_worker_id, invalid_limit */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description not_your_worker */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description worker_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
         };
@@ -1558,13 +2401,21 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description `{workers: [...], count}` with `source`, `event_state`, `recovered_at`, `last_event_ts` */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["WorkerInfoList"];
+                };
+            };
+            /** @description invalid_query */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -1583,7 +2434,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["WorkflowList"];
                 };
             };
         };

@@ -4,8 +4,7 @@
 // worker_events timeline is beside them.
 import { Link, useNavigate } from "@tanstack/react-router";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
-import { api, unwrapAs } from "../../api/client";
-import type { FleetWorker, WorkerEventsResponse } from "../../api/gaps";
+import { api, unwrap } from "../../api/client";
 import { useServerEvents } from "../../events/hooks";
 import { Badge, StatusBadge } from "../../components/StatusBadge";
 import { RelativeTime } from "../../components/time";
@@ -34,14 +33,14 @@ export function FleetPage({ search }: { search: FleetSearch }) {
   const workers = useQuery({
     queryKey: ["fleet", "workers", !!search.closed],
     queryFn: ({ signal }) =>
-      unwrapAs<{ workers: FleetWorker[]; count: number }>(
+      unwrap(
         api.GET("/api/v1/workers", { params: { query: { include_closed: !!search.closed } }, signal }),
       ),
   });
   const events = useQuery({
     queryKey: ["fleet", "events", stale],
     queryFn: ({ signal }) =>
-      unwrapAs<WorkerEventsResponse>(
+      unwrap(
         api.GET("/api/v1/worker_events", {
           params: { query: { limit: 200, include_summary: true, stale_threshold_minutes: stale } },
           signal,

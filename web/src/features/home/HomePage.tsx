@@ -2,7 +2,7 @@
 // concurrency limit; each links to its Workers page.
 import { Link } from "@tanstack/react-router";
 import { useQueryClient } from "@tanstack/react-query";
-import type { Agent } from "../../api/gaps";
+import type { Agent } from "../../api/types";
 import { useServerEvents } from "../../events/hooks";
 import { agentKeys, useAgentCounts, useAgents } from "./queries";
 

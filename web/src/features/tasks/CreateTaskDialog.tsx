@@ -4,7 +4,7 @@ import { useState, type FormEvent } from "react";
 import { useAgents } from "../home/queries";
 import { useTaskActions, useWorkflows } from "./queries";
 import { Markdown } from "../../components/Markdown";
-import type { Task } from "../../api/gaps";
+import type { Task } from "../../api/types";
 
 export function CreateTaskDialog({ onClose }: { onClose: (created?: Task) => void }) {
   const agents = useAgents();

@@ -87,7 +87,7 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
           {verdict && (
             <p data-testid="validator-outcome">
               Validator: <StatusBadge status={verdict.type === "validator.passed" ? "done" : "failed"} label={verdict.type === "validator.passed" ? "passed" : "failed"} />{" "}
-              {typeof verdict.data.message === "string" ? verdict.data.message : ""}
+              {String((verdict.data as Record<string, unknown>).message ?? "")}
             </p>
           )}
           <h3>Spec</h3>

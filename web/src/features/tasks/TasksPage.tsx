@@ -3,7 +3,7 @@
 import { useMemo } from "react";
 import { Link, useNavigate } from "@tanstack/react-router";
 import { useQueryClient } from "@tanstack/react-query";
-import type { Task, Workflow } from "../../api/gaps";
+import type { Task, Workflow } from "../../api/types";
 import { useServerEvents } from "../../events/hooks";
 import { RelativeTime } from "../../components/time";
 import { BOARD_LIMIT, taskKeys, useBoardTasks, useTaskActions, useWorkflows } from "./queries";

@@ -1,7 +1,6 @@
 // Tasks, workflows and task actions.
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { api, unwrapAs } from "../../api/client";
-import type { RunRecord, Task, TaskDetail, TaskList, Workflow } from "../../api/gaps";
+import { api, unwrap } from "../../api/client";
 import type { components } from "../../api/schema";
 
 export const BOARD_LIMIT = 500;
@@ -17,21 +16,21 @@ export function useWorkflows() {
   return useQuery({
     queryKey: ["workflows"],
     staleTime: Infinity,
-    queryFn: ({ signal }) => unwrapAs<{ workflows: Workflow[] }>(api.GET("/api/v1/workflows", { signal })).then((b) => b.workflows),
+    queryFn: ({ signal }) => unwrap(api.GET("/api/v1/workflows", { signal })).then((b) => b.workflows),
   });
 }
 
 export function useBoardTasks() {
   return useQuery({
     queryKey: taskKeys.board,
-    queryFn: ({ signal }) => unwrapAs<TaskList>(api.GET("/api/v1/tasks", { params: { query: { limit: BOARD_LIMIT } }, signal })),
+    queryFn: ({ signal }) => unwrap(api.GET("/api/v1/tasks", { params: { query: { limit: BOARD_LIMIT } }, signal })),
   });
 }
 
 export function useTask(vtid: string) {
   return useQuery({
     queryKey: taskKeys.detail(vtid),
-    queryFn: ({ signal }) => unwrapAs<TaskDetail>(api.GET("/api/v1/tasks/{vtid}", { params: { path: { vtid } }, signal })),
+    queryFn: ({ signal }) => unwrap(api.GET("/api/v1/tasks/{vtid}", { params: { path: { vtid } }, signal })),
   });
 }
 
@@ -39,7 +38,7 @@ export function useTaskRuns(vtid: string) {
   return useQuery({
     queryKey: taskKeys.runs(vtid),
     queryFn: ({ signal }) =>
-      unwrapAs<{ runs: RunRecord[]; total: number }>(api.GET("/api/v1/runs", { params: { query: { vtid, limit: 100 } }, signal })),
+      unwrap(api.GET("/api/v1/runs", { params: { query: { vtid, limit: 100 } }, signal })),
   });
 }
 
@@ -49,16 +48,16 @@ export function useTaskActions() {
   const client = useQueryClient();
   const done = () => client.invalidateQueries({ queryKey: taskKeys.all });
   const create = useMutation({
-    mutationFn: (body: CreateTask) => unwrapAs<Task>(api.POST("/api/v1/tasks", { body })),
+    mutationFn: (body: CreateTask) => unwrap(api.POST("/api/v1/tasks", { body })),
     onSuccess: done,
   });
   const dispatch = useMutation({
-    mutationFn: (vtid: string) => unwrapAs<Task>(api.POST("/api/v1/tasks/{vtid}/dispatch", { params: { path: { vtid } } })),
+    mutationFn: (vtid: string) => unwrap(api.POST("/api/v1/tasks/{vtid}/dispatch", { params: { path: { vtid } } })),
     onSuccess: done,
   });
   const cancel = useMutation({
     mutationFn: (vtid: string) =>
-      unwrapAs<{ ok: boolean }>(api.POST("/api/v1/tasks/{vtid}/cancel", { params: { path: { vtid } }, body: { reason: "cancelled from the web UI" } })),
+      unwrap(api.POST("/api/v1/tasks/{vtid}/cancel", { params: { path: { vtid } }, body: { reason: "cancelled from the web UI" } })),
     onSuccess: done,
   });
   return { create, dispatch, cancel };

@@ -4,7 +4,7 @@
 // only what is on screen.
 import { useRef } from "react";
 import { useVirtualizer } from "@tanstack/react-virtual";
-import type { ActionContent, TranscriptStep } from "../../api/gaps";
+import type { ActionContent, TranscriptStep } from "../../api/types";
 import { Markdown } from "../../components/Markdown";
 
 const LONG_RESULT_CHARS = 600;

@@ -1,6 +1,6 @@
 // One run in the Workers list: task, status, channel, when, live status.
 import { Link } from "@tanstack/react-router";
-import type { WorkerRunInfo } from "../../api/gaps";
+import type { WorkerRunInfo } from "../../api/types";
 import { StatusBadge } from "../../components/StatusBadge";
 import { RelativeTime } from "../../components/time";
 import { useLive } from "./live";

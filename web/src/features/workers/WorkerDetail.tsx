@@ -1,6 +1,6 @@
 // The right column: the selected run's header, result and transcript; for a
 // running run, its live status, active tool and tool-call count.
-import type { WorkerDetailResponse } from "../../api/gaps";
+import type { WorkerDetailResponse } from "../../api/types";
 import { Badge, StatusBadge } from "../../components/StatusBadge";
 import { Markdown } from "../../components/Markdown";
 import { duration, useNow } from "../../components/time";

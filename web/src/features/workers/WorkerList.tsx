@@ -3,7 +3,7 @@
 import { useEffect, useRef, type KeyboardEvent } from "react";
 import { useNavigate } from "@tanstack/react-router";
 import { useVirtualizer } from "@tanstack/react-virtual";
-import type { WorkerRunInfo } from "../../api/gaps";
+import type { WorkerRunInfo } from "../../api/types";
 
 /** A run as listed, with the cursor its page is valid at. */
 export interface ListedRun {

@@ -2,8 +2,8 @@
 // transcripts) and one run's detail with its transcript, each with the
 // cursor it is valid at; live events refresh them (see live.ts).
 import { useInfiniteQuery, useQuery, useQueryClient } from "@tanstack/react-query";
-import { api, unwrap, unwrapAs } from "../../api/client";
-import type { WorkerDetailResponse } from "../../api/gaps";
+import { api, unwrap } from "../../api/client";
+import type { WorkerDetailResponse } from "../../api/types";
 import { useConnectionStatus, useServerEvents } from "../../events/hooks";
 import type { ServerEvent } from "../../events/connection";
 import { recordLive } from "./live";
@@ -57,7 +57,7 @@ export function useWorkerDetail(agentId: string, workerId: string | undefined) {
         params: { query: { agent_id: agentId, worker_id: workerId! } },
         signal,
       });
-      const body = await unwrapAs<WorkerDetailResponse>(res);
+      const body = await unwrap(res);
       return { ...body, cursor: cursorOf((await res).response) } as WorkerDetail;
     },
   });

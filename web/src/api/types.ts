@@ -1,0 +1,21 @@
+// Names for the generated wire types the pages use (all from schema.d.ts,
+// which scripts/gen-api.mjs generates from /api/openapi.json).
+import type { components } from "./schema";
+
+type S = components["schemas"];
+
+export type WorkerRunInfo = S["WorkerRunInfo"];
+export type WorkerListResponse = S["WorkerListResponse"];
+export type WorkerDetailResponse = S["WorkerDetailResponse"];
+export type TranscriptStep = S["TranscriptStep"];
+export type ActionContent = S["ActionContent"];
+export type Agent = S["Agent"];
+export type Task = S["Task"];
+export type TaskList = S["TaskList"];
+export type TaskDetail = S["TaskDetail"];
+export type Claim = S["Claim"];
+export type LogEvent = S["Event"];
+export type Workflow = S["WorkflowInfo"];
+export type FleetWorker = S["WorkerInfo"];
+export type WorkerEventsResponse = S["WorkerEventsResponse"];
+export type RunRecord = S["Run"];
