@@ -158,7 +158,7 @@ pub struct WorkerBody {
 
 /// Claim a task atomically; at most one active claim per task.
 #[utoipa::path(post, path = "/api/v1/worker/orchestrator/tasks/{vtid}/claim", tag = "connector", params(("vtid" = String, Path)), request_body = WorkerBody, responses(
-    (status = 200, description = "`{ok, claimed, vtid, spec, claim_expires_at, run_id, claim_token}`", body = Object),
+    (status = 200, description = "`{ok, claimed, vtid, spec, claim_expires_at, run_id, claim_token, attempt}`", body = Object),
     (status = 409, description = "already_claimed, task_not_claimable, task_not_dispatched", body = crate::openapi::ErrorBody),
     (status = 403, description = "wrong_agent, missing_capabilities, validator_is_builder", body = crate::openapi::ErrorBody),
     (status = 429, description = "worker_at_capacity, agent_at_capacity", body = crate::openapi::ErrorBody)))]
@@ -185,6 +185,7 @@ pub async fn claim(
         "run_id": g.claim.run_id,
         "claim_token": g.claim_token,
         "purpose": g.claim.purpose,
+        "attempt": g.task.attempts,
         "state": g.task.state,
         "workflow": g.task.workflow,
     })))

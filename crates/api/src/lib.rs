@@ -16,6 +16,7 @@ pub mod openapi;
 pub mod origin;
 pub mod runs;
 pub mod tasks;
+pub mod usage;
 pub mod workers;
 
 use std::future::Future;
@@ -117,6 +118,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::router())
         .merge(workers::router())
         .merge(channels::router())
+        .merge(usage::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

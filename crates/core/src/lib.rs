@@ -12,6 +12,7 @@ pub mod event;
 pub mod model;
 pub mod time;
 pub mod transcript;
+pub mod usage;
 pub mod workflow;
 
 pub use error::{Error, ErrorKind, Result};

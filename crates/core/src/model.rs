@@ -121,4 +121,7 @@ pub struct Run {
     pub has_transcript: bool,
     #[serde(with = "serde_ms::option")]
     pub cancel_requested_at: Option<Millis>,
+    /// Tokens and cost the agent reported; `None` until it reports any.
+    #[serde(default)]
+    pub usage: Option<crate::usage::Usage>,
 }

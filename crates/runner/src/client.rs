@@ -191,6 +191,22 @@ impl Connector {
     }
 }
 
+impl Connector {
+    /// Reports a run's usage so far (its running total).
+    pub async fn usage(
+        &self,
+        run_id: &str,
+        claim_token: &str,
+        usage: &shepherd_core::usage::Usage,
+    ) -> Result<Value, CallError> {
+        self.post(
+            &format!("/api/v1/runs/{run_id}/usage"),
+            json!({ "claim_token": claim_token, "usage": usage }),
+        )
+        .await
+    }
+}
+
 /// One server-sent event.
 #[derive(Debug, Clone)]
 pub struct SseFrame {

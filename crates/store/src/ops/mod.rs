@@ -8,6 +8,7 @@
 pub mod claims;
 pub mod runs;
 pub mod tasks;
+pub mod usage;
 pub mod workers;
 
 use sha2::{Digest, Sha256};
