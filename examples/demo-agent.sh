@@ -6,7 +6,7 @@
 set -u
 
 spec=$(cat)
-title=$(printf '%s\n' "$spec" | head -n 1 | sed 's/^#* *//')
+title=${SHEPHERD_TASK_TITLE:-$(printf '%s\n' "$spec" | head -n 1 | sed 's/^#* *//')}
 
 # JSON string escaping with sed and awk only (no python or jq needed).
 esc() {

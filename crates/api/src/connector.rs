@@ -8,61 +8,42 @@
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use serde::Deserialize;
-use serde_json::{json, Value};
 use shepherd_core::time::to_rfc3339;
 use shepherd_core::Error;
+use shepherd_protocol::{
+    ClaimResponse, DeregisterBody, DeregisterResponse, EventApplied, HeartbeatBody, HeartbeatClaim,
+    HeartbeatResponse, PendingQuery, PendingResponse, PendingTask, ProgressBody, RegisterBody,
+    RegisterResponse, SeedErrorBody, SeedErrorFields, WorkerBody,
+};
 use shepherd_store::Registration;
-use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult};
 use crate::tasks::applied_response;
 use crate::AppState;
 
-/// Heartbeat cadence the server asks of workers (seed 003: every 30 s).
-pub const HEARTBEAT_INTERVAL_SECS: u64 = 30;
+pub use shepherd_protocol::HEARTBEAT_INTERVAL_SECS;
 
 fn seed_error(e: impl Into<ApiError>, claim: bool) -> ApiError {
     let e: ApiError = e.into();
     let reason = e.error.message.clone();
-    let fields = if claim {
-        json!({ "ok": false, "claimed": false, "reason": reason })
-    } else {
-        json!({ "ok": false, "reason": reason })
-    };
-    e.with_fields(fields)
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterBody {
-    /// Optional; generated when absent.
-    pub worker_id: Option<String>,
-    #[serde(default)]
-    pub capabilities: Vec<String>,
-    pub max_concurrent: Option<i64>,
-    pub agent_id: Option<String>,
-    pub worker_type: Option<String>,
-    pub name: Option<String>,
-    pub project_path: Option<String>,
-    pub session_id: Option<String>,
-    pub terminal_id: Option<String>,
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub metadata: Value,
+    e.with_fields(SeedErrorFields {
+        ok: false,
+        reason,
+        claimed: claim.then_some(false),
+    })
 }
 
 /// Register a worker (operator token); returns the worker's own token.
 #[utoipa::path(post, path = "/api/v1/worker/orchestrator/register", tag = "connector", request_body = RegisterBody, responses(
-    (status = 200, description = "`{ok, worker_id, registered_at, worker_token, agent_id, heartbeat_interval_secs}`", body = Object),
-    (status = 403, description = "operator_only", body = crate::openapi::ErrorBody),
-    (status = 422, description = "invalid_worker_id, …", body = crate::openapi::ErrorBody)))]
+    (status = 200, body = RegisterResponse),
+    (status = 403, description = "operator_only", body = SeedErrorBody),
+    (status = 422, description = "invalid_worker_id, …", body = SeedErrorBody)))]
 pub async fn register(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     ApiJson(b): ApiJson<RegisterBody>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RegisterResponse>> {
     caller
         .require_operator()
         .map_err(|e| seed_error(e, false))?;
@@ -82,23 +63,16 @@ pub async fn register(
         })
         .await
         .map_err(|e| seed_error(e, false))?;
-    Ok(Json(json!({
-        "ok": true,
-        "worker_id": worker.worker_id,
-        "registered_at": to_rfc3339(worker.registered_at),
-        "worker_token": token,
-        "agent_id": worker.agent_id,
-        "capabilities": worker.capabilities,
-        "max_concurrent": worker.max_concurrent,
-        "heartbeat_interval_secs": HEARTBEAT_INTERVAL_SECS,
-    })))
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-pub struct PendingQuery {
-    /// Needed with the operator token; a worker token names its worker itself.
-    pub worker_id: Option<String>,
-    pub limit: Option<i64>,
+    Ok(Json(RegisterResponse {
+        ok: true,
+        worker_id: worker.worker_id,
+        registered_at: to_rfc3339(worker.registered_at),
+        worker_token: token,
+        agent_id: worker.agent_id,
+        capabilities: worker.capabilities,
+        max_concurrent: worker.max_concurrent,
+        heartbeat_interval_secs: HEARTBEAT_INTERVAL_SECS,
+    }))
 }
 
 fn acting_worker(caller: &Caller, named: Option<&str>) -> Result<String, Error> {
@@ -117,12 +91,15 @@ fn acting_worker(caller: &Caller, named: Option<&str>) -> Result<String, Error> 
 
 /// Tasks the calling worker may take now (agent and capabilities), best first.
 #[utoipa::path(get, path = "/api/v1/worker/orchestrator/tasks/pending", tag = "connector", params(PendingQuery), responses(
-    (status = 200, description = "`{ok, tasks: [{vtid, title, state, dispatched_at, spec_snapshot_id, priority}]}`", body = Object)))]
+    (status = 200, body = PendingResponse),
+    (status = 400, description = "missing_worker_id, invalid_limit", body = SeedErrorBody),
+    (status = 403, description = "not_your_worker", body = SeedErrorBody),
+    (status = 404, description = "worker_not_found", body = SeedErrorBody)))]
 pub async fn pending(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     ApiQuery(q): ApiQuery<PendingQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<PendingResponse>> {
     let worker =
         acting_worker(&caller, q.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
     let limit = q.limit.unwrap_or(50);
@@ -137,87 +114,79 @@ pub async fn pending(
         .pending_tasks(&worker, limit)
         .await
         .map_err(|e| seed_error(e, false))?;
-    let tasks: Vec<Value> = tasks
+    let tasks = tasks
         .into_iter()
-        .map(|t| {
-            json!({
-                "vtid": t.vtid, "title": t.title, "state": t.state,
-                "dispatched_at": t.dispatched_at.map(to_rfc3339),
-                "spec_snapshot_id": t.spec_snapshot_id, "priority": t.priority,
-                "capabilities": t.capabilities, "agent_id": t.agent_id, "workflow": t.workflow,
-            })
+        .map(|t| PendingTask {
+            vtid: t.vtid,
+            title: t.title,
+            state: t.state,
+            dispatched_at: t.dispatched_at.map(to_rfc3339),
+            spec_snapshot_id: t.spec_snapshot_id,
+            priority: t.priority,
+            capabilities: t.capabilities,
+            agent_id: t.agent_id,
+            workflow: t.workflow,
         })
         .collect();
-    Ok(Json(json!({ "ok": true, "tasks": tasks })))
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct WorkerBody {
-    pub worker_id: Option<String>,
+    Ok(Json(PendingResponse { ok: true, tasks }))
 }
 
 /// Claim a task atomically; at most one active claim per task.
 #[utoipa::path(post, path = "/api/v1/worker/orchestrator/tasks/{vtid}/claim", tag = "connector", params(("vtid" = String, Path)), request_body = WorkerBody, responses(
-    (status = 200, description = "`{ok, claimed, vtid, spec, claim_expires_at, run_id, claim_token, attempt}`", body = Object),
-    (status = 409, description = "already_claimed, task_not_claimable, task_not_dispatched", body = crate::openapi::ErrorBody),
-    (status = 403, description = "wrong_agent, missing_capabilities, validator_is_builder", body = crate::openapi::ErrorBody),
-    (status = 429, description = "worker_at_capacity, agent_at_capacity", body = crate::openapi::ErrorBody)))]
+    (status = 200, body = ClaimResponse),
+    (status = 400, description = "missing_worker_id", body = SeedErrorBody),
+    (status = 404, description = "task_not_found, worker_not_found", body = SeedErrorBody),
+    (status = 409, description = "already_claimed, task_not_claimable, task_not_dispatched", body = SeedErrorBody),
+    (status = 403, description = "wrong_agent, missing_capabilities, validator_is_builder", body = SeedErrorBody),
+    (status = 429, description = "worker_at_capacity, agent_at_capacity", body = SeedErrorBody)))]
 pub async fn claim(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     axum::extract::Path(vtid): axum::extract::Path<String>,
     ApiJson(b): ApiJson<WorkerBody>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ClaimResponse>> {
     let worker = acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, true))?;
     let g = state
         .store
         .claim_task(&worker, &vtid, state.lease_rules())
         .await
         .map_err(|e| seed_error(e, true))?;
-    Ok(Json(json!({
-        "ok": true,
-        "claimed": true,
-        "vtid": g.task.vtid,
-        "title": g.task.title,
-        "spec": g.spec,
-        "spec_snapshot_id": g.task.spec_snapshot_id,
-        "claim_expires_at": to_rfc3339(g.claim.expires_at),
-        "run_id": g.claim.run_id,
-        "claim_token": g.claim_token,
-        "purpose": g.claim.purpose,
-        "attempt": g.task.attempts,
-        "state": g.task.state,
-        "workflow": g.task.workflow,
-    })))
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ProgressBody {
-    pub worker_id: Option<String>,
-    /// Such as `worker.building`, `worker.execution.completed`.
-    pub event: String,
-    pub message: Option<String>,
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub metadata: Value,
-    /// The fencing token from the claim; recommended.
-    pub claim_token: Option<String>,
-    /// The run's result text, for completion events.
-    pub result: Option<String>,
+    let purpose = g
+        .claim
+        .purpose
+        .parse()
+        .map_err(|e: String| seed_error(Error::internal(e), true))?;
+    Ok(Json(ClaimResponse {
+        ok: true,
+        claimed: true,
+        vtid: g.task.vtid,
+        title: g.task.title,
+        spec: g.spec,
+        spec_snapshot_id: g.task.spec_snapshot_id,
+        claim_expires_at: to_rfc3339(g.claim.expires_at),
+        run_id: g.claim.run_id,
+        claim_token: g.claim_token,
+        purpose,
+        attempt: g.task.attempts,
+        state: g.task.state,
+        workflow: g.task.workflow,
+    }))
 }
 
 /// Report progress under a claim; drives the task's workflow.
 #[utoipa::path(post, path = "/api/v1/worker/orchestrator/tasks/{vtid}/progress", tag = "connector", params(("vtid" = String, Path)), request_body = ProgressBody, responses(
-    (status = 200, description = "`{ok, vtid, event, previous_state, state, event_id}`", body = Object),
-    (status = 409, description = "claim_stale, invalid_transition", body = crate::openapi::ErrorBody),
-    (status = 422, description = "unknown_event", body = crate::openapi::ErrorBody)))]
+    (status = 200, body = EventApplied),
+    (status = 400, description = "missing_worker_id", body = SeedErrorBody),
+    (status = 403, description = "not_your_worker", body = SeedErrorBody),
+    (status = 404, description = "task_not_found", body = SeedErrorBody),
+    (status = 409, description = "claim_stale (seed fields), invalid_transition (body `TransitionRejectedBody`)", body = SeedErrorBody),
+    (status = 422, description = "unknown_event", body = SeedErrorBody)))]
 pub async fn progress(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     axum::extract::Path(vtid): axum::extract::Path<String>,
     ApiJson(b): ApiJson<ProgressBody>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<EventApplied>> {
     let worker =
         acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
     if b.event.is_empty() || b.event.len() > 128 {
@@ -242,21 +211,17 @@ pub async fn progress(
     applied_response(applied, &b.event)
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HeartbeatBody {
-    pub worker_id: Option<String>,
-    pub active_vtid: Option<String>,
-}
-
 /// Record a heartbeat; extends the worker's claims and repeats any cancel request.
 #[utoipa::path(post, path = "/api/v1/worker/orchestrator/heartbeat", tag = "connector", request_body = HeartbeatBody, responses(
-    (status = 200, description = "`{ok, worker_id, status, claims: [{vtid, run_id, claim_expires_at, cancel_requested}]}`", body = Object)))]
+    (status = 200, body = HeartbeatResponse),
+    (status = 400, description = "missing_worker_id", body = SeedErrorBody),
+    (status = 403, description = "not_your_worker", body = SeedErrorBody),
+    (status = 404, description = "worker_not_found", body = SeedErrorBody)))]
 pub async fn heartbeat(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     ApiJson(b): ApiJson<HeartbeatBody>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<HeartbeatResponse>> {
     let worker =
         acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
     let (w, claims) = state
@@ -264,40 +229,35 @@ pub async fn heartbeat(
         .heartbeat(&worker, state.lease_rules())
         .await
         .map_err(|e| seed_error(e, false))?;
-    let claims: Vec<Value> = claims
+    let claims = claims
         .into_iter()
-        .map(|c| {
-            json!({
-                "vtid": c.vtid, "run_id": c.run_id, "claim_expires_at": to_rfc3339(c.expires_at),
-                "cancel_requested": c.cancel_requested,
-            })
+        .map(|c| HeartbeatClaim {
+            vtid: c.vtid,
+            run_id: c.run_id,
+            claim_expires_at: to_rfc3339(c.expires_at),
+            cancel_requested: c.cancel_requested,
         })
         .collect();
-    Ok(Json(json!({
-        "ok": true,
-        "worker_id": w.worker_id,
-        "status": w.status,
-        "last_heartbeat_at": to_rfc3339(w.last_heartbeat_at),
-        "claims": claims,
-        "heartbeat_interval_secs": HEARTBEAT_INTERVAL_SECS,
-    })))
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DeregisterBody {
-    pub worker_id: Option<String>,
-    pub reason: Option<String>,
+    Ok(Json(HeartbeatResponse {
+        ok: true,
+        worker_id: w.worker_id,
+        status: w.status,
+        last_heartbeat_at: to_rfc3339(w.last_heartbeat_at),
+        claims,
+        heartbeat_interval_secs: HEARTBEAT_INTERVAL_SECS,
+    }))
 }
 
 /// Leave: claims are released (tasks back to the queue), the token stops working.
 #[utoipa::path(post, path = "/api/v1/worker/orchestrator/deregister", tag = "connector", request_body = DeregisterBody, responses(
-    (status = 200, body = Object), (status = 404, description = "worker_not_found", body = crate::openapi::ErrorBody)))]
+    (status = 200, body = DeregisterResponse),
+    (status = 400, description = "missing_worker_id", body = SeedErrorBody),
+    (status = 404, description = "worker_not_found", body = SeedErrorBody)))]
 pub async fn deregister(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     ApiJson(b): ApiJson<DeregisterBody>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DeregisterResponse>> {
     let worker =
         acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
     let w = state
@@ -305,9 +265,11 @@ pub async fn deregister(
         .deregister_worker(&worker, b.reason)
         .await
         .map_err(|e| seed_error(e, false))?;
-    Ok(Json(
-        json!({ "ok": true, "worker_id": w.worker_id, "status": w.status }),
-    ))
+    Ok(Json(DeregisterResponse {
+        ok: true,
+        worker_id: w.worker_id,
+        status: w.status,
+    }))
 }
 
 pub fn router() -> Router<AppState> {

@@ -12,8 +12,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use shepherd_core::{Error, ErrorKind};
+use shepherd_protocol::ErrorDetail;
 
 /// An error on its way to becoming an HTTP response.
 #[derive(Debug)]
@@ -25,8 +27,9 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn with_fields(mut self, fields: Value) -> Self {
-        if let Value::Object(m) = fields {
+    /// Adds top-level fields (a struct of the protocol crate) beside `error`.
+    pub fn with_fields(mut self, fields: impl Serialize) -> Self {
+        if let Ok(Value::Object(m)) = serde_json::to_value(fields) {
             self.extra = Some(m);
         }
         self
@@ -71,9 +74,13 @@ impl IntoResponse for ApiError {
             _ => self.error.message,
         };
         let mut body = self.extra.unwrap_or_default();
+        let detail = ErrorDetail {
+            code: self.error.code.to_string(),
+            message,
+        };
         body.insert(
             "error".into(),
-            json!({ "code": self.error.code, "message": message }),
+            serde_json::to_value(detail).unwrap_or_default(),
         );
         (status, Json(Value::Object(body))).into_response()
     }

@@ -24,57 +24,38 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::BytesMut;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use shepherd_core::event::{kind, Event, EventFilter};
 use shepherd_core::Error;
+use shepherd_protocol::{ErrorBody, EventStreamQuery, Resync, WireEvent};
 use shepherd_store::{Tail, TailItem};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use utoipa::IntoParams;
 
 use crate::error::{ApiQuery, ApiResult};
 use crate::AppState;
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct EventsQuery {
-    /// A cursor (sequence number) to resume after, or `now`. `Last-Event-ID` wins.
-    pub after: Option<String>,
-    pub agent_id: Option<String>,
-    pub worker_id: Option<String>,
-    pub task_id: Option<String>,
-    pub vtid: Option<String>,
-    pub run_id: Option<String>,
-    pub channel_id: Option<String>,
-    pub conversation_id: Option<String>,
-    pub session_id: Option<String>,
-    /// Comma-separated log types; a trailing `*` matches a prefix (`worker.*`).
-    pub types: Option<String>,
-}
-
-impl EventsQuery {
-    pub fn filter(&self) -> EventFilter {
-        EventFilter {
-            agent_id: self.agent_id.clone(),
-            worker_id: self.worker_id.clone(),
-            task_id: self.task_id.clone().or_else(|| self.vtid.clone()),
-            run_id: self.run_id.clone(),
-            channel_id: self.channel_id.clone(),
-            conversation_id: self.conversation_id.clone(),
-            session_id: self.session_id.clone(),
-            kinds: self
-                .types
-                .as_deref()
-                .map(|t| {
-                    t.split(',')
-                        .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default(),
-        }
+/// The event filter a stream or page query asks for.
+pub fn filter_of(q: &EventStreamQuery) -> EventFilter {
+    EventFilter {
+        agent_id: q.agent_id.clone(),
+        worker_id: q.worker_id.clone(),
+        task_id: q.task_id.clone().or_else(|| q.vtid.clone()),
+        run_id: q.run_id.clone(),
+        channel_id: q.channel_id.clone(),
+        conversation_id: q.conversation_id.clone(),
+        session_id: q.session_id.clone(),
+        kinds: q
+            .types
+            .as_deref()
+            .map(|t| {
+                t.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -96,18 +77,8 @@ pub fn surface_name(e: &Event) -> &str {
 }
 
 /// The JSON of one event as clients see it.
-pub fn event_json(e: &Event) -> Value {
-    let mut v = json!({
-        "id": e.seq,
-        "seq": e.seq,
-        "ts": shepherd_core::time::to_rfc3339(e.ts),
-        "type": e.kind,
-        "data": e.data,
-    });
-    if let (Value::Object(m), Ok(Value::Object(refs))) = (&mut v, serde_json::to_value(&e.refs)) {
-        m.extend(refs);
-    }
-    v
+pub fn event_json(e: &Event) -> String {
+    serde_json::to_string(&WireEvent::from(e)).unwrap_or_default()
 }
 
 /// One SSE frame, as bytes on the wire.
@@ -152,7 +123,7 @@ impl FrameCache {
         match guard.as_ref() {
             Some((seq, bytes)) if *seq == e.seq => out.extend_from_slice(bytes),
             _ => {
-                let bytes = frame(Some(e.seq), surface_name(e), &event_json(e).to_string());
+                let bytes = frame(Some(e.seq), surface_name(e), &event_json(e));
                 out.extend_from_slice(&bytes);
                 *guard = Some((e.seq, bytes));
             }
@@ -164,7 +135,12 @@ fn resync(reason: &str, cursor: i64, message: &str) -> Bytes {
     frame(
         None,
         "resync",
-        &json!({ "reason": reason, "cursor": cursor, "message": message }).to_string(),
+        &serde_json::to_string(&Resync {
+            reason: reason.to_owned(),
+            cursor,
+            message: message.to_owned(),
+        })
+        .unwrap_or_default(),
     )
 }
 
@@ -315,18 +291,18 @@ impl Feed {
 }
 
 /// Every event, live, resumable.
-#[utoipa::path(get, path = "/api/events", tag = "events", params(EventsQuery,
+#[utoipa::path(get, path = "/api/events", tag = "events", params(EventStreamQuery,
     ("Last-Event-ID" = Option<String>, Header, description = "resume after this sequence number")),
     responses((status = 200, description = "text/event-stream of `id: seq`, `event: type`, `data: json`"),
-              (status = 400, description = "invalid_cursor", body = crate::openapi::ErrorBody)))]
+              (status = 400, description = "invalid_cursor", body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
     headers: HeaderMap,
-    ApiQuery(q): ApiQuery<EventsQuery>,
+    ApiQuery(q): ApiQuery<EventStreamQuery>,
 ) -> ApiResult<Response> {
     let cursor = start_cursor(&state, &headers, q.after.as_deref()).await?;
     let feed = Feed {
-        tail: state.store.tail(cursor, q.filter()),
+        tail: state.store.tail(cursor, filter_of(&q)),
         frames: state.frames.clone(),
         keepalive: state.settings.sse_keepalive,
         coalesce: state.settings.sse_coalesce,

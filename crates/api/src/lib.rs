@@ -16,6 +16,7 @@ pub mod openapi;
 pub mod origin;
 pub mod runs;
 pub mod tasks;
+pub mod ui;
 pub mod usage;
 pub mod workers;
 
@@ -126,7 +127,7 @@ pub fn router(state: AppState) -> Router {
     let app = Router::new()
         .merge(health::router())
         .merge(api)
-        .fallback(error::not_found)
+        .fallback(ui::serve)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             origin::check_origin,

@@ -4,21 +4,10 @@
 //! route the router serves.
 
 use axum::Json;
-use serde::Serialize;
-use utoipa::{OpenApi, ToSchema};
+use shepherd_protocol as p;
+use utoipa::OpenApi;
 
-/// The shape of every error response.
-#[derive(Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// Stable, machine-readable, snake_case.
-    pub code: String,
-    pub message: String,
-}
+pub use shepherd_protocol::{ErrorBody, ErrorDetail};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -36,7 +25,12 @@ pub struct ErrorDetail {
         crate::channels::upsert, crate::channels::list, crate::channels::archive,
         crate::workers::list_workers, crate::workers::worker_events, crate::workers::event_page,
     ),
-    components(schemas(ErrorBody, ErrorDetail)),
+    components(schemas(
+        p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,
+        p::WireEvent, p::Resync, p::TaskStateChanged, p::ProgressRecorded, p::RunStarted,
+        p::RunStatusChanged, p::RunStep, p::RunCompleted, p::ClaimGranted, p::ClaimReleased,
+        p::CancelRequested,
+    )),
     modifiers(&BearerAuth)
 )]
 pub struct ApiDoc;

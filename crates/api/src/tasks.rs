@@ -6,68 +6,19 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-use shepherd_core::event::Event;
-use shepherd_core::model::{Claim, Task};
+use shepherd_core::model::Task;
 use shepherd_core::workflow;
 use shepherd_core::Error;
+use shepherd_protocol::{
+    AgentList, CancelBody, CancelResponse, CreateTask, ErrorBody, EventApplied, OutsideEvent,
+    PendingWorker, TaskDetail, TaskList, TaskListQuery, TransitionRejectedBody,
+    TransitionRejectedFields, WorkflowInfo, WorkflowList,
+};
 use shepherd_store::{Applied, CancelOutcome, NewTask, TaskFilter};
-use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult};
 use crate::{cursor_header, AppState};
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTask {
-    /// Optional; generated as `VTID-NNNNN` when absent.
-    pub vtid: Option<String>,
-    pub title: String,
-    /// Markdown.
-    #[serde(default)]
-    pub spec: String,
-    /// Higher first, then oldest first.
-    #[serde(default)]
-    pub priority: i64,
-    /// Required of the worker.
-    #[serde(default)]
-    pub capabilities: Vec<String>,
-    /// Only workers registered with this agent may take it.
-    pub agent_id: Option<String>,
-    pub channel_id: Option<String>,
-    /// `simple` (default) or `autopilot`.
-    pub workflow: Option<String>,
-    /// Dispatch at once (default true); `false` leaves a draft.
-    pub dispatch: Option<bool>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TaskList {
-    #[schema(value_type = Vec<Object>)]
-    pub tasks: Vec<Task>,
-    pub total: i64,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TaskDetailBody {
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    pub task: Task,
-    #[schema(value_type = Vec<Object>)]
-    pub claims: Vec<Claim>,
-    #[schema(value_type = Vec<Object>)]
-    pub events: Vec<Event>,
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-pub struct ListQuery {
-    pub state: Option<String>,
-    pub agent_id: Option<String>,
-    pub limit: Option<i64>,
-    pub offset: Option<i64>,
-}
 
 /// Checks paging parameters: clear 400s rather than surprising pages.
 pub fn paging(limit: Option<i64>, offset: Option<i64>, default: i64) -> Result<(i64, i64), Error> {
@@ -90,9 +41,10 @@ pub fn paging(limit: Option<i64>, offset: Option<i64>, default: i64) -> Result<(
 
 /// Create a task; it is dispatched at once unless `dispatch` is false.
 #[utoipa::path(post, path = "/api/v1/tasks", tag = "tasks", request_body = CreateTask, responses(
-    (status = 201, description = "created", body = Object),
-    (status = 409, description = "task_exists", body = crate::openapi::ErrorBody),
-    (status = 422, description = "invalid_title, unknown_workflow, …", body = crate::openapi::ErrorBody)))]
+    (status = 201, description = "created", body = Task),
+    (status = 403, description = "operator_only", body = ErrorBody),
+    (status = 409, description = "task_exists", body = ErrorBody),
+    (status = 422, description = "invalid_title, unknown_workflow, …", body = ErrorBody)))]
 pub async fn create_task(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -117,10 +69,12 @@ pub async fn create_task(
 }
 
 /// List tasks, newest first.
-#[utoipa::path(get, path = "/api/v1/tasks", tag = "tasks", params(ListQuery), responses((status = 200, body = TaskList)))]
+#[utoipa::path(get, path = "/api/v1/tasks", tag = "tasks", params(TaskListQuery), responses(
+    (status = 200, body = TaskList),
+    (status = 400, description = "invalid_state, invalid_limit, invalid_offset", body = ErrorBody)))]
 pub async fn list_tasks(
     State(state): State<AppState>,
-    ApiQuery(q): ApiQuery<ListQuery>,
+    ApiQuery(q): ApiQuery<TaskListQuery>,
 ) -> ApiResult<impl IntoResponse> {
     let (limit, offset) = paging(q.limit, q.offset, 50)?;
     if let Some(s) = &q.state {
@@ -142,7 +96,7 @@ pub async fn list_tasks(
 
 /// A task with its claims and its latest events.
 #[utoipa::path(get, path = "/api/v1/tasks/{vtid}", tag = "tasks", params(("vtid" = String, Path)), responses(
-    (status = 200, body = TaskDetailBody), (status = 404, body = crate::openapi::ErrorBody)))]
+    (status = 200, body = TaskDetail), (status = 404, description = "task_not_found", body = ErrorBody)))]
 pub async fn get_task(
     State(state): State<AppState>,
     Path(vtid): Path<String>,
@@ -150,7 +104,7 @@ pub async fn get_task(
     let (d, cursor) = state.store.task(&vtid, 100).await?;
     Ok((
         cursor_header(cursor),
-        Json(TaskDetailBody {
+        Json(TaskDetail {
             task: d.task,
             claims: d.claims,
             events: d.events,
@@ -160,7 +114,9 @@ pub async fn get_task(
 
 /// Dispatch a draft: snapshot its spec and offer it to workers.
 #[utoipa::path(post, path = "/api/v1/tasks/{vtid}/dispatch", tag = "tasks", params(("vtid" = String, Path)), responses(
-    (status = 200, body = Object), (status = 409, description = "already_dispatched", body = crate::openapi::ErrorBody)))]
+    (status = 200, body = Task), (status = 403, description = "operator_only", body = ErrorBody),
+    (status = 404, description = "task_not_found", body = ErrorBody),
+    (status = 409, description = "already_dispatched", body = ErrorBody)))]
 pub async fn dispatch_task(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -170,22 +126,19 @@ pub async fn dispatch_task(
     Ok(Json(state.store.dispatch_task(&vtid).await?))
 }
 
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CancelBody {
-    pub reason: Option<String>,
-}
-
 /// Cancel a task. If a worker holds it, the worker is told at once and has
 /// the grace period to stop; the answer says which.
 #[utoipa::path(post, path = "/api/v1/tasks/{vtid}/cancel", tag = "tasks", params(("vtid" = String, Path)), request_body = CancelBody, responses(
-    (status = 200, body = Object), (status = 409, description = "task_finished", body = crate::openapi::ErrorBody)))]
+    (status = 200, body = CancelResponse), (status = 400, description = "malformed_json", body = ErrorBody),
+    (status = 403, description = "operator_only", body = ErrorBody),
+    (status = 404, description = "task_not_found", body = ErrorBody),
+    (status = 409, description = "task_finished", body = ErrorBody)))]
 pub async fn cancel_task(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(vtid): Path<String>,
     body: axum::body::Bytes,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<CancelResponse>> {
     caller.require_operator()?;
     // The body is optional: an empty one means "no reason given".
     let reason = if body.iter().all(u8::is_ascii_whitespace) {
@@ -196,39 +149,33 @@ pub async fn cancel_task(
             .reason
     };
     let (task, outcome) = state.store.cancel_task(&vtid, reason).await?;
-    let detail = match outcome {
-        CancelOutcome::Cancelled => json!({ "cancelled": true, "pending_worker": null }),
-        CancelOutcome::Requested { worker_id, run_id } => json!({
-            "cancelled": false,
-            "pending_worker": { "worker_id": worker_id, "run_id": run_id,
-                                "grace_secs": state.settings.cancel_grace.as_secs() },
+    let pending_worker = match outcome {
+        CancelOutcome::Cancelled => None,
+        CancelOutcome::Requested { worker_id, run_id } => Some(PendingWorker {
+            worker_id,
+            run_id,
+            grace_secs: state.settings.cancel_grace.as_secs(),
         }),
     };
-    let mut body = json!({ "ok": true, "task": task });
-    if let (Some(b), Value::Object(d)) = (body.as_object_mut(), detail) {
-        b.extend(d);
-    }
-    Ok(Json(body))
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OutsideEvent {
-    /// Such as `github.pull_request.opened`.
-    pub event: String,
-    pub message: Option<String>,
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub metadata: Value,
+    Ok(Json(CancelResponse {
+        ok: true,
+        task,
+        cancelled: pending_worker.is_none(),
+        pending_worker,
+    }))
 }
 
 /// Render the outcome of a workflow event the same way for every route.
-pub fn applied_response(applied: Applied, event: &str) -> ApiResult<Json<Value>> {
+pub fn applied_response(applied: Applied, event: &str) -> ApiResult<Json<EventApplied>> {
     match applied {
-        Applied::Moved { task, from, seq } => Ok(Json(json!({
-            "ok": true, "vtid": task.vtid, "event": event, "previous_state": from,
-            "state": task.state, "event_id": seq,
-        }))),
+        Applied::Moved { task, from, seq } => Ok(Json(EventApplied {
+            ok: true,
+            vtid: task.vtid,
+            event: event.to_owned(),
+            previous_state: from,
+            state: task.state,
+            event_id: seq,
+        })),
         Applied::Rejected { task, seq } => Err(ApiError::from(Error::conflict(
             "invalid_transition",
             format!(
@@ -236,23 +183,28 @@ pub fn applied_response(applied: Applied, event: &str) -> ApiResult<Json<Value>>
                 task.vtid, task.state
             ),
         ))
-        .with_fields(
-            json!({ "ok": false, "vtid": task.vtid, "state": task.state, "event_id": seq }),
-        )),
+        .with_fields(TransitionRejectedFields {
+            ok: false,
+            vtid: task.vtid,
+            state: task.state,
+            event_id: seq,
+        })),
     }
 }
 
 /// Record an event from outside any worker; it drives the workflow like progress does.
 #[utoipa::path(post, path = "/api/v1/tasks/{vtid}/events", tag = "tasks", params(("vtid" = String, Path)), request_body = OutsideEvent, responses(
-    (status = 200, body = Object),
-    (status = 409, description = "invalid_transition (recorded)", body = crate::openapi::ErrorBody),
-    (status = 422, description = "unknown_event", body = crate::openapi::ErrorBody)))]
+    (status = 200, body = EventApplied),
+    (status = 403, description = "operator_only", body = ErrorBody),
+    (status = 404, description = "task_not_found", body = ErrorBody),
+    (status = 409, description = "invalid_transition (recorded)", body = TransitionRejectedBody),
+    (status = 422, description = "unknown_event", body = ErrorBody)))]
 pub async fn task_event(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(vtid): Path<String>,
     ApiJson(body): ApiJson<OutsideEvent>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<EventApplied>> {
     caller.require_operator()?;
     if body.event.is_empty() || body.event.len() > 128 {
         return Err(Error::invalid("invalid_event", "event must be 1-128 characters").into());
@@ -265,15 +217,22 @@ pub async fn task_event(
 }
 
 /// The workflows tasks can follow, as transition tables.
-#[utoipa::path(get, path = "/api/v1/workflows", tag = "tasks", responses((status = 200, body = Object)))]
-pub async fn workflows() -> Json<Value> {
-    Json(json!({ "workflows": workflow::ALL }))
+#[utoipa::path(get, path = "/api/v1/workflows", tag = "tasks", responses((status = 200, body = WorkflowList)))]
+pub async fn workflows() -> Json<WorkflowList> {
+    Json(WorkflowList {
+        workflows: workflow::ALL
+            .iter()
+            .map(|w| WorkflowInfo::from(*w))
+            .collect(),
+    })
 }
 
 /// Agents, from configuration or first registration, with their running runs.
-#[utoipa::path(get, path = "/api/v1/agents", tag = "runs", responses((status = 200, body = Object)))]
-pub async fn agents(State(state): State<AppState>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({ "agents": state.store.list_agents().await? })))
+#[utoipa::path(get, path = "/api/v1/agents", tag = "runs", responses((status = 200, body = AgentList)))]
+pub async fn agents(State(state): State<AppState>) -> ApiResult<Json<AgentList>> {
+    Ok(Json(AgentList {
+        agents: state.store.list_agents().await?,
+    }))
 }
 
 pub fn router() -> Router<AppState> {

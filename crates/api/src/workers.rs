@@ -9,80 +9,77 @@ use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{json, Value};
 use shepherd_core::event::{kind, Event, EventFilter};
 use shepherd_core::model::Worker;
+use shepherd_core::status::{EventState, SessionStatus, WorkerEventType, WorkerSource};
 use shepherd_core::time::{opt_rfc3339, parse_iso8601, to_rfc3339};
 use shepherd_core::Error;
+use shepherd_protocol::{
+    ErrorBody, EventPage, EventPageQuery, WireEvent, WorkerEvent, WorkerEventSummary,
+    WorkerEventsQuery, WorkerEventsResponse, WorkerInfo, WorkerInfoList, WorkerSnapshot,
+    WorkersQuery,
+};
 use shepherd_store::WorkerFilter;
-use utoipa::IntoParams;
 
 use crate::error::{ApiQuery, ApiResult};
-use crate::events::{event_json, start_cursor};
+use crate::events::start_cursor;
 use crate::{cursor_header, AppState};
 
 /// Seed 001's event state of a worker: idle, active or closed.
-pub fn event_state(w: &Worker) -> &'static str {
-    if w.status == "terminated" {
-        "closed"
+pub fn event_state(w: &Worker) -> EventState {
+    if w.status == shepherd_core::status::WorkerStatus::Terminated.as_str() {
+        EventState::Closed
     } else if w.active_claims > 0 {
-        "active"
+        EventState::Active
     } else {
-        "idle"
+        EventState::Idle
     }
 }
 
 /// Seed 001's session status: ready (idle), busy (active), closed.
-pub fn session_status(w: &Worker) -> &'static str {
+pub fn session_status(w: &Worker) -> SessionStatus {
     match event_state(w) {
-        "closed" => "closed",
-        "active" => "busy",
-        _ => "ready",
+        EventState::Closed => SessionStatus::Closed,
+        EventState::Active => SessionStatus::Busy,
+        EventState::Idle => SessionStatus::Ready,
     }
 }
 
-fn worker_json(state: &AppState, w: &Worker, last_event: Option<i64>) -> Value {
+fn worker_info(state: &AppState, w: &Worker, last_event: Option<i64>) -> WorkerInfo {
     // A worker heard from since this server started is live ("registry");
     // one known only from storage was recovered ("event_log").
     let live = w.last_heartbeat_at >= state.started_at || w.registered_at >= state.started_at;
-    json!({
-        "worker_id": w.worker_id,
-        "session_id": w.session_id,
-        "name": w.name,
-        "project_path": w.project_path,
-        "terminal_id": w.terminal_id,
-        "agent_type": w.agent_id,
-        "agent_id": w.agent_id,
-        "worker_type": w.worker_type,
-        "status": session_status(w),
-        "registry_status": w.status,
-        "created_at": to_rfc3339(w.registered_at),
-        "last_activity": to_rfc3339(w.last_activity_at.unwrap_or(w.registered_at)),
-        "last_heartbeat_at": to_rfc3339(w.last_heartbeat_at),
-        "capabilities": w.capabilities,
-        "max_concurrent": w.max_concurrent,
-        "active_claims": w.active_claims,
-        "source": if live { "registry" } else { "event_log" },
-        "event_state": event_state(w),
-        "recovered_at": if live { Value::Null } else { json!(to_rfc3339(state.started_at)) },
-        "last_event_ts": opt_rfc3339(last_event),
-    })
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct WorkersQuery {
-    /// Include workers that deregistered or were terminated.
-    pub include_closed: Option<bool>,
-    /// Matches `project_path` (substring, case-insensitive).
-    pub project: Option<String>,
-    pub agent_id: Option<String>,
+    WorkerInfo {
+        worker_id: w.worker_id.clone(),
+        session_id: w.session_id.clone(),
+        name: w.name.clone(),
+        project_path: w.project_path.clone(),
+        terminal_id: w.terminal_id.clone(),
+        agent_type: w.agent_id.clone(),
+        agent_id: w.agent_id.clone(),
+        worker_type: w.worker_type.clone(),
+        status: session_status(w),
+        registry_status: w.status.clone(),
+        created_at: to_rfc3339(w.registered_at),
+        last_activity: to_rfc3339(w.last_activity_at.unwrap_or(w.registered_at)),
+        last_heartbeat_at: to_rfc3339(w.last_heartbeat_at),
+        capabilities: w.capabilities.clone(),
+        max_concurrent: w.max_concurrent,
+        active_claims: w.active_claims,
+        source: if live {
+            WorkerSource::Registry
+        } else {
+            WorkerSource::EventLog
+        },
+        event_state: event_state(w),
+        recovered_at: (!live).then(|| to_rfc3339(state.started_at)),
+        last_event_ts: opt_rfc3339(last_event),
+    }
 }
 
 /// Seed 001's `list_workers`: every worker known, live and recovered.
 #[utoipa::path(get, path = "/api/v1/workers", tag = "workers", params(WorkersQuery), responses(
-    (status = 200, description = "`{workers: [...], count}` with `source`, `event_state`, `recovered_at`, `last_event_ts`", body = Object)))]
+    (status = 200, body = WorkerInfoList), (status = 400, description = "invalid_query", body = ErrorBody)))]
 pub async fn list_workers(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<WorkersQuery>,
@@ -96,24 +93,27 @@ pub async fn list_workers(
         })
         .await?;
     let last = state.store.worker_last_event_ts().await?;
-    let list: Vec<Value> = workers
+    let workers: Vec<WorkerInfo> = workers
         .iter()
-        .map(|w| worker_json(&state, w, last.get(&w.worker_id).copied()))
+        .map(|w| worker_info(&state, w, last.get(&w.worker_id).copied()))
         .collect();
     Ok((
         cursor_header(cursor),
-        Json(json!({ "workers": list, "count": list.len() })),
+        Json(WorkerInfoList {
+            count: workers.len(),
+            workers,
+        }),
     ))
 }
 
 /// Seed 001's event names for worker lifecycle events in the log.
-fn seed001_name(kind_: &str) -> Option<&'static str> {
+fn seed001_name(kind_: &str) -> Option<WorkerEventType> {
     match kind_ {
-        kind::WORKER_REGISTERED => Some("worker_started"),
-        kind::WORKER_ACTIVE => Some("worker_active"),
-        kind::WORKER_IDLE => Some("worker_idle"),
-        kind::WORKER_CLOSED => Some("worker_closed"),
-        kind::WORKERS_SNAPSHOT => Some("snapshot"),
+        kind::WORKER_REGISTERED => Some(WorkerEventType::WorkerStarted),
+        kind::WORKER_ACTIVE => Some(WorkerEventType::WorkerActive),
+        kind::WORKER_IDLE => Some(WorkerEventType::WorkerIdle),
+        kind::WORKER_CLOSED => Some(WorkerEventType::WorkerClosed),
+        kind::WORKERS_SNAPSHOT => Some(WorkerEventType::Snapshot),
         _ => None,
     }
 }
@@ -134,32 +134,20 @@ fn seed001_filter() -> EventFilter {
     }
 }
 
-fn seed001_event(e: &Event) -> Value {
-    json!({
-        "id": e.seq,
-        "ts": to_rfc3339(e.ts),
-        "type": seed001_name(&e.kind).unwrap_or("unknown"),
-        "worker_id": e.refs.worker_id,
-        "data": e.data,
-    })
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct WorkerEventsQuery {
-    /// An ISO 8601 time (events at or after it) or a cursor (events after it).
-    pub since: Option<String>,
-    /// Default 1000; without `since`, the most recent `limit` events.
-    pub limit: Option<i64>,
-    pub include_snapshot: Option<bool>,
-    pub include_summary: Option<bool>,
-    pub stale_threshold_minutes: Option<i64>,
+fn seed001_event(e: &Event) -> WorkerEvent {
+    WorkerEvent {
+        id: e.seq,
+        ts: to_rfc3339(e.ts),
+        kind: seed001_name(&e.kind).unwrap_or(WorkerEventType::Unknown),
+        worker_id: e.refs.worker_id.clone(),
+        data: e.data.clone(),
+    }
 }
 
 /// Seed 001's `worker_events`, with stable ids and a `next_cursor`.
 #[utoipa::path(get, path = "/api/v1/worker_events", tag = "workers", params(WorkerEventsQuery), responses(
-    (status = 200, description = "`{events, count, summary?, snapshot?, next_cursor}`", body = Object),
-    (status = 400, description = "invalid_since, invalid_limit", body = crate::openapi::ErrorBody)))]
+    (status = 200, body = WorkerEventsResponse),
+    (status = 400, description = "invalid_since, invalid_limit, invalid_stale_threshold", body = ErrorBody)))]
 pub async fn worker_events(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<WorkerEventsQuery>,
@@ -194,32 +182,35 @@ pub async fn worker_events(
             }
         },
     };
-    let events: Vec<Value> = page.events.iter().map(seed001_event).collect();
-    let mut body = json!({
-        "events": events,
-        "count": events.len(),
-        "next_cursor": page.next_cursor,
-    });
+    let events: Vec<WorkerEvent> = page.events.iter().map(seed001_event).collect();
+    let mut body = WorkerEventsResponse {
+        count: events.len(),
+        events,
+        next_cursor: page.next_cursor,
+        summary: None,
+        snapshot: None,
+    };
     if q.include_snapshot.unwrap_or(false) {
         let snap_filter = EventFilter {
             kinds: vec![kind::WORKERS_SNAPSHOT.into()],
             ..Default::default()
         };
         let snap = state.store.read_latest_events(&snap_filter, 1).await?;
-        body["snapshot"] = match snap.events.first() {
-            Some(e) => json!({ "id": e.seq, "ts": to_rfc3339(e.ts), "data": e.data }),
-            None => Value::Null,
-        };
+        body.snapshot = Some(snap.events.first().map(|e| WorkerSnapshot {
+            id: e.seq,
+            ts: to_rfc3339(e.ts),
+            data: e.data.clone(),
+        }));
     }
     if q.include_summary.unwrap_or(false) {
         let mut lists: HashMap<&str, Vec<String>> = HashMap::new();
         for e in &page.events {
             if let (Some(name), Some(w)) = (seed001_name(&e.kind), &e.refs.worker_id) {
                 let key = match name {
-                    "worker_started" => "started",
-                    "worker_closed" => "closed",
-                    "worker_idle" => "idle",
-                    "worker_active" => "active",
+                    WorkerEventType::WorkerStarted => "started",
+                    WorkerEventType::WorkerClosed => "closed",
+                    WorkerEventType::WorkerIdle => "idle",
+                    WorkerEventType::WorkerActive => "active",
                     _ => continue,
                 };
                 let l = lists.entry(key).or_default();
@@ -240,35 +231,22 @@ pub async fn worker_events(
             .map(|w| w.worker_id.clone())
             .collect();
         let mut take = |k: &str| lists.remove(k).unwrap_or_default();
-        body["summary"] = json!({
-            "started": take("started"),
-            "closed": take("closed"),
-            "idle": take("idle"),
-            "active": take("active"),
-            "stuck": stuck,
-            "last_event_ts": page.events.last().map(|e| to_rfc3339(e.ts)),
+        body.summary = Some(WorkerEventSummary {
+            started: take("started"),
+            closed: take("closed"),
+            idle: take("idle"),
+            active: take("active"),
+            stuck,
+            last_event_ts: page.events.last().map(|e| to_rfc3339(e.ts)),
         });
     }
     Ok((cursor_header(page.head), Json(body)))
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct EventPageQuery {
-    /// Cursor to read after; without it, the latest `limit` events.
-    pub after: Option<String>,
-    pub limit: Option<i64>,
-    pub agent_id: Option<String>,
-    pub worker_id: Option<String>,
-    pub task_id: Option<String>,
-    pub run_id: Option<String>,
-    pub channel_id: Option<String>,
-    pub types: Option<String>,
-}
-
 /// A page of the event log as JSON (for polling clients and the CLI).
 #[utoipa::path(get, path = "/api/v1/events", tag = "events", params(EventPageQuery), responses(
-    (status = 200, description = "`{events, next_cursor, cursor_expired}`", body = Object)))]
+    (status = 200, body = EventPage),
+    (status = 400, description = "invalid_limit, invalid_cursor", body = ErrorBody)))]
 pub async fn event_page(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -280,7 +258,7 @@ pub async fn event_page(
             Error::bad_request("invalid_limit", "limit must be between 1 and 10000").into(),
         );
     }
-    let filter = crate::events::EventsQuery {
+    let filter = shepherd_protocol::EventStreamQuery {
         after: None,
         agent_id: q.agent_id,
         worker_id: q.worker_id,
@@ -291,8 +269,8 @@ pub async fn event_page(
         conversation_id: None,
         session_id: None,
         types: q.types,
-    }
-    .filter();
+    };
+    let filter = crate::events::filter_of(&filter);
     let page = match q.after {
         Some(a) => {
             let cursor = start_cursor(&state, &headers, Some(&a)).await?;
@@ -300,12 +278,14 @@ pub async fn event_page(
         }
         None => state.store.read_latest_events(&filter, limit).await?,
     };
-    let events: Vec<Value> = page.events.iter().map(event_json).collect();
+    let events = page.events.iter().map(WireEvent::from).collect();
     Ok((
         cursor_header(page.head),
-        Json(
-            json!({ "events": events, "next_cursor": page.next_cursor, "cursor_expired": page.cursor_expired }),
-        ),
+        Json(EventPage {
+            events,
+            next_cursor: page.next_cursor,
+            cursor_expired: page.cursor_expired,
+        }),
     ))
 }
 

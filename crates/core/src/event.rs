@@ -44,7 +44,17 @@ pub mod kind {
 }
 
 /// The ids an event concerns. Each is optional; filters match on them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+    schemars::JsonSchema,
+)]
 pub struct EventRefs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
@@ -108,16 +118,22 @@ impl NewEvent {
 }
 
 /// A committed event. `seq` is its cursor: strictly increasing in commit order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 pub struct Event {
     pub seq: i64,
     /// Milliseconds since the Unix epoch; RFC 3339 in JSON.
     #[serde(with = "crate::time::serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
     pub ts: Millis,
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(flatten)]
     pub refs: EventRefs,
+    /// The event's own fields; their shape depends on `type`.
+    #[schema(value_type = Object)]
     pub data: Value,
 }
 

@@ -8,7 +8,9 @@ use serde_json::Value;
 use crate::time::{serde_ms, Millis};
 
 /// A unit of work (seed 003's VTID).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 pub struct Task {
     pub vtid: String,
     pub title: String,
@@ -21,38 +23,58 @@ pub struct Task {
     pub state: String,
     pub spec_snapshot_id: Option<String>,
     #[serde(with = "serde_ms::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
     pub dispatched_at: Option<Millis>,
     /// The worker that last built it; it may not validate its own work.
     pub builder_worker_id: Option<String>,
     #[serde(with = "serde_ms::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
     pub cancel_requested_at: Option<Millis>,
     pub attempts: i64,
     #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
     pub created_at: Millis,
     #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
     pub updated_at: Millis,
 }
 
 /// A lease of one task by one worker.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 pub struct Claim {
     pub id: String,
     pub vtid: String,
     pub worker_id: String,
     pub run_id: String,
     /// `build` or `validate`.
+    #[schema(value_type = crate::status::ClaimPurpose)]
+    #[schemars(with = "crate::status::ClaimPurpose")]
     pub purpose: String,
     #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
     pub claimed_at: Millis,
     #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
     pub expires_at: Millis,
     #[serde(with = "serde_ms::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
     pub released_at: Option<Millis>,
     pub release_reason: Option<String>,
 }
 
 /// A registered worker (seed 003's registry row, with seed 001's fields).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 pub struct Worker {
     pub worker_id: String,
     pub agent_id: String,
@@ -64,22 +86,35 @@ pub struct Worker {
     pub capabilities: Vec<String>,
     pub max_concurrent: i64,
     /// Registry status: `active | inactive | terminated`.
+    #[schema(value_type = crate::status::WorkerStatus)]
+    #[schemars(with = "crate::status::WorkerStatus")]
     pub status: String,
+    #[schema(value_type = Object)]
     pub metadata: Value,
     #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
     pub registered_at: Millis,
     #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
     pub last_heartbeat_at: Millis,
     #[serde(with = "serde_ms::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
     pub last_activity_at: Option<Millis>,
     #[serde(with = "serde_ms::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
     pub closed_at: Option<Millis>,
     /// Claims it holds now.
     pub active_claims: i64,
 }
 
 /// A configured kind of worker.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 pub struct Agent {
     pub id: String,
     pub worker_type: String,
@@ -88,13 +123,17 @@ pub struct Agent {
     /// `config` or `registration`.
     pub source: String,
     #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
     pub created_at: Millis,
     /// Runs of this agent now running.
     pub running: i64,
 }
 
 /// One execution of a task by a worker (seed 000's `worker_runs` row).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 pub struct Run {
     pub id: String,
     pub vtid: String,
@@ -106,13 +145,21 @@ pub struct Run {
     pub agent_id: String,
     pub worker_type: String,
     pub attempt: i64,
+    #[schema(value_type = crate::status::ClaimPurpose)]
+    #[schemars(with = "crate::status::ClaimPurpose")]
     pub purpose: String,
     /// `running | done | failed | cancelled`.
+    #[schema(value_type = crate::status::RunStatus)]
+    #[schemars(with = "crate::status::RunStatus")]
     pub status: String,
     pub result: Option<String>,
     #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
     pub started_at: Millis,
     #[serde(with = "serde_ms::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
     pub completed_at: Option<Millis>,
     pub live_status: Option<String>,
     pub tool_calls: i64,
@@ -120,8 +167,31 @@ pub struct Run {
     pub step_count: i64,
     pub has_transcript: bool,
     #[serde(with = "serde_ms::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
     pub cancel_requested_at: Option<Millis>,
     /// Tokens and cost the agent reported; `None` until it reports any.
     #[serde(default)]
     pub usage: Option<crate::usage::Usage>,
+}
+
+/// A channel (seed 002's resource, seed 000's `channel_id`): what runs and
+/// conversations belong to.
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
+pub struct Channel {
+    pub id: String,
+    /// Display name, e.g. `#general`.
+    pub name: String,
+    #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
+    pub created_at: Millis,
+    #[serde(with = "serde_ms::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
+    pub archived_at: Option<Millis>,
+    /// Runs that belong to it.
+    pub runs: i64,
 }

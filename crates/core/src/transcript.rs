@@ -36,7 +36,9 @@ pub const PREVIEW_MAX_BYTES: usize = 200;
 
 /// One step of a run: either something the agent did, or what a tool
 /// returned to it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TranscriptStep {
     /// One turn of the agent: text it wrote and tool calls it made, in order.
@@ -50,7 +52,9 @@ pub enum TranscriptStep {
 }
 
 /// One item of an [`TranscriptStep::Action`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ActionContent {
     /// Prose written by the agent.

@@ -14,7 +14,18 @@ use serde_json::Value;
 use crate::adapters::TranscriptFormat;
 
 /// What a run has used so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+    schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
 pub struct Usage {
     #[serde(default)]
     pub input_tokens: u64,

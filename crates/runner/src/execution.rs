@@ -18,10 +18,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::AgentConfig;
-use crate::client::{CallError, Connector};
 use crate::process::{signal_group, GroupRecords};
 use crate::spool::Spool;
 use crate::worktree::{self, Workspace};
+use shepherd_client::{Client, ClientError};
+use shepherd_protocol::{AppendSteps, ProgressBody, SetStatus, TranscriptStep};
 
 /// What the server handed over with a claim.
 #[derive(Debug, Clone)]
@@ -29,6 +30,8 @@ pub struct Assignment {
     pub vtid: String,
     pub run_id: String,
     pub claim_token: String,
+    /// The task's title (given to the agent when there is no spec).
+    pub title: String,
     pub spec: String,
     /// Which attempt at the task this run is (1 for the first).
     pub attempt: i64,
@@ -38,7 +41,7 @@ pub struct Assignment {
 pub struct RunContext {
     pub agent_name: String,
     pub agent: AgentConfig,
-    pub connector: Connector,
+    pub connector: Client,
     pub records: GroupRecords,
     pub spool_dir: PathBuf,
     pub spool_cap_bytes: u64,
@@ -97,22 +100,34 @@ impl Outbox {
 
 /// Sends what is waiting, in order: steps, then progress, then live status.
 /// Returns Err only when the server is unreachable (try again later).
-async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(), CallError> {
+async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(), ClientError> {
     while out.spool.pending() > 0 && !out.claim_lost {
-        let (first, batch) = out
-            .spool
-            .next_batch(STEP_BATCH)
-            .map_err(|e| CallError::Unreachable(format!("spool: {e}")))?;
-        match ctx
-            .connector
-            .steps(&a.run_id, &a.claim_token, first, &batch)
-            .await
-        {
-            Ok(ack) => out.spool.acknowledge(
-                ack["next_index"]
-                    .as_u64()
-                    .unwrap_or(first + batch.len() as u64),
-            ),
+        let (first, batch) =
+            out.spool
+                .next_batch(STEP_BATCH)
+                .map_err(|e| ClientError::Unreachable {
+                    message: format!("spool: {e}"),
+                })?;
+        let count = batch.len() as u64;
+        let steps: Result<Vec<TranscriptStep>, _> =
+            batch.into_iter().map(serde_json::from_value).collect();
+        let steps = match steps {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(run_id = a.run_id, error = %e, first, "spooled steps are not transcript steps; skipping them");
+                out.spool.acknowledge(first + count);
+                continue;
+            }
+        };
+        let body = AppendSteps {
+            claim_token: a.claim_token.clone(),
+            start_index: first as i64,
+            steps,
+        };
+        match ctx.connector.append_steps(&a.run_id, &body).await {
+            Ok(ack) => out
+                .spool
+                .acknowledge(u64::try_from(ack.next_index).unwrap_or(first + count)),
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) if e.code() == "claim_stale" || e.code() == "not_your_claim" => {
                 out.claim_lost = true;
@@ -121,7 +136,7 @@ async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(
                 // A batch the server will never take (it refused it as
                 // invalid): skip it rather than wedge the run, and say so.
                 tracing::error!(run_id = a.run_id, error = %e, first, "steps refused; skipping them");
-                out.spool.acknowledge(first + batch.len() as u64);
+                out.spool.acknowledge(first + count);
             }
         }
     }
@@ -129,18 +144,14 @@ async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(
         if out.claim_lost {
             break;
         }
-        match ctx
-            .connector
-            .progress(
-                &a.vtid,
-                &a.claim_token,
-                &event,
-                message.as_deref(),
-                metadata,
-                None,
-            )
-            .await
-        {
+        let body = ProgressBody {
+            event: event.clone(),
+            message: message.clone(),
+            metadata,
+            claim_token: Some(a.claim_token.clone()),
+            ..Default::default()
+        };
+        match ctx.connector.progress(&a.vtid, &body).await {
             Ok(_) => {}
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
@@ -149,7 +160,11 @@ async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(
         out.progress.pop_front();
     }
     if let Some(text) = out.status.clone() {
-        match ctx.connector.status(&a.run_id, &a.claim_token, &text).await {
+        let body = SetStatus {
+            claim_token: a.claim_token.clone(),
+            status: text.clone(),
+        };
+        match ctx.connector.set_status(&a.run_id, &body).await {
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
             _ => {}
@@ -159,7 +174,11 @@ async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(
         }
     }
     if let Some(usage) = out.usage.filter(|_| !out.claim_lost) {
-        match ctx.connector.usage(&a.run_id, &a.claim_token, &usage).await {
+        let body = shepherd_protocol::SetUsage {
+            claim_token: a.claim_token.clone(),
+            usage,
+        };
+        match ctx.connector.set_usage(&a.run_id, &body).await {
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
             Err(e) => tracing::warn!(run_id = a.run_id, error = %e, "usage refused"),
@@ -208,7 +227,13 @@ pub async fn execute(
         spool: match Spool::create(&ctx.spool_dir, &a.run_id, ctx.spool_cap_bytes) {
             Ok(s) => s,
             Err(e) => {
-                return spawn_failed(&ctx, &a, format!("cannot create the step spool: {e}")).await
+                return spawn_failed(
+                    &ctx,
+                    &a,
+                    format!("cannot create the step spool: {e}"),
+                    &shutdown,
+                )
+                .await
             }
         },
         progress: VecDeque::new(),
@@ -224,6 +249,7 @@ pub async fn execute(
         .envs(&ctx.agent.env)
         .env("SHEPHERD_TASK_ID", &a.vtid)
         .env("SHEPHERD_RUN_ID", &a.run_id)
+        .env("SHEPHERD_TASK_TITLE", &a.title)
         .env("SHEPHERD_AGENT", &ctx.agent_name)
         .stdin(if spec_on_stdin {
             Stdio::piped()
@@ -245,7 +271,7 @@ pub async fn execute(
                     .env("SHEPHERD_WORKSPACE_BRANCH", &w.branch);
                 workspace = Some(w);
             }
-            Err(reason) => return spawn_failed(&ctx, &a, reason).await,
+            Err(reason) => return spawn_failed(&ctx, &a, reason, &shutdown).await,
         }
     }
     let mut child = match cmd.spawn() {
@@ -254,7 +280,13 @@ pub async fn execute(
             if let Some(w) = &mut workspace {
                 end_workspace(w, &a, "not started").await;
             }
-            return spawn_failed(&ctx, &a, format!("cannot start {:?}: {e}", argv[0])).await;
+            return spawn_failed(
+                &ctx,
+                &a,
+                format!("cannot start {:?}: {e}", argv[0]),
+                &shutdown,
+            )
+            .await;
         }
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
@@ -560,7 +592,16 @@ pub async fn execute(
         "workspace": workspace,
         "usage": (!outbox.usage_total.is_empty()).then_some(outbox.usage_total),
     });
-    report_end(&ctx, &a, &ending, result_text.as_deref(), &reason, metadata).await;
+    report_end(
+        &ctx,
+        &a,
+        &ending,
+        result_text.as_deref(),
+        &reason,
+        metadata,
+        &shutdown,
+    )
+    .await;
     tracing::info!(run_id = a.run_id, ?ending, "run ended");
     ending
 }
@@ -582,13 +623,25 @@ async fn end_workspace(w: &mut Workspace, a: &Assignment, how: &str) {
 }
 
 /// Reports a run that never started and says how it ended.
-async fn spawn_failed(ctx: &RunContext, a: &Assignment, reason: String) -> Ending {
+async fn spawn_failed(
+    ctx: &RunContext,
+    a: &Assignment,
+    reason: String,
+    shutdown: &CancellationToken,
+) -> Ending {
     let ending = Ending::SpawnFailed(reason.clone());
-    report_end(ctx, a, &ending, None, &reason, Value::Null).await;
+    report_end(ctx, a, &ending, None, &reason, Value::Null, shutdown).await;
     ending
 }
 
-/// Reports the end of a run, retrying while the server is away.
+/// How long a stopping runner keeps trying to report the end of a run to a
+/// server that does not answer.
+pub const STOPPING_REPORT_WINDOW: Duration = Duration::from_secs(10);
+
+/// Reports the end of a run, retrying while the server is away; once the
+/// runner is stopping, only for [`STOPPING_REPORT_WINDOW`], so that a
+/// SIGTERM while the server is down ends the runner instead of hanging.
+#[allow(clippy::too_many_arguments)]
 async fn report_end(
     ctx: &RunContext,
     a: &Assignment,
@@ -596,6 +649,7 @@ async fn report_end(
     result: Option<&str>,
     reason: &str,
     metadata: Value,
+    shutdown: &CancellationToken,
 ) {
     let (event, result) = match ending {
         Ending::Exited(0) => (workflow::EXECUTION_COMPLETED, result.map(str::to_owned)),
@@ -607,22 +661,39 @@ async fn report_end(
     };
     let mut event = event.to_owned();
     let mut backoff = Duration::from_millis(200);
+    let mut give_up_at: Option<tokio::time::Instant> = None;
     for _ in 0..600 {
-        match ctx
-            .connector
-            .progress(
-                &a.vtid,
-                &a.claim_token,
-                &event,
-                Some(reason).filter(|r| !r.is_empty()),
-                metadata.clone(),
-                result.as_deref(),
-            )
-            .await
-        {
+        let body = ProgressBody {
+            event: event.clone(),
+            message: Some(reason.to_owned()).filter(|r| !r.is_empty()),
+            metadata: metadata.clone(),
+            claim_token: Some(a.claim_token.clone()),
+            result: result.clone(),
+            worker_id: None,
+        };
+        match ctx.connector.progress(&a.vtid, &body).await {
             Ok(_) => return,
             Err(e) if e.is_retryable() => {
-                tokio::time::sleep(backoff).await;
+                if shutdown.is_cancelled() {
+                    let deadline = *give_up_at.get_or_insert_with(|| {
+                        tokio::time::Instant::now() + STOPPING_REPORT_WINDOW
+                    });
+                    if tokio::time::Instant::now() >= deadline {
+                        tracing::warn!(
+                            run_id = a.run_id,
+                            vtid = a.vtid,
+                            error = %e,
+                            "stopping while the server is unreachable: the end of this run is not reported; \
+                             its steps stay in the spool and its claim lapses after the heartbeat timeout \
+                             (or at once when a runner starts again with this data directory)"
+                        );
+                        return;
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled(), if give_up_at.is_none() => {}
+                }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             Err(e)

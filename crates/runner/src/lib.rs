@@ -12,7 +12,6 @@
 //! kills any group a dead predecessor left behind.
 
 pub mod agent;
-pub mod client;
 pub mod execution;
 pub mod lines;
 pub mod process;
@@ -24,15 +23,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use agent::AgentConfig;
-use client::{enc, follow_sse, CallError, Connector};
 use execution::{execute, Assignment, RunContext};
 use process::{GroupRecords, WorkerRecords};
+use shepherd_client::{Client, Start};
+use shepherd_protocol as p;
 
 /// How a runner is set up.
 #[derive(Debug, Clone)]
@@ -110,18 +109,20 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             }
         }
     }
-    let operator = Connector::new(&config.server, config.token.clone());
+    let operator = Client::new(&config.server, config.token.clone()).map_err(|e| e.to_string())?;
     // Workers a previous runner registered from this data directory lost
     // their processes with it: release their claims now rather than after
     // the heartbeat timeout, so their tasks go straight back to the queue.
     let registry = WorkerRecords::new(&config.data_dir)
         .map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
     for old in registry.take_all() {
-        let body = json!({ "worker_id": old, "reason": "its runner stopped without deregistering; its processes were ended" });
-        match operator
-            .post("/api/v1/worker/orchestrator/deregister", body)
-            .await
-        {
+        let body = p::DeregisterBody {
+            worker_id: Some(old.clone()),
+            reason: Some(
+                "its runner stopped without deregistering; its processes were ended".into(),
+            ),
+        };
+        match operator.deregister(&body).await {
             Ok(_) => tracing::warn!(
                 worker_id = old,
                 "deregistered a worker left by a previous runner; its tasks are back in the queue"
@@ -186,13 +187,11 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     tracing::info!("runner stopping: ending agent processes");
     tracker.wait().await;
     for (worker_id, ctx) in workers {
-        let done = ctx
-            .connector
-            .post(
-                "/api/v1/worker/orchestrator/deregister",
-                json!({ "worker_id": worker_id, "reason": "runner stopped" }),
-            )
-            .await;
+        let body = p::DeregisterBody {
+            worker_id: Some(worker_id.clone()),
+            reason: Some("runner stopped".into()),
+        };
+        let done = ctx.connector.deregister(&body).await;
         if done.is_ok() {
             registry.forget(&worker_id);
         }
@@ -201,30 +200,27 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
 }
 
 async fn register(
-    operator: &Connector,
+    operator: &Client,
     worker_id: &str,
     name: &str,
     agent: &AgentConfig,
     shutdown: &CancellationToken,
 ) -> Result<String, String> {
-    let body = json!({
-        "worker_id": worker_id, "agent_id": name, "worker_type": agent.worker_type(),
-        "capabilities": agent.capabilities, "max_concurrent": agent.slots(), "name": name,
-        "project_path": agent.cwd.as_ref().map(|c| c.display().to_string()),
-    });
+    let body = p::RegisterBody {
+        worker_id: Some(worker_id.to_owned()),
+        agent_id: Some(name.to_owned()),
+        worker_type: Some(agent.worker_type().to_owned()),
+        capabilities: agent.capabilities.clone(),
+        max_concurrent: Some(agent.slots()),
+        name: Some(name.to_owned()),
+        project_path: agent.cwd.as_ref().map(|c| c.display().to_string()),
+        ..Default::default()
+    };
     let mut backoff = Duration::from_millis(200);
     loop {
-        match operator
-            .post("/api/v1/worker/orchestrator/register", body.clone())
-            .await
-        {
-            Ok(v) => {
-                return v["worker_token"]
-                    .as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| "no worker_token in the answer".to_owned())
-            }
-            Err(CallError::Unreachable(e)) => {
+        match operator.register(&body).await {
+            Ok(v) => return Ok(v.worker_token),
+            Err(e) if e.is_retryable() => {
                 tracing::warn!(error = %e, "cannot reach the server to register; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
@@ -256,41 +252,30 @@ async fn claim_loop(
         }
         let mut claimed_any = false;
         if running.load(std::sync::atomic::Ordering::SeqCst) < slots {
-            match ctx
-                .connector
-                .get(&format!(
-                    "/api/v1/worker/orchestrator/tasks/pending?limit=10&worker_id={}",
-                    enc(&worker_id)
-                ))
-                .await
-            {
+            let query = p::PendingQuery {
+                worker_id: Some(worker_id.clone()),
+                limit: Some(10),
+            };
+            match ctx.connector.pending(&query).await {
                 Ok(v) => {
-                    for t in v["tasks"].as_array().into_iter().flatten() {
+                    for t in v.tasks {
                         if running.load(std::sync::atomic::Ordering::SeqCst) >= slots {
                             break;
                         }
-                        let Some(vtid) = t["vtid"].as_str() else {
-                            continue;
+                        let vtid = t.vtid.as_str();
+                        let me = p::WorkerBody {
+                            worker_id: Some(worker_id.clone()),
                         };
-                        match ctx
-                            .connector
-                            .post(
-                                &format!("/api/v1/worker/orchestrator/tasks/{}/claim", enc(vtid)),
-                                json!({ "worker_id": worker_id }),
-                            )
-                            .await
-                        {
+                        match ctx.connector.claim(vtid, &me).await {
                             Ok(c) => {
                                 claimed_any = true;
                                 let a = Assignment {
-                                    vtid: vtid.to_owned(),
-                                    run_id: c["run_id"].as_str().unwrap_or_default().to_owned(),
-                                    claim_token: c["claim_token"]
-                                        .as_str()
-                                        .unwrap_or_default()
-                                        .to_owned(),
-                                    spec: c["spec"].as_str().unwrap_or_default().to_owned(),
-                                    attempt: c["attempt"].as_i64().unwrap_or(1),
+                                    vtid: c.vtid,
+                                    run_id: c.run_id,
+                                    claim_token: c.claim_token,
+                                    title: c.title,
+                                    spec: c.spec,
+                                    attempt: c.attempt,
                                 };
                                 let token = shutdown.child_token();
                                 cancels
@@ -349,21 +334,14 @@ async fn heartbeat_loop(
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(every) => {}
         }
-        match ctx
-            .connector
-            .post(
-                "/api/v1/worker/orchestrator/heartbeat",
-                json!({ "worker_id": worker_id }),
-            )
-            .await
-        {
+        let body = p::HeartbeatBody {
+            worker_id: Some(worker_id.clone()),
+            active_vtid: None,
+        };
+        match ctx.connector.heartbeat(&body).await {
             Ok(v) => {
-                for c in v["claims"].as_array().into_iter().flatten() {
-                    if c["cancel_requested"] == true {
-                        if let Some(run) = c["run_id"].as_str() {
-                            cancel_run(&cancels, run);
-                        }
-                    }
+                for c in v.claims.iter().filter(|c| c.cancel_requested) {
+                    cancel_run(&cancels, &c.run_id);
                 }
             }
             Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
@@ -387,25 +365,32 @@ fn cancel_run(cancels: &Cancels, run_id: &str) {
 /// Follows the server's events: cancels of our runs act at once, and new
 /// work wakes the claim loops without waiting for the next poll.
 async fn follow_events(
-    c: Connector,
+    c: Client,
     worker_ids: Vec<String>,
     cancels: Cancels,
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
-    let path = "/api/events?after=now&types=task.cancel_requested,task.dispatched,task.state_changed,worker.claim.released,worker.claim.expired";
-    let follow = follow_sse(
-        &c,
-        path,
-        None,
+    let query = p::EventStreamQuery {
+        types: Some("task.cancel_requested,task.dispatched,task.state_changed,worker.claim.released,worker.claim.expired".into()),
+        ..Default::default()
+    };
+    let follow = c.follow(
+        &query,
+        Start::Now,
         |f| {
-            let data: Value = serde_json::from_str(&f.data).unwrap_or(Value::Null);
-            match data["type"].as_str() {
-                Some("task.cancel_requested") => {
-                    let ours = data["worker_id"]
-                        .as_str()
+            let Ok(e) = f.parse::<p::WireEvent>() else {
+                return true;
+            };
+            let e = e.event;
+            match e.kind.as_str() {
+                shepherd_core::event::kind::TASK_CANCEL_REQUESTED => {
+                    let ours = e
+                        .refs
+                        .worker_id
+                        .as_deref()
                         .is_some_and(|w| worker_ids.iter().any(|x| x == w));
-                    if let (true, Some(run)) = (ours, data["run_id"].as_str()) {
+                    if let (true, Some(run)) = (ours, e.refs.run_id.as_deref()) {
                         cancel_run(&cancels, run);
                     }
                 }

@@ -135,11 +135,7 @@ impl Config {
         let listen_s = env(vars, "SHEPHERD_LISTEN")
             .or(file.listen)
             .unwrap_or_else(|| "127.0.0.1:7700".into());
-        let listen: SocketAddr = listen_s.trim().parse().map_err(|_| {
-            err(format!(
-                "SHEPHERD_LISTEN: expected HOST:PORT with an IP address, got {listen_s:?}"
-            ))
-        })?;
+        let listen = resolve_listen(&listen_s).map_err(|e| err(format!("SHEPHERD_LISTEN: {e}")))?;
         let data_dir = env(vars, "SHEPHERD_DATA_DIR")
             .map(PathBuf::from)
             .or(file.data_dir)
@@ -302,6 +298,22 @@ impl Config {
 
 fn validate_agent(name: &str, a: &AgentConfig) -> Result<(), ConfigError> {
     a.validate(name).map_err(ConfigError)
+}
+
+/// `HOST:PORT` to an address; a host name (`localhost`) is resolved, the
+/// first address it resolves to is used.
+pub fn resolve_listen(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let s = s.trim();
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    match s.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("{s:?} resolves to no address")),
+        Err(e) => Err(format!("expected HOST:PORT, got {s:?} ({e})")),
+    }
 }
 
 #[cfg(test)]

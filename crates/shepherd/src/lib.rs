@@ -3,7 +3,6 @@
 //! command line and calls in here.
 
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod maintenance;
 pub mod render;

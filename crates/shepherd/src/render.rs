@@ -1,7 +1,7 @@
 //! Terminal output: aligned tables, relative times, readable transcripts.
 
-use serde_json::Value;
 use shepherd_core::time::parse_iso8601;
+use shepherd_core::transcript::{ActionContent, TranscriptStep};
 
 /// Prints rows as an aligned table with a header.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -45,8 +45,8 @@ pub fn cut(s: &str, max: usize) -> String {
 }
 
 /// "3m ago" style, from an RFC 3339 string.
-pub fn ago(ts: &Value) -> String {
-    let Some(ms) = ts.as_str().and_then(parse_iso8601) else {
+pub fn ago(ts: &str) -> String {
+    let Some(ms) = parse_iso8601(ts) else {
         return "-".into();
     };
     let secs = (chrono::Utc::now().timestamp_millis() - ms) / 1000;
@@ -59,17 +59,23 @@ pub fn ago(ts: &Value) -> String {
     }
 }
 
-pub fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+/// Absolute and relative, for a person reading one record:
+/// `2026-11-26 14:03:12 UTC (3m ago)`.
+pub fn when(ts: &str) -> String {
+    match parse_iso8601(ts).and_then(chrono::DateTime::from_timestamp_millis) {
+        Some(t) => format!("{} ({})", t.format("%Y-%m-%d %H:%M:%S UTC"), ago(ts)),
+        None => "-".into(),
     }
+}
+
+/// An optional text, `-` when absent.
+pub fn opt(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "-".into())
 }
 
 /// Renders one transcript step for a terminal; long text is cut to
 /// `max_lines` unless `full`.
-pub fn step(step: &Value, full: bool, max_lines: usize) -> String {
+pub fn step(step: &TranscriptStep, full: bool, max_lines: usize) -> String {
     let mut out = String::new();
     let clip = |text: &str, out: &mut String| {
         let lines: Vec<&str> = text.lines().collect();
@@ -90,27 +96,57 @@ pub fn step(step: &Value, full: bool, max_lines: usize) -> String {
             ));
         }
     };
-    match step["type"].as_str() {
-        Some("action") => {
-            for c in step["content"].as_array().into_iter().flatten() {
-                match c["type"].as_str() {
-                    Some("text") => clip(c["text"].as_str().unwrap_or(""), &mut out),
-                    Some("tool_call") => {
-                        out.push_str(&format!(
-                            "  ▶ {} {}\n",
-                            c["name"].as_str().unwrap_or("?"),
-                            cut(c["args"].as_str().unwrap_or(""), 100)
-                        ));
+    match step {
+        TranscriptStep::Action { content } => {
+            for c in content {
+                match c {
+                    ActionContent::Text { text } => clip(text, &mut out),
+                    ActionContent::ToolCall { name, args, .. } => {
+                        out.push_str(&format!("  ▶ {name} {}\n", cut(args, 100)));
                     }
-                    _ => {}
                 }
             }
         }
-        Some("tool_result") => {
-            out.push_str(&format!("  ✓ {}\n", step["name"].as_str().unwrap_or("?")));
-            clip(step["text"].as_str().unwrap_or(""), &mut out);
+        TranscriptStep::ToolResult { name, text, .. } => {
+            // The transcript format has no error flag: a result that reports
+            // a non-zero exit or an error is marked as failed, not done.
+            let mark = if looks_failed(text) { '✗' } else { '✓' };
+            out.push_str(&format!("  {mark} {name}\n"));
+            clip(text, &mut out);
         }
-        _ => out.push_str(&format!("  {step}\n")),
     }
     out
+}
+
+/// Whether a tool result reads as a failure (a non-zero exit code, an error).
+fn looks_failed(text: &str) -> bool {
+    let last = text
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    (last.contains("exit code") && !last.contains("exit code 0"))
+        || text.trim_start().to_ascii_lowercase().starts_with("error")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_tool_results_are_not_checked() {
+        let failed = TranscriptStep::ToolResult {
+            call_id: "shell:0".into(),
+            name: "shell".into(),
+            text: "boom\n(exit code 2)".into(),
+        };
+        assert!(step(&failed, false, 5).contains("✗ shell"));
+        let ok = TranscriptStep::ToolResult {
+            call_id: "shell:1".into(),
+            name: "shell".into(),
+            text: "12 passed".into(),
+        };
+        assert!(step(&ok, false, 5).contains("✓ shell"));
+    }
 }

@@ -515,3 +515,54 @@ echo '{"type":"result","text":"24 steps"}'
     assert_eq!(texts, expected, "every step exactly once, in order");
     assert_eq!(run["result"], "24 steps");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_stopped_while_the_server_is_down_exits_and_says_why() {
+    let env = Env::new(Kind::Sqlite);
+    let server = Server::start(&env).await;
+    let mut runner_env = Env::new(Kind::Sqlite);
+    runner_env
+        .with_config_file("[agents.long]\ncommand = [\"sleep\", \"120\"]\ncancel_grace_secs = 1\n");
+    server
+        .post(
+            "/api/v1/tasks",
+            None,
+            json!({ "vtid": "DOWN-1", "title": "long", "agent_id": "long" }),
+        )
+        .await;
+    let log = env.dir.join("runner.log");
+    let data = env.dir.join("runner-data");
+    let mut runner = Proc(
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["runner", "--server", &server.base, "--data-dir"])
+            .arg(&data)
+            .envs(&runner_env.vars)
+            .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
+            .env("SHEPHERD_LOG", "warn")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    task_in(&server, "DOWN-1", &["running"], Duration::from_secs(15)).await;
+    server.stop().await;
+    unsafe { libc::kill(runner.0.id() as i32, libc::SIGTERM) };
+    // Bounded: the agent's grace, then the stopping report window (10 s).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = runner.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the runner still runs a minute after SIGTERM with the server down"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success() || status.code().is_some(), "{status:?}");
+    assert!(
+        text.contains("server is unreachable"),
+        "the log says why the run's end was not reported: {text}"
+    );
+}

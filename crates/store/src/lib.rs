@@ -749,7 +749,11 @@ impl Store {
     // ----- channels (seed 002's resources) -----
 
     /// Creates a channel, or renames it if it exists.
-    pub async fn upsert_channel(&self, id: &str, name: &str) -> Result<serde_json::Value, Error> {
+    pub async fn upsert_channel(
+        &self,
+        id: &str,
+        name: &str,
+    ) -> Result<shepherd_core::model::Channel, Error> {
         let (now, id, name) = (now_ms(), id.to_owned(), name.to_owned());
         write_op!(self, |db| async move {
             ops::validate_id("channel id", "invalid_channel_id", &id)?;
@@ -776,7 +780,7 @@ impl Store {
     }
 
     /// Archives a channel: it stays, with its runs; it is only hidden from lists.
-    pub async fn archive_channel(&self, id: &str) -> Result<serde_json::Value, Error> {
+    pub async fn archive_channel(&self, id: &str) -> Result<shepherd_core::model::Channel, Error> {
         let (now, id) = (now_ms(), id.to_owned());
         write_op!(self, |db| async move {
             let n = db
@@ -805,7 +809,7 @@ impl Store {
     pub async fn list_channels(
         &self,
         include_archived: bool,
-    ) -> Result<Vec<serde_json::Value>, Error> {
+    ) -> Result<Vec<shepherd_core::model::Channel>, Error> {
         read_op!(self, |db| async move {
             let rows = db
                 .query(
@@ -815,7 +819,7 @@ impl Store {
                     params![include_archived as i64],
                 )
                 .await?;
-            rows.iter().map(ops::channel_json).collect()
+            rows.iter().map(ops::channel_from_row).collect()
         })
     }
 

@@ -913,3 +913,43 @@ contract!(
         store.close();
     }
 );
+
+#[tokio::test]
+async fn claim_tokens_are_stored_hashed_and_still_fence() {
+    let db = TestDb::new(common::Kind::Sqlite).await;
+    let store = db.open().await;
+    register(&store, "w", &[]).await;
+    store.create_task(task("H-1", "simple")).await.unwrap();
+    let g = store.claim_task("w", "H-1", rules()).await.unwrap();
+    let path = db.config().url.trim_start_matches("sqlite://").to_owned();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let stored: String = conn
+        .query_row(
+            "SELECT token FROM claims WHERE run_id = ?1",
+            [&g.claim.run_id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_ne!(
+        stored, g.claim_token,
+        "the database does not hold the token"
+    );
+    assert!(!stored.contains(&g.claim_token));
+    // A wrong token of any length is refused the same way; the right one works.
+    for wrong in ["x", "sct_0000", &"f".repeat(64), &stored] {
+        let err = progress(&store, "w", "H-1", wrong, "worker.execution.started")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "claim_stale", "{wrong}");
+    }
+    progress(
+        &store,
+        "w",
+        "H-1",
+        &g.claim_token,
+        "worker.execution.started",
+    )
+    .await
+    .unwrap();
+    store.close();
+}

@@ -262,8 +262,8 @@ contract!(archived_channels_keep_their_runs, |db: TestDb| async move {
     )
     .await;
     let ch = store.archive_channel("discord:1:2").await.unwrap();
-    assert!(ch["archived_at"].is_string());
-    assert_eq!(ch["runs"], 1);
+    assert!(ch.archived_at.is_some());
+    assert_eq!(ch.runs, 1);
     assert_eq!(
         store.archive_channel("discord:1:2").await.unwrap_err().code,
         "channel_archived"

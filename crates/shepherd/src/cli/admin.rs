@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::client::ClientError;
 use crate::config::Config;
 
 use super::{Global, Result};
@@ -29,11 +28,7 @@ fn load_config(global: &Global) -> Result<Config> {
 pub async fn serve(g: &Global, listen: Option<&str>) -> Result<()> {
     let mut config = load_config(g)?;
     if let Some(l) = listen {
-        config.listen = l.parse().map_err(|_| ClientError {
-            code: "bad_listen".into(),
-            message: format!("--listen: expected HOST:PORT, got {l:?}"),
-            status: None,
-        })?;
+        config.listen = crate::config::resolve_listen(l).map_err(|e| format!("--listen: {e}"))?;
     }
     init_tracing(&config);
     config.check_exposure()?;

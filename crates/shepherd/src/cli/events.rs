@@ -1,107 +1,129 @@
 //! `shepherd events`: a page of the event log, or the live stream with
-//! `--follow` (resuming after drops).
+//! `--follow` (resuming after drops from the last event received, or from
+//! the head read when following began).
 
-use serde_json::{json, Value};
-use shepherd_runner::client::{enc, follow_sse, Connector, SseFrame};
+use serde_json::Value;
+use shepherd_client::{Frame, Start};
+use shepherd_protocol::{EventPageQuery, EventStreamQuery, Resync, WireEvent};
 
-use crate::render::{cut, s};
+use crate::render::cut;
 
-use super::output::client;
+use super::output::{client, explain};
 use super::{EventsArgs, Global, Output, Result};
 
-fn event_query(e: &EventsArgs) -> String {
-    let mut q = String::new();
-    for (k, v) in [
-        ("task_id", &e.task),
-        ("worker_id", &e.worker),
-        ("run_id", &e.run),
-        ("agent_id", &e.agent),
-        ("types", &e.types),
-    ] {
-        if let Some(v) = v {
-            q.push_str(&format!("&{k}={}", enc(v)));
-        }
-    }
-    q
+/// The `types` filter with seed 000's SSE names accepted beside the log's
+/// (`worker_completed` means `run.completed`).
+pub fn log_types(types: &str) -> String {
+    types
+        .split(',')
+        .map(|t| match t.trim() {
+            "worker_started" => "run.started",
+            "worker_status" => "run.status",
+            "worker_completed" => "run.completed",
+            "tool_started" | "tool_completed" => "run.step",
+            other => other,
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
-fn print_event(g: &Global, name: &str, data: &Value) {
+fn detail(data: &Value) -> String {
+    let field = |k: &str| data.get(k).filter(|v| !v.is_null());
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if let Some(p) = field("preview") {
+        text(p)
+    } else if let Some(m) = field("message") {
+        text(m)
+    } else if let Some(to) = field("to") {
+        format!("→ {}", text(to))
+    } else if let Some(s) = field("status") {
+        text(s)
+    } else {
+        String::new()
+    }
+}
+
+pub fn print_event(g: &Global, name: &str, e: &WireEvent) {
     match g.output {
-        Output::Json => println!("{}", json!({ "event": name, "data": data })),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string(&serde_json::json!({ "event": name, "data": e }))
+                .unwrap_or_default()
+        ),
         Output::Table => {
-            let ids: Vec<String> = ["task_id", "worker_id", "run_id"]
-                .iter()
-                .filter_map(|k| {
-                    data[*k]
-                        .as_str()
-                        .map(|v| format!("{}={}", k.trim_end_matches("_id"), cut(v, 14)))
-                })
-                .collect();
-            let detail = match &data["data"] {
-                Value::Object(m) if m.contains_key("preview") => s(&m["preview"]),
-                Value::Object(m) if m.contains_key("message") && !m["message"].is_null() => {
-                    s(&m["message"])
-                }
-                Value::Object(m) if m.contains_key("to") => format!("→ {}", s(&m["to"])),
-                Value::Object(m) if m.contains_key("status") => s(&m["status"]),
-                _ => String::new(),
-            };
+            let r = &e.event.refs;
+            let ids: Vec<String> = [
+                ("task", &r.task_id),
+                ("worker", &r.worker_id),
+                ("run", &r.run_id),
+            ]
+            .iter()
+            .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}={}", cut(v, 14))))
+            .collect();
             println!(
                 "{:>7}  {}  {:<28} {}  {}",
-                s(&data["seq"]),
-                s(&data["ts"]),
+                e.event.seq,
+                shepherd_core::time::to_rfc3339(e.event.ts),
                 name,
                 ids.join(" "),
-                cut(&detail, 80)
+                cut(&detail(&e.event.data), 80)
             );
         }
     }
 }
 
-/// Follows an SSE path on the server with resume, printing drops to stderr.
+/// Follows the event stream with resume, printing drops to stderr.
 pub async fn follow(
     g: &Global,
-    path: &str,
-    cursor: Option<i64>,
-    on_frame: impl FnMut(&SseFrame) -> bool,
+    query: &EventStreamQuery,
+    start: Start,
+    on_frame: impl FnMut(&Frame) -> bool,
 ) -> Result<()> {
-    let token = g.token.clone().or_else(|| {
-        std::env::var("SHEPHERD_AUTH_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty())
-    });
-    let conn = Connector::new(&g.server, token);
-    follow_sse(&conn, path, cursor, on_frame, |msg| eprintln!("({msg})")).await?;
-    Ok(())
+    let c = client(g)?;
+    c.follow(query, start, on_frame, |msg| eprintln!("({msg})"))
+        .await
+        .map_err(explain)
 }
 
 pub async fn events(g: &Global, e: &EventsArgs) -> Result<()> {
-    let c = client(g);
-    let filter = event_query(e);
+    let c = client(g)?;
+    let types = e.types.as_deref().map(log_types);
     if !e.follow {
-        let v = match e.after {
-            Some(a) => {
-                c.get(&format!("/api/v1/events?after={a}&limit=100{filter}"))
-                    .await?
-            }
-            None => c.get(&format!("/api/v1/events?limit=20{filter}")).await?,
+        let q = EventPageQuery {
+            after: e.after.map(|a| a.to_string()),
+            limit: Some(if e.after.is_some() { 100 } else { 20 }),
+            agent_id: e.agent.clone(),
+            worker_id: e.worker.clone(),
+            task_id: e.task.clone(),
+            run_id: e.run.clone(),
+            channel_id: None,
+            types,
         };
-        for ev in v["events"].as_array().into_iter().flatten() {
-            print_event(g, ev["type"].as_str().unwrap_or("?"), ev);
+        let (page, _) = c.events(&q).await.map_err(explain)?;
+        for ev in &page.events {
+            print_event(g, &ev.event.kind, ev);
         }
         return Ok(());
     }
-    let path = format!(
-        "/api/events?after={}{}",
-        e.after.map(|a| a.to_string()).unwrap_or("now".into()),
-        filter
-    );
-    follow(g, &path, e.after, |f| {
-        let data: Value = serde_json::from_str(&f.data).unwrap_or(Value::Null);
+    let q = EventStreamQuery {
+        agent_id: e.agent.clone(),
+        worker_id: e.worker.clone(),
+        task_id: e.task.clone(),
+        run_id: e.run.clone(),
+        types,
+        ..Default::default()
+    };
+    let start = e.after.map(Start::After).unwrap_or(Start::Now);
+    follow(g, &q, start, |f| {
         if f.event == "resync" {
-            eprintln!("(resync: {})", s(&data["message"]));
-        } else {
-            print_event(g, &f.event, &data);
+            if let Ok(r) = f.parse::<Resync>() {
+                eprintln!("(resync: {})", r.message);
+            }
+        } else if let Ok(ev) = f.parse::<WireEvent>() {
+            print_event(g, &f.event, &ev);
         }
         true
     })

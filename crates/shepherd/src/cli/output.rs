@@ -1,21 +1,31 @@
 //! Helpers every client verb shares: the HTTP client from the global
-//! options, and JSON output.
+//! options, errors a person can act on, and JSON output.
 
-use serde_json::Value;
+use serde::Serialize;
+use shepherd_client::{Client, ClientError};
 
-use crate::client::Client;
+use super::{Global, Result};
 
-use super::Global;
-
-pub fn client(g: &Global) -> Client {
+/// The client the global options describe (`--server`, `--token`).
+pub fn client(g: &Global) -> Result<Client> {
+    // The server's own token variable works here too, so one exported
+    // variable serves both sides on a single machine.
     let token = g.token.clone().or_else(|| {
         std::env::var("SHEPHERD_AUTH_TOKEN")
             .ok()
             .filter(|t| !t.is_empty())
     });
-    Client::new(&g.server, token)
+    Client::new(&g.server, token).map_err(explain)
 }
 
-pub fn print_json(v: &Value) {
+/// A client error with a hint where one helps.
+pub fn explain(e: ClientError) -> Box<dyn std::error::Error + Send + Sync> {
+    match e.status() {
+        Some(401) => format!("{e}\nhint: pass --token or set SHEPHERD_TOKEN").into(),
+        _ => Box::new(e),
+    }
+}
+
+pub fn print_json<T: Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }

@@ -1,15 +1,22 @@
 //! `shepherd runs`: list runs and show one with its transcript.
 
-use serde_json::json;
-use shepherd_runner::client::enc;
+use serde::Serialize;
+use shepherd_protocol::{IndexedStep, RunDetail, RunsQuery, StepsQuery};
 
-use crate::render::{ago, cut, s, table};
+use crate::render::{ago, cut, table, when};
 
-use super::output::{client, print_json};
+use super::output::{client, explain, print_json};
 use super::{Global, Output, Result, RunsCommand};
 
+/// `runs show -o json`: the run and its steps.
+#[derive(Serialize)]
+struct RunWithSteps {
+    run: RunDetail,
+    steps: Vec<IndexedStep>,
+}
+
 pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
-    let c = client(g);
+    let c = client(g)?;
     match cmd {
         RunsCommand::List {
             agent,
@@ -18,38 +25,42 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
             search,
             limit,
         } => {
-            let mut q = format!("/api/v1/runs?limit={limit}");
-            for (k, v) in [
-                ("agent_id", agent),
-                ("status", status),
-                ("vtid", vtid),
-                ("q", search),
-            ] {
-                if let Some(v) = v {
-                    q.push_str(&format!("&{k}={}", enc(v)));
-                }
-            }
-            let v = c.get(&q).await?;
+            let q = RunsQuery {
+                agent_id: agent.clone(),
+                status: status.clone(),
+                vtid: vtid.clone(),
+                q: search.clone(),
+                limit: Some(*limit),
+                offset: None,
+            };
+            let v = c.runs(&q).await.map_err(explain)?;
             match g.output {
                 Output::Json => print_json(&v),
                 Output::Table => {
-                    let runs = v["runs"].as_array().cloned().unwrap_or_default();
-                    let rows: Vec<Vec<String>> = runs
+                    let rows: Vec<Vec<String>> = v
+                        .runs
                         .iter()
                         .map(|r| {
-                            let live = if r["status"] == "running" {
-                                s(&r["live_status"])
-                            } else {
-                                String::new()
+                            let live = match (&r.live_status, r.status.as_str()) {
+                                (Some(l), "running") => l.as_str(),
+                                _ => "",
                             };
+                            // Once pruned, the steps are gone: say so rather
+                            // than show a count nobody can read.
+                            let steps =
+                                if r.step_count > 0 && !r.has_transcript && r.status != "running" {
+                                    "pruned".to_owned()
+                                } else {
+                                    r.step_count.to_string()
+                                };
                             vec![
-                                s(&r["id"]),
-                                s(&r["status"]),
-                                s(&r["vtid"]),
-                                s(&r["agent_id"]),
-                                ago(&r["started_at"]),
-                                s(&r["step_count"]),
-                                cut(&format!("{} {}", s(&r["task"]), live), 50),
+                                r.id.clone(),
+                                r.status.clone(),
+                                r.vtid.clone(),
+                                r.agent_id.clone(),
+                                ago(&shepherd_core::time::to_rfc3339(r.started_at)),
+                                steps,
+                                cut(&format!("{} {live}", r.task), 50),
                             ]
                         })
                         .collect();
@@ -60,38 +71,93 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                             &rows
                         )
                     );
-                    println!("{} of {} shown", runs.len(), s(&v["total"]));
+                    println!("{} of {} shown", v.runs.len(), v.total);
                 }
             }
         }
         RunsCommand::Show { id, full } => {
-            let v = c.get(&format!("/api/v1/runs/{}", enc(id))).await?;
-            let steps = c.get(&format!("/api/v1/runs/{}/steps", enc(id))).await?;
+            let id = resolve_run(&c, id).await?;
+            let v = c.run(&id).await.map_err(explain)?;
+            let steps = c
+                .steps(&id, &StepsQuery::default())
+                .await
+                .map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&json!({ "run": v, "steps": steps["steps"] })),
+                Output::Json => print_json(&RunWithSteps {
+                    run: v,
+                    steps: steps.steps,
+                }),
                 Output::Table => {
-                    println!("run {}  ({})", s(&v["id"]), s(&v["status"]));
-                    println!("task:    {}  {}", s(&v["vtid"]), s(&v["task"]));
-                    println!("agent:   {} · {}", s(&v["agent_id"]), s(&v["worker_type"]));
-                    println!(
-                        "started: {} ({})",
-                        s(&v["started_at"]),
-                        ago(&v["started_at"])
-                    );
-                    if !v["completed_at"].is_null() {
-                        println!("ended:   {}", s(&v["completed_at"]));
+                    let d = &v.detail;
+                    println!("run {}  ({})", d.id, d.status);
+                    println!("task:    {}  {}", d.vtid, d.task);
+                    println!("agent:   {} · {}", d.agent_id, d.worker_type);
+                    println!("started: {}", when(&d.started_at));
+                    if let Some(end) = &d.completed_at {
+                        println!("ended:   {}", when(end));
                     }
-                    if let Some(r) = v["result"].as_str() {
+                    if let Some(r) = &d.result {
                         println!("result:  {}", cut(r, 200));
                     }
-                    let list = steps["steps"].as_array().cloned().unwrap_or_default();
-                    println!("\nTranscript ({} steps):", list.len());
-                    for st in &list {
-                        print!("{}", crate::render::step(&st["step"], *full, 12));
+                    if let Some(l) = d.live_status.as_ref().filter(|_| d.status == "running") {
+                        println!("now:     {l}");
+                    }
+                    if steps.steps.is_empty() && v.run.step_count > 0 {
+                        println!(
+                            "\nTranscript: pruned ({} steps were recorded; `shepherd prune` removed them)",
+                            v.run.step_count
+                        );
+                    } else {
+                        println!("\nTranscript ({} steps):", steps.steps.len());
+                        for st in &steps.steps {
+                            print!("{}", crate::render::step(&st.step, *full, 12));
+                        }
                     }
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Accepts a unique prefix of a run id, as `git` and `docker` do.
+pub async fn resolve_run(c: &shepherd_client::Client, id: &str) -> Result<String> {
+    match c.run(id).await {
+        Ok(_) => return Ok(id.to_owned()),
+        Err(e) if e.status() == Some(404) && id.len() >= 4 => {}
+        Err(e) => return Err(explain(e)),
+    }
+    let mut matches = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page = c
+            .runs(&RunsQuery {
+                limit: Some(500),
+                offset: Some(offset),
+                ..Default::default()
+            })
+            .await
+            .map_err(explain)?;
+        let n = page.runs.len() as i64;
+        matches.extend(
+            page.runs
+                .into_iter()
+                .map(|r| r.id)
+                .filter(|r| r.starts_with(id)),
+        );
+        offset += n;
+        if n < 500 || offset >= page.total || matches.len() > 1 {
+            break;
+        }
+    }
+    match matches.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!("no run {id:?} (run_not_found)").into()),
+        many => Err(format!(
+            "{id:?} is ambiguous: it starts {} runs ({}, …); give more characters",
+            many.len(),
+            many[..2].join(", ")
+        )
+        .into()),
+    }
 }

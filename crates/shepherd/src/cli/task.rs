@@ -1,33 +1,59 @@
 //! `shepherd task`: add, list, show, dispatch, cancel and watch tasks.
 
-use serde_json::{json, Value};
-use shepherd_runner::client::enc;
+use shepherd_client::{Client, Start};
+use shepherd_core::event::kind;
+use shepherd_protocol::{
+    CancelBody, CreateTask, EventStreamQuery, RunCompleted, RunStatusChanged, RunStep, Task,
+    TaskListQuery, TaskStateChanged, WireEvent, WorkersQuery,
+};
 
-use crate::client::Client;
-use crate::render::{ago, cut, s, table};
+use crate::render::{ago, cut, opt, table, when};
 
 use super::events::follow;
-use super::output::{client, print_json};
+use super::output::{client, explain, print_json};
 use super::{Global, Output, Result, TaskCommand};
 
-fn task_rows(tasks: &[Value]) -> Vec<Vec<String>> {
+fn task_rows(tasks: &[Task]) -> Vec<Vec<String>> {
     tasks
         .iter()
         .map(|t| {
             vec![
-                s(&t["vtid"]),
-                s(&t["state"]),
-                s(&t["priority"]),
-                s(&t["agent_id"]),
-                ago(&t["created_at"]),
-                cut(&s(&t["title"]), 60),
+                t.vtid.clone(),
+                t.state.clone(),
+                t.priority.to_string(),
+                opt(&t.agent_id),
+                ago(&shepherd_core::time::to_rfc3339(t.created_at)),
+                cut(&t.title, 60),
             ]
         })
         .collect()
 }
 
+/// Whether any live worker could take the task (its agent and capabilities).
+async fn takers(c: &Client, t: &Task) -> Result<bool> {
+    let workers = c
+        .workers(&WorkersQuery {
+            agent_id: t.agent_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .map_err(explain)?;
+    Ok(workers.workers.iter().any(|w| {
+        w.registry_status == "active" && t.capabilities.iter().all(|c| w.capabilities.contains(c))
+    }))
+}
+
+fn warn_no_takers(t: &Task) {
+    eprintln!(
+        "warning: no live worker can take {} now (agent {}, needs [{}]); it waits until one registers",
+        t.vtid,
+        t.agent_id.as_deref().unwrap_or("any"),
+        t.capabilities.join(", ")
+    );
+}
+
 pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
-    let c = client(g);
+    let c = client(g)?;
     match cmd {
         TaskCommand::Add {
             title,
@@ -50,19 +76,24 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
                     .map_err(|e| format!("--spec-file {}: {e}", p.display()))?,
                 (None, None) => String::new(),
             };
-            let body = json!({
-                "vtid": vtid, "title": title, "spec": spec, "priority": priority, "capabilities": capabilities,
-                "agent_id": agent, "channel_id": channel, "workflow": workflow, "dispatch": !draft,
-            });
-            let t = c.post("/api/v1/tasks", &body).await?;
+            let body = CreateTask {
+                vtid: vtid.clone(),
+                title: title.clone(),
+                spec,
+                priority: *priority,
+                capabilities: capabilities.clone(),
+                agent_id: agent.clone(),
+                channel_id: channel.clone(),
+                workflow: workflow.clone(),
+                dispatch: Some(!draft),
+            };
+            let t = c.create_task(&body).await.map_err(explain)?;
             match g.output {
                 Output::Json => print_json(&t),
-                Output::Table => println!(
-                    "created {} ({}, {})",
-                    s(&t["vtid"]),
-                    s(&t["state"]),
-                    s(&t["workflow"])
-                ),
+                Output::Table => println!("created {} ({}, {})", t.vtid, t.state, t.workflow),
+            }
+            if !draft && !takers(&c, &t).await.unwrap_or(true) {
+                warn_no_takers(&t);
             }
         }
         TaskCommand::List {
@@ -70,19 +101,17 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             agent,
             limit,
         } => {
-            let mut q = format!("/api/v1/tasks?limit={limit}");
-            if let Some(s) = state {
-                q.push_str(&format!("&state={}", enc(s)));
-            }
-            if let Some(a) = agent {
-                q.push_str(&format!("&agent_id={}", enc(a)));
-            }
-            let v = c.get(&q).await?;
+            let q = TaskListQuery {
+                state: state.clone(),
+                agent_id: agent.clone(),
+                limit: Some(*limit),
+                offset: None,
+            };
+            let v = c.tasks(&q).await.map_err(explain)?;
             match g.output {
                 Output::Json => print_json(&v),
                 Output::Table => {
-                    let tasks = v["tasks"].as_array().cloned().unwrap_or_default();
-                    if tasks.is_empty() {
+                    if v.tasks.is_empty() {
                         println!(
                             "No tasks. Create one with: shepherd task add \"TITLE\" --spec \"...\""
                         );
@@ -91,54 +120,47 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
                             "{}",
                             table(
                                 &["VTID", "STATE", "PRIO", "AGENT", "CREATED", "TITLE"],
-                                &task_rows(&tasks)
+                                &task_rows(&v.tasks)
                             )
                         );
-                        println!("{} of {} shown", tasks.len(), s(&v["total"]));
+                        println!("{} of {} shown", v.tasks.len(), v.total);
                     }
                 }
             }
         }
         TaskCommand::Show { vtid } => {
-            let v = c.get(&format!("/api/v1/tasks/{}", enc(vtid))).await?;
+            let (v, _) = c.task(vtid).await.map_err(explain)?;
             match g.output {
                 Output::Json => print_json(&v),
                 Output::Table => {
-                    println!("{}  {}", s(&v["vtid"]), s(&v["title"]));
-                    println!(
-                        "state:     {} (workflow {})",
-                        s(&v["state"]),
-                        s(&v["workflow"])
-                    );
+                    let t = &v.task;
+                    println!("{}  {}", t.vtid, t.title);
+                    println!("state:     {} (workflow {})", t.state, t.workflow);
                     println!(
                         "priority:  {}   agent: {}   attempts: {}",
-                        s(&v["priority"]),
-                        s(&v["agent_id"]),
-                        s(&v["attempts"])
+                        t.priority,
+                        opt(&t.agent_id),
+                        t.attempts
                     );
                     println!(
-                        "created:   {} ({})",
-                        s(&v["created_at"]),
-                        ago(&v["created_at"])
+                        "created:   {}",
+                        when(&shepherd_core::time::to_rfc3339(t.created_at))
                     );
-                    if let Some(caps) = v["capabilities"].as_array().filter(|c| !c.is_empty()) {
-                        println!(
-                            "needs:     {}",
-                            caps.iter().map(s).collect::<Vec<_>>().join(", ")
-                        );
+                    if !t.capabilities.is_empty() {
+                        println!("needs:     {}", t.capabilities.join(", "));
                     }
-                    let claims = v["claims"].as_array().cloned().unwrap_or_default();
-                    if !claims.is_empty() {
+                    if !v.claims.is_empty() {
                         println!("\nClaims:");
-                        let rows: Vec<Vec<String>> = claims
+                        let rows: Vec<Vec<String>> = v
+                            .claims
                             .iter()
                             .map(|c| {
                                 vec![
-                                    s(&c["worker_id"]),
-                                    s(&c["purpose"]),
-                                    s(&c["run_id"]),
-                                    ago(&c["claimed_at"]),
-                                    s(&c["release_reason"]),
+                                    c.worker_id.clone(),
+                                    c.purpose.clone(),
+                                    c.run_id.clone(),
+                                    ago(&shepherd_core::time::to_rfc3339(c.claimed_at)),
+                                    opt(&c.release_reason),
                                 ]
                             })
                             .collect();
@@ -150,17 +172,22 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
                             )
                         );
                     }
-                    let events = v["events"].as_array().cloned().unwrap_or_default();
-                    if !events.is_empty() {
+                    if !v.events.is_empty() {
                         println!("\nRecent events:");
-                        for e in events.iter().rev().take(15).rev() {
-                            println!("  {:>6}  {}  {}", s(&e["seq"]), s(&e["ts"]), s(&e["type"]));
+                        for e in v.events.iter().rev().take(15).rev() {
+                            println!(
+                                "  {:>6}  {}  {}",
+                                e.seq,
+                                shepherd_core::time::to_rfc3339(e.ts),
+                                e.kind
+                            );
                         }
                     }
-                    if let Some(spec) = v["spec"].as_str().filter(|s| !s.is_empty()) {
+                    if !t.spec.is_empty() {
                         println!(
                             "\nSpec:\n{}",
-                            spec.lines()
+                            t.spec
+                                .lines()
                                 .take(20)
                                 .map(|l| format!("  {l}"))
                                 .collect::<Vec<_>>()
@@ -171,36 +198,26 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             }
         }
         TaskCommand::Dispatch { vtid } => {
-            let t = c
-                .post(&format!("/api/v1/tasks/{}/dispatch", enc(vtid)), &json!({}))
-                .await?;
+            let t = c.dispatch(vtid).await.map_err(explain)?;
             match g.output {
                 Output::Json => print_json(&t),
-                Output::Table => println!("dispatched {} ({})", s(&t["vtid"]), s(&t["state"])),
+                Output::Table => println!("dispatched {} ({})", t.vtid, t.state),
             }
         }
         TaskCommand::Cancel { vtid, reason } => {
-            let v = c
-                .post(
-                    &format!("/api/v1/tasks/{}/cancel", enc(vtid)),
-                    &json!({ "reason": reason }),
-                )
-                .await?;
+            let body = CancelBody {
+                reason: reason.clone(),
+            };
+            let v = c.cancel(vtid, &body).await.map_err(explain)?;
             match g.output {
                 Output::Json => print_json(&v),
-                Output::Table => {
-                    if v["cancelled"] == json!(true) {
-                        println!("cancelled {vtid}");
-                    } else {
-                        let p = &v["pending_worker"];
-                        println!(
-                            "cancel requested: worker {} is stopping run {} (grace {}s)",
-                            s(&p["worker_id"]),
-                            s(&p["run_id"]),
-                            s(&p["grace_secs"])
-                        );
-                    }
-                }
+                Output::Table => match &v.pending_worker {
+                    None => println!("cancelled {vtid}"),
+                    Some(p) => println!(
+                        "cancel requested: worker {} is stopping run {} (grace {}s)",
+                        p.worker_id, p.run_id, p.grace_secs
+                    ),
+                },
             }
         }
         TaskCommand::Watch { vtid } => watch_task(g, &c, vtid).await?,
@@ -208,86 +225,103 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
     Ok(())
 }
 
-async fn watch_task(g: &Global, c: &Client, vtid: &str) -> Result<()> {
-    let path = format!("/api/v1/tasks/{}", enc(vtid));
-    let res = c
-        .request(reqwest::Method::GET, &path)
-        .send()
-        .await
-        .map_err(|e| format!("cannot reach {}: {e}", c.base()))?;
-    let cursor: i64 = res
-        .headers()
-        .get("x-shepherd-cursor")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let status = res.status();
-    let task: Value = res.json().await.unwrap_or_default();
-    if !status.is_success() {
-        return Err(format!(
-            "{} ({})",
-            s(&task["error"]["message"]),
-            s(&task["error"]["code"])
+/// The end of a watched task, as the command's outcome: done is success,
+/// anything else an error with its reason.
+fn outcome(vtid: &str, state: &str, reason: Option<&str>) -> Result<()> {
+    match state {
+        "done" => Ok(()),
+        other => Err(format!(
+            "task {vtid} ended {other}{}",
+            reason.map(|r| format!(": {r}")).unwrap_or_default()
         )
-        .into());
+        .into()),
     }
+}
+
+async fn watch_task(g: &Global, c: &Client, vtid: &str) -> Result<()> {
+    let (task, cursor) = c.task(vtid).await.map_err(explain)?;
     let finals = ["done", "failed", "cancelled"];
-    println!("{}  {}  [{}]", vtid, s(&task["title"]), s(&task["state"]));
-    if finals.contains(&task["state"].as_str().unwrap_or("")) {
-        return Ok(());
+    let t = &task.task;
+    println!("{}  {}  [{}]", vtid, t.title, t.state);
+    if finals.contains(&t.state.as_str()) {
+        let reason = task.events.iter().rev().find_map(|e| {
+            e.data
+                .get("message")
+                .and_then(|m| m.as_str())
+                .map(String::from)
+        });
+        return outcome(vtid, &t.state, reason.as_deref());
     }
-    let events_path = format!("/api/events?task_id={}", enc(vtid));
-    let mut finished = false;
-    let mut pending_steps: Vec<String> = Vec::new();
-    follow(g, &events_path, Some(cursor), |f| {
-        let data: Value = serde_json::from_str(&f.data).unwrap_or(Value::Null);
-        match data["type"].as_str().unwrap_or("") {
-            "task.state_changed" => {
-                println!(
-                    "→ {}  ({})",
-                    s(&data["data"]["to"]),
-                    s(&data["data"]["cause"])
-                );
-                if finals.contains(&data["data"]["to"].as_str().unwrap_or("")) {
-                    finished = true;
+    if !takers(c, t).await.unwrap_or(true) {
+        warn_no_takers(t);
+    }
+    let query = EventStreamQuery {
+        task_id: Some(vtid.to_owned()),
+        ..Default::default()
+    };
+    let mut end: Option<(String, Option<String>)> = None;
+    let mut last_reason: Option<String> = None;
+    follow(g, &query, Start::After(cursor), |f| {
+        let Ok(e) = f.parse::<WireEvent>() else {
+            return true;
+        };
+        let ev = &e.event;
+        let data = || ev.data.clone();
+        match ev.kind.as_str() {
+            kind::TASK_STATE_CHANGED => {
+                if let Ok(d) = serde_json::from_value::<TaskStateChanged>(data()) {
+                    println!("→ {}  ({})", d.to, d.cause);
+                    if finals.contains(&d.to.as_str()) {
+                        end = Some((d.to, last_reason.clone()));
+                    }
                 }
             }
-            "run.step" => {
-                if let Some(run) = data["run_id"].as_str() {
-                    pending_steps.push(run.to_owned());
+            kind::RUN_STEP => {
+                if let Ok(d) = serde_json::from_value::<RunStep>(data()) {
+                    println!("  · [{}] {}", d.kind, cut(&d.preview, 100));
                 }
-                println!(
-                    "  · [{}] {}",
-                    s(&data["data"]["kind"]),
-                    cut(&s(&data["data"]["preview"]), 100)
-                );
             }
-            "run.status" => println!("  … {}", s(&data["data"]["status"])),
-            "run.started" => println!(
+            kind::RUN_STATUS => {
+                if let Ok(d) = serde_json::from_value::<RunStatusChanged>(data()) {
+                    println!("  … {}", d.status);
+                }
+            }
+            kind::RUN_STARTED => println!(
                 "run {} started by {}",
-                s(&data["run_id"]),
-                s(&data["worker_id"])
+                opt(&ev.refs.run_id),
+                opt(&ev.refs.worker_id)
             ),
-            "run.completed" => println!(
-                "run {} ended {}",
-                s(&data["run_id"]),
-                s(&data["data"]["status"])
-            ),
-            "worker.claim.expired" => println!("! claim expired: {}", s(&data["data"]["reason"])),
-            "task.cancel_requested" => println!("! cancel requested"),
-            other
-                if !other.is_empty()
-                    && other.contains('.')
-                    && data["data"]["message"].is_string() =>
-            {
-                println!("  {other}: {}", s(&data["data"]["message"]))
+            kind::RUN_COMPLETED => {
+                if let Ok(d) = serde_json::from_value::<RunCompleted>(data()) {
+                    println!("run {} ended {}", opt(&ev.refs.run_id), d.status);
+                    if let Some(r) = d.result.filter(|_| d.status != "done") {
+                        last_reason = Some(r);
+                    }
+                }
+            }
+            kind::CLAIM_EXPIRED => {
+                let reason = ev.data.get("reason").and_then(|r| r.as_str()).unwrap_or("");
+                println!("! claim expired: {reason}");
+            }
+            kind::TASK_CANCEL_REQUESTED => println!("! cancel requested"),
+            other if other.contains('.') => {
+                if let Some(m) = ev.data.get("message").and_then(|m| m.as_str()) {
+                    println!("  {other}: {m}");
+                    if other.ends_with(".failed") {
+                        last_reason = Some(m.to_owned());
+                    }
+                }
             }
             _ => {}
         }
         if g.output == Output::Json {
-            println!("{data}");
+            println!("{}", serde_json::to_string(&e).unwrap_or_default());
         }
-        !finished
+        end.is_none()
     })
-    .await
+    .await?;
+    match end {
+        Some((state, reason)) => outcome(vtid, &state, reason.as_deref()),
+        None => Ok(()),
+    }
 }

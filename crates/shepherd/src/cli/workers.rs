@@ -1,30 +1,34 @@
 //! `shepherd workers`: every worker known, live and recovered.
 
-use crate::render::{ago, s, table};
+use shepherd_protocol::WorkersQuery;
 
-use super::output::{client, print_json};
+use crate::render::{ago, opt, table};
+
+use super::output::{client, explain, print_json};
 use super::{Global, Output, Result};
 
 pub async fn workers(g: &Global, all: bool) -> Result<()> {
-    let c = client(g);
-    let v = c
-        .get(&format!("/api/v1/workers?include_closed={all}"))
-        .await?;
+    let c = client(g)?;
+    let q = WorkersQuery {
+        include_closed: Some(all),
+        ..Default::default()
+    };
+    let v = c.workers(&q).await.map_err(explain)?;
     match g.output {
         Output::Json => print_json(&v),
         Output::Table => {
-            let ws = v["workers"].as_array().cloned().unwrap_or_default();
-            let rows: Vec<Vec<String>> = ws
+            let rows: Vec<Vec<String>> = v
+                .workers
                 .iter()
                 .map(|w| {
                     vec![
-                        s(&w["worker_id"]),
-                        s(&w["agent_id"]),
-                        s(&w["status"]),
-                        s(&w["event_state"]),
-                        s(&w["source"]),
-                        ago(&w["last_heartbeat_at"]),
-                        s(&w["project_path"]),
+                        w.worker_id.clone(),
+                        w.agent_id.clone(),
+                        w.status.to_string(),
+                        w.event_state.to_string(),
+                        w.source.to_string(),
+                        ago(&w.last_heartbeat_at),
+                        opt(&w.project_path),
                     ]
                 })
                 .collect();

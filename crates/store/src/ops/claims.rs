@@ -432,7 +432,9 @@ pub async fn claim<D: Db>(
     db.defer(
         "INSERT INTO claims (id, task_id, worker_id, run_id, token, purpose, claimed_at, expires_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        params![&claim_id, vtid, worker_id, &run_id, &token, purpose, now, expires_at],
+        // Stored hashed, like worker tokens: a database dump or backup
+        // does not hand out the right to report on a running claim.
+        params![&claim_id, vtid, worker_id, &run_id, super::hash_token(&token), purpose, now, expires_at],
     );
     let builder = if purpose == "build" {
         Some(worker_id.to_owned())
@@ -618,7 +620,7 @@ pub async fn progress<D: Db>(
         Some((a, h))
             if a.claim.worker_id == worker_id
                 && match claim_token {
-                    Some(t) => tokens_match(t, &a.token),
+                    Some(t) => super::claim_token_matches(t, &a.token),
                     // The seed's request shape has no token. It is enough
                     // only while the worker has held one claim on the task:
                     // after a claim lapsed and was re-granted to the same
@@ -656,12 +658,6 @@ async fn claims_held_on<D: Db>(db: &mut D, worker_id: &str, vtid: &str) -> Resul
     )
     .await?
     .i64(0)
-}
-
-/// Compares a presented claim token with the stored one in constant time.
-fn tokens_match(presented: &str, stored: &str) -> bool {
-    let (a, b) = (presented.as_bytes(), stored.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The `seq` an [`Applied`] reports: the first event its unit of work

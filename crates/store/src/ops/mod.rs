@@ -55,6 +55,27 @@ pub fn hash_token(token: &str) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether a presented claim token is the one a claim was granted with.
+///
+/// Claims store the token's SHA-256 (64 hex digits); claims granted before
+/// tokens were hashed hold the token itself, and keep working. Either way
+/// two digests of equal length are compared without an early exit, so the
+/// answer's timing reveals neither the token nor its length.
+pub(crate) fn claim_token_matches(presented: &str, stored: &str) -> bool {
+    let presented = hash_token(presented);
+    let stored_is_digest = stored.len() == 64 && stored.bytes().all(|b| b.is_ascii_hexdigit());
+    let stored = if stored_is_digest {
+        stored.to_owned()
+    } else {
+        hash_token(stored)
+    };
+    presented
+        .bytes()
+        .zip(stored.bytes())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
 pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
@@ -144,17 +165,22 @@ pub async fn agents_upsert<D: Db>(
     Ok(())
 }
 
-pub(crate) fn channel_json(r: &crate::sql::Row) -> Result<serde_json::Value, Error> {
-    Ok(serde_json::json!({
-        "id": r.string(0)?,
-        "name": r.string(1)?,
-        "created_at": shepherd_core::time::to_rfc3339(r.i64(2)?),
-        "archived_at": shepherd_core::time::opt_rfc3339(r.opt_i64(3)?),
-        "runs": r.i64(4)?,
-    }))
+pub(crate) fn channel_from_row(
+    r: &crate::sql::Row,
+) -> Result<shepherd_core::model::Channel, Error> {
+    Ok(shepherd_core::model::Channel {
+        id: r.string(0)?,
+        name: r.string(1)?,
+        created_at: r.i64(2)?,
+        archived_at: r.opt_i64(3)?,
+        runs: r.i64(4)?,
+    })
 }
 
-pub(crate) async fn channel_get<D: Db>(db: &mut D, id: &str) -> Result<serde_json::Value, Error> {
+pub(crate) async fn channel_get<D: Db>(
+    db: &mut D,
+    id: &str,
+) -> Result<shepherd_core::model::Channel, Error> {
     let row = db
         .query_opt(
             "SELECT c.id, c.name, c.created_at, c.archived_at, \
@@ -163,5 +189,5 @@ pub(crate) async fn channel_get<D: Db>(db: &mut D, id: &str) -> Result<serde_jso
         )
         .await?
         .ok_or_else(|| Error::not_found("channel_not_found", format!("no channel {id:?}")))?;
-    channel_json(&row)
+    channel_from_row(&row)
 }

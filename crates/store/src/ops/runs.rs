@@ -229,7 +229,7 @@ pub(crate) async fn fence_run<D: Db>(
     let active = claims::active_for_run(db, &run.id)
         .await?
         .ok_or_else(stale)?;
-    if active.token != claim_token {
+    if !super::claim_token_matches(claim_token, &active.token) {
         return Err(stale());
     }
     if let Some(w) = caller {

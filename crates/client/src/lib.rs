@@ -1,0 +1,507 @@
+//! The one HTTP client of Shepherd's API, used by the runner and the CLI
+//! alike (and by anyone writing a worker in Rust).
+//!
+//! Every route has a typed method whose answer parses into the protocol
+//! crate's types; nothing reads a response by string index. Calls carry the
+//! bearer token; idempotent reads are retried with jittered exponential
+//! backoff when the server cannot be reached or answers 502-504; `https://`
+//! servers work through rustls, trusting the Mozilla roots plus the CA in
+//! `SHEPHERD_CA_CERT` when it is set. [`Client::follow`] reads the event
+//! stream and resumes after drops (see [`sse`]).
+
+pub mod error;
+pub mod sse;
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use shepherd_protocol as p;
+
+pub use error::ClientError;
+pub use sse::{Frame, Start};
+
+/// Environment variable naming a PEM file of a CA certificate to trust.
+pub const CA_CERT_ENV: &str = "SHEPHERD_CA_CERT";
+
+/// Percent-encodes a path segment.
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Turns what a person typed (`localhost:7700`, `https://h/`) into a base URL.
+pub fn normalise_base(server: &str) -> Result<String, ClientError> {
+    let s = server.trim().trim_end_matches('/');
+    if s.is_empty() {
+        return Err(ClientError::config("the server address is empty"));
+    }
+    let with_scheme = if s.contains("://") {
+        s.to_owned()
+    } else {
+        format!("http://{s}")
+    };
+    let url = reqwest::Url::parse(&with_scheme).map_err(|e| {
+        ClientError::config(format!(
+            "{server:?} is not a server address ({e}); expected e.g. http://127.0.0.1:7700"
+        ))
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ClientError::config(format!(
+            "{server:?}: only http:// and https:// servers are supported"
+        )));
+    }
+    Ok(with_scheme)
+}
+
+/// A bearer-authenticated client of one server.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+    /// Attempts for a retried call beyond the first.
+    retries: usize,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client of `server` (scheme optional) with `token`; reads
+    /// `SHEPHERD_CA_CERT` for an extra CA to trust.
+    pub fn new(server: &str, token: Option<String>) -> Result<Client, ClientError> {
+        let ca = std::env::var(CA_CERT_ENV).ok().filter(|p| !p.is_empty());
+        Client::with_ca(server, token, ca.as_deref())
+    }
+
+    /// As [`Client::new`], trusting the PEM CA certificate at `ca_path` too.
+    pub fn with_ca(
+        server: &str,
+        token: Option<String>,
+        ca_path: Option<&str>,
+    ) -> Result<Client, ClientError> {
+        let base = normalise_base(server)?;
+        let mut b = reqwest::Client::builder()
+            .use_rustls_tls()
+            .connect_timeout(Duration::from_secs(5))
+            .read_timeout(Duration::from_secs(60));
+        if let Some(path) = ca_path {
+            let pem = std::fs::read(path).map_err(|e| {
+                ClientError::config(format!("{CA_CERT_ENV}={path}: cannot read: {e}"))
+            })?;
+            let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| {
+                ClientError::config(format!("{CA_CERT_ENV}={path}: not a PEM certificate: {e}"))
+            })?;
+            b = b.add_root_certificate(cert);
+        }
+        let http = b
+            .build()
+            .map_err(|e| ClientError::config(format!("cannot set up HTTP: {e}")))?;
+        Ok(Client {
+            base,
+            token: token.filter(|t| !t.is_empty()),
+            http,
+            retries: 3,
+        })
+    }
+
+    /// The same server, acting with another token (a worker's own).
+    pub fn with_token(&self, token: String) -> Client {
+        Client {
+            token: Some(token),
+            ..self.clone()
+        }
+    }
+
+    /// How often a retryable read is tried again (default 3).
+    pub fn with_retries(mut self, retries: usize) -> Client {
+        self.retries = retries;
+        self
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, format!("{}{}", self.base, path));
+        if let Some(t) = &self.token {
+            r = r.bearer_auth(t);
+        }
+        r
+    }
+
+    /// Sends once; answers the parsed body and the cursor header.
+    async fn send_once<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<(T, Option<i64>), ClientError> {
+        let res = req
+            .send()
+            .await
+            .map_err(|e| ClientError::unreachable(&self.base, &e))?;
+        let status = res.status();
+        let cursor = res
+            .headers()
+            .get(p::CURSOR_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let bytes = res
+            .bytes()
+            .await
+            .map_err(|e| ClientError::unreachable(&self.base, &e))?;
+        if !status.is_success() {
+            return Err(ClientError::from_response(status, &bytes));
+        }
+        let body = serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
+            message: format!("unexpected answer from the server ({status}): {e}"),
+        })?;
+        Ok((body, cursor))
+    }
+
+    /// Sends, retrying with jittered backoff while the failure is
+    /// transient and `retry` allows it.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: Option<&(dyn erased::Query + Sync)>,
+        body: Option<&(dyn erased::Body + Sync)>,
+        retry: bool,
+    ) -> Result<(T, Option<i64>), ClientError> {
+        let build = || {
+            let mut r = self.request(method.clone(), path);
+            if let Some(q) = query {
+                r = q.apply(r);
+            }
+            if let Some(b) = body {
+                r = b.apply(r);
+            }
+            r
+        };
+        if !retry || self.retries == 0 {
+            return self.send_once(build()).await;
+        }
+        let policy = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(200))
+            .with_max_delay(Duration::from_secs(3))
+            .with_max_times(self.retries)
+            .with_jitter();
+        (|| async { self.send_once(build()).await })
+            .retry(policy)
+            .when(ClientError::is_transient)
+            .notify(|e, after| tracing::debug!(error = %e, ?after, "retrying"))
+            .await
+    }
+
+    async fn get<T: DeserializeOwned, Q: Serialize + Sync>(
+        &self,
+        path: &str,
+        query: &Q,
+    ) -> Result<T, ClientError> {
+        Ok(self
+            .send(Method::GET, path, Some(&erased::Q(query)), None, true)
+            .await?
+            .0)
+    }
+
+    async fn fetch<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        Ok(self.send(Method::GET, path, None, None, true).await?.0)
+    }
+
+    async fn get_with_cursor<T: DeserializeOwned, Q: Serialize + Sync>(
+        &self,
+        path: &str,
+        query: &Q,
+    ) -> Result<(T, i64), ClientError> {
+        let (t, c) = self
+            .send(Method::GET, path, Some(&erased::Q(query)), None, true)
+            .await?;
+        Ok((t, c.unwrap_or(0)))
+    }
+
+    async fn post<T: DeserializeOwned, B: Serialize + Sync>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        Ok(self
+            .send(Method::POST, path, None, Some(&erased::B(body)), false)
+            .await?
+            .0)
+    }
+
+    // ----- health -----
+
+    pub async fn health(&self) -> Result<p::Health, ClientError> {
+        self.fetch("/healthz").await
+    }
+
+    pub async fn ready(&self) -> Result<p::Ready, ClientError> {
+        self.fetch("/readyz").await
+    }
+
+    /// The OpenAPI document, as JSON.
+    pub async fn openapi(&self) -> Result<serde_json::Value, ClientError> {
+        self.fetch("/api/openapi.json").await
+    }
+
+    // ----- seed 003 connector -----
+
+    pub async fn register(&self, b: &p::RegisterBody) -> Result<p::RegisterResponse, ClientError> {
+        self.post("/api/v1/worker/orchestrator/register", b).await
+    }
+
+    pub async fn pending(&self, q: &p::PendingQuery) -> Result<p::PendingResponse, ClientError> {
+        self.get("/api/v1/worker/orchestrator/tasks/pending", q)
+            .await
+    }
+
+    pub async fn claim(
+        &self,
+        vtid: &str,
+        b: &p::WorkerBody,
+    ) -> Result<p::ClaimResponse, ClientError> {
+        self.post(
+            &format!("/api/v1/worker/orchestrator/tasks/{}/claim", enc(vtid)),
+            b,
+        )
+        .await
+    }
+
+    pub async fn progress(
+        &self,
+        vtid: &str,
+        b: &p::ProgressBody,
+    ) -> Result<p::EventApplied, ClientError> {
+        self.post(
+            &format!("/api/v1/worker/orchestrator/tasks/{}/progress", enc(vtid)),
+            b,
+        )
+        .await
+    }
+
+    pub async fn heartbeat(
+        &self,
+        b: &p::HeartbeatBody,
+    ) -> Result<p::HeartbeatResponse, ClientError> {
+        self.post("/api/v1/worker/orchestrator/heartbeat", b).await
+    }
+
+    pub async fn deregister(
+        &self,
+        b: &p::DeregisterBody,
+    ) -> Result<p::DeregisterResponse, ClientError> {
+        self.post("/api/v1/worker/orchestrator/deregister", b).await
+    }
+
+    // ----- tasks -----
+
+    pub async fn create_task(&self, b: &p::CreateTask) -> Result<p::Task, ClientError> {
+        self.post("/api/v1/tasks", b).await
+    }
+
+    pub async fn tasks(&self, q: &p::TaskListQuery) -> Result<p::TaskList, ClientError> {
+        self.get("/api/v1/tasks", q).await
+    }
+
+    /// A task, and the event-log cursor its data is valid at.
+    pub async fn task(&self, vtid: &str) -> Result<(p::TaskDetail, i64), ClientError> {
+        let path = format!("/api/v1/tasks/{}", enc(vtid));
+        let (t, c) = self.send(Method::GET, &path, None, None, true).await?;
+        Ok((t, c.unwrap_or(0)))
+    }
+
+    pub async fn dispatch(&self, vtid: &str) -> Result<p::Task, ClientError> {
+        self.post(
+            &format!("/api/v1/tasks/{}/dispatch", enc(vtid)),
+            &serde_json::Map::new(),
+        )
+        .await
+    }
+
+    pub async fn cancel(
+        &self,
+        vtid: &str,
+        b: &p::CancelBody,
+    ) -> Result<p::CancelResponse, ClientError> {
+        self.post(&format!("/api/v1/tasks/{}/cancel", enc(vtid)), b)
+            .await
+    }
+
+    pub async fn task_event(
+        &self,
+        vtid: &str,
+        b: &p::OutsideEvent,
+    ) -> Result<p::EventApplied, ClientError> {
+        self.post(&format!("/api/v1/tasks/{}/events", enc(vtid)), b)
+            .await
+    }
+
+    pub async fn workflows(&self) -> Result<p::WorkflowList, ClientError> {
+        self.fetch("/api/v1/workflows").await
+    }
+
+    pub async fn agents(&self) -> Result<p::AgentList, ClientError> {
+        self.fetch("/api/v1/agents").await
+    }
+
+    // ----- runs (seed 000 and v1) -----
+
+    pub async fn seed_runs(
+        &self,
+        q: &p::SeedRunsQuery,
+    ) -> Result<p::WorkerListResponse, ClientError> {
+        self.get("/api/agents/workers", q).await
+    }
+
+    pub async fn seed_run(
+        &self,
+        q: &p::SeedDetailQuery,
+    ) -> Result<p::WorkerDetailResponse, ClientError> {
+        self.get("/api/agents/workers/detail", q).await
+    }
+
+    pub async fn runs(&self, q: &p::RunsQuery) -> Result<p::RunList, ClientError> {
+        self.get("/api/v1/runs", q).await
+    }
+
+    pub async fn run(&self, run_id: &str) -> Result<p::RunDetail, ClientError> {
+        self.fetch(&format!("/api/v1/runs/{}", enc(run_id))).await
+    }
+
+    pub async fn steps(
+        &self,
+        run_id: &str,
+        q: &p::StepsQuery,
+    ) -> Result<p::StepsPage, ClientError> {
+        self.get(&format!("/api/v1/runs/{}/steps", enc(run_id)), q)
+            .await
+    }
+
+    pub async fn append_steps(
+        &self,
+        run_id: &str,
+        b: &p::AppendSteps,
+    ) -> Result<p::AppendAck, ClientError> {
+        self.post(&format!("/api/v1/runs/{}/steps", enc(run_id)), b)
+            .await
+    }
+
+    pub async fn set_status(
+        &self,
+        run_id: &str,
+        b: &p::SetStatus,
+    ) -> Result<p::StatusAck, ClientError> {
+        self.post(&format!("/api/v1/runs/{}/status", enc(run_id)), b)
+            .await
+    }
+
+    /// Reports a run's usage so far (its running total).
+    pub async fn set_usage(
+        &self,
+        run_id: &str,
+        b: &p::SetUsage,
+    ) -> Result<p::UsageAck, ClientError> {
+        self.post(&format!("/api/v1/runs/{}/usage", enc(run_id)), b)
+            .await
+    }
+
+    // ----- seed 001 workers, events, channels -----
+
+    pub async fn workers(&self, q: &p::WorkersQuery) -> Result<p::WorkerInfoList, ClientError> {
+        self.get("/api/v1/workers", q).await
+    }
+
+    pub async fn worker_events(
+        &self,
+        q: &p::WorkerEventsQuery,
+    ) -> Result<p::WorkerEventsResponse, ClientError> {
+        self.get("/api/v1/worker_events", q).await
+    }
+
+    /// A page of the event log, and the log's head when it was read.
+    pub async fn events(&self, q: &p::EventPageQuery) -> Result<(p::EventPage, i64), ClientError> {
+        self.get_with_cursor("/api/v1/events", q).await
+    }
+
+    pub async fn channels(&self, q: &p::ChannelListQuery) -> Result<p::ChannelList, ClientError> {
+        self.get("/api/v1/channels", q).await
+    }
+
+    pub async fn upsert_channel(&self, b: &p::ChannelBody) -> Result<p::Channel, ClientError> {
+        self.post("/api/v1/channels", b).await
+    }
+
+    pub async fn archive_channel(&self, id: &str) -> Result<p::Channel, ClientError> {
+        self.post(
+            &format!("/api/v1/channels/{}/archive", enc(id)),
+            &serde_json::Map::new(),
+        )
+        .await
+    }
+
+    /// The head of the event log now (the cursor a "from now" stream starts at).
+    pub async fn head(&self) -> Result<i64, ClientError> {
+        let q = p::EventPageQuery {
+            limit: Some(1),
+            ..Default::default()
+        };
+        Ok(self.events(&q).await?.1)
+    }
+}
+
+/// Object-safe wrappers so one retry loop serves every body and query type.
+mod erased {
+    use serde::Serialize;
+
+    pub trait Query {
+        fn apply(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder;
+    }
+    pub trait Body {
+        fn apply(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder;
+    }
+
+    pub struct Q<'a, T>(pub &'a T);
+    pub struct B<'a, T>(pub &'a T);
+
+    impl<T: Serialize> Query for Q<'_, T> {
+        fn apply(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+            r.query(self.0)
+        }
+    }
+
+    impl<T: Serialize> Body for B<'_, T> {
+        fn apply(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+            r.json(self.0)
+        }
+    }
+}
+
+/// Whether a status means "the server could not answer now".
+pub(crate) fn is_gateway_trouble(s: StatusCode) -> bool {
+    matches!(
+        s,
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+    )
+}

@@ -1,0 +1,148 @@
+//! The status vocabularies, one enum each, so that every layer (store, API,
+//! runner, CLI) compares the same words and an OpenAPI or JSON Schema
+//! consumer sees the closed list. Each serialises as the seed's string.
+
+use serde::{Deserialize, Serialize};
+
+/// Defines a string enum with `as_str`, `ALL`, `Display` and `FromStr`.
+macro_rules! vocabulary {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize,
+                 utoipa::ToSchema, schemars::JsonSchema)]
+        pub enum $name {
+            $($(#[$vm])* #[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            /// Every value, in the order the seed lists them.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(format!(
+                        "{s:?} is not one of {:?}",
+                        [$($text),+]
+                    )),
+                }
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+
+vocabulary!(
+    /// A run's status (seed 000's `worker_runs.status`).
+    RunStatus {
+        Running = "running",
+        Done = "done",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+);
+
+impl RunStatus {
+    pub fn is_final(self) -> bool {
+        self != RunStatus::Running
+    }
+}
+
+vocabulary!(
+    /// A worker's registry status (seed 003).
+    WorkerStatus {
+        Active = "active",
+        Inactive = "inactive",
+        Terminated = "terminated",
+    }
+);
+
+vocabulary!(
+    /// Why a claim was granted: to build the task or to validate it.
+    ClaimPurpose {
+        Build = "build",
+        Validate = "validate",
+    }
+);
+
+vocabulary!(
+    /// Seed 001's session status of a worker.
+    SessionStatus {
+        /// Registered, not yet heard from since (no poll, no heartbeat).
+        Spawning = "spawning",
+        Ready = "ready",
+        Busy = "busy",
+        Closed = "closed",
+    }
+);
+
+vocabulary!(
+    /// Seed 001's event state of a worker.
+    EventState {
+        Idle = "idle",
+        Active = "active",
+        Closed = "closed",
+    }
+);
+
+vocabulary!(
+    /// Where seed 001's worker list learned of a worker.
+    WorkerSource {
+        /// Heard from since this server started.
+        Registry = "registry",
+        /// Known only from storage (recovered after a restart).
+        EventLog = "event_log",
+    }
+);
+
+vocabulary!(
+    /// Seed 001's names for worker lifecycle events.
+    WorkerEventType {
+        WorkerStarted = "worker_started",
+        WorkerActive = "worker_active",
+        WorkerIdle = "worker_idle",
+        WorkerClosed = "worker_closed",
+        Snapshot = "snapshot",
+        Unknown = "unknown",
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialises_as_the_seed_words() {
+        for s in RunStatus::ALL {
+            let json = serde_json::to_string(s).unwrap();
+            assert_eq!(json, format!("\"{}\"", s.as_str()));
+            assert_eq!(s.as_str().parse::<RunStatus>().unwrap(), *s);
+        }
+        assert_eq!(WorkerSource::EventLog.as_str(), "event_log");
+        assert!("exploded".parse::<RunStatus>().is_err());
+    }
+}

@@ -1,0 +1,208 @@
+//! Seed 003's worker connector: register, poll, claim, progress,
+//! heartbeat and deregister.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use shepherd_core::status::{ClaimPurpose, WorkerStatus};
+
+fn is_null(v: &Value) -> bool {
+    v.is_null()
+}
+
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterBody {
+    /// Optional; generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// `builtin` for Shepherd's own runner; anything else names an outside worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal_id: Option<String>,
+    #[serde(default, skip_serializing_if = "is_null")]
+    #[schema(value_type = Object)]
+    pub metadata: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct RegisterResponse {
+    pub ok: bool,
+    pub worker_id: String,
+    pub registered_at: String,
+    /// The worker's own bearer token; shown once.
+    pub worker_token: String,
+    pub agent_id: String,
+    pub capabilities: Vec<String>,
+    pub max_concurrent: i64,
+    pub heartbeat_interval_secs: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+pub struct PendingQuery {
+    /// Needed with the operator token; a worker token names its worker itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// 1 to 500; default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+}
+
+/// A task offered to a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct PendingTask {
+    pub vtid: String,
+    pub title: String,
+    pub state: String,
+    pub dispatched_at: Option<String>,
+    pub spec_snapshot_id: Option<String>,
+    pub priority: i64,
+    pub capabilities: Vec<String>,
+    pub agent_id: Option<String>,
+    pub workflow: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct PendingResponse {
+    pub ok: bool,
+    pub tasks: Vec<PendingTask>,
+}
+
+/// Names the acting worker; optional with a worker token.
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+pub struct WorkerBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ClaimResponse {
+    pub ok: bool,
+    pub claimed: bool,
+    pub vtid: String,
+    pub title: String,
+    /// The spec as dispatched (its snapshot), markdown.
+    pub spec: String,
+    pub spec_snapshot_id: Option<String>,
+    pub claim_expires_at: String,
+    pub run_id: String,
+    /// The fencing token every later call under this claim carries.
+    pub claim_token: String,
+    pub purpose: ClaimPurpose,
+    /// Which attempt at the task this claim's run is (1 for the first).
+    #[serde(default = "first_attempt")]
+    pub attempt: i64,
+    pub state: String,
+    pub workflow: String,
+}
+
+fn first_attempt() -> i64 {
+    1
+}
+
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// Such as `worker.building`, `worker.execution.completed`.
+    pub event: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "is_null")]
+    #[schema(value_type = Object)]
+    pub metadata: Value,
+    /// The fencing token from the claim; recommended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_token: Option<String>,
+    /// The run's result text, for completion events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+/// A workflow event applied: the task moved from `previous_state` to `state`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct EventApplied {
+    pub ok: bool,
+    pub vtid: String,
+    pub event: String,
+    pub previous_state: String,
+    pub state: String,
+    /// The event's sequence number in the log.
+    pub event_id: i64,
+}
+
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// The task the worker believes it is working on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_vtid: Option<String>,
+}
+
+/// A claim the worker holds, as a heartbeat reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct HeartbeatClaim {
+    pub vtid: String,
+    pub run_id: String,
+    pub claim_expires_at: String,
+    /// The operator asked to cancel: stop within the grace period.
+    pub cancel_requested: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct HeartbeatResponse {
+    pub ok: bool,
+    pub worker_id: String,
+    #[schema(value_type = WorkerStatus)]
+    #[schemars(with = "WorkerStatus")]
+    pub status: String,
+    pub last_heartbeat_at: String,
+    pub claims: Vec<HeartbeatClaim>,
+    pub heartbeat_interval_secs: u64,
+}
+
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct DeregisterBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct DeregisterResponse {
+    pub ok: bool,
+    pub worker_id: String,
+    #[schema(value_type = WorkerStatus)]
+    #[schemars(with = "WorkerStatus")]
+    pub status: String,
+}

@@ -1,0 +1,181 @@
+//! Runs and transcripts: seed 000's list and detail, and the `/api/v1/runs`
+//! routes workers append steps and set status through.
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use shepherd_core::model::Run;
+use shepherd_core::status::RunStatus;
+use shepherd_core::transcript::TranscriptStep;
+
+/// Seed 000's worker list item (a run), with the live overlay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct WorkerRunInfo {
+    pub id: String,
+    pub task: String,
+    #[schema(value_type = RunStatus)]
+    #[schemars(with = "RunStatus")]
+    pub status: String,
+    pub worker_type: String,
+    pub channel_id: Option<String>,
+    pub channel_name: Option<String>,
+    pub started_at: String,
+    pub completed_at: Option<String>,
+    pub has_transcript: bool,
+    /// Null once the run ended.
+    pub live_status: Option<String>,
+    /// 0 once the run ended.
+    pub tool_calls: i64,
+    pub agent_id: String,
+    pub vtid: String,
+    pub active_tool: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct WorkerListResponse {
+    pub workers: Vec<WorkerRunInfo>,
+    pub total: i64,
+}
+
+/// Seed 000's worker detail (a run) with its decompressed transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct WorkerDetailResponse {
+    pub id: String,
+    pub task: String,
+    pub result: Option<String>,
+    #[schema(value_type = RunStatus)]
+    #[schemars(with = "RunStatus")]
+    pub status: String,
+    pub worker_type: String,
+    pub channel_id: Option<String>,
+    pub channel_name: Option<String>,
+    pub started_at: String,
+    pub completed_at: Option<String>,
+    /// Null while running, or where none was recorded.
+    pub transcript: Option<Vec<TranscriptStep>>,
+    pub agent_id: String,
+    pub vtid: String,
+    pub live_status: Option<String>,
+    pub tool_calls: i64,
+}
+
+/// Seed 000's list query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+pub struct SeedRunsQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// 1 to 500; default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 0)]
+    pub offset: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<RunStatus>)]
+    pub status: Option<String>,
+    /// Search in task titles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+pub struct SeedDetailQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The run id.
+    pub worker_id: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+pub struct RunsQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<RunStatus>)]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtid: Option<String>,
+    /// Search in task titles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 0)]
+    pub offset: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct RunList {
+    pub runs: Vec<Run>,
+    pub total: i64,
+}
+
+/// One run: the detail route's fields and the full record under `run`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub detail: WorkerDetailResponse,
+    pub run: Run,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+pub struct StepsQuery {
+    /// Return steps with an index greater than this (omit for all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = -1)]
+    pub after: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 10000)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct IndexedStep {
+    pub index: i64,
+    pub step: TranscriptStep,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct StepsPage {
+    pub run_id: String,
+    #[schema(value_type = RunStatus)]
+    #[schemars(with = "RunStatus")]
+    pub status: String,
+    pub steps: Vec<IndexedStep>,
+    /// Pass as `after` to read on.
+    pub next_after: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppendSteps {
+    pub claim_token: String,
+    pub start_index: i64,
+    pub steps: Vec<TranscriptStep>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct AppendAck {
+    pub ok: bool,
+    pub accepted: i64,
+    /// Steps already stored (a retried batch).
+    pub duplicates: i64,
+    pub next_index: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetStatus {
+    pub claim_token: String,
+    pub status: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct StatusAck {
+    pub ok: bool,
+    pub run_id: String,
+    pub live_status: Option<String>,
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The web UI's suite: installs the locked npm packages, rebuilds the bundle
+# and fails if it differs from the committed web/dist (the binary embeds that
+# one; `cargo build` never runs Node), checks the initial JavaScript budget,
+# then runs the browser tests in Debian's Chromium against the real server.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "installing Debian's chromium"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null
+fi
+
+cd web
+npm ci --no-audit --no-fund --loglevel=error
+npm run build --silent
+if [ -n "$(git status --porcelain -- dist)" ]; then
+    echo "web/dist differs from a fresh build of web/: run 'npm run build' in web/ and commit web/dist" >&2
+    git status --porcelain -- dist >&2
+    exit 1
+fi
+node scripts/check-size.mjs
+cd ..
+
+# The binary the tests drive, embedding the bundle just checked.
+cargo build -p shepherd --locked --quiet
+cd web
+npm run e2e --silent

@@ -1,0 +1,48 @@
+// The one HTTP client: openapi-fetch typed by the generated schema, with the
+// operator token sent as a bearer header (never in a URL). Every answer that
+// is not 2xx becomes an ApiError carrying the server's stable error code.
+import createClient, { type Middleware } from "openapi-fetch";
+import type { paths } from "./schema";
+import { authStore } from "../auth/token";
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const bearer: Middleware = {
+  onRequest({ request }) {
+    const token = authStore.token();
+    if (token) request.headers.set("Authorization", `Bearer ${token}`);
+    return request;
+  },
+  onResponse({ response }) {
+    if (response.status === 401) authStore.markNeeded();
+    return response;
+  },
+};
+
+export const api = createClient<paths>({ baseUrl: "" });
+api.use(bearer);
+
+async function toError(res: Response, body: unknown): Promise<ApiError> {
+  const err = (body as { error?: { code?: string; message?: string } } | undefined)?.error;
+  return new ApiError(res.status, err?.code ?? "http_error", err?.message ?? `${res.status} ${res.statusText}`);
+}
+
+/** Unwraps an openapi-fetch result, throwing ApiError on failure. */
+export async function unwrap<T>(p: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
+  const { data, error, response } = await p;
+  if (!response.ok || data === undefined) throw await toError(response, error);
+  return data;
+}
+
+/** Unwraps a result whose body the document leaves untyped, as the given type. */
+export async function unwrapAs<T>(p: Promise<{ data?: unknown; error?: unknown; response: Response }>): Promise<T> {
+  return (await unwrap(p)) as T;
+}

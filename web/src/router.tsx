@@ -1,0 +1,106 @@
+// Routes, with typed search params validated at the edge.
+import { createRootRoute, createRoute, createRouter, Link, Outlet } from "@tanstack/react-router";
+import { ConnectionIndicator } from "./events/ConnectionIndicator";
+import { EventsBridge } from "./events/EventsBridge";
+import { TokenPrompt } from "./auth/TokenPrompt";
+import { ThemeToggle } from "./features/theme/ThemeToggle";
+import { HomePage } from "./features/home/HomePage";
+import { AgentWorkersPage, validateWorkersSearch } from "./features/workers/AgentWorkersPage";
+import { TasksPage, validateTasksSearch } from "./features/tasks/TasksPage";
+import { TaskDetailPage } from "./features/tasks/TaskDetailPage";
+import { FleetPage, validateFleetSearch } from "./features/fleet/FleetPage";
+
+function Shell() {
+  return (
+    <div className="app">
+      <a href="#main" className="skip-link">
+        Skip to content
+      </a>
+      <nav className="topbar" aria-label="Main">
+        <Link to="/" className="brand">
+          Shepherd
+        </Link>
+        <Link to="/" activeOptions={{ exact: true }} activeProps={{ className: "nav-active" }}>
+          Agents
+        </Link>
+        <Link to="/tasks" activeProps={{ className: "nav-active" }}>
+          Tasks
+        </Link>
+        <Link to="/fleet" activeProps={{ className: "nav-active" }}>
+          Fleet
+        </Link>
+        <span className="spacer" />
+        <ConnectionIndicator />
+        <ThemeToggle />
+      </nav>
+      <main id="main" className="main">
+        <Outlet />
+      </main>
+      <EventsBridge />
+      <TokenPrompt />
+    </div>
+  );
+}
+
+function NotFound() {
+  return (
+    <div className="page">
+      <h1>Not found</h1>
+      <p>
+        Nothing lives at this address. <Link to="/">Go to the agents.</Link>
+      </p>
+    </div>
+  );
+}
+
+const rootRoute = createRootRoute({ component: Shell, notFoundComponent: NotFound });
+
+const homeRoute = createRoute({ getParentRoute: () => rootRoute, path: "/", component: HomePage });
+
+const agentWorkersRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/agents/$agentId/workers",
+  validateSearch: validateWorkersSearch,
+  component: function AgentWorkersRoute() {
+    const { agentId } = agentWorkersRoute.useParams();
+    const search = agentWorkersRoute.useSearch();
+    return <AgentWorkersPage agentId={agentId} search={search} />;
+  },
+});
+
+const tasksRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/tasks",
+  validateSearch: validateTasksSearch,
+  component: function TasksRoute() {
+    return <TasksPage search={tasksRoute.useSearch()} />;
+  },
+});
+
+const taskDetailRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/tasks/$vtid",
+  component: function TaskDetailRoute() {
+    const { vtid } = taskDetailRoute.useParams();
+    return <TaskDetailPage vtid={vtid} />;
+  },
+});
+
+const fleetRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/fleet",
+  validateSearch: validateFleetSearch,
+  component: function FleetRoute() {
+    return <FleetPage search={fleetRoute.useSearch()} />;
+  },
+});
+
+const routeTree = rootRoute.addChildren([homeRoute, agentWorkersRoute, tasksRoute, taskDetailRoute, fleetRoute]);
+
+export const router = createRouter({ routeTree, defaultPreload: false, scrollRestoration: true });
+
+declare module "@tanstack/react-router" {
+  interface Register {
+    router: typeof router;
+  }
+}
