@@ -168,6 +168,7 @@ pub async fn claim(
         run_id: g.claim.run_id,
         claim_token: g.claim_token,
         purpose,
+        attempt: g.task.attempts,
         state: g.task.state,
         workflow: g.task.workflow,
         conversation: g

@@ -18,6 +18,7 @@ pub mod origin;
 pub mod runs;
 pub mod tasks;
 pub mod ui;
+pub mod usage;
 pub mod workers;
 
 use std::future::Future;
@@ -120,6 +121,7 @@ pub fn router(state: AppState) -> Router {
         .merge(workers::router())
         .merge(channels::router())
         .merge(conversations::router())
+        .merge(usage::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

@@ -418,6 +418,16 @@ impl Client {
             .await
     }
 
+    /// Reports a run's usage so far (its running total).
+    pub async fn set_usage(
+        &self,
+        run_id: &str,
+        b: &p::SetUsage,
+    ) -> Result<p::UsageAck, ClientError> {
+        self.post(&format!("/api/v1/runs/{}/usage", enc(run_id)), b)
+            .await
+    }
+
     // ----- seed 001 workers, events, channels -----
 
     pub async fn workers(&self, q: &p::WorkersQuery) -> Result<p::WorkerInfoList, ClientError> {

@@ -34,6 +34,7 @@ pub mod kind {
     // Runs (seed 000 surface: worker_started / worker_status / tool_started / tool_completed / worker_completed).
     pub const RUN_STARTED: &str = "run.started";
     pub const RUN_STATUS: &str = "run.status";
+    pub const RUN_USAGE: &str = "run.usage";
     pub const RUN_STEP: &str = "run.step";
     pub const RUN_COMPLETED: &str = "run.completed";
     // Channels (seed 002's resources).

@@ -13,6 +13,7 @@ pub mod model;
 pub mod status;
 pub mod time;
 pub mod transcript;
+pub mod usage;
 pub mod workflow;
 
 pub use error::{Error, ErrorKind, Result};

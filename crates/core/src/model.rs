@@ -176,6 +176,9 @@ pub struct Run {
     /// The conversation this run replies in, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation_id: Option<String>,
+    /// Tokens and cost the agent reported; `None` until it reports any.
+    #[serde(default)]
+    pub usage: Option<crate::usage::Usage>,
 }
 
 /// A channel (seed 002's resource, seed 000's `channel_id`): what runs and

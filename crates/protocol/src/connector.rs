@@ -109,6 +109,9 @@ pub struct ClaimResponse {
     /// The fencing token every later call under this claim carries.
     pub claim_token: String,
     pub purpose: ClaimPurpose,
+    /// Which attempt at the task this claim's run is (1 for the first).
+    #[serde(default = "first_attempt")]
+    pub attempt: i64,
     pub state: String,
     pub workflow: String,
     /// For a task answering a conversation's message: what the worker
@@ -129,6 +132,10 @@ pub struct ClaimConversation {
     pub message: String,
     /// 1 for the conversation's first message.
     pub turn: i64,
+}
+
+fn first_attempt() -> i64 {
+    1
 }
 
 #[derive(

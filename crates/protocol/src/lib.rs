@@ -18,6 +18,7 @@ pub mod error;
 pub mod events;
 pub mod runs;
 pub mod tasks;
+pub mod usage;
 pub mod workers;
 
 pub use shepherd_core::event::{Event, EventRefs};
@@ -33,6 +34,7 @@ pub use error::*;
 pub use events::*;
 pub use runs::*;
 pub use tasks::*;
+pub use usage::*;
 pub use workers::*;
 
 /// Response header carrying the event-log cursor a response's data is valid at.

@@ -32,6 +32,16 @@ pub struct AgentConfig {
     pub continue_args: Vec<String>,
     /// `steps-jsonl`, `claude-stream-json`, `codex-json` or `text` (default).
     pub transcript: Option<String>,
+    /// `"worktree"`: each run works in its own git worktree of `repo`, on a
+    /// new branch from `base` (see the `worktree` module).
+    pub workspace: Option<String>,
+    /// The git repository runs check out (with `workspace = "worktree"`).
+    pub repo: Option<PathBuf>,
+    /// The ref runs branch from; the repository's current branch by default.
+    pub base: Option<String>,
+    /// A run whose reported cost passes this many US dollars is stopped
+    /// (its partial work kept) with reason `budget_exceeded`.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl AgentConfig {
@@ -69,12 +79,53 @@ impl AgentConfig {
         if self.timeout_secs == Some(0) {
             return Err(bad("timeout_secs", "must be at least 1"));
         }
+        if let Some(m) = self.max_cost_usd {
+            if !(m.is_finite() && m > 0.0) {
+                return Err(bad(
+                    "max_cost_usd",
+                    "must be a positive number of US dollars",
+                ));
+            }
+        }
+        match self.workspace.as_deref() {
+            Some("worktree") => {
+                if self.repo.is_none() {
+                    return Err(bad(
+                        "repo",
+                        "required with workspace = \"worktree\": the git repository runs check out",
+                    ));
+                }
+                if self.cwd.is_some() {
+                    return Err(bad(
+                        "cwd",
+                        "not with workspace = \"worktree\": each run works in its own worktree",
+                    ));
+                }
+            }
+            Some(_) => return Err(bad("workspace", "the only workspace is \"worktree\"")),
+            None => {
+                if self.repo.is_some() || self.base.is_some() {
+                    return Err(bad(
+                        "workspace",
+                        "repo and base need workspace = \"worktree\"",
+                    ));
+                }
+            }
+        }
         if let Some(cwd) = &self.cwd {
             if !cwd.is_dir() {
                 return Err(bad("cwd", &format!("{} is not a directory", cwd.display())));
             }
         }
         Ok(())
+    }
+
+    /// The repository (and base) of a worktree agent.
+    pub fn worktree_repo(&self) -> Option<(&std::path::Path, Option<&str>)> {
+        match self.workspace.as_deref() {
+            Some("worktree") => self.repo.as_deref().map(|r| (r, self.base.as_deref())),
+            _ => None,
+        }
     }
 
     pub fn format(&self) -> TranscriptFormat {
@@ -208,5 +259,33 @@ mod tests {
             .validate("coder")
             .unwrap_err()
             .starts_with("agents.coder.transcript"));
+        let w = AgentConfig {
+            command: vec!["x".into()],
+            workspace: Some("worktree".into()),
+            ..Default::default()
+        };
+        assert!(w
+            .validate("coder")
+            .unwrap_err()
+            .starts_with("agents.coder.repo"));
+        let w = AgentConfig {
+            command: vec!["x".into()],
+            workspace: Some("copy".into()),
+            repo: Some("/tmp".into()),
+            ..Default::default()
+        };
+        assert!(w
+            .validate("coder")
+            .unwrap_err()
+            .starts_with("agents.coder.workspace"));
+        let w = AgentConfig {
+            command: vec!["x".into()],
+            repo: Some("/tmp".into()),
+            ..Default::default()
+        };
+        assert!(w
+            .validate("coder")
+            .unwrap_err()
+            .starts_with("agents.coder.workspace"));
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use shepherd_core::adapters::{adapter_for, AdapterOutput, TranscriptFormat};
+use shepherd_core::usage::Usage;
 use shepherd_core::workflow;
 use tokio::io::{AsyncWriteExt, BufReader};
 
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::AgentConfig;
 use crate::process::{signal_group, GroupRecords};
 use crate::spool::Spool;
+use crate::worktree::{self, Workspace};
 use shepherd_client::{Client, ClientError};
 use shepherd_protocol::{AppendSteps, ProgressBody, SetStatus, TranscriptStep};
 
@@ -33,6 +35,8 @@ pub struct Assignment {
     pub spec: String,
     /// Set when the task answers a conversation's message.
     pub conversation: Option<ConversationTurn>,
+    /// Which attempt at the task this run is (1 for the first).
+    pub attempt: i64,
 }
 
 /// The claim's `conversation` object: what a follow-up needs to continue
@@ -70,6 +74,8 @@ pub struct RunContext {
     /// How long the output must be quiet before buffered text becomes a step.
     pub quiet_gap: Duration,
     pub default_cancel_grace: Duration,
+    /// The runner's data directory (worktrees of worktree agents live there).
+    pub data_dir: PathBuf,
 }
 
 /// How the process ended.
@@ -82,6 +88,8 @@ pub enum Ending {
     /// The claim was lost (expired and re-granted): stop, report nothing.
     ClaimLost,
     SpawnFailed(String),
+    /// The reported cost passed the agent's `max_cost_usd` (the reason).
+    BudgetExceeded(String),
 }
 
 const STEP_BATCH: usize = 50;
@@ -101,11 +109,18 @@ struct Outbox {
     claim_lost: bool,
     /// The agent's own conversation id, reported with the end of the run.
     session_id: Option<String>,
+    /// Usage not yet reported (the running total).
+    usage: Option<Usage>,
+    /// The run's usage so far.
+    usage_total: Usage,
 }
 
 impl Outbox {
     fn is_empty(&self) -> bool {
-        self.spool.pending() == 0 && self.progress.is_empty() && self.status.is_none()
+        self.spool.pending() == 0
+            && self.progress.is_empty()
+            && self.status.is_none()
+            && self.usage.is_none()
     }
 }
 
@@ -184,6 +199,21 @@ async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(
             out.status = None;
         }
     }
+    if let Some(usage) = out.usage.filter(|_| !out.claim_lost) {
+        let body = shepherd_protocol::SetUsage {
+            claim_token: a.claim_token.clone(),
+            usage,
+        };
+        match ctx.connector.set_usage(&a.run_id, &body).await {
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
+            Err(e) => tracing::warn!(run_id = a.run_id, error = %e, "usage refused"),
+            Ok(_) => {}
+        }
+        if out.usage == Some(usage) {
+            out.usage = None;
+        }
+    }
     Ok(())
 }
 
@@ -236,6 +266,8 @@ pub async fn execute(
         status: None,
         claim_lost: false,
         session_id: None,
+        usage: None,
+        usage_total: Usage::default(),
     };
     let (argv, stdin_text) = a.command(&ctx.agent);
     let spec_on_stdin = stdin_text.is_some();
@@ -258,16 +290,30 @@ pub async fn execute(
     if let Some(cwd) = &ctx.agent.cwd {
         cmd.current_dir(cwd);
     }
+    let mut workspace: Option<Workspace> = None;
+    if let Some((repo, base)) = ctx.agent.worktree_repo() {
+        match worktree::create(&ctx.data_dir, repo, base, &a.vtid, a.attempt, &a.run_id).await {
+            Ok(w) => {
+                cmd.current_dir(&w.path)
+                    .env("SHEPHERD_WORKSPACE_BRANCH", &w.branch);
+                workspace = Some(w);
+            }
+            Err(reason) => return spawn_failed(&ctx, &a, reason, &shutdown).await,
+        }
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
+            if let Some(w) = &mut workspace {
+                end_workspace(w, &a, "not started").await;
+            }
             return spawn_failed(
                 &ctx,
                 &a,
                 format!("cannot start {:?}: {e}", argv[0]),
                 &shutdown,
             )
-            .await
+            .await;
         }
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
@@ -289,7 +335,7 @@ pub async fn execute(
     outbox.progress.push_back((
         workflow::EXECUTION_STARTED.into(),
         Some(format!("{} started", ctx.agent_name)),
-        json!({ "pgid": pgid }),
+        json!({ "pgid": pgid, "workspace": workspace }),
     ));
 
     // Output readers feed one channel; a bounded one, so a full spool (or a
@@ -375,6 +421,10 @@ pub async fn execute(
                         ));
                     }
                     outbox.session_id = Some(id)
+                }
+                AdapterOutput::Usage(u) => {
+                    outbox.usage = Some(u);
+                    outbox.usage_total = u;
                 }
             }
         }
@@ -476,6 +526,24 @@ pub async fn execute(
                 }
             }
         }
+        if let (Some(max), Some(cost), None) = (
+            ctx.agent.max_cost_usd,
+            outbox.usage_total.cost_usd,
+            &stopping,
+        ) {
+            if cost > max {
+                let reason =
+                    format!("budget_exceeded: cost ${cost:.4} passed max_cost_usd ${max:.4}");
+                tracing::info!(
+                    run_id = a.run_id,
+                    pgid,
+                    reason,
+                    "SIGTERM to the process group"
+                );
+                signal_group(pgid, libc::SIGTERM);
+                stopping = Some((Ending::BudgetExceeded(reason), now + grace));
+            }
+        }
         if outbox.claim_lost && stopping.is_none() {
             tracing::warn!(
                 run_id = a.run_id,
@@ -504,6 +572,13 @@ pub async fn execute(
         signal_group(pgid, libc::SIGKILL);
     }
     ctx.records.forget(&a.run_id);
+    if let Some(w) = &mut workspace {
+        let how = match &stopping {
+            Some((e, _)) => format!("{e:?}"),
+            None => format!("exit {:?}", exit.and_then(|s| s.code())),
+        };
+        end_workspace(w, &a, &how).await;
+    }
     let outs = adapter.finish();
     handle_outputs(outs, &mut outbox, &mut result);
 
@@ -548,9 +623,14 @@ pub async fn execute(
         Ending::TimedOut(t) => format!("timed out after {t}s"),
         Ending::Cancelled => "cancelled".into(),
         Ending::ClaimLost => "claim lost".into(),
-        Ending::SpawnFailed(r) => r.clone(),
+        Ending::SpawnFailed(r) | Ending::BudgetExceeded(r) => r.clone(),
     };
-    let metadata = json!({ "session_id": outbox.session_id, "ending": format!("{ending:?}") });
+    let metadata = json!({
+        "session_id": outbox.session_id,
+        "ending": format!("{ending:?}"),
+        "workspace": workspace,
+        "usage": (!outbox.usage_total.is_empty()).then_some(outbox.usage_total),
+    });
     report_end(
         &ctx,
         &a,
@@ -563,6 +643,22 @@ pub async fn execute(
     .await;
     tracing::info!(run_id = a.run_id, ?ending, "run ended");
     ending
+}
+
+/// Commits what the agent left in its worktree, removes the worktree and
+/// records the branch's head. A failure is logged: the run's own ending
+/// stands.
+async fn end_workspace(w: &mut Workspace, a: &Assignment, how: &str) {
+    let message = format!(
+        "Shepherd run {} (task {}, attempt {}): changes left uncommitted ({how})",
+        a.run_id, a.vtid, a.attempt
+    );
+    match worktree::finish(&w.repo, &w.path, &message).await {
+        Ok(head) => w.head = Some(head),
+        Err(e) => {
+            tracing::error!(run_id = a.run_id, branch = w.branch, error = %e, "could not commit the run's leftover changes")
+        }
+    }
 }
 
 /// Reports a run that never started and says how it ended.
@@ -596,7 +692,9 @@ async fn report_end(
 ) {
     let (event, result) = match ending {
         Ending::Exited(0) => (workflow::EXECUTION_COMPLETED, result.map(str::to_owned)),
-        Ending::Cancelled => (workflow::EXECUTION_CANCELLED, Some(reason.to_owned())),
+        Ending::Cancelled | Ending::BudgetExceeded(_) => {
+            (workflow::EXECUTION_CANCELLED, Some(reason.to_owned()))
+        }
         Ending::ClaimLost => return,
         _ => (workflow::EXECUTION_FAILED, Some(reason.to_owned())),
     };

@@ -16,6 +16,7 @@ pub mod execution;
 pub mod lines;
 pub mod process;
 pub mod spool;
+pub mod worktree;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -92,6 +93,22 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             "ended agent processes left by a previous runner"
         );
     }
+    // Only now that their processes are gone: finish the worktrees of runs
+    // that died with their runner (commit leftovers, keep the branches).
+    let finished = worktree::clean_leftovers(&config.data_dir).await;
+    if finished > 0 {
+        tracing::warn!(
+            count = finished,
+            "finished worktrees left by a previous runner"
+        );
+    }
+    for (name, agent) in &config.agents {
+        if let Some((repo, base)) = agent.worktree_repo() {
+            if let Err(e) = worktree::resolve_base(repo, base).await {
+                tracing::warn!(agent = name, "agents.{name}: {e}; its runs will fail");
+            }
+        }
+    }
     let operator = Client::new(&config.server, config.token.clone()).map_err(|e| e.to_string())?;
     // Workers a previous runner registered from this data directory lost
     // their processes with it: release their claims now rather than after
@@ -137,6 +154,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             spool_cap_bytes: config.spool_cap_bytes,
             quiet_gap: config.quiet_gap,
             default_cancel_grace: config.cancel_grace,
+            data_dir: config.data_dir.clone(),
         });
         workers.push((worker_id.clone(), ctx.clone()));
         tracker.spawn(claim_loop(
@@ -258,6 +276,7 @@ async fn claim_loop(
                                     title: c.title,
                                     spec: c.spec,
                                     conversation: c.conversation,
+                                    attempt: c.attempt,
                                 };
                                 let token = shutdown.child_token();
                                 cancels

@@ -734,6 +734,20 @@ impl Store {
         })
     }
 
+    /// Sets a running run's token usage and cost (the running total).
+    pub async fn set_run_usage(
+        &self,
+        run_id: &str,
+        claim_token: &str,
+        caller: Option<String>,
+        usage: shepherd_core::usage::Usage,
+    ) -> Result<Run, Error> {
+        let (now, id, token) = (now_ms(), run_id.to_owned(), claim_token.to_owned());
+        write_op!(self, |db| async move {
+            ops::usage::set_usage(db, now, &id, &token, caller.as_deref(), usage).await
+        })
+    }
+
     /// Nulls transcripts of runs that ended before `cutoff`; returns (runs, bytes freed).
     pub async fn prune_transcripts(&self, cutoff: Millis) -> Result<(i64, i64), Error> {
         write_op!(self, |db| runs::prune_transcripts(db, cutoff))

@@ -14,6 +14,10 @@
 //! Agent CLIs change their output between versions; losing a line silently
 //! would hide exactly the output someone needs when a run goes wrong.
 //!
+//! Every adapter [`adapter_for`] makes also meters the agent's token usage
+//! and cost ([`crate::usage`]) and reports the run's running total as
+//! [`AdapterOutput::Usage`] whenever it changes.
+//!
 //! Every step leaves an adapter already capped by
 //! [`TranscriptStep::truncated`]. Adapters do no I/O and keep no clock.
 
@@ -29,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::transcript::TranscriptStep;
+use crate::usage::{Usage, UsageMeter};
 
 pub use claude_stream_json::ClaudeStreamJsonAdapter;
 pub use codex_json::CodexJsonAdapter;
@@ -129,6 +134,8 @@ pub enum AdapterOutput {
     /// The agent's own conversation id, so the run can be resumed later.
     /// Emitted when first seen and again only if it changes.
     SessionId(String),
+    /// The run's token usage and cost so far (a running total, not a delta).
+    Usage(Usage),
 }
 
 /// Parses one agent's output stream, line by line.
@@ -152,13 +159,46 @@ pub trait Adapter: Send {
     fn last_assistant_text(&self) -> Option<&str>;
 }
 
-/// A fresh adapter for `format`.
+/// A fresh adapter for `format`, metering usage.
 pub fn adapter_for(format: TranscriptFormat) -> Box<dyn Adapter> {
-    match format {
+    let inner: Box<dyn Adapter> = match format {
         TranscriptFormat::StepsJsonl => Box::new(StepsJsonlAdapter::new()),
         TranscriptFormat::ClaudeStreamJson => Box::new(ClaudeStreamJsonAdapter::new()),
         TranscriptFormat::CodexJson => Box::new(CodexJsonAdapter::new()),
-        TranscriptFormat::Text => Box::new(TextAdapter::new()),
+        TranscriptFormat::Text => return Box::new(TextAdapter::new()),
+    };
+    Box::new(Metered {
+        inner,
+        meter: UsageMeter::new(format),
+    })
+}
+
+/// An adapter that also reports the usage its lines carry, after what the
+/// line itself produced.
+struct Metered {
+    inner: Box<dyn Adapter>,
+    meter: UsageMeter,
+}
+
+impl Adapter for Metered {
+    fn push_line(&mut self, line: &str) -> Vec<AdapterOutput> {
+        let mut out = self.inner.push_line(line);
+        if let Some(total) = self.meter.observe(line) {
+            out.push(AdapterOutput::Usage(total));
+        }
+        out
+    }
+
+    fn flush(&mut self) -> Vec<AdapterOutput> {
+        self.inner.flush()
+    }
+
+    fn finish(&mut self) -> Vec<AdapterOutput> {
+        self.inner.finish()
+    }
+
+    fn last_assistant_text(&self) -> Option<&str> {
+        self.inner.last_assistant_text()
     }
 }
 

@@ -6,7 +6,10 @@
 //! - `{"type":"progress","event":"worker.building","message":"…","metadata":{…}}`
 //!   (`message` and `metadata` optional);
 //! - `{"type":"status","text":"…"}`;
-//! - `{"type":"result","text":"…"}`.
+//! - `{"type":"result","text":"…"}`;
+//! - `{"type":"usage","input_tokens":N,"output_tokens":N,"cache_read_tokens":N,
+//!   "cache_write_tokens":N,"cost_usd":X}` (each field optional; successive
+//!   lines add up; metered by [`crate::usage::UsageMeter`], no step).
 //!
 //! Anything else is kept as text, per the rule in the module above.
 
@@ -86,6 +89,11 @@ impl Adapter for StepsJsonlAdapter {
         let mut out = Vec::new();
         if line.trim().is_empty() {
             return out;
+        }
+        if let Some(("usage", value)) = typed_json(line).as_ref().map(|(k, v)| (k.as_str(), v)) {
+            if crate::usage::from_steps_line(value).is_some() {
+                return out;
+            }
         }
         match self.parse(line) {
             Some(output) => {

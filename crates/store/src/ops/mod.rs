@@ -9,6 +9,7 @@ pub mod claims;
 pub mod conversations;
 pub mod runs;
 pub mod tasks;
+pub mod usage;
 pub mod workers;
 
 use sha2::{Digest, Sha256};

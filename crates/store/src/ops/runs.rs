@@ -23,7 +23,7 @@ use crate::sql::{Db, Row, Value};
 /// table (`run_transcripts`); lists read only the `has_transcript` flag.
 pub(crate) const RUN_COLUMNS: &str = "r.id, r.task_id, r.task, r.channel_id, ch.name, r.worker_id, r.agent_id, r.worker_type, \
     r.attempt, r.purpose, r.status, r.result, r.started_at, r.completed_at, r.live_status, r.tool_calls, \
-    r.active_tool, r.step_count, r.has_transcript, r.cancel_requested_at, r.conversation_id";
+    r.active_tool, r.step_count, r.has_transcript, r.cancel_requested_at, r.conversation_id, r.usage";
 pub(crate) const RUN_FROM: &str = "FROM runs r LEFT JOIN channels ch ON ch.id = r.channel_id";
 
 pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
@@ -49,11 +49,22 @@ pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
         has_transcript: r.bool(18)?,
         cancel_requested_at: r.opt_i64(19)?,
         conversation_id: r.opt_string(20)?,
+        // Written only by this crate from a `Usage`: a value that does not
+        // read back is a corrupt row, and says so.
+        usage: match r.opt_string(21)? {
+            Some(u) => Some(serde_json::from_str(&u).map_err(|e| {
+                Error::internal(format!(
+                    "run {}: stored usage unreadable: {e}",
+                    r.string(0).unwrap_or_default()
+                ))
+            })?),
+            None => None,
+        },
     })
 }
 
 /// The ids an event about this run concerns.
-fn run_refs(run: &Run) -> EventRefs {
+pub(crate) fn run_refs(run: &Run) -> EventRefs {
     EventRefs::default()
         .run(&run.id)
         .task(&run.vtid)
@@ -204,7 +215,7 @@ pub struct StepsAck {
     pub next_index: i64,
 }
 
-async fn fence_run<D: Db>(
+pub(crate) async fn fence_run<D: Db>(
     db: &mut D,
     run: &Run,
     claim_token: &str,

@@ -62,6 +62,7 @@ use crate::sql::{Appended, Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNA
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("0001_init.sql")),
     (3, include_str!("0003_conversations.sql")),
+    (4, include_str!("0004_run_usage.sql")),
 ];
 /// Advisory lock key that orders event-appending commits (see module docs).
 pub const EVENT_LOCK: i64 = 0x5348_4550_0001;

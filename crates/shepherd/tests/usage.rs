@@ -1,0 +1,154 @@
+//! Usage and cost end to end, on both stores: a scripted agent replays a
+//! recorded Claude Code stream-json sample and its usage lands on the run;
+//! steps-jsonl `usage` lines add up, and `max_cost_usd` stops a run that
+//! passes it with reason `budget_exceeded`; bad usage reports are refused.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::{Env, Kind, Server};
+
+async fn run_of(s: &Server, vtid: &str, states: &[&str]) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, t) = s.get(&format!("/api/v1/tasks/{vtid}"), None).await;
+        if states.contains(&t["state"].as_str().unwrap_or("")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{vtid} never reached {states:?}: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
+    runs["runs"][0].clone()
+}
+
+async fn usage_is_stored_and_budget_enforced(kind: Kind) {
+    let mut env = Env::new(kind);
+    let sample = format!(
+        "{}/../../tests/fixtures/usage/claude_usage.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let pids = env.dir.join("spender.pid");
+    let spender = env.script(
+        "spender.sh",
+        &format!(
+            "cat > /dev/null\necho $$ > {}\necho '{{\"type\":\"usage\",\"input_tokens\":10,\"cost_usd\":0.6}}'\necho '{{\"type\":\"usage\",\"output_tokens\":4,\"cost_usd\":0.6}}'\nsleep 30\necho never\n",
+            pids.display()
+        ),
+    );
+    env.with_config_file(&format!(
+        r#"
+[agents.claude]
+command = ["bash", "-c", "cat > /dev/null; cat {sample}"]
+transcript = "claude-stream-json"
+[agents.spender]
+command = ["bash", "{spender}"]
+transcript = "steps-jsonl"
+max_cost_usd = 1.0
+cancel_grace_secs = 2
+"#
+    ));
+    let s = Server::start(&env).await;
+    for (vtid, agent) in [("U-1", "claude"), ("U-2", "spender")] {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    let run = run_of(&s, "U-1", &["done", "failed"]).await;
+    assert_eq!(run["status"], "done", "{run}");
+    assert_eq!(
+        run["usage"],
+        json!({ "input_tokens": 42, "output_tokens": 46, "cache_read_tokens": 1500,
+                "cache_write_tokens": 1500, "cost_usd": 0.0123 }),
+        "{run}"
+    );
+    let (_, detail) = s
+        .get(
+            &format!("/api/v1/runs/{}", run["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(detail["run"]["usage"]["output_tokens"], 46);
+
+    let started = Instant::now();
+    let run = run_of(&s, "U-2", &["cancelled", "failed", "done"]).await;
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert!(
+        run["result"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("budget_exceeded"),
+        "{run}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the run was stopped, not left to finish"
+    );
+    assert_eq!(run["usage"]["output_tokens"], 4);
+    assert_eq!(run["usage"]["input_tokens"], 10);
+    assert!((run["usage"]["cost_usd"].as_f64().unwrap() - 1.2).abs() < 1e-9);
+
+    // Reports the server refuses.
+    let id = run["id"].as_str().unwrap();
+    let (st, b) = s
+        .post(
+            &format!("/api/v1/runs/{id}/usage"),
+            None,
+            json!({ "claim_token": "x", "usage": { "cost_usd": -1.0 } }),
+        )
+        .await;
+    assert_eq!(
+        (st, b["error"]["code"].as_str()),
+        (422, Some("invalid_usage"))
+    );
+    let (st, b) = s
+        .post(
+            &format!("/api/v1/runs/{id}/usage"),
+            None,
+            json!({ "claim_token": "x", "usage": { "input_tokens": 1 } }),
+        )
+        .await;
+    assert_eq!(
+        (st, b["error"]["code"].as_str()),
+        (409, Some("claim_stale")),
+        "{b}"
+    );
+    let (st, _) = s
+        .post(
+            "/api/v1/runs/no-such-run/usage",
+            None,
+            json!({ "claim_token": "x", "usage": {} }),
+        )
+        .await;
+    assert_eq!(st, 404);
+    let (st, _) = s
+        .post(
+            &format!("/api/v1/runs/{id}/usage"),
+            None,
+            json!({ "claim_token": "x", "usage": { "tokens": 1 } }),
+        )
+        .await;
+    assert_eq!(st, 422, "unknown usage fields are refused");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_on_sqlite() {
+    usage_is_stored_and_budget_enforced(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_on_postgres() {
+    usage_is_stored_and_budget_enforced(Kind::Postgres).await;
+}

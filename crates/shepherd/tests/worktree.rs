@@ -1,0 +1,326 @@
+//! Worktree agents with a real git repository made in a temp directory and
+//! scripted agents: concurrent runs get their own worktrees and branches and
+//! do not see each other's files; each branch holds the agent's changes,
+//! uncommitted ones included; the worktree is gone after the run and after
+//! its runner is killed with SIGKILL; a repo that is not a git repository or
+//! a base that does not exist fails the run with its reason.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::{Env, Kind, Server};
+
+async fn wait_for<F, Fut>(what: &str, within: Duration, mut f: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<Value>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn task_in(s: &Server, vtid: &str, states: &[&str], within: Duration) -> Value {
+    wait_for(&format!("{vtid} to reach {states:?}"), within, || async {
+        let (_, t) = s.get(&format!("/api/v1/tasks/{vtid}"), None).await;
+        states
+            .contains(&t["state"].as_str().unwrap_or(""))
+            .then_some(t)
+    })
+    .await
+}
+
+async fn runs_of(s: &Server, vtid: &str) -> Vec<Value> {
+    let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
+    runs["runs"].as_array().cloned().unwrap_or_default()
+}
+
+/// Runs git in `dir`; its trimmed stdout, or None when it fails.
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// A repository on branch `main` with one commit.
+fn make_repo(dir: &Path) -> PathBuf {
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]).expect("git init");
+    std::fs::write(repo.join("README"), "base\n").unwrap();
+    git(&repo, &["add", "README"]).unwrap();
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "base",
+        ],
+    )
+    .expect("first commit");
+    repo
+}
+
+/// The worktrees git knows for `repo` (the main checkout included).
+fn worktrees(repo: &Path) -> usize {
+    git(repo, &["worktree", "list", "--porcelain"])
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("worktree "))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_work_in_their_own_worktrees_and_branches() {
+    let mut env = Env::new(Kind::Sqlite);
+    let repo = make_repo(&env.dir);
+    let marks = env.dir.join("marks");
+    std::fs::create_dir_all(marks.join("started")).unwrap();
+    // Each run commits one file and leaves another uncommitted, then waits
+    // until both runs are in their worktrees and notes what it sees.
+    let script = env.script(
+        "agent.sh",
+        &format!(
+            r#"cat > /dev/null
+set -e
+echo "$SHEPHERD_TASK_ID" > "own-$SHEPHERD_TASK_ID.txt"
+git add "own-$SHEPHERD_TASK_ID.txt"
+git -c user.name=agent -c user.email=agent@t commit -qm "agent work on $SHEPHERD_TASK_ID"
+echo left > "left-$SHEPHERD_TASK_ID.txt"
+touch "{m}/started/$SHEPHERD_TASK_ID"
+for i in $(seq 1 300); do [ "$(ls {m}/started | wc -l)" -ge 2 ] && break; sleep 0.1; done
+ls > "{m}/$SHEPHERD_TASK_ID.seen"
+pwd > "{m}/$SHEPHERD_TASK_ID.pwd"
+echo "$SHEPHERD_WORKSPACE_BRANCH" > "{m}/$SHEPHERD_TASK_ID.branch"
+"#,
+            m = marks.display()
+        ),
+    );
+    env.with_config_file(&format!(
+        "[agents.coder]\ncommand = [\"bash\", \"{script}\"]\nmax_concurrent = 2\nworkspace = \"worktree\"\nrepo = \"{}\"\n",
+        repo.display()
+    ));
+    let s = Server::start(&env).await;
+    for vtid in ["WT-1", "WT-2"] {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": "coder" }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    for vtid in ["WT-1", "WT-2"] {
+        let t = task_in(&s, vtid, &["done", "failed"], Duration::from_secs(60)).await;
+        assert_eq!(t["state"], "done", "{t}");
+    }
+    let read = |f: String| std::fs::read_to_string(marks.join(f)).unwrap();
+    let (pwd1, pwd2) = (read("WT-1.pwd".into()), read("WT-2.pwd".into()));
+    assert_ne!(pwd1, pwd2, "each run has its own worktree");
+    for (me, other, pwd) in [("WT-1", "WT-2", &pwd1), ("WT-2", "WT-1", &pwd2)] {
+        let pwd = PathBuf::from(pwd.trim());
+        assert!(
+            pwd.starts_with(env.dir.join("worktrees")),
+            "{pwd:?} is under the data directory"
+        );
+        assert!(!pwd.exists(), "the worktree {pwd:?} is gone after the run");
+        let seen = read(format!("{me}.seen"));
+        assert!(seen.contains(&format!("own-{me}.txt")), "{seen}");
+        assert!(seen.contains("README"), "the worktree starts from base");
+        assert!(
+            !seen.contains(other),
+            "{me} saw the other run's files: {seen}"
+        );
+        let branch = format!("shepherd/{me}-1");
+        assert_eq!(read(format!("{me}.branch")).trim(), branch);
+        // The branch holds the committed file and the uncommitted one.
+        assert_eq!(
+            git(&repo, &["show", &format!("{branch}:own-{me}.txt")]).as_deref(),
+            Some(me)
+        );
+        assert_eq!(
+            git(&repo, &["show", &format!("{branch}:left-{me}.txt")]).as_deref(),
+            Some("left"),
+            "uncommitted changes are committed to the branch"
+        );
+        assert!(git(&repo, &["show", &format!("{branch}:own-{other}.txt")]).is_none());
+        let runs = runs_of(&s, me).await;
+        let run_id = runs[0]["id"].as_str().unwrap();
+        let message = git(&repo, &["log", "-1", "--format=%s", &branch]).unwrap();
+        assert!(message.contains(run_id), "{message} names the run");
+        assert_eq!(
+            git(&repo, &["rev-parse", &format!("{branch}~2")]),
+            git(&repo, &["rev-parse", "main"]),
+            "the branch starts at base"
+        );
+        // The run's end records its workspace.
+        let (_, task) = s.get(&format!("/api/v1/tasks/{me}"), None).await;
+        let completed: Vec<&Value> = task["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "worker.execution.completed")
+            .collect();
+        let text = format!("{completed:?}");
+        assert!(text.contains(&branch), "{text}");
+        let head = git(&repo, &["rev-parse", &branch]).unwrap();
+        assert!(text.contains(&head), "the head commit is recorded: {text}");
+    }
+    assert_eq!(worktrees(&repo), 1, "only the main checkout is left");
+    assert!(
+        git(&repo, &["status", "--porcelain"]).unwrap().is_empty(),
+        "the main checkout is untouched"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repo_that_is_not_git_or_a_missing_base_fails_the_run_with_its_reason() {
+    let mut env = Env::new(Kind::Sqlite);
+    let repo = make_repo(&env.dir);
+    let plain = env.dir.join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    env.with_config_file(&format!(
+        r#"
+[agents.nogit]
+command = ["bash", "-c", "cat > /dev/null; echo ran"]
+workspace = "worktree"
+repo = "{plain}"
+[agents.nobase]
+command = ["bash", "-c", "cat > /dev/null; echo ran"]
+workspace = "worktree"
+repo = "{repo}"
+base = "no-such-branch"
+"#,
+        plain = plain.display(),
+        repo = repo.display()
+    ));
+    let s = Server::start(&env).await;
+    for (vtid, agent) in [("NG-1", "nogit"), ("NB-1", "nobase")] {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    for (vtid, reason) in [
+        ("NG-1", "is not a git repository"),
+        ("NB-1", "\"no-such-branch\" does not exist"),
+    ] {
+        task_in(&s, vtid, &["failed"], Duration::from_secs(30)).await;
+        let runs = runs_of(&s, vtid).await;
+        let result = runs[0]["result"].as_str().unwrap_or_default();
+        assert_eq!(runs[0]["status"], "failed");
+        assert!(result.contains(reason), "{vtid}: {result}");
+    }
+    assert_eq!(
+        git(&repo, &["branch", "--list", "shepherd/*"]).unwrap(),
+        "",
+        "no branch for runs that never started"
+    );
+    s.stop().await;
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_runner(env: &Env, server: &str, data: &Path) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["runner", "--server", server, "--data-dir"])
+            .arg(data)
+            .envs(&env.vars)
+            .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
+            .env("SHEPHERD_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_left_by_a_killed_runner_is_committed_and_removed_at_the_next_start() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "120")
+        .set("SHEPHERD_SWEEP_INTERVAL_SECS", "1");
+    let repo = make_repo(&env.dir);
+    let started = env.dir.join("started");
+    // The first attempt writes a file and hangs; the second finishes.
+    let script = env.script(
+        "agent.sh",
+        &format!(
+            "cat > /dev/null\nif [ ! -e {m} ]; then echo partial > partial.txt; pwd > {m}; sleep 60; fi\necho second > second.txt\n",
+            m = started.display()
+        ),
+    );
+    let server = Server::start(&env).await;
+    let mut runner_env = Env::new(Kind::Sqlite);
+    runner_env.with_config_file(&format!(
+        "[agents.coder]\ncommand = [\"bash\", \"{script}\"]\nworkspace = \"worktree\"\nrepo = \"{}\"\n",
+        repo.display()
+    ));
+    let data = env.dir.join("runner-data");
+    server
+        .post(
+            "/api/v1/tasks",
+            None,
+            json!({ "vtid": "CR-1", "title": "crash", "agent_id": "coder" }),
+        )
+        .await;
+    let mut a = spawn_runner(&runner_env, &server.base, &data);
+    wait_for(
+        "the first attempt to start",
+        Duration::from_secs(20),
+        || async { started.exists().then_some(Value::Null) },
+    )
+    .await;
+    let first = PathBuf::from(std::fs::read_to_string(&started).unwrap().trim());
+    a.0.kill().unwrap();
+    a.0.wait().unwrap();
+    assert!(first.exists(), "a SIGKILLed runner leaves its worktree");
+    let _b = spawn_runner(&runner_env, &server.base, &data);
+    task_in(&server, "CR-1", &["done"], Duration::from_secs(30)).await;
+    assert!(!first.exists(), "the next runner removed {first:?}");
+    assert_eq!(
+        git(&repo, &["show", "shepherd/CR-1-1:partial.txt"]).as_deref(),
+        Some("partial"),
+        "the lost run's changes are kept on its branch"
+    );
+    assert_eq!(
+        git(&repo, &["show", "shepherd/CR-1-2:second.txt"]).as_deref(),
+        Some("second")
+    );
+    assert_eq!(worktrees(&repo), 1);
+    server.stop().await;
+}

@@ -1,0 +1,46 @@
+//! A run's token usage and cost: stored on the run as the worker holding its
+//! claim reports it (a running total, so the latest report replaces the
+//! last) and announced as a `run.usage` event.
+
+use serde_json::json;
+use shepherd_core::event::{kind, NewEvent};
+use shepherd_core::model::Run;
+use shepherd_core::time::Millis;
+use shepherd_core::usage::Usage;
+use shepherd_core::Error;
+
+use super::emit;
+use super::runs::{fence_run, require, run_refs};
+use crate::params;
+use crate::sql::Db;
+
+/// Sets the usage of a running run (fenced by its claim token).
+pub async fn set_usage<D: Db>(
+    db: &mut D,
+    now: Millis,
+    run_id: &str,
+    claim_token: &str,
+    caller: Option<&str>,
+    usage: Usage,
+) -> Result<Run, Error> {
+    if usage.cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
+        return Err(Error::invalid(
+            "invalid_usage",
+            "cost_usd is a non-negative number",
+        ));
+    }
+    let run = require(db, run_id).await?;
+    fence_run(db, &run, claim_token, caller).await?;
+    let text = serde_json::to_string(&usage).map_err(|e| Error::internal(e.to_string()))?;
+    db.defer(
+        "UPDATE runs SET usage = $2 WHERE id = $1",
+        params![run_id, text],
+    );
+    emit(
+        db,
+        now,
+        NewEvent::new(kind::RUN_USAGE, run_refs(&run), json!({ "usage": usage })),
+    )
+    .await?;
+    require(db, run_id).await
+}
