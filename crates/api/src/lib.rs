@@ -14,6 +14,8 @@ pub mod events;
 pub mod health;
 pub mod openapi;
 pub mod runs;
+pub mod session_ws;
+pub mod sessions;
 pub mod tasks;
 pub mod workers;
 
@@ -74,6 +76,8 @@ pub struct AppState {
     pub started_at: i64,
     /// Rendered SSE frames, shared by every subscriber.
     pub frames: Arc<events::FrameCache>,
+    /// This node's sessions and PTY workers (seed 004); `None`: not served.
+    pub sessions: Option<Arc<shepherd_sessions::SessionManager>>,
 }
 
 impl AppState {
@@ -84,6 +88,7 @@ impl AppState {
             shutdown,
             started_at: shepherd_store::now_ms(),
             frames: Arc::default(),
+            sessions: None,
         }
     }
 
@@ -112,6 +117,8 @@ pub fn router(state: AppState) -> Router {
         .merge(events::router())
         .merge(workers::router())
         .merge(channels::router())
+        .merge(sessions::router())
+        .merge(session_ws::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

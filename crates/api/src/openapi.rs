@@ -34,8 +34,11 @@ pub struct ErrorDetail {
         crate::events::events,
         crate::channels::upsert, crate::channels::list, crate::channels::archive,
         crate::workers::list_workers, crate::workers::worker_events, crate::workers::event_page,
+        crate::sessions::create, crate::sessions::list, crate::sessions::show, crate::sessions::delete,
+        crate::sessions::add_worker, crate::sessions::remove_worker, crate::sessions::restart, crate::sessions::diff,
+        crate::session_ws::attach,
     ),
-    components(schemas(ErrorBody, ErrorDetail)),
+    components(schemas(ErrorBody, ErrorDetail, shepherd_sessions::ServerMessage, shepherd_sessions::ClientMessage)),
     modifiers(&BearerAuth)
 )]
 pub struct ApiDoc;

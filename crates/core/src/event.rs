@@ -40,6 +40,14 @@ pub mod kind {
     pub const CHANNEL_CREATED: &str = "channel.created";
     pub const CHANNEL_ARCHIVED: &str = "channel.archived";
     pub const AGENT_UPSERTED: &str = "agent.upserted";
+    // Sessions (seed 004): workspaces and their tabs.
+    pub const SESSION_CREATED: &str = "session.created";
+    pub const SESSION_DELETED: &str = "session.deleted";
+    pub const SESSION_WORKER_ADDED: &str = "session.worker.added";
+    pub const SESSION_WORKER_RESTORED: &str = "session.worker.restored";
+    pub const SESSION_WORKER_RESTARTED: &str = "session.worker.restarted";
+    pub const SESSION_WORKER_EXITED: &str = "session.worker.exited";
+    pub const SESSION_WORKER_REMOVED: &str = "session.worker.removed";
 }
 
 /// The ids an event concerns. Each is optional; filters match on them.

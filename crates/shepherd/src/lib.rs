@@ -8,3 +8,4 @@ pub mod config;
 pub mod maintenance;
 pub mod render;
 pub mod server;
+pub mod session_host;

@@ -33,6 +33,9 @@ pub use hub::{Tail, TailItem, BROADCAST_CAPACITY};
 pub use log::EventPage;
 pub use ops::claims::{Grant, HeldClaim, LeaseRules, SweepReport};
 pub use ops::runs::{RunFilter, StepsAck};
+pub use ops::sessions::{
+    NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,
+};
 pub use ops::tasks::{Applied, CancelOutcome, NewTask, TaskDetail, TaskFilter};
 pub use ops::workers::{Registration, WorkerFilter};
 pub use postgres::PgOptions;
@@ -95,6 +98,9 @@ macro_rules! read_op {
         }
     };
 }
+
+// After the macros it uses.
+mod session_store;
 
 enum Backend {
     Sqlite(SqliteBackend),

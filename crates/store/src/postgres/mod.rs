@@ -59,7 +59,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sql::{Appended, Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNAVAILABLE};
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("0001_init.sql")),
+    (2, include_str!("0002_sessions.sql")),
+];
 /// Advisory lock key that orders event-appending commits (see module docs).
 pub const EVENT_LOCK: i64 = 0x5348_4550_0001;
 const MIGRATION_LOCK: i64 = 0x5348_4550_0002;

@@ -25,7 +25,10 @@ use tokio::sync::{oneshot, Semaphore};
 
 use crate::sql::{Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNAVAILABLE};
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("0001_init.sql")),
+    (2, include_str!("0002_sessions.sql")),
+];
 const READERS: usize = 4;
 /// Upper bound of units of work grouped into one commit.
 const MAX_BATCH: usize = 512;
