@@ -6,7 +6,8 @@
 //! its holder act only as that worker.
 
 use axum::extract::{Request, State};
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
+use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
 use shepherd_core::{Error, ErrorKind};
@@ -62,6 +63,22 @@ fn unauthorized(message: &str) -> ApiError {
     Error::new(ErrorKind::Unauthorized, "unauthorized", message).into()
 }
 
+/// The subprotocol a browser's WebSocket offers beside `bearer.<token>`; the
+/// server selects it, never the one that carries the token.
+pub const WS_SUBPROTOCOL: &str = "shepherd.v1";
+
+/// The token a browser's WebSocket carries as the subprotocol
+/// `bearer.<token>` (browsers cannot set headers on a WebSocket, and a token
+/// never goes in a URL, where logs and history would keep it).
+pub fn subprotocol_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix("bearer.").map(str::to_owned))
+}
+
 pub async fn authenticate(
     State(state): State<AppState>,
     mut req: Request,
@@ -72,6 +89,7 @@ pub async fn authenticate(
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let token = match header {
+        None => subprotocol_token(req.headers()),
         Some(h) => match h
             .strip_prefix("Bearer ")
             .or_else(|| h.strip_prefix("bearer "))
@@ -83,7 +101,6 @@ pub async fn authenticate(
                 ))
             }
         },
-        None => None,
     };
     let caller = match (token, &state.settings.auth_token) {
         (None, None) => Caller::Operator,

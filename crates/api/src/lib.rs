@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod health;
 pub mod openapi;
+pub mod origin;
 pub mod runs;
 pub mod session_ws;
 pub mod sessions;
@@ -47,6 +48,9 @@ pub struct Settings {
     /// A busy SSE stream writes at most once per this interval, carrying
     /// every event of the interval in one write.
     pub sse_coalesce: Duration,
+    /// Origins besides the server's own that browsers may call from
+    /// (`SHEPHERD_ALLOWED_ORIGINS`), e.g. `https://ui.example.com`.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for Settings {
@@ -59,6 +63,7 @@ impl Default for Settings {
             cancel_grace: Duration::from_secs(30),
             sse_keepalive: Duration::from_secs(15),
             sse_coalesce: Duration::from_millis(25),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -127,6 +132,10 @@ pub fn router(state: AppState) -> Router {
         .merge(health::router())
         .merge(api)
         .fallback(error::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            origin::check_origin,
+        ))
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
         .layer(axum::middleware::from_fn(log_requests))
         .with_state(state)

@@ -10,7 +10,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use shepherd_core::adapters::{adapter_for, AdapterOutput, TranscriptFormat};
 use shepherd_core::workflow;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
+
+use crate::lines::{LossyLines, MAX_LINE_BYTES};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -239,7 +241,7 @@ pub async fn execute(
     if let Some(stdout) = child.stdout.take() {
         let tx = tx.clone();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
+            let mut lines = LossyLines::new(BufReader::new(stdout), MAX_LINE_BYTES);
             while let Ok(Some(l)) = lines.next_line().await {
                 if tx.send(Line::Out(l)).await.is_err() {
                     break;
@@ -251,7 +253,7 @@ pub async fn execute(
     if let Some(stderr) = child.stderr.take() {
         let tx = tx.clone();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
+            let mut lines = LossyLines::new(BufReader::new(stderr), MAX_LINE_BYTES);
             while let Ok(Some(l)) = lines.next_line().await {
                 if tx.send(Line::Err(l)).await.is_err() {
                     break;

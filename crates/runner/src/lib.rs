@@ -14,6 +14,7 @@
 pub mod agent;
 pub mod client;
 pub mod execution;
+pub mod lines;
 pub mod process;
 pub mod spool;
 

@@ -34,6 +34,7 @@ struct FileConfig {
     pg_pool_size: Option<u64>,
     pg_schema: Option<String>,
     runner_heartbeat_secs: Option<u64>,
+    allowed_origins: Option<Vec<String>>,
     sessions_root: Option<PathBuf>,
     node_id: Option<String>,
     advertise_url: Option<String>,
@@ -67,6 +68,8 @@ pub struct Config {
     pub pg_schema: Option<String>,
     /// How often the built-in runner's workers heartbeat.
     pub runner_heartbeat: Duration,
+    /// Origins besides the server's own that browsers may call from.
+    pub allowed_origins: Vec<String>,
     pub agents: BTreeMap<String, AgentConfig>,
     /// When set, sessions may only live in directories under it.
     pub sessions_root: Option<PathBuf>,
@@ -207,6 +210,25 @@ impl Config {
         if body_limit < 1024 {
             return Err(err("SHEPHERD_BODY_LIMIT_BYTES: must be at least 1024"));
         }
+        let allowed_origins = match env(vars, "SHEPHERD_ALLOWED_ORIGINS") {
+            Some(v) => v
+                .split(',')
+                .map(|o| o.trim().to_owned())
+                .filter(|o| !o.is_empty())
+                .collect(),
+            None => file.allowed_origins.unwrap_or_default(),
+        };
+        for o in &allowed_origins {
+            let authority = o
+                .strip_prefix("http://")
+                .or_else(|| o.strip_prefix("https://"))
+                .map(|a| a.trim_end_matches('/'));
+            if !authority.is_some_and(|a| !a.is_empty() && !a.contains(['/', '?', '#', '*'])) {
+                return Err(err(format!(
+                    "SHEPHERD_ALLOWED_ORIGINS: expected origins like https://ui.example.com (scheme, host, optional port), got {o:?}"
+                )));
+            }
+        }
         for (name, agent) in &file.agents {
             validate_agent(name, agent)?;
         }
@@ -262,6 +284,7 @@ impl Config {
                 30,
                 1,
             )?,
+            allowed_origins,
             agents: file.agents,
             sessions_root: env(vars, "SHEPHERD_SESSIONS_ROOT")
                 .map(PathBuf::from)
@@ -299,6 +322,23 @@ fn validate_agent(name: &str, a: &AgentConfig) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_origins_are_checked() {
+        let c = load(&[(
+            "SHEPHERD_ALLOWED_ORIGINS",
+            "https://ui.example.com, http://10.0.0.5:8080/",
+        )])
+        .unwrap();
+        assert_eq!(
+            c.allowed_origins,
+            ["https://ui.example.com", "http://10.0.0.5:8080/"]
+        );
+        for bad in ["ui.example.com", "https://ui.example.com/app", "*"] {
+            let e = load(&[("SHEPHERD_ALLOWED_ORIGINS", bad)]).unwrap_err();
+            assert!(e.0.contains("SHEPHERD_ALLOWED_ORIGINS"), "{e}");
+        }
+    }
 
     fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let owned: Vec<(String, String)> = vars

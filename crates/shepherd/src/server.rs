@@ -39,6 +39,7 @@ pub fn settings(config: &Config) -> Settings {
         heartbeat_timeout: config.heartbeat_timeout,
         claim_ttl: config.claim_ttl,
         cancel_grace: config.cancel_grace,
+        allowed_origins: config.allowed_origins.clone(),
         ..Settings::default()
     }
 }

@@ -65,6 +65,40 @@ fn read_pids(path: &std::path::Path) -> Vec<i32> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_that_is_not_utf8_is_kept_and_the_agent_runs_to_its_end() {
+    // The agent writes invalid UTF-8, then a long line, then 20,000 more
+    // lines: more than a pipe holds, so a runner that stopped reading at the
+    // first bad byte would kill it with SIGPIPE (or leave it blocked).
+    let mut env = Env::new(Kind::Sqlite);
+    env.with_config_file(
+        r#"
+[agents.binary]
+command = ["bash", "-c", "cat > /dev/null; printf 'before\\n\\377\\376 junk\\n'; head -c 3000000 /dev/zero | tr '\\0' x; echo; seq 1 20000; echo finished-cleanly"]
+"#,
+    );
+    let s = Server::start(&env).await;
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks",
+            None,
+            json!({ "vtid": "BIN-1", "title": "binary", "spec": "go", "agent_id": "binary" }),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    task_in(&s, "BIN-1", &["done", "failed"], Duration::from_secs(60)).await;
+    let run = last_run(&s, "BIN-1").await;
+    assert_eq!(run["status"], "done", "{}", run["result"]);
+    assert!(run["result"].as_str().unwrap().contains("finished-cleanly"));
+    let transcript = run["transcript"].to_string();
+    assert!(
+        transcript.contains("\u{FFFD}\u{FFFD} junk"),
+        "the invalid bytes are kept as U+FFFD"
+    );
+    assert!(transcript.contains("before") && transcript.contains("20000"));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn success_failure_and_timeout() {
     let mut env = Env::new(Kind::Sqlite);
     env.with_config_file(

@@ -547,6 +547,48 @@ e2e!(
         t.history().await;
         t.type_line("echo authed-$((4+4))").await;
         t.wait_for("authed-8", WAIT).await;
+        // A browser: no header, the token offered as a subprotocol, its own origin.
+        let offered = format!("shepherd.v1, bearer.{OPERATOR}");
+        let own = s.base.clone();
+        let mut b = try_connect(
+            &s.base,
+            &path,
+            Opts {
+                protocols: Some(&offered),
+                origin: Some(&own),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            b.protocol.as_deref(),
+            Some("shepherd.v1"),
+            "the token is never echoed back"
+        );
+        b.wait_for("authed-8", WAIT).await;
+        // Cross-site WebSocket hijacking: another origin is refused even with the token.
+        let r = try_connect(
+            &s.base,
+            &path,
+            Opts {
+                protocols: Some(&offered),
+                origin: Some("http://evil.example"),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(r.err(), Some(403), "a foreign Origin");
+        let r = try_connect(
+            &s.base,
+            &path,
+            Opts {
+                protocols: Some("shepherd.v1, bearer.wrong-token-0123456789"),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(r.err(), Some(401), "a wrong subprotocol token");
         s.stop().await;
     }
 );

@@ -331,9 +331,9 @@ impl Store {
     }
 
     /// Reads the log's head in a read transaction that then stays open for
-    /// `hold_ms` (PostgreSQL only). Tests use it to cut a read short and
-    /// check that its connection does not go back to the pool still inside
-    /// that transaction.
+    /// `hold_ms`. Tests use it to cut a read short and check that its
+    /// connection does not go back to the pool still inside that
+    /// transaction, nor is counted free while it is still in use.
     #[doc(hidden)]
     pub async fn read_holding(&self, hold_ms: i64) -> Result<i64, Error> {
         read_op!(self, |db| async move {
@@ -341,6 +341,9 @@ impl Store {
             if db.dialect() == sql::Dialect::Postgres {
                 db.query("SELECT pg_sleep($1::bigint / 1000.0)", params![hold_ms])
                     .await?;
+            } else {
+                // SQLite reads run on a blocking thread of their own.
+                std::thread::sleep(std::time::Duration::from_millis(hold_ms.max(0) as u64));
             }
             Ok(head)
         })

@@ -390,14 +390,19 @@ impl SqliteBackend {
         T: Send + 'static,
         F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
     {
-        let _permit = self
+        let permit = self
             .permits
             .clone()
             .acquire_owned()
             .await
             .map_err(|_| closed())?;
         let readers = self.readers.clone();
+        // The permit travels with the connection: a caller that gives up
+        // (a client hung up) drops this future, but the blocking task runs
+        // on with the connection, and only when it is back in the pool may
+        // another read count on finding one there.
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let mut conn = readers
                 .lock()
                 .map_err(|_| Error::internal("reader pool poisoned"))?
