@@ -612,3 +612,52 @@ async fn openapi_names_the_session_routes() {
     }
     s.stop().await;
 }
+
+/// Two nodes on one PostgreSQL: a session lives on the node that created
+/// it; the other answers 409 `session_on_other_node` with the host's address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_node_sends_clients_to_the_host() {
+    let mut env = Env::new(Kind::Postgres);
+    env.set("SHEPHERD_NODE_ID", "node-a");
+    let a = Server::start(&env).await;
+    env.set("SHEPHERD_NODE_ID", "node-b");
+    let b = Server::start(&env).await;
+    let dir = workdir(&env, "work");
+    let session = new_session(&a, None, &dir).await;
+    assert_eq!(session["node_id"], "node-a");
+    assert_eq!(session["node_address"], a.base.as_str());
+    let sid = session["id"].as_str().unwrap().to_owned();
+    let (st, w) = add(&a, None, &sid, json!({ "type": "terminal" })).await;
+    assert_eq!(st, 201, "{w}");
+    let wid = w["id"].as_str().unwrap().to_owned();
+    // The public view is the same everywhere.
+    let (st, view) = b.get(&format!("/api/v1/sessions/{sid}"), None).await;
+    assert_eq!(st, 200);
+    assert_eq!(view["workers"][0]["id"], wid.as_str());
+    let (st, e) = add(&b, None, &sid, json!({ "type": "terminal" })).await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (409, Some("session_on_other_node"))
+    );
+    assert_eq!(e["address"], a.base.as_str());
+    assert_eq!(e["node_id"], "node-a");
+    let (st, e) = b
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/sessions/{sid}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (409, Some("session_on_other_node"))
+    );
+    let r = try_connect(&b.base, &ws::path(&sid, &wid), Opts::default()).await;
+    assert_eq!(r.err(), Some(409), "only the host attaches (and restores)");
+    let mut t = connect(&a.base, &sid, &wid, None).await;
+    t.type_line("echo host-$((8*8))").await;
+    t.wait_for("host-64", WAIT).await;
+    b.stop().await;
+    a.stop().await;
+}
