@@ -128,7 +128,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::authenticate,
         ));
-    Router::new()
+    let app = Router::new()
         .merge(health::router())
         .merge(api)
         .fallback(error::not_found)
@@ -138,7 +138,24 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
         .layer(axum::middleware::from_fn(log_requests))
-        .with_state(state)
+        .with_state(state.clone());
+    // MCP over Streamable HTTP, behind the same auth; its tools call `app`
+    // in-process with the caller's own Authorization header.
+    let mcp = shepherd_mcp::http_route(app.clone(), state.shutdown.clone());
+    app.merge(
+        Router::new()
+            .route("/mcp", mcp)
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                auth::authenticate,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                origin::check_origin,
+            ))
+            .layer(axum::middleware::from_fn(log_requests))
+            .with_state(state),
+    )
 }
 
 /// Logs each request with its status and duration.

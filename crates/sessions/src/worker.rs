@@ -347,3 +347,62 @@ impl PtyProcess {
         let _ = tokio::time::timeout(grace + Duration::from_secs(3), done.wait_for(|d| *d)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scrollback::Limits;
+
+    #[test]
+    fn a_client_too_far_behind_loses_its_place_but_not_the_screen() {
+        let out = Output::new(Scrollback::in_memory(Limits::default()), 1);
+        let mut slow = out.subscribe(None).frames;
+        let mut fast = out.subscribe(None).frames;
+        for i in 0..CLIENT_WINDOW * 2 {
+            out.push(format!("line {i}\r\n").as_bytes());
+            // The fast client keeps up; the writer never waits for the slow one.
+            while fast.try_recv().is_ok() {}
+        }
+        assert!(matches!(
+            slow.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(_))
+        ));
+        // What it is sent instead: a history holding everything, at the live offset.
+        let fresh = out.subscribe(None);
+        let ServerMessage::History { data, offset, .. } = fresh.history else {
+            panic!("a history");
+        };
+        assert!(data.starts_with("line 0\r\n") && data.ends_with("line 255\r\n"));
+        assert_eq!(offset as usize, data.len());
+    }
+
+    #[test]
+    fn history_and_live_frames_neither_overlap_nor_leave_a_gap() {
+        let out = Output::new(Scrollback::in_memory(Limits::default()), 3);
+        out.push("héllo ".as_bytes());
+        out.push(&"wörld".as_bytes()[..2]); // ends inside "ö"
+        let mut sub = out.subscribe(None);
+        let ServerMessage::History {
+            data,
+            offset,
+            epoch,
+        } = sub.history
+        else {
+            panic!("a history");
+        };
+        assert_eq!((data.as_str(), offset, epoch), ("héllo w", 8, 3));
+        out.push(&"wörld".as_bytes()[2..]);
+        let mut live = String::new();
+        while let Ok(f) = sub.frames.try_recv() {
+            let v: serde_json::Value = serde_json::from_str(&f.json).unwrap();
+            if v["type"] == "output" {
+                live.push_str(v["data"].as_str().unwrap());
+                assert_eq!(v["offset"], 13);
+            }
+        }
+        assert_eq!(live, "örld");
+        // Resuming at the history's offset gives nothing twice.
+        let again = out.subscribe(Some((8, 3)));
+        assert!(matches!(again.history, ServerMessage::History { ref data, .. } if data == "örld"));
+    }
+}

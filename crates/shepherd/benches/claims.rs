@@ -1020,16 +1020,6 @@ async fn drop_schemas(url: &str, schemas: &[String]) {
 // ----- output -----
 
 /// The URL with any password replaced, for printing.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
-            Some(c) => format!("{}***{}", &url[..s + 3 + c + 1], &url[at..]),
-            None => url.to_owned(),
-        },
-        _ => url.to_owned(),
-    }
-}
-
 fn vs_baseline(rows: &[Measurement], m: &Measurement) -> Option<f64> {
     if m.route == Route::Baseline {
         return None;
@@ -1156,14 +1146,17 @@ fn main() -> BenchResult<()> {
             Ok(client) => {
                 let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
                 drop(client);
-                println!("postgres: {} (server {version})", redact(&pg_url));
+                println!(
+                    "postgres: {} (server {version})",
+                    shepherd_store::redact_url(&pg_url)
+                );
                 eprintln!("postgres: running");
                 bench_pg(&pg_url, &plan, &mut rows).await?;
             }
             Err(e) => {
                 println!(
                     "postgres: unreachable at {} ({e}); skipping the PostgreSQL rows",
-                    redact(&pg_url)
+                    shepherd_store::redact_url(&pg_url)
                 );
             }
         }

@@ -651,16 +651,6 @@ fn report_progress(m: &Measurement) {
 }
 
 /// The URL with any password replaced, for printing.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
-            Some(c) => format!("{}***{}", &url[..s + 3 + c + 1], &url[at..]),
-            None => url.to_owned(),
-        },
-        _ => url.to_owned(),
-    }
-}
-
 fn ratio(rows: &[Measurement], m: &Measurement) -> Option<f64> {
     if m.imp != "store" {
         return None;
@@ -809,13 +799,16 @@ fn main() -> BenchResult<()> {
         match pg_connect(&pg_url, None).await {
             Ok(client) => {
                 drop(client);
-                eprintln!("postgres ({}): running", redact(&pg_url));
+                eprintln!(
+                    "postgres ({}): running",
+                    shepherd_store::redact_url(&pg_url)
+                );
                 bench_pg(&pg_url, &plan, &mut rows).await?;
             }
             Err(e) => {
                 println!(
                     "postgres: unreachable at {} ({e}); skipping the PostgreSQL rows",
-                    redact(&pg_url)
+                    shepherd_store::redact_url(&pg_url)
                 );
             }
         }

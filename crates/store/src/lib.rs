@@ -217,7 +217,7 @@ impl Store {
                 backend,
                 hub,
                 shutdown: shutdown.clone(),
-                url: redact(&config.url),
+                url: redact_url(&config.url),
             }),
         };
         // Before the store is handed out, so before anything can be written
@@ -890,17 +890,47 @@ impl Store {
     }
 }
 
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+/// A database URL fit for a log line: the password is hidden wherever a URL
+/// can carry one (`user:pass@`, `?password=`, `&sslpassword=`), and so is
+/// every value of a `key=value` connection string's secret keys.
+pub fn redact_url(url: &str) -> String {
+    const SECRET_KEYS: [&str; 3] = ["password", "sslpassword", "passfile"];
+    let is_secret = |key: &str| SECRET_KEYS.iter().any(|k| key.eq_ignore_ascii_case(k));
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let mut out = match (base.find("://"), base.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
+            let creds = &base[s + 3..at];
             match creds.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
-                None => url.to_owned(),
+                Some(c) => format!("{}{}:***{}", &base[..s + 3], &creds[..c], &base[at..]),
+                None => base.to_owned(),
             }
         }
-        _ => url.to_owned(),
+        // A libpq key=value string: `host=h user=u password=secret`.
+        _ if !base.contains("://") && base.contains('=') => base
+            .split_whitespace()
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if is_secret(k) => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => base.to_owned(),
+    };
+    if let Some(q) = query {
+        out.push('?');
+        let params: Vec<String> = q
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if is_secret(k) => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push_str(&params.join("&"));
     }
+    out
 }
 
 #[cfg(test)]
@@ -925,6 +955,33 @@ mod tests {
             parse_database_url("sqlite::memory:").unwrap_err().code,
             "bad_database_url"
         );
-        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact_url("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+    }
+
+    #[test]
+    fn redacts_passwords_wherever_a_url_carries_them() {
+        assert_eq!(
+            redact_url("postgres://h/db?user=u&password=secret&sslmode=require"),
+            "postgres://h/db?user=u&password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgresql://u:p@h/db?SSLPASSWORD=k"),
+            "postgresql://u:***@h/db?SSLPASSWORD=***"
+        );
+        assert_eq!(
+            redact_url("host=h user=u password=secret dbname=d"),
+            "host=h user=u password=*** dbname=d"
+        );
+        assert_eq!(redact_url("sqlite://./x.db"), "sqlite://./x.db");
+        for url in [
+            "postgres://u:hunter2@h/db",
+            "postgres://h/db?password=hunter2",
+            "host=h password=hunter2",
+        ] {
+            assert!(!redact_url(url).contains("hunter2"), "{url}");
+        }
     }
 }

@@ -77,8 +77,20 @@ pub fn append_deferred<D: Db>(db: &mut D, now: Millis, e: &NewEvent) {
 }
 
 pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {
+    let seq = row.i64(0)?;
+    let raw = row.string(10)?;
+    let data = match serde_json::from_str(&raw) {
+        Ok(v) => v,
+        Err(e) => {
+            // Never silently `null`: say so in the log, and deliver the
+            // stored text as it is, so a reader can still see what was there
+            // and one bad row does not stop every stream that passes it.
+            tracing::error!(seq, error = %e, "event data is not valid JSON; delivered as a string");
+            serde_json::Value::String(raw)
+        }
+    };
     Ok(Event {
-        seq: row.i64(0)?,
+        seq,
         ts: row.i64(1)?,
         kind: row.string(2)?,
         refs: EventRefs {
@@ -90,7 +102,7 @@ pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {
             conversation_id: row.opt_string(8)?,
             session_id: row.opt_string(9)?,
         },
-        data: serde_json::from_str(&row.string(10)?).unwrap_or(serde_json::Value::Null),
+        data,
     })
 }
 
@@ -109,10 +121,20 @@ pub async fn pruned_through<D: Db>(db: &mut D) -> Result<i64, Error> {
             params![],
         )
         .await?;
-    Ok(match row {
-        Some(r) => r.string(0)?.parse().unwrap_or(0),
-        None => 0,
-    })
+    match row {
+        // A value that does not parse must not read as "nothing pruned":
+        // that would turn off `cursor_expired` and let clients skip events
+        // without being told.
+        Some(r) => {
+            let v = r.string(0)?;
+            v.trim().parse().map_err(|_| {
+                Error::internal(format!(
+                    "meta events_pruned_through holds {v:?}, not a sequence number"
+                ))
+            })
+        }
+        None => Ok(0),
+    }
 }
 
 /// One page of events read after a cursor.

@@ -777,3 +777,139 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    pending_filters_capabilities_in_the_query_so_untakeable_tasks_never_hide_takeable_ones,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "rusty", &["rust"]).await;
+        // 150 tasks this worker cannot take, all ahead of the one it can.
+        for i in 0..150 {
+            let mut t = task(&format!("GPU-{i:03}"), "simple");
+            t.priority = 9;
+            t.capabilities = vec!["gpu".into()];
+            store.create_task(t).await.unwrap();
+        }
+        let mut mine = task("RUST-1", "simple");
+        mine.capabilities = vec!["rust".into()];
+        mine.priority = 2;
+        store.create_task(mine).await.unwrap();
+        store.create_task(task("ANY-1", "simple")).await.unwrap();
+
+        let pending = store.pending_tasks("rusty", 10).await.unwrap();
+        let vtids: Vec<_> = pending.iter().map(|t| t.vtid.as_str()).collect();
+        assert_eq!(vtids, ["RUST-1", "ANY-1"], "best first, untakeable skipped");
+        let first = store.pending_tasks("rusty", 1).await.unwrap();
+        assert_eq!(first[0].vtid, "RUST-1");
+        store.close();
+    }
+);
+
+contract!(
+    a_late_heartbeat_does_not_revive_a_lapsed_claim,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "late", &[]).await;
+        store.create_task(task("L-1", "simple")).await.unwrap();
+        let g = store.claim_task("late", "L-1", rules()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let short = LeaseRules {
+            heartbeat_timeout_ms: 10,
+            ..rules()
+        };
+        // Within the start grace a heartbeat still extends the claim.
+        let grace = LeaseRules {
+            not_before: shepherd_store::now_ms() + 60_000,
+            ..short
+        };
+        let (_, held) = store.heartbeat("late", grace).await.unwrap();
+        assert_eq!(held.len(), 1, "start grace keeps the lease");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        // After it, the silence has lapsed the claim: no sweep ran, but the
+        // heartbeat finds it lapsed and ends it as the sweeper would.
+        let (_, held) = store.heartbeat("late", short).await.unwrap();
+        assert!(
+            held.is_empty(),
+            "the lapsed claim is not extended: {held:?}"
+        );
+        let (d, _) = store.task("L-1", 10).await.unwrap();
+        assert_eq!(d.task.state, "pending");
+        let (run, _) = store.run(&g.claim.run_id).await.unwrap();
+        assert_eq!(run.status, "failed");
+        assert_eq!(store.sweep(short).await.unwrap().expired, 0, "expired once");
+        store.close();
+    }
+);
+
+contract!(
+    a_worker_granted_a_task_twice_must_name_its_claim,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "twice", &[]).await;
+        store.create_task(task("T2-1", "simple")).await.unwrap();
+        // The first claim (token-less reports are fine while it is the only one).
+        let first = store.claim_task("twice", "T2-1", rules()).await.unwrap();
+        let tokenless = store
+            .progress(
+                "twice",
+                "T2-1",
+                None,
+                "worker.execution.started",
+                None,
+                json!({}),
+                None,
+            )
+            .await;
+        assert!(tokenless.is_ok(), "{tokenless:?}");
+        // It lapses and is granted to the same worker again.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let short = LeaseRules {
+            heartbeat_timeout_ms: 10,
+            ..rules()
+        };
+        assert_eq!(store.sweep(short).await.unwrap().expired, 1);
+        store.heartbeat("twice", rules()).await.unwrap();
+        let second = store.claim_task("twice", "T2-1", rules()).await.unwrap();
+        assert_ne!(first.claim_token, second.claim_token);
+        // A token-less completion could be the first attempt's: refused.
+        let err = store
+            .progress(
+                "twice",
+                "T2-1",
+                None,
+                "worker.execution.completed",
+                None,
+                json!({}),
+                None,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "claim_stale");
+        let err = store
+            .progress(
+                "twice",
+                "T2-1",
+                Some(first.claim_token.clone()),
+                "worker.execution.completed",
+                None,
+                json!({}),
+                None,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "claim_stale");
+        store
+            .progress(
+                "twice",
+                "T2-1",
+                Some(second.claim_token.clone()),
+                "worker.execution.completed",
+                None,
+                json!({}),
+                None,
+            )
+            .await
+            .unwrap();
+        store.close();
+    }
+);

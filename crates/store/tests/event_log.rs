@@ -669,3 +669,37 @@ async fn postgres_writes_go_on_after_the_database_drops_the_nodes_connections() 
     );
     store.close();
 }
+
+#[tokio::test]
+async fn corrupt_stored_values_are_reported_not_silently_replaced() {
+    // An event whose data is not JSON is delivered with its text (and
+    // logged), never as `null`; a prune mark that is not a number fails
+    // reads loudly instead of turning off `cursor_expired`.
+    let db = TestDb::new(Kind::Sqlite).await;
+    let store = db.open().await;
+    let seq = store
+        .append_events(vec![event("test.corrupt", "T1", 0)])
+        .await
+        .unwrap()[0];
+    let path = db.config().url.trim_start_matches("sqlite://").to_owned();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn.execute("UPDATE events SET data = '{\"n\": 0' WHERE seq = ?1", [seq])
+        .unwrap();
+    let page = store
+        .read_events(0, &EventFilter::default(), 10)
+        .await
+        .unwrap();
+    let e = page.events.iter().find(|e| e.seq == seq).unwrap();
+    assert_eq!(e.data, json!("{\"n\": 0"));
+
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES ('events_pruned_through', 'twelve') \
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [],
+    )
+    .unwrap();
+    let err = store.pruned_through().await.unwrap_err();
+    assert!(err.message.contains("events_pruned_through"), "{err:?}");
+    store.close();
+}

@@ -19,7 +19,7 @@ use super::workers::WORKER_COLUMNS;
 use super::{emit, emit_returning, new_uuid, random_hex, runs, workers};
 use crate::params;
 use crate::sql::Appended;
-use crate::sql::{Db, Row};
+use crate::sql::{Db, Dialect, Row};
 
 /// Timing rules for leases.
 #[derive(Debug, Clone, Copy)]
@@ -173,13 +173,14 @@ fn eligibility(worker: &Worker, task: &Task) -> Result<(), Error> {
     Ok(())
 }
 
-/// SQL condition selecting tasks waiting in a claimable state of their workflow.
-fn claimable_condition() -> String {
+/// SQL condition selecting tasks waiting in a claimable state of their
+/// workflow; review states only for a worker that can validate.
+fn claimable_condition(can_validate: bool) -> String {
     let parts: Vec<String> = workflow::ALL
         .iter()
         .map(|wf| {
             let mut states = vec![format!("'{}'", wf.dispatched_state)];
-            if let Some(r) = wf.review_state {
+            if let (Some(r), true) = (wf.review_state, can_validate) {
                 states.push(format!("'{r}'"));
             }
             format!(
@@ -192,31 +193,67 @@ fn claimable_condition() -> String {
     format!("({})", parts.join(" OR "))
 }
 
+/// SQL condition: every capability the task needs (a JSON array) is among
+/// `$caps` (the worker's, a JSON array). Done in the query, not after it:
+/// a page of tasks this worker cannot take must not hide those it can.
+fn capabilities_condition(dialect: Dialect, caps: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!(
+            "NOT EXISTS (SELECT 1 FROM json_each(t.capabilities) need \
+             WHERE need.value NOT IN (SELECT have.value FROM json_each({caps}) have))"
+        ),
+        Dialect::Postgres => format!("t.capabilities::jsonb <@ ({caps}::text)::jsonb"),
+    }
+}
+
 /// Tasks the worker may claim now, best first (priority, then age).
 pub async fn pending<D: Db>(db: &mut D, worker_id: &str, limit: i64) -> Result<Vec<Task>, Error> {
     let worker = workers::require_live(db, worker_id).await?;
+    let can_validate = worker
+        .capabilities
+        .iter()
+        .any(|c| c == workflow::VALIDATOR_CAPABILITY);
     let sql = format!(
         "SELECT {TASK_COLUMNS} FROM tasks t WHERE {} AND t.cancel_requested_at IS NULL \
          AND (t.agent_id IS NULL OR t.agent_id = $1) \
+         AND {} \
+         AND (t.builder_worker_id IS NULL OR t.builder_worker_id <> $4 OR t.state IN ({})) \
          AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.task_id = t.id AND c.released_at IS NULL) \
          ORDER BY t.priority DESC, t.dispatched_at, t.id LIMIT $2",
-        claimable_condition()
+        claimable_condition(can_validate),
+        capabilities_condition(db.dialect(), "$3"),
+        dispatched_states(),
     );
-    // Capability rules are checked here rather than in SQL; fetch a margin.
     let rows = db
-        .query(&sql, params![&worker.agent_id, (limit * 4).max(100)])
+        .query(
+            &sql,
+            params![
+                &worker.agent_id,
+                limit,
+                super::to_json(&worker.capabilities),
+                &worker.worker_id
+            ],
+        )
         .await?;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
         let t = task_from_row(r)?;
+        // The query applies every rule; this is a guard, not a filter.
         if eligibility(&worker, &t).is_ok() {
             out.push(t);
-            if out.len() as i64 >= limit {
-                break;
-            }
         }
     }
     Ok(out)
+}
+
+/// The dispatched (builder) states of every workflow, as a SQL list: a
+/// worker that built a task may not validate it, but may build it again.
+fn dispatched_states() -> String {
+    let states: Vec<String> = workflow::ALL
+        .iter()
+        .map(|wf| format!("'{}'", wf.dispatched_state))
+        .collect();
+    states.join(", ")
 }
 
 /// What a successful claim hands the worker.
@@ -579,7 +616,16 @@ pub async fn progress<D: Db>(
     };
     let fenced = match active {
         Some((a, h))
-            if a.claim.worker_id == worker_id && claim_token.is_none_or(|t| t == a.token) =>
+            if a.claim.worker_id == worker_id
+                && match claim_token {
+                    Some(t) => tokens_match(t, &a.token),
+                    // The seed's request shape has no token. It is enough
+                    // only while the worker has held one claim on the task:
+                    // after a claim lapsed and was re-granted to the same
+                    // worker, a token-less report could come from its old
+                    // attempt, so it must name the claim it means.
+                    None => claims_held_on(db, worker_id, vtid).await? == 1,
+                } =>
         {
             (a, h)
         }
@@ -600,6 +646,22 @@ pub async fn progress<D: Db>(
         result,
     )
     .await
+}
+
+/// How many claims (active or not) `worker_id` has held on `vtid`.
+async fn claims_held_on<D: Db>(db: &mut D, worker_id: &str, vtid: &str) -> Result<i64, Error> {
+    db.query_one(
+        "SELECT COUNT(*) FROM claims WHERE task_id = $1 AND worker_id = $2",
+        params![vtid, worker_id],
+    )
+    .await?
+    .i64(0)
+}
+
+/// Compares a presented claim token with the stored one in constant time.
+fn tokens_match(presented: &str, stored: &str) -> bool {
+    let (a, b) = (presented.as_bytes(), stored.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The `seq` an [`Applied`] reports: the first event its unit of work
@@ -899,6 +961,21 @@ pub async fn heartbeat<D: Db>(
             ),
         )
         .await?;
+    }
+    // A lapsed lease is lapsed whoever touches it first: a heartbeat that
+    // arrives after the timeout (or the TTL) but before the sweeper ends the
+    // claim, as the sweeper would have, instead of reviving it. Whether a
+    // late worker keeps its work must not depend on sweep timing.
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS} FROM claims c WHERE c.worker_id = $1 AND c.released_at IS NULL"
+    );
+    for r in &db.query(&sql, params![worker_id]).await? {
+        let claim = claim_from_row(r)?;
+        if let Some(reason) =
+            lapse_reason(now, rules, &claim, worker.last_heartbeat_at, &worker.status)
+        {
+            expire(db, now, &claim, &reason).await?;
+        }
     }
     db.defer(
         "UPDATE claims SET expires_at = $2 WHERE worker_id = $1 AND released_at IS NULL AND expires_at < $2",

@@ -1,0 +1,219 @@
+//! Resources: each run's transcript (`shepherd://runs/{run_id}/transcript`)
+//! and each task (`shepherd://tasks/{vtid}`). A client subscribed to a
+//! transcript is told each time the run records a step, and once more when
+//! it ends; the watcher follows the event stream, not a timer.
+
+use futures::StreamExt;
+use rmcp::model::{
+    ListResourcesResult, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
+    ResourceUpdatedNotificationParam,
+};
+use rmcp::service::Peer;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde_json::{json, Value};
+
+use crate::backend::{encode, query, Api, ApiError};
+use crate::server::ShepherdMcp;
+use crate::wire::{GetTranscriptArgs, RestRunList};
+
+const JSON: &str = "application/json";
+
+/// What a URI names.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    Transcript(String),
+    Task(String),
+}
+
+fn parse(uri: &str) -> Option<Target> {
+    let rest = uri.strip_prefix("shepherd://")?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts.as_slice() {
+        ["runs", id, "transcript"] if !id.is_empty() => Some(Target::Transcript((*id).to_owned())),
+        ["tasks", vtid] if !vtid.is_empty() => Some(Target::Task((*vtid).to_owned())),
+        _ => None,
+    }
+}
+
+fn transcript_uri(run_id: &str) -> String {
+    format!("shepherd://runs/{run_id}/transcript")
+}
+
+/// A resource error: unknown URIs are "resource not found" (-32002 in the
+/// MCP specification); the API's refusals keep their code in `data`.
+fn resource_error(e: ApiError, uri: &str) -> McpError {
+    let data = Some(json!({ "code": e.code, "uri": uri }));
+    if e.status == Some(404) {
+        McpError::resource_not_found(e.message, data)
+    } else {
+        McpError::internal_error(e.message, data)
+    }
+}
+
+pub fn templates() -> Vec<ResourceTemplate> {
+    vec![
+        ResourceTemplate::new("shepherd://runs/{run_id}/transcript", "run-transcript")
+            .with_title("Run transcript")
+            .with_description("A run's transcript steps (first page; use get_transcript to page)")
+            .with_mime_type(JSON),
+        ResourceTemplate::new("shepherd://tasks/{vtid}", "task")
+            .with_title("Task")
+            .with_description("A task with its claims and latest events")
+            .with_mime_type(JSON),
+    ]
+}
+
+/// The transcripts of the most recent runs.
+pub async fn list(api: &Api) -> Result<ListResourcesResult, McpError> {
+    let list: RestRunList = api
+        .get("/api/v1/runs?limit=50")
+        .await
+        .and_then(|r| r.parse())
+        .map_err(|e| resource_error(e, "shepherd://runs"))?;
+    let resources = list
+        .runs
+        .into_iter()
+        .map(|r| {
+            Resource::new(transcript_uri(&r.id), format!("run-{}-transcript", r.id))
+                .with_title(format!(
+                    "Transcript of run {} ({}, {})",
+                    r.id, r.vtid, r.status
+                ))
+                .with_mime_type(JSON)
+        })
+        .collect();
+    Ok(ListResourcesResult::with_all_items(resources))
+}
+
+pub async fn read(mcp: &ShepherdMcp, api: &Api, uri: &str) -> Result<ReadResourceResult, McpError> {
+    let not_found = || {
+        McpError::resource_not_found(
+            format!("no resource {uri:?}"),
+            Some(json!({ "code": "unknown_resource", "uri": uri })),
+        )
+    };
+    let body: Value = match parse(uri).ok_or_else(not_found)? {
+        Target::Transcript(run_id) => {
+            let page = crate::tools::get_transcript(
+                api,
+                Ok(GetTranscriptArgs {
+                    run_id,
+                    start_index: None,
+                    max_steps: Some(1000),
+                }),
+                mcp.settings.max_answer_bytes,
+            )
+            .await
+            .map_err(|e| resource_error(e, uri))?;
+            serde_json::to_value(page).unwrap_or_default()
+        }
+        Target::Task(vtid) => {
+            api.get(&format!("/api/v1/tasks/{}", encode(&vtid)))
+                .await
+                .map_err(|e| resource_error(e, uri))?
+                .body
+        }
+    };
+    Ok(ReadResourceResult::new(vec![ResourceContents::text(
+        body.to_string(),
+        uri,
+    )
+    .with_mime_type(JSON)]))
+}
+
+/// Starts telling `peer` when the transcript at `uri` grows. Subscribing
+/// twice to one URI keeps one watcher.
+pub async fn subscribe(
+    mcp: &ShepherdMcp,
+    api: Api,
+    peer: Peer<RoleServer>,
+    uri: String,
+) -> Result<(), McpError> {
+    let run_id = match parse(&uri) {
+        Some(Target::Transcript(id)) => id,
+        _ => {
+            return Err(McpError::invalid_params(
+                format!("only run transcripts (shepherd://runs/{{run_id}}/transcript) can be subscribed to, not {uri:?}"),
+                Some(json!({ "code": "not_subscribable", "uri": uri })),
+            ))
+        }
+    };
+    // The run must exist; its status read here is where the stream starts.
+    let reply = api
+        .get(&format!("/api/v1/runs/{}", encode(&run_id)))
+        .await
+        .map_err(|e| resource_error(e, &uri))?;
+    let after = reply
+        .cursor
+        .map(|c| c.to_string())
+        .unwrap_or_else(|| "now".into());
+    let q = query(&[
+        ("run_id", Some(run_id.clone())),
+        ("types", Some("run.step,run.completed".into())),
+        ("after", Some(after)),
+    ]);
+    let mut events = api
+        .events(q.trim_start_matches('?'))
+        .await
+        .map_err(|e| resource_error(e, &uri))?;
+    let stop = mcp.shutdown_token().child_token();
+    {
+        let mut subs = mcp.subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = subs.insert(uri.clone(), stop.clone()) {
+            old.cancel();
+        }
+    }
+    let subscriptions = mcp.subscriptions.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                e = events.next() => {
+                    let Some(e) = e else { break };
+                    let ended = serde_json::from_str::<Value>(&e.data)
+                        .ok()
+                        .and_then(|d| d.get("type").and_then(Value::as_str).map(|t| t == "run.completed"))
+                        .unwrap_or(false);
+                    if peer
+                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri.clone()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    if ended {
+                        break;
+                    }
+                }
+            }
+        }
+        // A watcher that ended by itself leaves no entry behind; one that was
+        // replaced must not remove its successor's (which is not cancelled).
+        stop.cancel();
+        let mut subs = subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+        if subs.get(&uri).is_some_and(|t| t.is_cancelled()) {
+            subs.remove(&uri);
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_name_transcripts_and_tasks_only() {
+        assert_eq!(
+            parse("shepherd://runs/r1/transcript"),
+            Some(Target::Transcript("r1".into()))
+        );
+        assert_eq!(
+            parse("shepherd://tasks/VTID-00001"),
+            Some(Target::Task("VTID-00001".into()))
+        );
+        assert_eq!(parse("shepherd://runs//transcript"), None);
+        assert_eq!(parse("shepherd://runs/r1"), None);
+        assert_eq!(parse("file:///etc/passwd"), None);
+    }
+}

@@ -1,0 +1,213 @@
+//! The command line's grammar: every verb, option and its help text.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "shepherd",
+    version,
+    about = "A durable control plane for long-running AI agent workers",
+    long_about = "Shepherd queues work for agents, hands it to workers safely, records every step \
+they take and streams it live. `shepherd serve` runs the server; the other commands talk to it.",
+    after_help = "Examples:\n  shepherd serve\n  shepherd task add \"Fix the flaky test\" --spec-file spec.md\n  \
+shepherd task list\n  shepherd task watch VTID-00001\n  shepherd events --follow --types 'worker.*'"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub global: Global,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Server to talk to.
+    #[arg(
+        long,
+        global = true,
+        env = "SHEPHERD_SERVER",
+        default_value = "http://127.0.0.1:7700"
+    )]
+    pub server: String,
+    /// Bearer token (the operator token, or a worker token).
+    #[arg(long, global = true, env = "SHEPHERD_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Configuration file (serve, migrate, prune).
+    #[arg(long, global = true, env = "SHEPHERD_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (HTTP API, event stream, background loops).
+    Serve {
+        /// Address to listen on (overrides SHEPHERD_LISTEN).
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Run the configured agents against a server elsewhere (as workers).
+    Runner {
+        /// Where process-group records and step spools live (default: SHEPHERD_DATA_DIR).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Create, list, inspect, cancel and watch tasks.
+    #[command(subcommand)]
+    Task(TaskCommand),
+    /// List and inspect runs and their transcripts.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Print events; with --follow, keep streaming (resumes after drops).
+    Events(EventsArgs),
+    /// List workers (live and recovered).
+    Workers {
+        /// Include workers that have closed.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Sessions: workspaces with terminal, agent and git-diff tabs.
+    #[command(subcommand)]
+    Session(crate::session_cli::SessionCommand),
+    /// Attach this terminal to a session's tab (detach: Ctrl-] then d).
+    Attach(crate::session_cli::AttachArgs),
+    /// Serve MCP on stdin/stdout for an agent, as a client of the server
+    /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
+    Mcp,
+    /// Remove old data on purpose (transcripts, events).
+    Prune {
+        /// Null transcripts of runs that ended longer ago than this (e.g. 30d, 12h).
+        #[arg(long, value_parser = parse_age)]
+        transcripts_older_than: Option<Duration>,
+        /// Delete events older than this (e.g. 90d).
+        #[arg(long, value_parser = parse_age)]
+        events_older_than: Option<Duration>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Create a task (dispatched at once unless --draft).
+    Add {
+        title: String,
+        /// The spec, as markdown text.
+        #[arg(long, conflicts_with = "spec_file")]
+        spec: Option<String>,
+        /// Read the spec from a file (`-` for stdin).
+        #[arg(long)]
+        spec_file: Option<PathBuf>,
+        #[arg(long)]
+        vtid: Option<String>,
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        priority: i64,
+        /// Required capability (repeatable).
+        #[arg(long = "capability", short = 'c')]
+        capabilities: Vec<String>,
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        channel: Option<String>,
+        /// simple (default) or autopilot.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Leave it as a draft; dispatch later.
+        #[arg(long)]
+        draft: bool,
+    },
+    /// List tasks, newest first.
+    List {
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// Show one task with its claims and recent events.
+    Show { vtid: String },
+    /// Dispatch a draft.
+    Dispatch { vtid: String },
+    /// Cancel a task (the worker holding it is told at once).
+    Cancel {
+        vtid: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Follow a task's state changes and its runs' steps until it ends.
+    Watch { vtid: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// List runs, newest first.
+    List {
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        vtid: Option<String>,
+        /// Search task titles.
+        #[arg(long)]
+        search: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// Show a run and its transcript.
+    Show {
+        id: String,
+        /// Do not cut long output.
+        #[arg(long)]
+        full: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Keep streaming new events.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Start after this cursor (default: the last 20 events, or now with --follow).
+    #[arg(long)]
+    pub after: Option<i64>,
+    #[arg(long)]
+    pub task: Option<String>,
+    #[arg(long)]
+    pub worker: Option<String>,
+    #[arg(long)]
+    pub run: Option<String>,
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Comma-separated types; `worker.*` matches a prefix.
+    #[arg(long)]
+    pub types: Option<String>,
+}
+
+pub fn parse_age(s: &str) -> std::result::Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("expected a number with a unit such as 30d, got {s:?}"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" | "" => n * 86400,
+        "w" => n * 7 * 86400,
+        _ => return Err(format!("unknown unit {unit:?}; use s, m, h, d or w")),
+    };
+    Ok(Duration::from_secs(secs))
+}
