@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{broadcast, mpsc, watch};
 
@@ -24,7 +25,7 @@ pub const ACTIVE_FOR: Duration = Duration::from_secs(2);
 /// Frames a client may fall behind before it is sent a fresh history.
 pub const CLIENT_WINDOW: usize = 128;
 /// The largest PTY read (and so the largest `output` frame).
-const READ_CHUNK: usize = 32 * 1024;
+const READ_CHUNK: usize = 64 * 1024;
 
 /// A frame rendered once for every client.
 #[derive(Debug, Clone)]
@@ -275,7 +276,17 @@ impl PtyProcess {
                     r = reader.read(&mut buf) => match r {
                         Ok(0) | Err(_) => break, // EIO once every slave side is closed
                         Ok(n) => {
-                            out.push(&buf[..n]);
+                            // Take what else is ready now into the same frame:
+                            // fast output makes fewer, larger frames, and a
+                            // keystroke's echo is not held back.
+                            let mut filled = n;
+                            while filled < buf.len() {
+                                match reader.read(&mut buf[filled..]).now_or_never() {
+                                    Some(Ok(m)) if m > 0 => filled += m,
+                                    _ => break,
+                                }
+                            }
+                            out.push(&buf[..filled]);
                             idle_at = Some(tokio::time::Instant::now() + ACTIVE_FOR);
                         }
                     },
