@@ -16,6 +16,8 @@ pub mod health;
 pub mod openapi;
 pub mod origin;
 pub mod runs;
+pub mod session_ws;
+pub mod sessions;
 pub mod tasks;
 pub mod ui;
 pub mod usage;
@@ -82,6 +84,8 @@ pub struct AppState {
     pub started_at: i64,
     /// Rendered SSE frames, shared by every subscriber.
     pub frames: Arc<events::FrameCache>,
+    /// This node's sessions and PTY workers (seed 004); `None`: not served.
+    pub sessions: Option<Arc<shepherd_sessions::SessionManager>>,
 }
 
 impl AppState {
@@ -92,6 +96,7 @@ impl AppState {
             shutdown,
             started_at: shepherd_store::now_ms(),
             frames: Arc::default(),
+            sessions: None,
         }
     }
 
@@ -122,6 +127,8 @@ pub fn router(state: AppState) -> Router {
         .merge(channels::router())
         .merge(conversations::router())
         .merge(usage::router())
+        .merge(sessions::router())
+        .merge(session_ws::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

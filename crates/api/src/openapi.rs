@@ -28,12 +28,16 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::conversations::create_conversation, crate::conversations::list_conversations,
         crate::conversations::get_conversation, crate::conversations::send_message,
         crate::conversations::cancel_conversation, crate::conversations::activate_conversation,
+        crate::sessions::create, crate::sessions::list, crate::sessions::show, crate::sessions::delete,
+        crate::sessions::add_worker, crate::sessions::remove_worker, crate::sessions::restart, crate::sessions::diff,
+        crate::session_ws::attach,
     ),
     components(schemas(
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,
         p::WireEvent, p::Resync, p::TaskStateChanged, p::ProgressRecorded, p::RunStarted,
         p::RunStatusChanged, p::RunStep, p::RunCompleted, p::ClaimGranted, p::ClaimReleased,
         p::CancelRequested,
+        shepherd_sessions::ServerMessage, shepherd_sessions::ClientMessage,
     )),
     modifiers(&BearerAuth, &CommonErrors)
 )]

@@ -48,6 +48,14 @@ pub mod kind {
     pub const CONVERSATION_MESSAGE: &str = "conversation.message";
     pub const CONVERSATION_ACTIVATED: &str = "conversation.activated";
     pub const CONVERSATION_AGENT_SESSION: &str = "conversation.agent_session";
+    // Sessions (seed 004): workspaces and their tabs.
+    pub const SESSION_CREATED: &str = "session.created";
+    pub const SESSION_DELETED: &str = "session.deleted";
+    pub const SESSION_WORKER_ADDED: &str = "session.worker.added";
+    pub const SESSION_WORKER_RESTORED: &str = "session.worker.restored";
+    pub const SESSION_WORKER_RESTARTED: &str = "session.worker.restarted";
+    pub const SESSION_WORKER_EXITED: &str = "session.worker.exited";
+    pub const SESSION_WORKER_REMOVED: &str = "session.worker.removed";
 }
 
 /// The ids an event concerns. Each is optional; filters match on them.

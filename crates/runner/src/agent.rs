@@ -30,6 +30,11 @@ pub struct AgentConfig {
     /// the agent revealed in its output on the conversation's earlier runs.
     #[serde(default)]
     pub continue_args: Vec<String>,
+    /// The command a person talks to in a session tab (`["claude"]`), since
+    /// `command` is usually a one-shot (`claude -p …`). Without it the agent
+    /// cannot be opened in a session.
+    #[serde(default)]
+    pub interactive_command: Vec<String>,
     /// `steps-jsonl`, `claude-stream-json`, `codex-json` or `text` (default).
     pub transcript: Option<String>,
     /// `"worktree"`: each run works in its own git worktree of `repo`, on a

@@ -57,6 +57,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Workers { all } => workers::workers(g, *all).await,
         Command::Chat(a) => crate::chat_cli::chat(g, a).await,
         Command::Conversation(c) => crate::chat_cli::conversation(g, c).await,
+        Command::Session(c) => crate::session_cli::session(g, c).await,
+        Command::Attach(a) => crate::session_cli::attach(g, a).await,
         Command::Mcp => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
     }
 }

@@ -35,6 +35,9 @@ struct FileConfig {
     pg_schema: Option<String>,
     runner_heartbeat_secs: Option<u64>,
     allowed_origins: Option<Vec<String>>,
+    sessions_root: Option<PathBuf>,
+    node_id: Option<String>,
+    advertise_url: Option<String>,
     #[serde(default)]
     agents: BTreeMap<String, AgentConfig>,
 }
@@ -68,6 +71,13 @@ pub struct Config {
     /// Origins besides the server's own that browsers may call from.
     pub allowed_origins: Vec<String>,
     pub agents: BTreeMap<String, AgentConfig>,
+    /// When set, sessions may only live in directories under it.
+    pub sessions_root: Option<PathBuf>,
+    /// This node's id (default: one generated once and kept in the data directory).
+    pub node_id: Option<String>,
+    /// How clients reach this node (told to clients that ask another node
+    /// about a session hosted here); default `http://LISTEN`.
+    pub advertise_url: Option<String>,
 }
 
 /// A configuration error: which key, and what is wrong with it.
@@ -272,6 +282,11 @@ impl Config {
             )?,
             allowed_origins,
             agents: file.agents,
+            sessions_root: env(vars, "SHEPHERD_SESSIONS_ROOT")
+                .map(PathBuf::from)
+                .or(file.sessions_root),
+            node_id: env(vars, "SHEPHERD_NODE_ID").or(file.node_id),
+            advertise_url: env(vars, "SHEPHERD_ADVERTISE_URL").or(file.advertise_url),
         })
     }
 

@@ -8,3 +8,5 @@ pub mod config;
 pub mod maintenance;
 pub mod render;
 pub mod server;
+pub mod session_cli;
+pub mod session_host;

@@ -37,6 +37,9 @@ pub use ops::conversations::{
     SendOutcome,
 };
 pub use ops::runs::{RunFilter, StepsAck};
+pub use ops::sessions::{
+    NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,
+};
 pub use ops::tasks::{Applied, CancelOutcome, NewTask, TaskDetail, TaskFilter};
 pub use ops::workers::{Registration, WorkerFilter};
 pub use postgres::PgOptions;
@@ -102,6 +105,8 @@ macro_rules! read_op {
 
 // Conversation operations live in their own file; it uses the macros above.
 mod conversation_store;
+// After the macros it uses.
+mod session_store;
 
 enum Backend {
     Sqlite(SqliteBackend),

@@ -84,6 +84,11 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Sessions: workspaces with terminal, agent and git-diff tabs.
+    #[command(subcommand)]
+    Session(crate::session_cli::SessionCommand),
+    /// Attach this terminal to a session's tab (detach: Ctrl-] then d).
+    Attach(crate::session_cli::AttachArgs),
     /// Serve MCP on stdin/stdout for an agent, as a client of the server
     /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
     Mcp,

@@ -8,6 +8,7 @@
 pub mod claims;
 pub mod conversations;
 pub mod runs;
+pub mod sessions;
 pub mod tasks;
 pub mod usage;
 pub mod workers;

@@ -61,6 +61,7 @@ use crate::sql::{Appended, Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNA
 
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("0001_init.sql")),
+    (2, include_str!("0002_sessions.sql")),
     (3, include_str!("0003_conversations.sql")),
     (4, include_str!("0004_run_usage.sql")),
 ];

@@ -1,0 +1,195 @@
+//! The PTY WebSocket at seed 004's route, `/ws/session/{sessionId}/worker/{workerId}`.
+//!
+//! On attach the worker's process is restored if it does not exist (see
+//! `SessionManager::attach`); the client then gets `history`, the current
+//! `activity`, and live `output` / `activity` / `exit` frames, and may send
+//! `input` and `resize`. A restore that is impossible answers the seed's
+//! `{"type":"exit","exitCode":1,"signal":null}` and closes.
+//!
+//! Frames come from the worker's bounded broadcast window: a client too slow
+//! to keep up loses its place and is sent a fresh `history` rather than
+//! holding up the PTY or the other clients. Authentication and the Origin
+//! check happen in the middleware like any other route; browsers offer the
+//! `shepherd.v1` subprotocol, which is selected.
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::routing::get;
+use axum::{Extension, Router};
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use shepherd_core::Error;
+use shepherd_sessions::worker::ExitInfo;
+use shepherd_sessions::{Attachment, ClientMessage, ServerMessage};
+use tokio::sync::broadcast::error::RecvError;
+use utoipa::IntoParams;
+
+use crate::auth::Caller;
+use crate::error::{ApiQuery, ApiResult};
+use crate::sessions::{manager, with_node};
+use crate::AppState;
+
+/// The subprotocol a browser offers (with `bearer.<token>`).
+pub const SUBPROTOCOL: &str = "shepherd.v1";
+/// Socket buffers are kept small: an idle attached client should cost little.
+const READ_BUFFER: usize = 4 * 1024;
+/// Largest message a client may send (a paste).
+const MAX_MESSAGE: usize = 1024 * 1024;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct AttachQuery {
+    /// Resume after this byte offset (with `epoch`): only what follows is sent.
+    pub offset: Option<u64>,
+    /// The epoch the offset belongs to; another epoch gets the whole history.
+    pub epoch: Option<i64>,
+}
+
+/// Attach to a PTY worker (WebSocket; JSON text messages).
+#[utoipa::path(get, path = "/ws/session/{sessionId}/worker/{workerId}", tag = "sessions",
+    params(("sessionId" = String, Path), ("workerId" = String, Path), AttachQuery), responses(
+    (status = 101, description = "WebSocket: server sends history, output, activity, exit; client sends input, resize"),
+    (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
+    (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
+    (status = 422, description = "not_a_terminal", body = crate::openapi::ErrorBody)))]
+pub async fn attach(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((session_id, worker_id)): Path<(String, String)>,
+    ApiQuery(q): ApiQuery<AttachQuery>,
+    ws: WebSocketUpgrade,
+) -> ApiResult<Response> {
+    caller.require_operator()?;
+    let m = manager(&state)?;
+    let (s, w) = state.store.session_worker(&session_id, &worker_id).await?;
+    if let Err(e) = m.check_node(&s) {
+        return Err(with_node(&state, &session_id, e).await);
+    }
+    if !w.is_pty() {
+        return Err(Error::invalid(
+            "not_a_terminal",
+            format!("worker {worker_id:?} is a {} tab, not a terminal", w.kind),
+        )
+        .into());
+    }
+    let resume = q.offset.zip(q.epoch);
+    let shutdown = state.shutdown.clone();
+    Ok(ws
+        .protocols([SUBPROTOCOL])
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
+        .max_message_size(MAX_MESSAGE)
+        .on_upgrade(move |socket| async move {
+            let attached = m.attach(&session_id, &worker_id).await;
+            let mut socket = socket;
+            match attached {
+                Ok(att) => serve(socket, att, resume, shutdown).await,
+                Err(e) => {
+                    tracing::info!(session = session_id, worker = worker_id, error = %e, "attach failed");
+                    let exit = ExitInfo {
+                        exit_code: Some(1),
+                        signal: None,
+                    };
+                    let _ = socket.send(text(&exit.message())).await;
+                    let _ = socket.close().await;
+                }
+            }
+        }))
+}
+
+fn text(m: &ServerMessage) -> Message {
+    Message::Text(m.to_json().into())
+}
+
+async fn serve(
+    socket: WebSocket,
+    att: Attachment,
+    resume: Option<(u64, i64)>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let (mut sink, mut stream) = socket.split();
+    let sub = att.output.subscribe(resume);
+    let mut frames = sub.frames;
+    let first = [
+        text(&sub.history),
+        text(&ServerMessage::Activity {
+            state: sub.activity,
+        }),
+    ];
+    for m in first {
+        if sink.send(m).await.is_err() {
+            return;
+        }
+    }
+    if let Some(exit) = sub.exit {
+        let _ = sink.send(text(&exit.message())).await;
+        let _ = sink.close().await;
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            f = frames.recv() => match f {
+                Ok(f) => {
+                    if sink.send(Message::Text(f.json.as_ref().into())).await.is_err() {
+                        return;
+                    }
+                    if f.is_exit {
+                        break;
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {
+                    // Too far behind: start over from a fresh history.
+                    let sub = att.output.subscribe(None);
+                    frames = sub.frames;
+                    if sink.send(text(&sub.history)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(RecvError::Closed) => break,
+            },
+            msg = stream.next() => match msg {
+                Some(Ok(Message::Text(t))) => {
+                    if let Some(reply) = handle(&att, t.as_str()).await {
+                        if sink.send(text(&reply)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Some(Ok(Message::Binary(b))) => att.input(&b).await,
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+    let _ = sink.close().await;
+}
+
+/// Acts on one client message; answers an `error` message for a bad one.
+async fn handle(att: &Attachment, text: &str) -> Option<ServerMessage> {
+    match serde_json::from_str::<ClientMessage>(text) {
+        Ok(ClientMessage::Input { data }) => {
+            att.input(data.as_bytes()).await;
+            None
+        }
+        Ok(ClientMessage::Resize { cols, rows }) => {
+            if !(1..=1000).contains(&cols) || !(1..=1000).contains(&rows) {
+                return Some(ServerMessage::Error {
+                    code: "invalid_size".into(),
+                    message: "cols and rows must be between 1 and 1000".into(),
+                });
+            }
+            att.resize(cols, rows).await;
+            None
+        }
+        Err(e) => Some(ServerMessage::Error {
+            code: "invalid_message".into(),
+            message: format!("expected an input or resize message: {e}"),
+        }),
+    }
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/ws/session/{sessionId}/worker/{workerId}", get(attach))
+}

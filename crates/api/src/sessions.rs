@@ -1,0 +1,305 @@
+//! Sessions over REST (seed 004): create, list, show and delete workspaces;
+//! add, remove and restart their tabs; the `git-diff` tab's diff.
+//!
+//! A session's public view is its persisted metadata (the seed's
+//! `toPublicSession()`): every tab is listed whether or not its process is
+//! alive; a client that attaches to one restores it (see `session_ws.rs`).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::{Deserialize, Serialize};
+use shepherd_core::time::to_rfc3339;
+use shepherd_core::Error;
+use shepherd_sessions::{GitDiff, RestartMode, SessionManager};
+use shepherd_store::{SessionRecord, SessionWorkerRecord};
+use utoipa::ToSchema;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiJson, ApiResult};
+use crate::AppState;
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    /// Defaults to the directory's name.
+    pub name: Option<String>,
+    /// An existing directory on the host, inside `SHEPHERD_SESSIONS_ROOT` when set.
+    pub location_path: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddWorker {
+    /// `agent`, `terminal` or `git-diff`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub name: Option<String>,
+    /// For `agent`: the name of an `[agents.*]` entry with an `interactive_command`.
+    pub agent_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestartWorker {
+    /// `new` starts afresh; `continue` adds the agent's `continue_args`.
+    pub mode: RestartMode,
+}
+
+/// One tab of a session.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionWorker {
+    pub id: String,
+    /// `agent`, `terminal` or `git-diff`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub name: String,
+    pub agent_id: Option<String>,
+    pub created_at: String,
+    /// The latest process's pid (PTY tabs).
+    pub pid: Option<i64>,
+    /// Whether that process runs now.
+    pub alive: bool,
+    /// Changes with each new process of the tab.
+    pub epoch: i64,
+    /// Set when the process ended by itself while the server was up.
+    pub exit_code: Option<i64>,
+    pub exited_at: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Session {
+    pub id: String,
+    pub name: String,
+    pub location_path: String,
+    pub created_at: String,
+    /// The node that hosts the session's processes.
+    pub node_id: String,
+    pub node_address: Option<String>,
+    pub workers: Vec<SessionWorker>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<Session>,
+    pub count: usize,
+}
+
+/// The body of a 409 `session_on_other_node`, besides `error`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct OtherNode {
+    pub node_id: String,
+    /// Where the hosting node is reached, when it said.
+    pub address: Option<String>,
+}
+
+pub(crate) fn manager(state: &AppState) -> Result<Arc<SessionManager>, Error> {
+    state.sessions.clone().ok_or_else(|| {
+        Error::unavailable("sessions_unavailable", "this server does not run sessions")
+    })
+}
+
+pub(crate) fn worker_view(m: &SessionManager, w: &SessionWorkerRecord) -> SessionWorker {
+    SessionWorker {
+        id: w.id.clone(),
+        kind: w.kind.clone(),
+        name: w.name.clone(),
+        agent_id: w.agent_id.clone(),
+        created_at: to_rfc3339(w.created_at),
+        pid: w.pid,
+        alive: w.is_pty() && m.alive(&w.id),
+        epoch: w.epoch,
+        exit_code: w.exit_code,
+        exited_at: w.exited_at.map(to_rfc3339),
+    }
+}
+
+fn session_view(m: &SessionManager, s: &SessionRecord) -> Session {
+    Session {
+        id: s.id.clone(),
+        name: s.name.clone(),
+        location_path: s.location_path.clone(),
+        created_at: to_rfc3339(s.created_at),
+        node_id: s.node_id.clone(),
+        node_address: s.node_address.clone(),
+        workers: s.workers.iter().map(|w| worker_view(m, w)).collect(),
+    }
+}
+
+/// Adds the hosting node's address to a `session_on_other_node` error.
+pub(crate) async fn with_node(state: &AppState, session_id: &str, e: Error) -> ApiError {
+    if e.code != "session_on_other_node" {
+        return e.into();
+    }
+    let node = state.store.session(session_id).await.ok();
+    let extra = OtherNode {
+        node_id: node.as_ref().map(|s| s.node_id.clone()).unwrap_or_default(),
+        address: node.and_then(|s| s.node_address),
+    };
+    ApiError::from(e).with_fields(serde_json::to_value(extra).unwrap_or_default())
+}
+
+/// Create a session.
+#[utoipa::path(post, path = "/api/v1/sessions", tag = "sessions", request_body = CreateSession, responses(
+    (status = 201, body = Session),
+    (status = 422, description = "invalid_location, outside_sessions_root, invalid_name", body = crate::openapi::ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(b): ApiJson<CreateSession>,
+) -> ApiResult<(StatusCode, Json<Session>)> {
+    caller.require_operator()?;
+    let m = manager(&state)?;
+    let s = m.create_session(b.name, &b.location_path).await?;
+    Ok((StatusCode::CREATED, Json(session_view(&m, &s))))
+}
+
+/// Every session with its tabs.
+#[utoipa::path(get, path = "/api/v1/sessions", tag = "sessions", responses((status = 200, body = SessionList)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<SessionList>> {
+    caller.require_operator()?;
+    let m = manager(&state)?;
+    let (list, _) = state.store.list_sessions().await?;
+    let sessions: Vec<Session> = list.iter().map(|s| session_view(&m, s)).collect();
+    Ok(Json(SessionList {
+        count: sessions.len(),
+        sessions,
+    }))
+}
+
+/// A session's public view: its persisted tabs, alive or not.
+#[utoipa::path(get, path = "/api/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)), responses(
+    (status = 200, body = Session), (status = 404, description = "session_not_found", body = crate::openapi::ErrorBody)))]
+pub async fn show(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Session>> {
+    caller.require_operator()?;
+    let m = manager(&state)?;
+    let s = state.store.session(&id).await?;
+    Ok(Json(session_view(&m, &s)))
+}
+
+/// Delete a session, ending every process of it.
+#[utoipa::path(delete, path = "/api/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)), responses(
+    (status = 200, body = Session), (status = 404, description = "session_not_found", body = crate::openapi::ErrorBody),
+    (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Session>> {
+    caller.require_operator()?;
+    let m = manager(&state)?;
+    match m.delete_session(&id).await {
+        Ok(s) => {
+            let mut v = session_view(&m, &s);
+            v.workers.iter_mut().for_each(|w| w.alive = false);
+            Ok(Json(v))
+        }
+        Err(e) => Err(with_node(&state, &id, e).await),
+    }
+}
+
+/// Add a tab: `agent` (its `interactive_command`), `terminal` (the user's shell) or `git-diff`.
+#[utoipa::path(post, path = "/api/v1/sessions/{id}/workers", tag = "sessions", params(("id" = String, Path)),
+    request_body = AddWorker, responses(
+    (status = 201, body = SessionWorker), (status = 404, description = "session_not_found", body = crate::openapi::ErrorBody),
+    (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
+    (status = 422, description = "invalid_worker_type, agent_not_found, agent_not_interactive, invalid_location, spawn_failed", body = crate::openapi::ErrorBody)))]
+pub async fn add_worker(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    ApiJson(b): ApiJson<AddWorker>,
+) -> ApiResult<(StatusCode, Json<SessionWorker>)> {
+    caller.require_operator()?;
+    let m = manager(&state)?;
+    match m.add_worker(&id, &b.kind, b.name, b.agent_id).await {
+        Ok(w) => Ok((StatusCode::CREATED, Json(worker_view(&m, &w)))),
+        Err(e) => Err(with_node(&state, &id, e).await),
+    }
+}
+
+/// Remove a tab, ending every process of its PTY.
+#[utoipa::path(delete, path = "/api/v1/sessions/{id}/workers/{worker_id}", tag = "sessions",
+    params(("id" = String, Path), ("worker_id" = String, Path)), responses(
+    (status = 200, body = SessionWorker), (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
+    (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody)))]
+pub async fn remove_worker(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((id, worker_id)): Path<(String, String)>,
+) -> ApiResult<Json<SessionWorker>> {
+    caller.require_operator()?;
+    let m = manager(&state)?;
+    match m.remove_worker(&id, &worker_id).await {
+        Ok(w) => {
+            let mut v = worker_view(&m, &w);
+            v.alive = false;
+            Ok(Json(v))
+        }
+        Err(e) => Err(with_node(&state, &id, e).await),
+    }
+}
+
+/// Kill the tab's process (if alive) and start a fresh one.
+#[utoipa::path(post, path = "/api/v1/sessions/{id}/workers/{worker_id}/restart", tag = "sessions",
+    params(("id" = String, Path), ("worker_id" = String, Path)), request_body = RestartWorker, responses(
+    (status = 200, body = SessionWorker), (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
+    (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
+    (status = 422, description = "not_a_terminal, agent_not_found, agent_not_interactive, invalid_location, spawn_failed", body = crate::openapi::ErrorBody)))]
+pub async fn restart(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((id, worker_id)): Path<(String, String)>,
+    ApiJson(b): ApiJson<RestartWorker>,
+) -> ApiResult<Json<SessionWorker>> {
+    caller.require_operator()?;
+    let m = manager(&state)?;
+    match m.restart(&id, &worker_id, b.mode).await {
+        Ok(w) => Ok(Json(worker_view(&m, &w))),
+        Err(e) => Err(with_node(&state, &id, e).await),
+    }
+}
+
+/// A `git-diff` tab: `git diff` and `git status --porcelain` of the session's location.
+#[utoipa::path(get, path = "/api/v1/sessions/{id}/workers/{worker_id}/diff", tag = "sessions",
+    params(("id" = String, Path), ("worker_id" = String, Path)), responses(
+    (status = 200, body = GitDiff), (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
+    (status = 422, description = "not_a_git_diff_worker, git_failed", body = crate::openapi::ErrorBody)))]
+pub async fn diff(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((id, worker_id)): Path<(String, String)>,
+) -> ApiResult<Json<GitDiff>> {
+    caller.require_operator()?;
+    let m = manager(&state)?;
+    match m.diff(&id, &worker_id).await {
+        Ok(d) => Ok(Json(d)),
+        Err(e) => Err(with_node(&state, &id, e).await),
+    }
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/sessions", post(create).get(list))
+        .route("/api/v1/sessions/{id}", get(show).delete(delete))
+        .route("/api/v1/sessions/{id}/workers", post(add_worker))
+        .route(
+            "/api/v1/sessions/{id}/workers/{worker_id}",
+            axum::routing::delete(remove_worker),
+        )
+        .route(
+            "/api/v1/sessions/{id}/workers/{worker_id}/restart",
+            post(restart),
+        )
+        .route("/api/v1/sessions/{id}/workers/{worker_id}/diff", get(diff))
+}

@@ -1,0 +1,783 @@
+//! The node's sessions: which PTY worker has which process, restore on
+//! attach (exactly once), restart, removal, and the end of every process at
+//! shutdown. It knows no HTTP; it records what happens through the store.
+//!
+//! Each worker has a slot whose async mutex is held while a process is
+//! started for it, so clients that attach at the same moment after a
+//! restart cause one restore between them: the first starts the process,
+//! the others find it running.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use shepherd_core::Error;
+use shepherd_store::{
+    NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason, Store,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::scrollback::{Limits, Scrollback};
+use crate::worker::{ExitInfo, ExitNotice, LaunchSpec, Output, PtyProcess};
+
+/// How an agent is run in a session tab.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentSpec {
+    /// The command a person talks to (`["claude"]`); empty: not interactive.
+    pub interactive_command: Vec<String>,
+    /// Appended to continue the agent's earlier conversation.
+    pub continue_args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// The node's session settings.
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    /// Scrollback segments live under `DATA_DIR/sessions/`.
+    pub data_dir: PathBuf,
+    /// This node: sessions it creates are hosted here.
+    pub node_id: String,
+    /// Where clients reach this node, told to those asking another node.
+    pub node_address: Option<String>,
+    /// When set, no session may live outside this directory.
+    pub sessions_root: Option<PathBuf>,
+    /// The program a terminal tab runs.
+    pub shell: String,
+    pub agents: BTreeMap<String, AgentSpec>,
+    /// Between SIGHUP and SIGKILL when a PTY's processes are ended.
+    pub kill_grace: Duration,
+    pub limits: Limits,
+}
+
+impl ManagerConfig {
+    pub fn new(data_dir: PathBuf, node_id: String) -> Self {
+        ManagerConfig {
+            data_dir,
+            node_id,
+            node_address: None,
+            sessions_root: None,
+            shell: std::env::var("SHELL")
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+                .unwrap_or_else(|| "/bin/sh".into()),
+            agents: BTreeMap::new(),
+            kill_grace: Duration::from_secs(2),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// `restart`'s mode: a fresh process, or the agent's `continue_args`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartMode {
+    New,
+    Continue,
+}
+
+#[derive(Default)]
+struct SlotState {
+    output: Option<Arc<Output>>,
+    process: Option<Arc<PtyProcess>>,
+}
+
+struct Slot {
+    state: tokio::sync::Mutex<SlotState>,
+}
+
+/// A client's handle on an attached worker.
+pub struct Attachment {
+    pub output: Arc<Output>,
+    pub process: Option<Arc<PtyProcess>>,
+}
+
+impl Attachment {
+    pub async fn input(&self, bytes: &[u8]) {
+        if let Some(p) = self.process.as_ref().filter(|p| p.alive()) {
+            if let Err(e) = p.input(bytes).await {
+                tracing::debug!(error = %e, "PTY input failed");
+            }
+        }
+    }
+
+    pub async fn resize(&self, cols: u16, rows: u16) {
+        if let Some(p) = self.process.as_ref().filter(|p| p.alive()) {
+            if let Err(e) = p.resize(cols, rows).await {
+                tracing::debug!(error = %e, "PTY resize failed");
+            }
+        }
+    }
+}
+
+/// What `git-diff` tabs show.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct GitDiff {
+    /// `git diff` of the location.
+    pub diff: String,
+    /// `git status --porcelain` of the location.
+    pub status: String,
+}
+
+/// The code of the error an impossible restore answers.
+pub const RESTORE_FAILED: &str = "restore_failed";
+
+pub struct SessionManager {
+    store: Store,
+    config: ManagerConfig,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    exits: mpsc::UnboundedSender<ExitNotice>,
+    exits_rx: Mutex<Option<mpsc::UnboundedReceiver<ExitNotice>>>,
+    shutting_down: AtomicBool,
+}
+
+fn random_id(prefix: &str) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}{}", &id[..16])
+}
+
+fn now_rfc3339() -> String {
+    shepherd_core::time::to_rfc3339(shepherd_store::now_ms())
+}
+
+impl SessionManager {
+    pub fn new(store: Store, config: ManagerConfig) -> Arc<SessionManager> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Arc::new(SessionManager {
+            store,
+            config,
+            slots: Mutex::new(HashMap::new()),
+            exits: tx,
+            exits_rx: Mutex::new(Some(rx)),
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    pub fn config(&self) -> &ManagerConfig {
+        &self.config
+    }
+
+    /// Records processes that end by themselves and keeps the registry rows
+    /// of live PTYs fresh, until `shutdown`; then ends every process.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let rx = self
+            .exits_rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some(mut rx) = rx else { return };
+        let mut touch = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(n) = rx.recv() => self.record_exit(n).await,
+                _ = touch.tick() => {
+                    let live = self.live_workers();
+                    if !live.is_empty() {
+                        if let Err(e) = self.store.touch_session_workers(live).await {
+                            tracing::warn!(error = %e, "could not refresh PTY workers");
+                        }
+                    }
+                }
+            }
+        }
+        self.shutdown().await;
+    }
+
+    async fn record_exit(&self, n: ExitNotice) {
+        if n.intentional || self.shutting_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let r = self
+            .store
+            .session_process_exited(
+                &n.session_id,
+                &n.worker_id,
+                n.epoch,
+                n.info.exit_code,
+                n.info.signal.map(|s| s.to_string()),
+            )
+            .await;
+        if let Err(e) = r {
+            if e.code != "session_not_found" && e.code != "worker_not_found" {
+                tracing::warn!(error = %e, worker = n.worker_id, "could not record a PTY exit");
+            }
+        }
+    }
+
+    fn live_workers(&self) -> Vec<String> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots
+            .iter()
+            .filter(|(_, s)| {
+                s.state
+                    .try_lock()
+                    .map(|st| st.process.as_ref().is_some_and(|p| p.alive()))
+                    .unwrap_or(true)
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Ends every process this node runs (they are restored on attach after
+    /// the next start). Exits are not recorded: they were not the processes' own.
+    pub async fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        let slots: Vec<Arc<Slot>> = self
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut set = tokio::task::JoinSet::new();
+        let grace = self.config.kill_grace;
+        for slot in slots {
+            set.spawn(async move {
+                let st = slot.state.lock().await;
+                if let Some(p) = &st.process {
+                    p.terminate(grace).await;
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    }
+
+    fn slot(&self, worker_id: &str) -> Arc<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots
+            .entry(worker_id.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    state: tokio::sync::Mutex::new(SlotState::default()),
+                })
+            })
+            .clone()
+    }
+
+    fn scrollback_dir(&self, session_id: &str, worker_id: &str) -> PathBuf {
+        self.config
+            .data_dir
+            .join("sessions")
+            .join(session_id)
+            .join(worker_id)
+    }
+
+    fn output_of(&self, st: &mut SlotState, w: &SessionWorkerRecord) -> Arc<Output> {
+        st.output
+            .get_or_insert_with(|| {
+                let dir = self.scrollback_dir(&w.session_id, &w.id);
+                let scroll = Scrollback::open(&dir, self.config.limits).unwrap_or_else(|e| {
+                    tracing::warn!(dir = %dir.display(), error = %e, "scrollback kept in memory only");
+                    Scrollback::in_memory(self.config.limits)
+                });
+                Output::new(scroll, w.epoch)
+            })
+            .clone()
+    }
+
+    /// Refuses unless this node hosts the session.
+    pub fn check_node(&self, s: &SessionRecord) -> Result<(), Error> {
+        if s.node_id == self.config.node_id {
+            return Ok(());
+        }
+        Err(Error::conflict(
+            "session_on_other_node",
+            format!(
+                "session {:?} is hosted by node {:?}{}; ask that node",
+                s.id,
+                s.node_id,
+                s.node_address
+                    .as_deref()
+                    .map(|a| format!(" at {a}"))
+                    .unwrap_or_default()
+            ),
+        ))
+    }
+
+    /// Whether the worker's process is running on this node now.
+    pub fn alive(&self, worker_id: &str) -> bool {
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(worker_id)
+            .cloned();
+        slot.is_some_and(|s| {
+            s.state
+                .try_lock()
+                .map(|st| st.process.as_ref().is_some_and(|p| p.alive()))
+                // Locked: a process is being started or ended right now.
+                .unwrap_or(false)
+        })
+    }
+
+    // ----- sessions -----
+
+    /// Checks a location: an existing directory, inside the sessions root if one is set.
+    pub fn check_location(&self, path: &str) -> Result<PathBuf, Error> {
+        let p = Path::new(path);
+        if path.trim().is_empty() || !p.is_absolute() {
+            return Err(Error::invalid(
+                "invalid_location",
+                format!("location_path must be an absolute path (got {path:?})"),
+            ));
+        }
+        let canon = p
+            .canonicalize()
+            .ok()
+            .filter(|c| c.is_dir())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "invalid_location",
+                    format!("location_path {path:?} is not an existing directory"),
+                )
+            })?;
+        if let Some(root) = &self.config.sessions_root {
+            let root = root.canonicalize().unwrap_or_else(|_| root.clone());
+            if !canon.starts_with(&root) {
+                return Err(Error::invalid(
+                    "outside_sessions_root",
+                    format!(
+                        "location_path {path:?} is outside the sessions root {}",
+                        root.display()
+                    ),
+                ));
+            }
+        }
+        Ok(canon)
+    }
+
+    pub async fn create_session(
+        &self,
+        name: Option<String>,
+        location_path: &str,
+    ) -> Result<SessionRecord, Error> {
+        let canon = self.check_location(location_path)?;
+        let name = name.unwrap_or_else(|| {
+            canon
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "session".into())
+        });
+        self.store
+            .create_session(NewSession {
+                id: random_id("ses_"),
+                name,
+                location_path: canon.display().to_string(),
+                node_id: self.config.node_id.clone(),
+                node_address: self.config.node_address.clone(),
+            })
+            .await
+    }
+
+    /// Ends every process of the session, then deletes it.
+    pub async fn delete_session(&self, id: &str) -> Result<SessionRecord, Error> {
+        let s = self.store.session(id).await?;
+        self.check_node(&s)?;
+        for w in &s.workers {
+            self.end_worker(&w.id).await;
+        }
+        let s = self.store.delete_session(id).await?;
+        let _ = std::fs::remove_dir_all(self.config.data_dir.join("sessions").join(id));
+        Ok(s)
+    }
+
+    // ----- workers -----
+
+    fn launch(
+        &self,
+        s: &SessionRecord,
+        kind: &str,
+        agent_id: Option<&str>,
+        continue_: bool,
+    ) -> Result<LaunchSpec, Error> {
+        let cwd = PathBuf::from(&s.location_path);
+        if !cwd.is_dir() {
+            return Err(Error::invalid(
+                "invalid_location",
+                format!(
+                    "the session's location {} no longer exists",
+                    s.location_path
+                ),
+            ));
+        }
+        let mut env = vec![
+            ("TERM".to_owned(), "xterm-256color".to_owned()),
+            ("SHEPHERD_SESSION_ID".to_owned(), s.id.clone()),
+        ];
+        let (program, args) = match kind {
+            "terminal" => (self.config.shell.clone(), Vec::new()),
+            "agent" => {
+                let id = agent_id.unwrap_or_default();
+                let a = self.config.agents.get(id).ok_or_else(|| {
+                    Error::invalid(
+                        "agent_not_found",
+                        format!("no agent {id:?} is configured ([agents.{id}])"),
+                    )
+                })?;
+                if a.interactive_command.is_empty() {
+                    return Err(Error::invalid(
+                        "agent_not_interactive",
+                        format!("agent {id:?} has no interactive_command"),
+                    ));
+                }
+                env.extend(a.env.iter().cloned());
+                let mut args = a.interactive_command[1..].to_vec();
+                if continue_ {
+                    args.extend(a.continue_args.iter().cloned());
+                }
+                (a.interactive_command[0].clone(), args)
+            }
+            other => {
+                return Err(Error::invalid(
+                    "not_a_terminal",
+                    format!("a {other:?} worker runs no process"),
+                ))
+            }
+        };
+        Ok(LaunchSpec {
+            program,
+            args,
+            cwd,
+            env,
+            cols: 80,
+            rows: 24,
+        })
+    }
+
+    fn spawn(
+        &self,
+        spec: &LaunchSpec,
+        session_id: &str,
+        worker_id: &str,
+        epoch: i64,
+        output: Arc<Output>,
+    ) -> Result<Arc<PtyProcess>, String> {
+        let mut spec = spec.clone();
+        spec.env
+            .push(("SHEPHERD_WORKER_ID".to_owned(), worker_id.to_owned()));
+        PtyProcess::spawn(
+            &spec,
+            (session_id.to_owned(), worker_id.to_owned()),
+            epoch,
+            output,
+            self.exits.clone(),
+            self.config.kill_grace,
+        )
+    }
+
+    /// Adds a tab; a PTY tab's process starts at once.
+    pub async fn add_worker(
+        &self,
+        session_id: &str,
+        kind: &str,
+        name: Option<String>,
+        agent_id: Option<String>,
+    ) -> Result<SessionWorkerRecord, Error> {
+        let s = self.store.session(session_id).await?;
+        self.check_node(&s)?;
+        let name = match (name, kind) {
+            (Some(n), _) => n,
+            (None, "agent") => agent_id.clone().unwrap_or_else(|| "agent".into()),
+            (None, "git-diff") => "git diff".into(),
+            (None, _) => "terminal".into(),
+        };
+        match kind {
+            "terminal" | "git-diff" if agent_id.is_some() => {
+                return Err(Error::invalid(
+                    "invalid_agent_id",
+                    "agent_id is only for agent workers",
+                ))
+            }
+            "agent" if agent_id.is_none() => {
+                return Err(Error::invalid(
+                    "agent_not_found",
+                    "an agent worker needs agent_id, the name of an [agents.*] entry",
+                ))
+            }
+            "agent" | "terminal" | "git-diff" => {}
+            other => {
+                return Err(Error::invalid(
+                    "invalid_worker_type",
+                    format!("type must be agent, terminal or git-diff (got {other:?})"),
+                ))
+            }
+        }
+        let id = random_id("wk_");
+        if kind == "git-diff" {
+            return self
+                .store
+                .add_session_worker(
+                    session_id,
+                    NewSessionWorker {
+                        id,
+                        kind: kind.into(),
+                        name,
+                        agent_id: None,
+                        pid: None,
+                    },
+                )
+                .await;
+        }
+        let spec = self.launch(&s, kind, agent_id.as_deref(), false)?;
+        let slot = self.slot(&id);
+        let mut st = slot.state.lock().await;
+        let dir = self.scrollback_dir(session_id, &id);
+        let scroll = Scrollback::open(&dir, self.config.limits)
+            .unwrap_or_else(|_| Scrollback::in_memory(self.config.limits));
+        let output = Output::new(scroll, 1);
+        let process = self
+            .spawn(&spec, session_id, &id, 1, output.clone())
+            .map_err(|e| Error::invalid("spawn_failed", e))?;
+        let added = self
+            .store
+            .add_session_worker(
+                session_id,
+                NewSessionWorker {
+                    id: id.clone(),
+                    kind: kind.into(),
+                    name,
+                    agent_id,
+                    pid: Some(process.pid as i64),
+                },
+            )
+            .await;
+        match added {
+            Ok(w) => {
+                st.output = Some(output);
+                st.process = Some(process);
+                Ok(w)
+            }
+            Err(e) => {
+                process.terminate(self.config.kill_grace).await;
+                drop(st);
+                self.forget(&id);
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    fn forget(&self, worker_id: &str) {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(worker_id);
+    }
+
+    async fn end_worker(&self, worker_id: &str) {
+        let slot = self.slot(worker_id);
+        let mut st = slot.state.lock().await;
+        if let Some(p) = st.process.take() {
+            p.terminate(self.config.kill_grace).await;
+        }
+        drop(st);
+        self.forget(worker_id);
+    }
+
+    /// Ends the tab's processes and removes it.
+    pub async fn remove_worker(
+        &self,
+        session_id: &str,
+        worker_id: &str,
+    ) -> Result<SessionWorkerRecord, Error> {
+        let (s, _) = self.store.session_worker(session_id, worker_id).await?;
+        self.check_node(&s)?;
+        self.end_worker(worker_id).await;
+        let w = self
+            .store
+            .remove_session_worker(session_id, worker_id)
+            .await?;
+        let _ = std::fs::remove_dir_all(self.scrollback_dir(session_id, worker_id));
+        Ok(w)
+    }
+
+    /// Kills the tab's live process (if any) and starts a fresh one.
+    pub async fn restart(
+        &self,
+        session_id: &str,
+        worker_id: &str,
+        mode: RestartMode,
+    ) -> Result<SessionWorkerRecord, Error> {
+        let (s, w) = self.store.session_worker(session_id, worker_id).await?;
+        self.check_node(&s)?;
+        let spec = self.launch(
+            &s,
+            &w.kind,
+            w.agent_id.as_deref(),
+            mode == RestartMode::Continue,
+        )?;
+        let slot = self.slot(worker_id);
+        let mut st = slot.state.lock().await;
+        if let Some(p) = st.process.take() {
+            p.terminate(self.config.kill_grace).await;
+        }
+        let (_, w) = self.store.session_worker(session_id, worker_id).await?;
+        let output = self.output_of(&mut st, &w);
+        let mode_name = match mode {
+            RestartMode::New => "new",
+            RestartMode::Continue => "continue",
+        };
+        let epoch = w.epoch + 1;
+        output.begin_epoch(
+            epoch,
+            Some(&format!(
+                "\r\n\x1b[2m[shepherd] restarted ({mode_name}) at {}\x1b[0m\r\n",
+                now_rfc3339()
+            )),
+        );
+        let process = self
+            .spawn(&spec, session_id, worker_id, epoch, output)
+            .map_err(|e| Error::invalid("spawn_failed", e))?;
+        match self
+            .store
+            .session_process_started(
+                session_id,
+                worker_id,
+                process.pid as i64,
+                StartReason::Restarted,
+                mode_name,
+            )
+            .await
+        {
+            Ok(w) => {
+                st.process = Some(process);
+                Ok(w)
+            }
+            Err(e) => {
+                process.terminate(self.config.kill_grace).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Attaches to a PTY tab, restoring its process first if it does not
+    /// exist (and did not end by itself while this server was up). An
+    /// impossible restore is recorded and answered with [`RESTORE_FAILED`].
+    pub async fn attach(&self, session_id: &str, worker_id: &str) -> Result<Attachment, Error> {
+        let (s, w) = self.store.session_worker(session_id, worker_id).await?;
+        self.check_node(&s)?;
+        if !w.is_pty() {
+            return Err(Error::invalid(
+                "not_a_terminal",
+                format!("worker {worker_id:?} is a {} tab, not a terminal", w.kind),
+            ));
+        }
+        let slot = self.slot(worker_id);
+        let mut st = slot.state.lock().await;
+        if let Some(p) = st.process.clone() {
+            let output = self.output_of(&mut st, &w);
+            if p.alive() || output.exit_info().is_some() {
+                return Ok(Attachment {
+                    output,
+                    process: st.process.clone(),
+                });
+            }
+        }
+        // Read again under the lock: another attach may have just restored it.
+        let (s, w) = self.store.session_worker(session_id, worker_id).await?;
+        let output = self.output_of(&mut st, &w);
+        if w.exited_at.is_some() {
+            if output.exit_info().is_none() {
+                output.exited(ExitInfo {
+                    exit_code: w.exit_code,
+                    signal: w.exit_signal.as_deref().and_then(|s| s.parse().ok()),
+                });
+            }
+            return Ok(Attachment {
+                output,
+                process: None,
+            });
+        }
+        if let Some(old) = w.pid {
+            crate::reap::kill_leftovers(old as i32, worker_id, self.config.kill_grace).await;
+        }
+        let started = match self.launch(&s, &w.kind, w.agent_id.as_deref(), true) {
+            Ok(spec) => {
+                let epoch = w.epoch + 1;
+                output.begin_epoch(
+                    epoch,
+                    Some(&format!(
+                        "\r\n\x1b[2m[shepherd] session restored at {}; this is a new process\x1b[0m\r\n",
+                        now_rfc3339()
+                    )),
+                );
+                self.spawn(&spec, session_id, worker_id, epoch, output.clone())
+            }
+            Err(e) => Err(e.message),
+        };
+        let process = match started {
+            Ok(p) => p,
+            Err(reason) => {
+                tracing::warn!(session = session_id, worker = worker_id, %reason, "restore failed");
+                self.store
+                    .session_restore_failed(session_id, worker_id, &reason)
+                    .await?;
+                return Err(Error::conflict(RESTORE_FAILED, reason));
+            }
+        };
+        if let Err(e) = self
+            .store
+            .session_process_started(
+                session_id,
+                worker_id,
+                process.pid as i64,
+                StartReason::Restored,
+                "continue",
+            )
+            .await
+        {
+            process.terminate(self.config.kill_grace).await;
+            return Err(e);
+        }
+        st.process = Some(process);
+        Ok(Attachment {
+            output,
+            process: st.process.clone(),
+        })
+    }
+
+    /// `git diff` and `git status --porcelain` of a `git-diff` tab's location.
+    pub async fn diff(&self, session_id: &str, worker_id: &str) -> Result<GitDiff, Error> {
+        let (s, w) = self.store.session_worker(session_id, worker_id).await?;
+        self.check_node(&s)?;
+        if w.kind != "git-diff" {
+            return Err(Error::invalid(
+                "not_a_git_diff_worker",
+                format!("worker {worker_id:?} is a {} tab", w.kind),
+            ));
+        }
+        let diff = git(&s.location_path, &["diff"]).await?;
+        let status = git(&s.location_path, &["status", "--porcelain"]).await?;
+        Ok(GitDiff { diff, status })
+    }
+}
+
+async fn git(dir: &str, args: &[&str]) -> Result<String, Error> {
+    let run = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .map_err(|_| Error::unavailable("git_timeout", "git took longer than 30 s"))?
+        .map_err(|e| Error::invalid("git_failed", format!("cannot run git: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::invalid(
+            "git_failed",
+            format!(
+                "git {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

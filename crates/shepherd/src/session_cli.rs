@@ -1,0 +1,370 @@
+//! `shepherd session …` and `shepherd attach`: sessions from the command
+//! line, and a real terminal client for their PTY tabs (raw mode, resize on
+//! SIGWINCH, detach with `Ctrl-]` then `d`), the way `tmux attach` works.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::cli::output::{client, print_json};
+use crate::cli::{Global, Output, Result};
+use crate::render::table;
+
+/// A JSON value as a table cell: strings bare, null empty.
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(x) => x.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The key that starts the detach sequence (`Ctrl-]`), then `d`.
+const DETACH_PREFIX: u8 = 0x1d;
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Create a session in an existing directory.
+    New {
+        /// The session's working directory.
+        #[arg(long)]
+        path: PathBuf,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List sessions and their tabs.
+    List,
+    /// Show one session and its tabs.
+    Show { session: String },
+    /// Delete a session, ending every process of it.
+    Rm { session: String },
+    /// Add a tab: `terminal`, `agent NAME` or `git-diff`.
+    Add {
+        session: String,
+        /// terminal, agent or git-diff.
+        #[arg(value_parser = ["terminal", "agent", "git-diff"])]
+        kind: String,
+        /// For `agent`: the name of an [agents.*] entry.
+        agent: Option<String>,
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+/// `shepherd attach SESSION WORKER`.
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    pub session: String,
+    pub worker: String,
+}
+
+fn worker_rows(ws: &[Value]) -> Vec<Vec<String>> {
+    ws.iter()
+        .map(|w| {
+            vec![
+                s(&w["id"]),
+                s(&w["type"]),
+                s(&w["name"]),
+                s(&w["agent_id"]),
+                s(&w["pid"]),
+                if w["alive"] == true { "yes" } else { "no" }.to_owned(),
+            ]
+        })
+        .collect()
+}
+
+fn print_session(v: &Value) {
+    println!(
+        "session {}  {}  {}  (node {})",
+        s(&v["id"]),
+        s(&v["name"]),
+        s(&v["location_path"]),
+        s(&v["node_id"])
+    );
+    let ws = v["workers"].as_array().cloned().unwrap_or_default();
+    if !ws.is_empty() {
+        print!(
+            "{}",
+            table(
+                &["WORKER", "TYPE", "NAME", "AGENT", "PID", "ALIVE"],
+                &worker_rows(&ws)
+            )
+        );
+    }
+}
+
+pub async fn session(g: &Global, cmd: &SessionCommand) -> Result<()> {
+    let c = client(g)?;
+    let v = match cmd {
+        SessionCommand::New { path, name } => {
+            let abs = std::path::absolute(path)?;
+            let body = json!({ "location_path": abs.display().to_string(), "name": name });
+            c.post_value("/api/v1/sessions", &body).await?
+        }
+        SessionCommand::List => {
+            let v = c.get_value("/api/v1/sessions").await?;
+            if g.output == Output::Table {
+                let ss = v["sessions"].as_array().cloned().unwrap_or_default();
+                let rows: Vec<Vec<String>> = ss
+                    .iter()
+                    .map(|x| {
+                        vec![
+                            s(&x["id"]),
+                            s(&x["name"]),
+                            x["workers"].as_array().map_or(0, |w| w.len()).to_string(),
+                            s(&x["location_path"]),
+                        ]
+                    })
+                    .collect();
+                print!("{}", table(&["SESSION", "NAME", "TABS", "PATH"], &rows));
+                return Ok(());
+            }
+            v
+        }
+        SessionCommand::Show { session } => {
+            c.get_value(&format!("/api/v1/sessions/{session}")).await?
+        }
+        SessionCommand::Rm { session } => {
+            c.delete_value(&format!("/api/v1/sessions/{session}"))
+                .await?
+        }
+        SessionCommand::Add {
+            session,
+            kind,
+            agent,
+            name,
+        } => {
+            let body = json!({ "type": kind, "agent_id": agent, "name": name });
+            let w = c
+                .post_value(&format!("/api/v1/sessions/{session}/workers"), &body)
+                .await?;
+            match g.output {
+                Output::Json => print_json(&w),
+                Output::Table => println!(
+                    "added {} {} (attach: shepherd attach {session} {})",
+                    s(&w["type"]),
+                    s(&w["id"]),
+                    s(&w["id"])
+                ),
+            }
+            return Ok(());
+        }
+    };
+    match g.output {
+        Output::Json => print_json(&v),
+        Output::Table => print_session(&v),
+    }
+    Ok(())
+}
+
+/// The terminal in raw mode while it lives; restored on drop.
+struct RawMode(Option<libc::termios>);
+
+impl RawMode {
+    fn enter() -> RawMode {
+        // SAFETY: tcgetattr/tcsetattr on stdin with a zeroed termios they fill.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut t) != 0 {
+                return RawMode(None); // not a terminal: pass bytes as they come
+            }
+            let saved = t;
+            libc::cfmakeraw(&mut t);
+            libc::tcsetattr(0, libc::TCSANOW, &t);
+            RawMode(Some(saved))
+        }
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            // SAFETY: restores the settings read in `enter`.
+            unsafe {
+                libc::tcsetattr(0, libc::TCSANOW, t);
+            }
+        }
+    }
+}
+
+/// The terminal's size (cols, rows), if stdout is one.
+fn window_size() -> Option<(u16, u16)> {
+    // SAFETY: TIOCGWINSZ fills a winsize struct.
+    unsafe {
+        let mut w: libc::winsize = std::mem::zeroed();
+        (libc::ioctl(1, libc::TIOCGWINSZ, &mut w) == 0 && w.ws_col > 0)
+            .then_some((w.ws_col, w.ws_row))
+    }
+}
+
+/// What typed bytes mean: to send, or a detach.
+#[derive(Debug, Default)]
+struct Keys {
+    prefix: bool,
+}
+
+impl Keys {
+    /// The bytes to send, and whether the detach sequence was typed.
+    fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, bool) {
+        let mut out = Vec::with_capacity(bytes.len());
+        for &b in bytes {
+            if self.prefix {
+                self.prefix = false;
+                if b == b'd' {
+                    return (out, true);
+                }
+                out.push(DETACH_PREFIX);
+                if b == DETACH_PREFIX {
+                    continue; // Ctrl-] twice sends one
+                }
+                out.push(b);
+            } else if b == DETACH_PREFIX {
+                self.prefix = true;
+            } else {
+                out.push(b);
+            }
+        }
+        (out, false)
+    }
+}
+
+pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
+    let url = format!(
+        "{}/ws/session/{}/worker/{}",
+        g.server
+            .trim_end_matches('/')
+            .replacen("http://", "ws://", 1)
+            .replacen("https://", "wss://", 1),
+        a.session,
+        a.worker
+    );
+    let mut req = url.into_client_request()?;
+    let token = g.token.clone().or_else(|| {
+        std::env::var("SHEPHERD_AUTH_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+    });
+    if let Some(t) = token {
+        req.headers_mut().insert(
+            "authorization",
+            HeaderValue::from_str(&format!("Bearer {t}"))?,
+        );
+    }
+    let (ws, _) = match tokio_tungstenite::connect_async(req).await {
+        Ok(x) => x,
+        Err(tokio_tungstenite::tungstenite::Error::Http(res)) => {
+            let body = res
+                .body()
+                .as_deref()
+                .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+                .unwrap_or_default();
+            return Err(format!(
+                "{} ({}, HTTP {})",
+                s(&body["error"]["message"]),
+                s(&body["error"]["code"]),
+                res.status().as_u16()
+            )
+            .into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (mut sink, mut stream) = ws.split();
+    let raw = RawMode::enter();
+    let mut stdout = tokio::io::stdout();
+    let mut stdin = tokio::io::stdin();
+    let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
+    let resize = |cols: u16, rows: u16| {
+        Message::Text(
+            json!({"type": "resize", "cols": cols, "rows": rows})
+                .to_string()
+                .into(),
+        )
+    };
+    if let Some((c, r)) = window_size() {
+        sink.send(resize(c, r)).await?;
+    }
+    let mut keys = Keys::default();
+    let mut buf = vec![0u8; 4096];
+    let mut seen_history = false;
+    let mut stdin_open = true;
+    let outcome: std::result::Result<String, String> = loop {
+        tokio::select! {
+            msg = stream.next() => {
+                let Some(Ok(msg)) = msg else { break Ok("connection closed".into()) };
+                let Message::Text(t) = msg else { continue };
+                let v: Value = serde_json::from_str(t.as_str()).unwrap_or_default();
+                match v["type"].as_str() {
+                    Some("history") => {
+                        if seen_history {
+                            // A fresh history replaces the screen.
+                            stdout.write_all(b"\x1b[2J\x1b[H").await?;
+                        }
+                        seen_history = true;
+                        stdout.write_all(s(&v["data"]).as_bytes()).await?;
+                    }
+                    Some("output") => stdout.write_all(s(&v["data"]).as_bytes()).await?,
+                    Some("exit") => break Ok(format!("process exited (code {}, signal {})", s(&v["exitCode"]), s(&v["signal"]))),
+                    Some("error") => break Err(s(&v["message"])),
+                    _ => {}
+                }
+                stdout.flush().await?;
+            }
+            n = stdin.read(&mut buf), if stdin_open => {
+                let n = n?;
+                if n == 0 {
+                    stdin_open = false;
+                    continue;
+                }
+                let (send, detach) = keys.feed(&buf[..n]);
+                if !send.is_empty() {
+                    sink.send(Message::Binary(send.into())).await?;
+                }
+                if detach {
+                    break Ok("detached".into());
+                }
+            }
+            _ = winch.recv() => {
+                if let Some((c, r)) = window_size() {
+                    sink.send(resize(c, r)).await?;
+                }
+            }
+        }
+    };
+    let _ = sink.close().await;
+    drop(raw);
+    match outcome {
+        Ok(why) => {
+            eprintln!("\r\n[shepherd: {why}]");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ctrl_bracket_then_d_detaches() {
+        let mut k = Keys::default();
+        assert_eq!(k.feed(b"ls\r"), (b"ls\r".to_vec(), false));
+        assert_eq!(k.feed(&[b'a', DETACH_PREFIX]), (b"a".to_vec(), false));
+        assert_eq!(k.feed(b"d"), (Vec::new(), true));
+        let mut k = Keys::default();
+        assert_eq!(
+            k.feed(&[DETACH_PREFIX, b'x']),
+            (vec![DETACH_PREFIX, b'x'], false)
+        );
+        assert_eq!(
+            k.feed(&[DETACH_PREFIX, DETACH_PREFIX]),
+            (vec![DETACH_PREFIX], false)
+        );
+    }
+}

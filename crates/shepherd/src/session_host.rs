@@ -1,0 +1,78 @@
+//! This node as a host of sessions: its id, the address it advertises, and
+//! the session manager built from the configuration.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use shepherd_sessions::{AgentSpec, ManagerConfig, SessionManager};
+use shepherd_store::Store;
+
+use crate::config::Config;
+
+/// The node id: configured, or generated once and kept in the data directory
+/// so that a restarted server still hosts its sessions.
+pub fn node_id(config: &Config) -> std::io::Result<String> {
+    if let Some(id) = &config.node_id {
+        return Ok(id.clone());
+    }
+    let path = config.data_dir.join("node-id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        let id = id.trim();
+        if !id.is_empty() {
+            return Ok(id.to_owned());
+        }
+    }
+    std::fs::create_dir_all(&config.data_dir)?;
+    let id = format!("node-{}", &uuid_like()[..12]);
+    write_new(&path, &id)?;
+    Ok(id)
+}
+
+fn uuid_like() -> String {
+    let mut buf = [0u8; 8];
+    // SAFETY: getrandom(2) fills the buffer it is given.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != buf.len() as isize {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        buf = (t as u64 ^ std::process::id() as u64).to_le_bytes();
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn write_new(path: &Path, id: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, id)?;
+    std::fs::rename(tmp, path)
+}
+
+/// The session manager of this node.
+pub fn manager(
+    config: &Config,
+    store: Store,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<Arc<SessionManager>> {
+    let mut mc = ManagerConfig::new(config.data_dir.clone(), node_id(config)?);
+    mc.node_address = Some(
+        config
+            .advertise_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}")),
+    );
+    mc.sessions_root = config.sessions_root.clone();
+    mc.agents = config
+        .agents
+        .iter()
+        .map(|(name, a)| {
+            let spec = AgentSpec {
+                interactive_command: a.interactive_command.clone(),
+                continue_args: a.continue_args.clone(),
+                env: a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            };
+            (name.clone(), spec)
+        })
+        .collect();
+    Ok(SessionManager::new(store, mc))
+}

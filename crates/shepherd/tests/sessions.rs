@@ -1,0 +1,663 @@
+//! Sessions and PTY workers (seed 004) against the real server, with a real
+//! WebSocket client, on both stores: terminals that echo and resize, several
+//! clients on one PTY, resume by offset and epoch, exit and restart, agents
+//! with `interactive_command` and `continue_args`, `git-diff` tabs, every
+//! process of a PTY's session ended on delete, and the refusals.
+
+mod common;
+#[path = "common/ws.rs"]
+mod ws;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::{Env, Kind, Server, OPERATOR};
+use ws::{connect, eventually, session_members, try_connect, Opts};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A fresh working directory for a session.
+fn workdir(env: &Env, name: &str) -> String {
+    let d = env.dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d.canonicalize().unwrap().display().to_string()
+}
+
+async fn new_session(s: &Server, token: Option<&str>, dir: &str) -> Value {
+    let (st, body) = s
+        .post("/api/v1/sessions", token, json!({ "location_path": dir }))
+        .await;
+    assert_eq!(st, 201, "{body}");
+    body
+}
+
+async fn add(s: &Server, token: Option<&str>, session: &str, body: Value) -> (u16, Value) {
+    s.post(&format!("/api/v1/sessions/{session}/workers"), token, body)
+        .await
+}
+
+async fn events_of(s: &Server, types: &str) -> Vec<Value> {
+    let (st, body) = s
+        .get(
+            &format!("/api/v1/events?after=0&limit=1000&types={types}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    body["events"].as_array().unwrap().clone()
+}
+
+e2e!(
+    terminal_echoes_resizes_and_fans_out,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        let dir = workdir(&env, "work");
+        let session = new_session(&s, None, &dir).await;
+        let sid = session["id"].as_str().unwrap().to_owned();
+        assert_eq!(session["location_path"], dir);
+        assert_eq!(session["workers"], json!([]));
+        let (st, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
+        assert_eq!(st, 201, "{w}");
+        assert_eq!(w["type"], "terminal");
+        assert_eq!(w["alive"], true);
+        assert!(w["pid"].as_i64().unwrap() > 1);
+        for k in ["id", "name", "agent_id", "created_at"] {
+            assert!(w.get(k).is_some(), "worker lacks {k}: {w}");
+        }
+        let wid = w["id"].as_str().unwrap().to_owned();
+
+        let mut a = connect(&s.base, &sid, &wid, None).await;
+        let mut b = connect(&s.base, &sid, &wid, None).await;
+        let h = a.history().await;
+        assert_eq!(h["epoch"], 1);
+        b.history().await;
+        // The arithmetic proves the shell ran it: the typed line shows `$((…))`.
+        a.type_line("echo hello-$((6*7))-$RANDOM-done").await;
+        a.wait_for("hello-42-", WAIT).await;
+        b.wait_for("hello-42-", WAIT).await;
+        // Both clients saw the same bytes up to the same offset.
+        a.type_line("echo sync-$((2*2))").await;
+        a.wait_for("sync-4", WAIT).await;
+        b.wait_for("sync-4", WAIT).await;
+        // Any client may type.
+        b.send(json!({"type": "resize", "cols": 100, "rows": 40}))
+            .await;
+        b.type_line("stty size; echo size-$((1+1))").await;
+        a.wait_for("40 100", WAIT).await;
+        a.wait_for("size-2", WAIT).await;
+        b.wait_for("size-2", WAIT).await;
+        let tail_a = &a.screen[a.screen.find("sync-4").unwrap()..];
+        let tail_b = &b.screen[b.screen.find("sync-4").unwrap()..];
+        let common_len = tail_a.len().min(tail_b.len());
+        assert_eq!(tail_a[..common_len], tail_b[..common_len]);
+        assert!(
+            a.messages
+                .iter()
+                .any(|m| m["type"] == "activity" && m["state"] == "active"),
+            "an activity message arrives"
+        );
+        // A bad message is answered, not fatal.
+        a.send(json!({"type": "teleport"})).await;
+        a.send(json!({"type": "resize", "cols": 0, "rows": 5}))
+            .await;
+        let mut codes = Vec::new();
+        while codes.len() < 2 {
+            let m = a.next(WAIT).await.expect("error replies");
+            if m["type"] == "error" {
+                codes.push(m["code"].as_str().unwrap().to_owned());
+            }
+        }
+        assert_eq!(codes, ["invalid_message", "invalid_size"]);
+
+        // The public view and seed 001's registry both show the tab.
+        let (st, view) = s.get(&format!("/api/v1/sessions/{sid}"), None).await;
+        assert_eq!(st, 200);
+        assert_eq!(view["workers"][0]["id"], wid.as_str());
+        assert_eq!(view["workers"][0]["alive"], true);
+        let (_, list) = s.get("/api/v1/sessions", None).await;
+        assert_eq!(list["count"], 1);
+        let (_, workers) = s.get("/api/v1/workers", None).await;
+        let pty = workers["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["worker_id"] == wid.as_str())
+            .expect("the PTY tab is in list_workers");
+        assert_eq!(pty["session_id"], sid.as_str());
+        assert_eq!(pty["terminal_id"], wid.as_str());
+        assert_eq!(pty["project_path"], dir);
+        let created = events_of(&s, "session.created,session.worker.added").await;
+        assert_eq!(created.len(), 2, "{created:?}");
+        s.stop().await;
+    }
+);
+
+e2e!(resume_by_offset_and_epoch, |kind: Kind| async move {
+    let env = Env::new(kind);
+    let s = Server::start(&env).await;
+    let dir = workdir(&env, "work");
+    let sid = new_session(&s, None, &dir).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
+    let wid = w["id"].as_str().unwrap().to_owned();
+    let mut a = connect(&s.base, &sid, &wid, None).await;
+    a.history().await;
+    a.type_line("echo first-$((10+1))").await;
+    a.wait_for("first-11", WAIT).await;
+    let (offset, epoch) = (a.offset, a.epoch.unwrap());
+    drop(a);
+    // Output while nobody is attached.
+    let mut b = connect(&s.base, &sid, &wid, None).await;
+    b.history().await;
+    b.type_line("echo second-$((20+2))").await;
+    b.wait_for("second-22", WAIT).await;
+    drop(b);
+    let path = ws::path(&sid, &wid);
+    let mut c = try_connect(
+        &s.base,
+        &path,
+        Opts {
+            query: Some(format!("offset={offset}&epoch={epoch}")),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let h = c.history().await;
+    let data = h["data"].as_str().unwrap();
+    assert!(data.contains("second-22"), "{data:?}");
+    assert!(
+        !data.contains("first-11"),
+        "no doubled scrollback: {data:?}"
+    );
+    // Another epoch: the whole history.
+    let mut d = try_connect(
+        &s.base,
+        &path,
+        Opts {
+            query: Some(format!("offset={offset}&epoch={}", epoch + 7)),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let h = d.history().await;
+    assert!(h["data"].as_str().unwrap().contains("first-11"));
+    s.stop().await;
+});
+
+e2e!(
+    exit_is_reported_and_restart_starts_anew,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        let dir = workdir(&env, "work");
+        let sid = new_session(&s, None, &dir).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (_, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
+        let wid = w["id"].as_str().unwrap().to_owned();
+        let mut a = connect(&s.base, &sid, &wid, None).await;
+        a.history().await;
+        a.type_line("exit 3").await;
+        let exit = a.wait_exit(WAIT).await;
+        assert_eq!(exit, json!({"type": "exit", "exitCode": 3, "signal": null}));
+        // Exited while the server was up: attaching again is not a restore.
+        let view_path = format!("/api/v1/sessions/{sid}");
+        let mut view = Value::Null;
+        for _ in 0..200 {
+            view = s.get(&view_path, None).await.1;
+            if view["workers"][0]["exit_code"] == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert_eq!(view["workers"][0]["exit_code"], 3, "{view}");
+        assert_eq!(view["workers"][0]["alive"], false);
+        let mut b = connect(&s.base, &sid, &wid, None).await;
+        assert_eq!(b.history().await["epoch"], 1);
+        assert_eq!(b.wait_exit(WAIT).await["exitCode"], 3);
+        assert!(b.closed(WAIT).await);
+        assert!(events_of(&s, "session.worker.restored").await.is_empty());
+        // Restart: a new process, a new epoch.
+        let restart = format!("/api/v1/sessions/{sid}/workers/{wid}/restart");
+        let (st, r) = s.post(&restart, None, json!({"mode": "new"})).await;
+        assert_eq!(st, 200, "{r}");
+        assert_eq!(r["epoch"], 2);
+        assert_eq!(r["alive"], true);
+        assert_ne!(r["pid"], w["pid"]);
+        let mut c = connect(&s.base, &sid, &wid, None).await;
+        assert_eq!(c.history().await["epoch"], 2);
+        c.type_line("echo again-$((5*5))").await;
+        c.wait_for("again-25", WAIT).await;
+        let (st, e) = s.post(&restart, None, json!({"mode": "sideways"})).await;
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (422, Some("invalid_body"))
+        );
+        s.stop().await;
+    }
+);
+
+e2e!(
+    deleting_a_session_ends_every_process_of_its_ptys,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        let dir = workdir(&env, "work");
+        let sid = new_session(&s, None, &dir).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (_, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
+        let (wid, pid) = (
+            w["id"].as_str().unwrap().to_owned(),
+            w["pid"].as_i64().unwrap(),
+        );
+        let mut a = connect(&s.base, &sid, &wid, None).await;
+        a.history().await;
+        // A background job gets a process group of its own in an interactive shell.
+        a.type_line("sleep 1000 & sleep 1001 & echo bg-$((3*3))")
+            .await;
+        a.wait_for("bg-9", WAIT).await;
+        eventually("the background jobs run", WAIT, || {
+            session_members(pid).len() >= 3
+        })
+        .await;
+        let (st, body) = s
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/api/v1/sessions/{sid}"),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{body}");
+        assert!(
+            session_members(pid).is_empty(),
+            "left alive: {:?}",
+            session_members(pid)
+        );
+        let (st, body) = s.get(&format!("/api/v1/sessions/{sid}"), None).await;
+        assert_eq!(
+            (st, body["error"]["code"].as_str()),
+            (404, Some("session_not_found"))
+        );
+        let (_, workers) = s.get("/api/v1/workers?include_closed=true", None).await;
+        let row = workers["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["worker_id"] == wid.as_str())
+            .unwrap()
+            .clone();
+        assert_eq!(row["registry_status"], "terminated");
+        let removed = events_of(&s, "session.worker.removed,session.deleted").await;
+        assert_eq!(removed.len(), 2);
+        s.stop().await;
+    }
+);
+
+e2e!(
+    agents_run_interactive_command_and_continue_args,
+    |kind: Kind| async move {
+        let mut env = Env::new(kind);
+        let argv = env.dir.join("argv.txt");
+        let script = env.script(
+            "agent.sh",
+            &format!(
+                "printf '%s\\n' \"start:$*\" >> {}\necho agent-ready\nexec cat\n",
+                argv.display()
+            ),
+        );
+        env.with_config_file(&format!(
+        "[agents.talker]\ncommand = [\"sh\", \"-c\", \"true\"]\ninteractive_command = [\"sh\", \"{script}\"]\n\
+         continue_args = [\"--continue\"]\n\n[agents.oneshot]\ncommand = [\"true\"]\n"
+    ));
+        let s = Server::start(&env).await;
+        let dir = workdir(&env, "work");
+        let sid = new_session(&s, None, &dir).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (st, w) = add(
+            &s,
+            None,
+            &sid,
+            json!({ "type": "agent", "agent_id": "talker" }),
+        )
+        .await;
+        assert_eq!(st, 201, "{w}");
+        assert_eq!(w["agent_id"], "talker");
+        let wid = w["id"].as_str().unwrap().to_owned();
+        let mut a = connect(&s.base, &sid, &wid, None).await;
+        a.wait_for("agent-ready", WAIT).await;
+        a.type_line("ping-agent").await;
+        a.wait_for("ping-agent", WAIT).await;
+        let (st, r) = s
+            .post(
+                &format!("/api/v1/sessions/{sid}/workers/{wid}/restart"),
+                None,
+                json!({"mode": "continue"}),
+            )
+            .await;
+        assert_eq!(st, 200, "{r}");
+        eventually("the agent restarts with continue_args", WAIT, || {
+            std::fs::read_to_string(&argv).unwrap_or_default() == "start:\nstart:--continue\n"
+        })
+        .await;
+        let (st, e) = add(
+            &s,
+            None,
+            &sid,
+            json!({ "type": "agent", "agent_id": "oneshot" }),
+        )
+        .await;
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (422, Some("agent_not_interactive"))
+        );
+        let (st, e) = add(
+            &s,
+            None,
+            &sid,
+            json!({ "type": "agent", "agent_id": "nobody" }),
+        )
+        .await;
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (422, Some("agent_not_found"))
+        );
+        s.stop().await;
+    }
+);
+
+e2e!(
+    git_diff_tabs_show_diff_and_status,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        let dir = workdir(&env, "repo");
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .args(["-C", &dir])
+                .args(args)
+                .env("GIT_AUTHOR_NAME", "t")
+                .env("GIT_AUTHOR_EMAIL", "t@example.com")
+                .env("GIT_COMMITTER_NAME", "t")
+                .env("GIT_COMMITTER_EMAIL", "t@example.com")
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        std::fs::write(format!("{dir}/a.txt"), "one\n").unwrap();
+        git(&["add", "a.txt"]);
+        git(&["commit", "-qm", "init"]);
+        std::fs::write(format!("{dir}/a.txt"), "two\n").unwrap();
+        std::fs::write(format!("{dir}/new.txt"), "x").unwrap();
+        let sid = new_session(&s, None, &dir).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (st, w) = add(&s, None, &sid, json!({ "type": "git-diff" })).await;
+        assert_eq!(st, 201, "{w}");
+        assert_eq!(w["pid"], Value::Null);
+        assert_eq!(w["alive"], false);
+        let wid = w["id"].as_str().unwrap();
+        let (st, d) = s
+            .get(&format!("/api/v1/sessions/{sid}/workers/{wid}/diff"), None)
+            .await;
+        assert_eq!(st, 200, "{d}");
+        assert!(d["diff"].as_str().unwrap().contains("+two"), "{d}");
+        assert!(d["status"].as_str().unwrap().contains("?? new.txt"), "{d}");
+        // Not a terminal: no WebSocket.
+        let r = try_connect(&s.base, &ws::path(&sid, wid), Opts::default()).await;
+        assert_eq!(r.err(), Some(422));
+        // Not in seed 001's registry: only PTY tabs are workers there.
+        let (_, workers) = s.get("/api/v1/workers", None).await;
+        assert!(!workers["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["worker_id"] == wid));
+        s.stop().await;
+    }
+);
+
+e2e!(bad_requests_have_their_codes, |kind: Kind| async move {
+    let mut env = Env::new(kind);
+    let root = env.dir.join("root");
+    std::fs::create_dir_all(root.join("inside")).unwrap();
+    std::fs::create_dir_all(env.dir.join("outside")).unwrap();
+    env.set("SHEPHERD_SESSIONS_ROOT", &root.display().to_string());
+    let s = Server::start(&env).await;
+    let cases = [
+        (
+            json!({ "location_path": env.dir.join("missing").display().to_string() }),
+            422,
+            "invalid_location",
+        ),
+        (
+            json!({ "location_path": "relative/dir" }),
+            422,
+            "invalid_location",
+        ),
+        (
+            json!({ "location_path": env.dir.join("outside").display().to_string() }),
+            422,
+            "outside_sessions_root",
+        ),
+        (
+            json!({ "location_path": root.join("inside/../../outside").display().to_string() }),
+            422,
+            "outside_sessions_root",
+        ),
+        (json!({ "path": "/tmp" }), 422, "invalid_body"),
+    ];
+    for (body, status, code) in cases {
+        let (st, e) = s.post("/api/v1/sessions", None, body.clone()).await;
+        assert_eq!(
+            (st, e["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}"
+        );
+    }
+    let (_, list) = s.get("/api/v1/sessions", None).await;
+    assert_eq!(list["count"], 0, "nothing half-written");
+    let dir = root.join("inside").display().to_string();
+    let sid = new_session(&s, None, &dir).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (st, e) = add(&s, None, &sid, json!({ "type": "browser" })).await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (422, Some("invalid_worker_type"))
+    );
+    let (st, e) = add(&s, None, "ses_nope", json!({ "type": "terminal" })).await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (404, Some("session_not_found"))
+    );
+    let (st, e) = s
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/sessions/{sid}/workers/wk_nope"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (404, Some("worker_not_found"))
+    );
+    let r = try_connect(&s.base, &ws::path(&sid, "wk_nope"), Opts::default()).await;
+    assert_eq!(r.err(), Some(404));
+    let r = try_connect(&s.base, &ws::path("ses_nope", "wk_nope"), Opts::default()).await;
+    assert_eq!(r.err(), Some(404));
+    s.stop().await;
+});
+
+e2e!(
+    a_token_is_required_when_configured,
+    |kind: Kind| async move {
+        let mut env = Env::new(kind);
+        env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
+        let s = Server::start(&env).await;
+        let dir = workdir(&env, "work");
+        let sid = new_session(&s, Some(OPERATOR), &dir).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (_, w) = add(&s, Some(OPERATOR), &sid, json!({ "type": "terminal" })).await;
+        let wid = w["id"].as_str().unwrap();
+        let path = ws::path(&sid, wid);
+        let r = try_connect(&s.base, &path, Opts::default()).await;
+        assert_eq!(r.err(), Some(401), "no token");
+        let r = try_connect(
+            &s.base,
+            &path,
+            Opts {
+                token: Some("wrong-token-0123456789"),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(r.err(), Some(401), "a wrong token");
+        let mut t = try_connect(
+            &s.base,
+            &path,
+            Opts {
+                token: Some(OPERATOR),
+                protocols: Some("shepherd.v1"),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(t.protocol.as_deref(), Some("shepherd.v1"));
+        t.history().await;
+        t.type_line("echo authed-$((4+4))").await;
+        t.wait_for("authed-8", WAIT).await;
+        // A browser: no header, the token offered as a subprotocol, its own origin.
+        let offered = format!("shepherd.v1, bearer.{OPERATOR}");
+        let own = s.base.clone();
+        let mut b = try_connect(
+            &s.base,
+            &path,
+            Opts {
+                protocols: Some(&offered),
+                origin: Some(&own),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            b.protocol.as_deref(),
+            Some("shepherd.v1"),
+            "the token is never echoed back"
+        );
+        b.wait_for("authed-8", WAIT).await;
+        // Cross-site WebSocket hijacking: another origin is refused even with the token.
+        let r = try_connect(
+            &s.base,
+            &path,
+            Opts {
+                protocols: Some(&offered),
+                origin: Some("http://evil.example"),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(r.err(), Some(403), "a foreign Origin");
+        let r = try_connect(
+            &s.base,
+            &path,
+            Opts {
+                protocols: Some("shepherd.v1, bearer.wrong-token-0123456789"),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(r.err(), Some(401), "a wrong subprotocol token");
+        s.stop().await;
+    }
+);
+
+#[tokio::test]
+async fn openapi_names_the_session_routes() {
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let (_, doc) = s.get("/api/openapi.json", None).await;
+    let paths = doc["paths"].as_object().unwrap();
+    for p in [
+        "/api/v1/sessions",
+        "/api/v1/sessions/{id}",
+        "/api/v1/sessions/{id}/workers",
+        "/api/v1/sessions/{id}/workers/{worker_id}",
+        "/api/v1/sessions/{id}/workers/{worker_id}/restart",
+        "/api/v1/sessions/{id}/workers/{worker_id}/diff",
+        "/ws/session/{sessionId}/worker/{workerId}",
+    ] {
+        assert!(paths.contains_key(p), "OpenAPI lacks {p}");
+    }
+    s.stop().await;
+}
+
+/// Two nodes on one PostgreSQL: a session lives on the node that created
+/// it; the other answers 409 `session_on_other_node` with the host's address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_node_sends_clients_to_the_host() {
+    let mut env = Env::new(Kind::Postgres);
+    env.set("SHEPHERD_NODE_ID", "node-a");
+    let a = Server::start(&env).await;
+    env.set("SHEPHERD_NODE_ID", "node-b");
+    let b = Server::start(&env).await;
+    let dir = workdir(&env, "work");
+    let session = new_session(&a, None, &dir).await;
+    assert_eq!(session["node_id"], "node-a");
+    assert_eq!(session["node_address"], a.base.as_str());
+    let sid = session["id"].as_str().unwrap().to_owned();
+    let (st, w) = add(&a, None, &sid, json!({ "type": "terminal" })).await;
+    assert_eq!(st, 201, "{w}");
+    let wid = w["id"].as_str().unwrap().to_owned();
+    // The public view is the same everywhere.
+    let (st, view) = b.get(&format!("/api/v1/sessions/{sid}"), None).await;
+    assert_eq!(st, 200);
+    assert_eq!(view["workers"][0]["id"], wid.as_str());
+    let (st, e) = add(&b, None, &sid, json!({ "type": "terminal" })).await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (409, Some("session_on_other_node"))
+    );
+    assert_eq!(e["address"], a.base.as_str());
+    assert_eq!(e["node_id"], "node-a");
+    let (st, e) = b
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/sessions/{sid}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (409, Some("session_on_other_node"))
+    );
+    let r = try_connect(&b.base, &ws::path(&sid, &wid), Opts::default()).await;
+    assert_eq!(r.err(), Some(409), "only the host attaches (and restores)");
+    let mut t = connect(&a.base, &sid, &wid, None).await;
+    t.type_line("echo host-$((8*8))").await;
+    t.wait_for("host-64", WAIT).await;
+    b.stop().await;
+    a.stop().await;
+}

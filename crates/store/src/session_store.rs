@@ -1,0 +1,129 @@
+//! The store's session operations (seed 004), one unit of work each; see
+//! `ops/sessions.rs` for what each records.
+
+use shepherd_core::Error;
+
+use crate::ops::sessions::{
+    self, NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,
+};
+use crate::{log, now_ms, postgres, sqlite, Backend, Store};
+
+impl Store {
+    pub async fn create_session(&self, new: NewSession) -> Result<SessionRecord, Error> {
+        let now = now_ms();
+        write_op!(self, |db| sessions::create(db, now, new))
+    }
+
+    /// The session with its tabs.
+    pub async fn session(&self, id: &str) -> Result<SessionRecord, Error> {
+        let id = id.to_owned();
+        read_op!(self, |db| async move { sessions::require(db, &id).await })
+    }
+
+    /// Every session and the cursor the list is valid at.
+    pub async fn list_sessions(&self) -> Result<(Vec<SessionRecord>, i64), Error> {
+        read_op!(self, |db| async move {
+            let list = sessions::list(db).await?;
+            Ok((list, log::head(db).await?))
+        })
+    }
+
+    pub async fn session_worker(
+        &self,
+        session_id: &str,
+        worker_id: &str,
+    ) -> Result<(SessionRecord, SessionWorkerRecord), Error> {
+        let (s, w) = (session_id.to_owned(), worker_id.to_owned());
+        read_op!(self, |db| async move {
+            sessions::require_worker(db, &s, &w).await
+        })
+    }
+
+    pub async fn add_session_worker(
+        &self,
+        session_id: &str,
+        new: NewSessionWorker,
+    ) -> Result<SessionWorkerRecord, Error> {
+        let (now, s) = (now_ms(), session_id.to_owned());
+        write_op!(self, |db| async move {
+            sessions::add_worker(db, now, &s, new).await
+        })
+    }
+
+    pub async fn session_process_started(
+        &self,
+        session_id: &str,
+        worker_id: &str,
+        pid: i64,
+        reason: StartReason,
+        mode: &str,
+    ) -> Result<SessionWorkerRecord, Error> {
+        let (now, s, w, mode) = (
+            now_ms(),
+            session_id.to_owned(),
+            worker_id.to_owned(),
+            mode.to_owned(),
+        );
+        write_op!(self, |db| async move {
+            sessions::process_started(db, now, &s, &w, pid, reason, &mode).await
+        })
+    }
+
+    pub async fn session_process_exited(
+        &self,
+        session_id: &str,
+        worker_id: &str,
+        epoch: i64,
+        exit_code: Option<i64>,
+        signal: Option<String>,
+    ) -> Result<bool, Error> {
+        let (now, s, w) = (now_ms(), session_id.to_owned(), worker_id.to_owned());
+        write_op!(self, |db| async move {
+            sessions::process_exited(db, now, &s, &w, epoch, exit_code, signal).await
+        })
+    }
+
+    pub async fn session_restore_failed(
+        &self,
+        session_id: &str,
+        worker_id: &str,
+        reason: &str,
+    ) -> Result<(), Error> {
+        let (now, s, w, r) = (
+            now_ms(),
+            session_id.to_owned(),
+            worker_id.to_owned(),
+            reason.to_owned(),
+        );
+        write_op!(self, |db| async move {
+            sessions::restore_failed(db, now, &s, &w, &r).await
+        })
+    }
+
+    pub async fn remove_session_worker(
+        &self,
+        session_id: &str,
+        worker_id: &str,
+    ) -> Result<SessionWorkerRecord, Error> {
+        let (now, s, w) = (now_ms(), session_id.to_owned(), worker_id.to_owned());
+        write_op!(self, |db| async move {
+            sessions::remove_worker(db, now, &s, &w, "removed").await
+        })
+    }
+
+    pub async fn delete_session(&self, id: &str) -> Result<SessionRecord, Error> {
+        let (now, id) = (now_ms(), id.to_owned());
+        write_op!(
+            self,
+            |db| async move { sessions::delete(db, now, &id).await }
+        )
+    }
+
+    /// Keeps the registry rows of this node's live PTY tabs fresh.
+    pub async fn touch_session_workers(&self, worker_ids: Vec<String>) -> Result<(), Error> {
+        let now = now_ms();
+        write_op!(self, |db| async move {
+            sessions::touch_live(db, now, &worker_ids).await
+        })
+    }
+}
