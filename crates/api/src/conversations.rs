@@ -102,6 +102,7 @@ pub struct ConversationPage {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ConversationsQuery {
     /// 1-200; default 50.
@@ -242,6 +243,7 @@ pub async fn upsert_resource(
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct NoQuery {}
 

@@ -38,6 +38,7 @@ const READ_BUFFER: usize = 4 * 1024;
 const MAX_MESSAGE: usize = 1024 * 1024;
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AttachQuery {
     /// Resume after this byte offset (with `epoch`): only what follows is sent.
@@ -47,7 +48,7 @@ pub struct AttachQuery {
 }
 
 /// Attach to a PTY worker (WebSocket; JSON text messages).
-#[utoipa::path(get, path = "/ws/session/{sessionId}/worker/{workerId}", tag = "sessions",
+#[utoipa::path(get, path = "/ws/session/{sessionId}/worker/{workerId}", tag = "sessions", operation_id = "attach_session_worker",
     params(("sessionId" = String, Path), ("workerId" = String, Path), AttachQuery), responses(
     (status = 101, description = "WebSocket: server sends history, output, activity, exit; client sends input, resize"),
     (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),

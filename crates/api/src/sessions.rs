@@ -143,7 +143,7 @@ pub(crate) async fn with_node(state: &AppState, session_id: &str, e: Error) -> A
 }
 
 /// Create a session.
-#[utoipa::path(post, path = "/api/v1/sessions", tag = "sessions", request_body = CreateSession, responses(
+#[utoipa::path(post, path = "/api/v1/sessions", tag = "sessions", operation_id = "create_session", request_body = CreateSession, responses(
     (status = 201, body = Session),
     (status = 422, description = "invalid_location, outside_sessions_root, invalid_name", body = crate::openapi::ErrorBody)))]
 pub async fn create(
@@ -158,7 +158,7 @@ pub async fn create(
 }
 
 /// Every session with its tabs.
-#[utoipa::path(get, path = "/api/v1/sessions", tag = "sessions", responses((status = 200, body = SessionList)))]
+#[utoipa::path(get, path = "/api/v1/sessions", tag = "sessions", operation_id = "list_sessions", responses((status = 200, body = SessionList)))]
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -174,7 +174,7 @@ pub async fn list(
 }
 
 /// A session's public view: its persisted tabs, alive or not.
-#[utoipa::path(get, path = "/api/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)), responses(
+#[utoipa::path(get, path = "/api/v1/sessions/{id}", tag = "sessions", operation_id = "get_session", params(("id" = String, Path)), responses(
     (status = 200, body = Session), (status = 404, description = "session_not_found", body = crate::openapi::ErrorBody)))]
 pub async fn show(
     State(state): State<AppState>,
@@ -188,7 +188,7 @@ pub async fn show(
 }
 
 /// Delete a session, ending every process of it.
-#[utoipa::path(delete, path = "/api/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)), responses(
+#[utoipa::path(delete, path = "/api/v1/sessions/{id}", tag = "sessions", operation_id = "delete_session", params(("id" = String, Path)), responses(
     (status = 200, body = Session), (status = 404, description = "session_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody)))]
 pub async fn delete(
@@ -209,7 +209,7 @@ pub async fn delete(
 }
 
 /// Add a tab: `agent` (its `interactive_command`), `terminal` (the user's shell) or `git-diff`.
-#[utoipa::path(post, path = "/api/v1/sessions/{id}/workers", tag = "sessions", params(("id" = String, Path)),
+#[utoipa::path(post, path = "/api/v1/sessions/{id}/workers", tag = "sessions", operation_id = "add_session_worker", params(("id" = String, Path)),
     request_body = AddWorker, responses(
     (status = 201, body = SessionWorker), (status = 404, description = "session_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
@@ -229,7 +229,7 @@ pub async fn add_worker(
 }
 
 /// Remove a tab, ending every process of its PTY.
-#[utoipa::path(delete, path = "/api/v1/sessions/{id}/workers/{worker_id}", tag = "sessions",
+#[utoipa::path(delete, path = "/api/v1/sessions/{id}/workers/{worker_id}", tag = "sessions", operation_id = "remove_session_worker",
     params(("id" = String, Path), ("worker_id" = String, Path)), responses(
     (status = 200, body = SessionWorker), (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody)))]
@@ -251,7 +251,7 @@ pub async fn remove_worker(
 }
 
 /// Kill the tab's process (if alive) and start a fresh one.
-#[utoipa::path(post, path = "/api/v1/sessions/{id}/workers/{worker_id}/restart", tag = "sessions",
+#[utoipa::path(post, path = "/api/v1/sessions/{id}/workers/{worker_id}/restart", tag = "sessions", operation_id = "restart_session_worker",
     params(("id" = String, Path), ("worker_id" = String, Path)), request_body = RestartWorker, responses(
     (status = 200, body = SessionWorker), (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
@@ -271,7 +271,7 @@ pub async fn restart(
 }
 
 /// A `git-diff` tab: `git diff` and `git status --porcelain` of the session's location.
-#[utoipa::path(get, path = "/api/v1/sessions/{id}/workers/{worker_id}/diff", tag = "sessions",
+#[utoipa::path(get, path = "/api/v1/sessions/{id}/workers/{worker_id}/diff", tag = "sessions", operation_id = "session_worker_diff",
     params(("id" = String, Path), ("worker_id" = String, Path)), responses(
     (status = 200, body = GitDiff), (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
     (status = 422, description = "not_a_git_diff_worker, git_failed", body = crate::openapi::ErrorBody)))]
