@@ -31,9 +31,11 @@ BIN = os.path.abspath(sys.argv[1])
 TOKEN = "mcp-test-token-0123456789"
 TOOLS = {
     "list_workers", "worker_events", "submit_task", "list_tasks", "get_task", "cancel_task",
-    "wait_for_task", "list_runs", "get_run", "get_transcript",
+    "wait_for_task", "list_runs", "get_run", "get_transcript", "send_message",
+    "cancel_conversation",
 }
-READ_ONLY = TOOLS - {"submit_task", "cancel_task"}
+DESTRUCTIVE = {"cancel_task", "cancel_conversation"}
+READ_ONLY = TOOLS - DESTRUCTIVE - {"submit_task", "send_message"}
 
 
 def free_port():
@@ -177,13 +179,19 @@ async def check_tools(s):
         assert t.output_schema and t.output_schema["type"] == "object", t.name
         a = t.annotations
         assert a.read_only_hint == (t.name in READ_ONLY), t.name
-        assert a.destructive_hint == (t.name == "cancel_task"), t.name
+        assert a.destructive_hint == (t.name in DESTRUCTIVE), t.name
     ev = by_name["worker_events"]
     for p in ["since", "limit", "include_snapshot", "include_summary",
               "stale_threshold_minutes", "project_filter"]:
         assert p in ev.input_schema["properties"], p
     for p in ["events", "count", "next_cursor", "summary", "snapshot"]:
         assert p in ev.output_schema["properties"], p
+    send = by_name["send_message"]
+    assert {"conversation_id", "text", "multitask"} <= set(send.input_schema["properties"])
+    assert {"message", "conversation"} <= set(send.output_schema["properties"])
+    cancel = by_name["cancel_conversation"]
+    assert {"conversation_id", "reason"} <= set(cancel.input_schema["properties"])
+    assert {"id", "state"} <= set(cancel.output_schema["properties"])
     lw = by_name["list_workers"]
     assert {"include_closed", "project_filter"} <= set(lw.input_schema["properties"])
 
@@ -255,6 +263,43 @@ async def check_task_flow(s, server, label):
     d = await call(s, "submit_task", title="draft", draft=True)
     c = await call(s, "cancel_task", vtid=d["vtid"], reason="test")
     assert c["cancelled"] and c["task"]["state"] == "cancelled"
+
+
+async def check_conversation(s, server, label):
+    """send_message and cancel_conversation on a resource of the demo agent."""
+    rid = f"mcp-{label}"
+    server.ok("POST", "/api/v1/resources", {"id": rid, "name": f"MCP {label}", "agent_id": "demo"})
+    cid = server.ok("POST", f"/api/v1/resources/{rid}/conversations")["id"]
+
+    def conversation():
+        return server.ok("GET", f"/api/v1/conversations/{cid}")
+
+    sent = await call(s, "send_message", conversation_id=cid, text="look around")
+    assert sent["message"]["ordinal"] == 1 and sent["message"]["status"] == "sent", sent
+    assert sent["message"]["conversation_id"] == cid and sent["message"]["text"] == "look around"
+    assert sent["conversation"]["state"] == "processing", sent
+    # A second message while the reply runs is refused (multitask defaults to reject).
+    assert await tool_error(s, "send_message", conversation_id=cid, text="again") == "conversation_busy"
+    c = await call(s, "cancel_conversation", conversation_id=cid, reason="enough")
+    assert c["id"] == cid and c["state"] in ("cancelled", "idle"), c
+    await eventually(lambda: conversation()["state"] == "idle", "the cancelled reply to end")
+    task = server.ok("GET", f"/api/v1/tasks/{sent['message']['task_id']}")
+    assert task["state"] == "cancelled", task
+    assert all(m["status"] != "running" for m in conversation()["messages"])
+    assert await tool_error(s, "cancel_conversation", conversation_id=cid) == "conversation_idle"
+    # The next message is answered to the end.
+    sent = await call(s, "send_message", conversation_id=cid, text="now finish", multitask="enqueue")
+    assert sent["message"]["ordinal"] == 2, sent
+    await eventually(lambda: conversation()["state"] == "idle", "the reply to end", timeout=60)
+    replies = [m for m in conversation()["messages"] if m["role"] == "agent"]
+    assert replies[-1]["status"] == "done" and replies[-1]["text"], replies[-1]
+    # Refusals carry the REST API's codes.
+    assert await tool_error(s, "send_message", conversation_id="nope", text="hi") == "conversation_not_found"
+    assert await tool_error(s, "cancel_conversation", conversation_id="nope") == "conversation_not_found"
+    assert await tool_error(s, "send_message", conversation_id=cid, text="") == "invalid_text"
+    assert await tool_error(s, "send_message", conversation_id=cid, text="hi",
+                            multitask="sometimes") == "invalid_arguments"
+    assert await tool_error(s, "send_message", conversation_id=cid) == "invalid_arguments"
 
 
 async def check_capped_transcript(server, notes):
@@ -432,6 +477,7 @@ async def main():
                 async with session(server, notes) as s:
                     await check_tools(s)
                     await check_task_flow(s, server, label)
+                    await check_conversation(s, server, label)
                     await check_errors(s)
                 print(f"ok: {label}")
             await check_capped_transcript(server, notes)

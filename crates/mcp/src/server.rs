@@ -79,7 +79,8 @@ impl ServerHandler for ShepherdMcp {
             .with_instructions(
                 "Shepherd queues work for AI agent workers and records every step they take. \
 Use submit_task to hand out work, wait_for_task to wait for it, get_transcript to read \
-what the agent did; list_workers and worker_events watch the fleet (pass next_cursor back \
+what the agent did; send_message and cancel_conversation talk to a resource's agent in a \
+conversation; list_workers and worker_events watch the fleet (pass next_cursor back \
 as `since` to page through events exactly once).",
             )
     }

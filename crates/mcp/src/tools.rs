@@ -129,6 +129,23 @@ the transcript only with include_transcript (use get_transcript to page through 
 next_index back as start_index while has_more.",
             ReadOnly,
         ),
+        tool::<SendMessageArgs, SendMessageAnswer>(
+            "send_message",
+            "Send a message",
+            "Send a user message to a conversation (seed 002): the resource's agent answers it \
+in a new run. While a reply is still running, multitask decides: reject (default; the \
+error conversation_busy), enqueue (run it after) or interrupt (cancel the current run, \
+keeping its partial work, then run it).",
+            Additive,
+        ),
+        tool::<CancelConversationArgs, ConversationInfo>(
+            "cancel_conversation",
+            "Cancel a conversation's run",
+            "Cancel the conversation's running reply and drop its queued messages: the worker \
+is told at once; the conversation stays `cancelled` until the run has ended, keeping its \
+partial work, then is `idle`. An idle conversation is the error conversation_idle.",
+            Destructive,
+        ),
     ]
 }
 
@@ -178,6 +195,8 @@ pub async fn call(
         "wait_for_task" => run(wait_for_task(api, args(raw), ctx).await),
         "list_runs" => run(list_runs(api, args(raw)).await),
         "get_run" => run(get_run(api, args(raw)).await),
+        "send_message" => run(send_message(api, args(raw)).await),
+        "cancel_conversation" => run(cancel_conversation(api, args(raw)).await),
         "get_transcript" => {
             let max = mcp.settings.max_answer_bytes;
             run(get_transcript(api, args(raw), max).await)
@@ -401,6 +420,42 @@ async fn cancel_task(
     .parse()
 }
 
+async fn send_message(
+    api: &Api,
+    a: Result<SendMessageArgs, ApiError>,
+) -> Result<SendMessageAnswer, ApiError> {
+    let a = a?;
+    let mut body = json!({ "text": a.text });
+    if let Some(mode) = a.multitask {
+        body["multitask"] = json!(mode);
+    }
+    api.post(
+        &format!(
+            "/api/v1/conversations/{}/messages",
+            encode(&a.conversation_id)
+        ),
+        &body,
+    )
+    .await?
+    .parse()
+}
+
+async fn cancel_conversation(
+    api: &Api,
+    a: Result<CancelConversationArgs, ApiError>,
+) -> Result<ConversationInfo, ApiError> {
+    let a = a?;
+    api.post(
+        &format!(
+            "/api/v1/conversations/{}/cancel",
+            encode(&a.conversation_id)
+        ),
+        &json!({ "reason": a.reason }),
+    )
+    .await?
+    .parse()
+}
+
 fn is_final(task: &Task) -> bool {
     shepherd_core::workflow::ALL
         .iter()
@@ -610,7 +665,7 @@ mod tests {
     #[test]
     fn every_tool_has_schemas_and_annotations() {
         let tools = catalogue();
-        assert_eq!(tools.len(), 10);
+        assert_eq!(tools.len(), 12);
         for t in &tools {
             assert_eq!(
                 t.input_schema.get("type"),
@@ -623,11 +678,21 @@ mod tests {
             let ann = t.annotations.as_ref().expect("annotations");
             assert!(ann.read_only_hint.is_some() && ann.destructive_hint.is_some());
         }
-        let cancel = tools.iter().find(|t| t.name == "cancel_task").unwrap();
-        assert_eq!(
-            cancel.annotations.as_ref().unwrap().destructive_hint,
-            Some(true)
-        );
+        for (name, destructive) in [
+            ("cancel_task", true),
+            ("cancel_conversation", true),
+            ("send_message", false),
+        ] {
+            let t = tools.iter().find(|t| t.name == name).unwrap();
+            let ann = t.annotations.as_ref().unwrap();
+            assert_eq!(ann.destructive_hint, Some(destructive), "{name}");
+            assert_eq!(ann.read_only_hint, Some(false), "{name}");
+        }
+        let send = tools.iter().find(|t| t.name == "send_message").unwrap();
+        let props = send.input_schema.get("properties").unwrap();
+        for p in ["conversation_id", "text", "multitask"] {
+            assert!(props.get(p).is_some(), "send_message lacks {p}");
+        }
         let events = tools.iter().find(|t| t.name == "worker_events").unwrap();
         let props = events.input_schema.get("properties").unwrap();
         for p in [

@@ -439,3 +439,72 @@ pub struct ErrorBody {
     pub code: String,
     pub message: String,
 }
+
+// ---------------------------------------------------------- conversations
+
+/// What to do with a message sent while the conversation is busy (seed 002).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Multitask {
+    /// Refuse with `conversation_busy` (the default).
+    Reject,
+    /// Run it after the current run.
+    Enqueue,
+    /// Cancel the current run (its partial work kept), then run it.
+    Interrupt,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendMessageArgs {
+    pub conversation_id: String,
+    /// The user's message; the resource's agent answers it in a new run.
+    pub text: String,
+    /// While a reply is still running: `reject` (default), `enqueue` or `interrupt`.
+    pub multitask: Option<Multitask>,
+}
+
+/// A conversation as the REST API lists it.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ConversationInfo {
+    pub id: String,
+    pub resource_id: String,
+    /// `idle`, `processing` or `cancelled`.
+    pub state: String,
+    /// Whether it is the resource's active conversation.
+    pub active: bool,
+    pub created_at: String,
+    pub updated_at: String,
+    /// User messages so far.
+    pub messages: i64,
+    /// The agent's own conversation id, captured from its output.
+    pub agent_session_id: Option<String>,
+}
+
+/// A user message as stored.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct MessageRecord {
+    pub id: String,
+    pub conversation_id: String,
+    /// 1 for the conversation's first message.
+    pub ordinal: i64,
+    pub text: String,
+    /// `sent` (its run is queued or running) or `queued` (waits for the current run).
+    pub status: String,
+    /// The task answering it, once sent.
+    pub task_id: Option<String>,
+    pub created_at: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SendMessageAnswer {
+    pub message: MessageRecord,
+    pub conversation: ConversationInfo,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelConversationArgs {
+    pub conversation_id: String,
+    pub reason: Option<String>,
+}
