@@ -32,7 +32,7 @@ TOKEN = "mcp-test-token-0123456789"
 TOOLS = {
     "list_workers", "worker_events", "submit_task", "list_tasks", "get_task", "cancel_task",
     "wait_for_task", "list_runs", "get_run", "get_transcript", "send_message",
-    "cancel_conversation",
+    "cancel_conversation", "list_sessions",
 }
 DESTRUCTIVE = {"cancel_task", "cancel_conversation"}
 READ_ONLY = TOOLS - DESTRUCTIVE - {"submit_task", "send_message"}
@@ -265,6 +265,21 @@ async def check_task_flow(s, server, label):
     assert c["cancelled"] and c["task"]["state"] == "cancelled"
 
 
+async def check_sessions(s, server, label):
+    """list_sessions shows a session made through REST, with its tab."""
+    with tempfile.TemporaryDirectory(prefix=f"shepherd-mcp-ws-{label}-") as where:
+        made = server.ok("POST", "/api/v1/sessions", {"name": f"mcp {label}", "location_path": where})
+        tab = server.ok("POST", f"/api/v1/sessions/{made['id']}/workers", {"type": "git-diff"})
+        listed = await call(s, "list_sessions")
+        assert listed["count"] == len(listed["sessions"]), listed
+        mine = [x for x in listed["sessions"] if x["id"] == made["id"]]
+        assert len(mine) == 1 and mine[0]["location_path"] == where, listed
+        assert [w["id"] for w in mine[0]["workers"]] == [tab["id"]], mine
+        assert mine[0]["workers"][0]["type"] == "git-diff", mine
+        assert await tool_error(s, "list_sessions", nope=1) == "invalid_arguments"
+        server.ok("DELETE", f"/api/v1/sessions/{made['id']}")
+
+
 async def check_conversation(s, server, label):
     """send_message and cancel_conversation on a resource of the demo agent."""
     rid = f"mcp-{label}"
@@ -478,6 +493,7 @@ async def main():
                     await check_tools(s)
                     await check_task_flow(s, server, label)
                     await check_conversation(s, server, label)
+                    await check_sessions(s, server, label)
                     await check_errors(s)
                 print(f"ok: {label}")
             await check_capped_transcript(server, notes)

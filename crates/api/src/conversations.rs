@@ -333,6 +333,7 @@ pub async fn get_conversation(
 /// Send a user message: starts a run on the resource's agent.
 #[utoipa::path(post, path = "/api/v1/conversations/{id}/messages", tag = "conversations", params(("id" = String, Path)), request_body = SendBody, responses(
     (status = 201, body = SendResponse),
+    (status = 404, description = "conversation_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "conversation_busy, resource_busy, resource_has_no_agent", body = crate::openapi::ErrorBody),
     (status = 422, description = "invalid_text", body = crate::openapi::ErrorBody)))]
 pub async fn send_message(
@@ -360,7 +361,9 @@ pub async fn send_message(
 /// Cancel the current run: it reaches the worker at once; the conversation
 /// stays `cancelled` until the run has ended, keeping its partial work.
 #[utoipa::path(post, path = "/api/v1/conversations/{id}/cancel", tag = "conversations", params(("id" = String, Path)), request_body = CancelBody, responses(
-    (status = 200, body = ConversationInfo), (status = 409, description = "conversation_idle", body = crate::openapi::ErrorBody)))]
+    (status = 200, body = ConversationInfo),
+    (status = 404, description = "conversation_not_found", body = crate::openapi::ErrorBody),
+    (status = 409, description = "conversation_idle", body = crate::openapi::ErrorBody)))]
 pub async fn cancel_conversation(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -12,6 +12,7 @@
 //! check happen in the middleware like any other route; browsers offer the
 //! `shepherd.v1` subprotocol, which is selected.
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -51,6 +52,7 @@ pub struct AttachQuery {
 #[utoipa::path(get, path = "/ws/session/{sessionId}/worker/{workerId}", tag = "sessions", operation_id = "attach_session_worker",
     params(("sessionId" = String, Path), ("workerId" = String, Path), AttachQuery), responses(
     (status = 101, description = "WebSocket: server sends history, output, activity, exit; client sends input, resize"),
+    (status = 400, description = "websocket_required: a plain GET, not a WebSocket handshake", body = crate::openapi::ErrorBody),
     (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
     (status = 422, description = "not_a_terminal", body = crate::openapi::ErrorBody)))]
@@ -59,9 +61,16 @@ pub async fn attach(
     Extension(caller): Extension<Caller>,
     Path((session_id, worker_id)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<AttachQuery>,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     caller.require_operator()?;
+    // A plain GET gets the API's JSON error, not the framework's text.
+    let ws = ws.map_err(|r| {
+        Error::bad_request(
+            "websocket_required",
+            format!("this route is a WebSocket: {}", r.body_text()),
+        )
+    })?;
     let m = manager(&state)?;
     let (s, w) = state.store.session_worker(&session_id, &worker_id).await?;
     if let Err(e) = m.check_node(&s) {

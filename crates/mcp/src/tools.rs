@@ -88,6 +88,14 @@ if a worker already claimed it); follow with wait_for_task.",
             "Tasks, newest first, optionally by state or agent.",
             ReadOnly,
         ),
+        tool::<ListSessionsArgs, SessionList>(
+            "list_sessions",
+            "List sessions",
+            "Workspaces (seed 004) with their tabs: agent and terminal PTYs and git-diff, \
+each with its pid and whether its process runs now. Attach over the WebSocket \
+/ws/session/{session_id}/worker/{worker_id}.",
+            ReadOnly,
+        ),
         tool::<VtidArgs, TaskDetail>(
             "get_task",
             "Get a task",
@@ -190,6 +198,7 @@ pub async fn call(
         "worker_events" => run(worker_events(api, args(raw)).await),
         "submit_task" => run(submit_task(api, args(raw)).await),
         "list_tasks" => run(list_tasks(api, args(raw)).await),
+        "list_sessions" => run(list_sessions(api, args(raw)).await),
         "get_task" => run(get_task(api, args(raw)).await),
         "cancel_task" => run(cancel_task(api, args(raw)).await),
         "wait_for_task" => run(wait_for_task(api, args(raw), ctx).await),
@@ -387,6 +396,14 @@ async fn submit_task(
         run_id,
         task,
     })
+}
+
+async fn list_sessions(
+    api: &Api,
+    a: Result<ListSessionsArgs, ApiError>,
+) -> Result<SessionList, ApiError> {
+    a?;
+    api.get("/api/v1/sessions").await?.parse()
 }
 
 async fn list_tasks(api: &Api, a: Result<ListTasksArgs, ApiError>) -> Result<TaskList, ApiError> {
@@ -665,7 +682,7 @@ mod tests {
     #[test]
     fn every_tool_has_schemas_and_annotations() {
         let tools = catalogue();
-        assert_eq!(tools.len(), 12);
+        assert_eq!(tools.len(), 13);
         for t in &tools {
             assert_eq!(
                 t.input_schema.get("type"),

@@ -226,6 +226,47 @@ pub struct TaskList {
     pub total: i64,
 }
 
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSessionsArgs {}
+
+/// One tab of a session (seed 004): a PTY (`agent`, `terminal`) or `git-diff`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SessionTab {
+    pub id: String,
+    /// `agent`, `terminal` or `git-diff`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub name: String,
+    pub agent_id: Option<String>,
+    pub created_at: String,
+    pub pid: Option<i64>,
+    /// Whether the tab's process runs now (a stopped tab is restored when a client attaches).
+    pub alive: bool,
+    pub epoch: i64,
+    pub exit_code: Option<i64>,
+    pub exited_at: Option<String>,
+}
+
+/// A workspace with its tabs.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Session {
+    pub id: String,
+    pub name: String,
+    pub location_path: String,
+    pub created_at: String,
+    /// The node that hosts the session's processes.
+    pub node_id: String,
+    pub node_address: Option<String>,
+    pub workers: Vec<SessionTab>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SessionList {
+    pub sessions: Vec<Session>,
+    pub count: usize,
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VtidArgs {
