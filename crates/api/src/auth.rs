@@ -47,12 +47,18 @@ impl Caller {
     }
 }
 
-/// Compares without an early exit, so timing does not leak the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Compares the SHA-256 digests of two tokens without an early exit: the
+/// digests always have the same length, so the timing leaks neither the
+/// operator token nor its length.
+fn tokens_equal(a: &str, b: &str) -> bool {
+    let (a, b) = (
+        shepherd_store::ops::hash_token(a),
+        shepherd_store::ops::hash_token(b),
+    );
+    a.bytes()
+        .zip(b.bytes())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 fn unauthorized(message: &str) -> ApiError {
@@ -105,7 +111,7 @@ pub async fn authenticate(
                 "this server needs `Authorization: Bearer <token>`",
             ))
         }
-        (Some(t), Some(op)) if constant_time_eq(t.as_bytes(), op.as_bytes()) => Caller::Operator,
+        (Some(t), Some(op)) if tokens_equal(&t, op) => Caller::Operator,
         (Some(t), _) => match state.store.worker_for_token(&t).await? {
             Some(worker_id) => Caller::Worker(worker_id),
             None => return Err(unauthorized("unknown or revoked token")),
