@@ -172,6 +172,7 @@ e2e!(restore_after_kill_9, |kind: Kind| async move {
     let lost_id = lost["id"].as_str().unwrap().to_owned();
 
     let mut t = connect(&p.base, &sid, &tid, None).await;
+    t.wait_prompt("", WAIT).await;
     t.type_line("echo before-$((2+3))").await;
     t.wait_for("before-5", WAIT).await;
     let mut a = connect(&p.base, &sid, &aid, None).await;
@@ -207,6 +208,7 @@ e2e!(restore_after_kill_9, |kind: Kind| async move {
             "the restore marker: {data:?}"
         );
     }
+    c1.wait_prompt("session restored", WAIT).await;
     c1.type_line("echo after-$((3+4))").await;
     c1.wait_for("after-7", WAIT).await;
     c2.wait_for("after-7", WAIT).await;

@@ -49,6 +49,13 @@ impl Env {
         let dir = std::env::temp_dir().join(format!("shepherd-e2e-{}", unique()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut vars = HashMap::new();
+        // Terminals in tests run a plain /bin/sh: an interactive bash would
+        // read the machine's ~/.bashrc, whose tools (pyenv's rehash lock,
+        // left behind when a test kills a shell mid-start) can stall every
+        // later shell for a minute. The in-process server reads SHELL from
+        // this process's environment, spawned servers from `vars`.
+        std::env::set_var("SHELL", "/bin/sh");
+        vars.insert("SHELL".to_string(), "/bin/sh".to_string());
         vars.insert("SHEPHERD_DATA_DIR".to_string(), dir.display().to_string());
         vars.insert("SHEPHERD_LOG".to_string(), "warn".to_string());
         if kind == Kind::Postgres {

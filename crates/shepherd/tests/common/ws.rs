@@ -136,6 +136,31 @@ impl Term {
         }
     }
 
+    /// Reads until the shell shows a prompt (`$ ` or `# `) after the last
+    /// `after` on the screen (anywhere when `after` is empty), as a person
+    /// waits for the prompt before typing: a shell may drop what was typed
+    /// while it was still starting.
+    pub async fn wait_prompt(&mut self, after: &str, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let from = match after {
+                "" => 0,
+                a => self
+                    .screen
+                    .rfind(a)
+                    .map_or(self.screen.len(), |i| i + a.len()),
+            };
+            let tail = &self.screen[from..];
+            if tail.contains("$ ") || tail.contains("# ") {
+                return;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() || self.next(left).await.is_none() {
+                panic!("no prompt after {after:?}; screen so far:\n{}", self.screen);
+            }
+        }
+    }
+
     /// Reads until an `exit` message arrives; returns it.
     pub async fn wait_exit(&mut self, wait: Duration) -> Value {
         let deadline = tokio::time::Instant::now() + wait;
