@@ -9,6 +9,9 @@ import { AgentWorkersPage, validateWorkersSearch } from "./features/workers/Agen
 import { TasksPage, validateTasksSearch } from "./features/tasks/TasksPage";
 import { TaskDetailPage } from "./features/tasks/TaskDetailPage";
 import { FleetPage, validateFleetSearch } from "./features/fleet/FleetPage";
+import { ConversationsPage } from "./features/conversations/ConversationsPage";
+import { SessionsPage } from "./features/sessions/SessionsPage";
+import { SessionPage, validateSessionSearch } from "./features/sessions/SessionPage";
 
 function Shell() {
   return (
@@ -28,6 +31,12 @@ function Shell() {
         </Link>
         <Link to="/fleet" activeProps={{ className: "nav-active" }}>
           Fleet
+        </Link>
+        <Link to="/conversations" activeProps={{ className: "nav-active" }}>
+          Conversations
+        </Link>
+        <Link to="/sessions" activeProps={{ className: "nav-active" }}>
+          Sessions
         </Link>
         <span className="spacer" />
         <ConnectionIndicator />
@@ -95,7 +104,50 @@ const fleetRoute = createRoute({
   },
 });
 
-const routeTree = rootRoute.addChildren([homeRoute, agentWorkersRoute, tasksRoute, taskDetailRoute, fleetRoute]);
+const conversationsRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/conversations",
+  component: function ConversationsIndexRoute() {
+    return <ConversationsPage />;
+  },
+});
+
+const resourceConversationsRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/resources/$resourceId/conversations/{-$conversationId}",
+  component: function ResourceConversationsRoute() {
+    const { resourceId, conversationId } = resourceConversationsRoute.useParams();
+    return <ConversationsPage resourceId={resourceId} conversationId={conversationId} />;
+  },
+});
+
+const sessionsRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/sessions",
+  component: SessionsPage,
+});
+
+const sessionRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/sessions/$sessionId",
+  validateSearch: validateSessionSearch,
+  component: function SessionRoute() {
+    const { sessionId } = sessionRoute.useParams();
+    return <SessionPage sessionId={sessionId} search={sessionRoute.useSearch()} />;
+  },
+});
+
+const routeTree = rootRoute.addChildren([
+  homeRoute,
+  agentWorkersRoute,
+  tasksRoute,
+  taskDetailRoute,
+  fleetRoute,
+  conversationsRoute,
+  resourceConversationsRoute,
+  sessionsRoute,
+  sessionRoute,
+]);
 
 export const router = createRouter({ routeTree, defaultPreload: false, scrollRestoration: true });
 

@@ -66,7 +66,7 @@ function ToolResult({ step }: { step: Extract<TranscriptStep, { type: "tool_resu
   );
 }
 
-function Step({ step }: { step: TranscriptStep }) {
+export function Step({ step }: { step: TranscriptStep }) {
   if (step.type === "tool_result") return <ToolResult step={step} />;
   return (
     <div className="action">
