@@ -14,7 +14,7 @@ function lineClass(line: string): string {
 
 export function DiffView({ sessionId, workerId }: { sessionId: string; workerId: string }) {
   const diff = useDiff(sessionId, workerId);
-  const lines = useMemo(() => (diff.data?.diff ?? "").split("\n"), [diff.data]);
+  const lines = useMemo(() => (diff.data?.diff ?? "").replace(/\n$/, "").split("\n"), [diff.data]);
   return (
     <div className="diff-view" data-testid="diff-view">
       <div className="diff-toolbar">

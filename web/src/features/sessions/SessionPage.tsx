@@ -195,7 +195,7 @@ export function SessionPage({ sessionId, search }: { sessionId: string; search: 
             >
               <span className={`tab-dot${w.alive ? " tab-dot-alive" : ""}`} aria-hidden="true" />
               {w.name}
-              <span className="muted small">{TYPE_LABEL[w.type] ?? w.type}</span>
+              {w.name !== w.type && <span className="muted small">{TYPE_LABEL[w.type] ?? w.type}</span>}
             </button>
           ))}
         </div>

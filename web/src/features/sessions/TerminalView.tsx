@@ -62,6 +62,8 @@ export default function TerminalView({ sessionId, workerId }: { sessionId: strin
     term.loadAddon(fit);
     term.open(el);
     fit.fit();
+    el.dataset.cols = String(term.cols);
+    el.dataset.rows = String(term.rows);
 
     let socket: WebSocket | null = null;
     let offset: number | null = null;
@@ -74,7 +76,12 @@ export default function TerminalView({ sessionId, workerId }: { sessionId: strin
     const send = (m: object) => {
       if (socket?.readyState === WebSocket.OPEN) socket.send(JSON.stringify(m));
     };
-    const sendSize = () => send({ type: "resize", cols: term.cols, rows: term.rows });
+    const sendSize = () => {
+      // The size is on the element too, for anyone inspecting the page.
+      el.dataset.cols = String(term.cols);
+      el.dataset.rows = String(term.rows);
+      send({ type: "resize", cols: term.cols, rows: term.rows });
+    };
 
     const connect = () => {
       const resume = offset !== null && epoch !== null;

@@ -1,0 +1,213 @@
+// Browser tests of the Conversations page (seed 002) and the Sessions pages
+// (seed 004) in real Chromium against a real server. SCREENSHOTS=1 also
+// writes their screenshots (light and dark) to docs/screenshots/.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { REPO, apiCall, axe, gate, launchBrowser, makeWorkspace, startServer, until, waitForCount, waitForText } from "./lib.mjs";
+
+const SHOTS = process.env.SCREENSHOTS === "1" ? join(REPO, "docs/screenshots") : null;
+
+let ws;
+let server;
+let browser;
+let page;
+
+async function screenshot(name) {
+  if (!SHOTS) return;
+  mkdirSync(SHOTS, { recursive: true });
+  for (const scheme of ["light", "dark"]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.screenshot({ path: join(SHOTS, `${name}-${scheme}.png`) });
+  }
+  await page.emulateMedia({ colorScheme: "light" });
+}
+
+async function expectAccessible(name) {
+  for (const scheme of ["light", "dark"]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    const violations = await axe(page);
+    assert.deepEqual(violations, [], `${name} (${scheme}) has serious accessibility violations: ${JSON.stringify(violations, null, 1)}`);
+  }
+  await page.emulateMedia({ colorScheme: "light" });
+}
+
+/** The running run of a resource's conversation, once it exists. */
+function runningRun(resourceId) {
+  return until(async () => {
+    const { runs } = await apiCall(server, "GET", `/api/v1/runs?channel_id=${encodeURIComponent(resourceId)}&status=running`);
+    return runs[0];
+  }, `a running run on ${resourceId}`);
+}
+
+before(async () => {
+  ws = makeWorkspace();
+  // Terminals start the user's shell; /bin/sh keeps rc files out of it.
+  process.env.SHELL = "/bin/sh";
+  server = await startServer(ws);
+  browser = await launchBrowser();
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  page = await context.newPage();
+  page.on("pageerror", (e) => console.error("page error:", e.message));
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+test("a conversation is sent, cancelled mid-reply with its partial steps kept, and a new chat started", async () => {
+  await apiCall(server, "POST", "/api/v1/resources", { id: "research-table", name: "Research table", agent_id: "scripted" });
+  await page.goto(`${server.url}/conversations`);
+  // The index goes to the first resource, which has no conversation yet.
+  await page.waitForURL(/\/resources\/research-table\/conversations/);
+  await page.getByRole("button", { name: "Start a chat" }).click();
+  await page.getByTestId("send-input").waitFor();
+
+  // A first message, answered in full.
+  await page.getByTestId("send-input").fill("Research the first row.");
+  await page.getByTestId("send-btn").click();
+  await waitForText(page, '[data-testid="working"]', "AI is working…");
+  assert.equal(await page.getByTestId("send-input").isDisabled(), true, "the send box is disabled while the agent works");
+  const first = await runningRun("research-table");
+  await waitForText(page, '[data-testid="message"][data-role="agent"] [data-testid="message-step"]', "Starting phase one.");
+  gate(ws, first.vtid, "step2");
+  await waitForText(page, '[data-testid="message"][data-role="agent"] [data-testid="tool-call"]', "shell");
+  gate(ws, first.vtid, "finish");
+  await waitForText(page, '[data-testid="message"][data-role="agent"][data-status="done"] [data-testid="message-result"]', "Scripted run finished.");
+  await page.getByTestId("working").waitFor({ state: "detached" });
+  await expectAccessible("conversation");
+  await screenshot("conversations");
+
+  // A second message, cancelled while the agent is on its first step.
+  await page.getByTestId("send-input").fill("Now research the second row.");
+  await page.getByTestId("send-input").press("Enter");
+  await waitForText(page, '[data-testid="working"]', "AI is working…");
+  await waitForCount(page, '[data-testid="message"][data-role="agent"]', 2);
+  const second = await until(async () => {
+    const run = await runningRun("research-table");
+    return run.id !== first.id && run;
+  }, "the second reply's run");
+  await waitForText(page, '[data-testid="message"][data-role="agent"][data-status="running"] [data-testid="message-step"]', "Starting phase one.");
+  await page.getByTestId("cancel-btn").click();
+  await page.getByTestId("working").waitFor({ state: "detached" });
+  await waitForText(page, '[data-testid="message"][data-role="agent"][data-status="cancelled"] [data-testid="message-step"]', "Starting phase one.");
+  assert.equal(await page.getByTestId("send-input").isDisabled(), false, "the send box is back once cancelled");
+  assert.equal((await apiCall(server, "GET", `/api/v1/runs/${second.id}`)).status, "cancelled");
+  const oldId = await page.getByTestId("conversation").getAttribute("data-conversation-id");
+
+  // New chat: a new active conversation; the old one stays in the history.
+  await page.getByTestId("new-chat").click();
+  await until(async () => {
+    const id = await page.getByTestId("conversation").getAttribute("data-conversation-id");
+    return id && id !== oldId;
+  }, "the new conversation");
+  await waitForText(page, '[data-testid="conversation"]', "Say something to start the conversation.");
+  await waitForCount(page, '[data-testid="conversation-item"]', 2);
+  const items = page.getByTestId("conversation-item");
+  assert.equal(await items.nth(1).getAttribute("data-conversation-id"), oldId, "newest first");
+
+  // History: the old one reads back with its partial steps, then continues.
+  await page.locator(`[data-testid="conversation-item"][data-conversation-id="${oldId}"]`).click();
+  await waitForText(page, '[data-testid="history-note"]', "You are reading an older conversation.");
+  await waitForText(page, '[data-testid="message"][data-status="cancelled"]', "Starting phase one.");
+  await expectAccessible("conversation history");
+  await page.getByTestId("continue-btn").click();
+  await page.getByTestId("send-input").waitFor();
+  await waitForText(page, `[data-testid="conversation-item"][data-conversation-id="${oldId}"]`, "active");
+});
+
+/** The terminal's visible text, one line per row. */
+function terminalText() {
+  return page.evaluate(() => [...document.querySelectorAll('[data-testid="terminal"] .xterm-rows > div')].map((r) => r.textContent).join("\n"));
+}
+
+test("a terminal tab runs echo, and after the server is killed and restarted it shows the restored shell below the old output", async () => {
+  const work = join(ws.dir, "project");
+  mkdirSync(work);
+  // A git repository with one change, for the git-diff tab.
+  const git = (...args) => execFileSync("git", ["-c", "user.name=e2e", "-c", "user.email=e2e@example.com", ...args], { cwd: work });
+  git("init", "-q");
+  writeFileSync(join(work, "notes.md"), "# Notes\n\nfirst line\n");
+  git("add", ".");
+  git("commit", "-qm", "first");
+  writeFileSync(join(work, "notes.md"), "# Notes\n\nfirst line, edited\nsecond line\n");
+
+  await page.goto(`${server.url}/sessions`);
+  await page.getByTestId("session-name").fill("e2e project");
+  await page.getByTestId("session-path").fill(work);
+  await page.getByTestId("session-create").click();
+  await page.waitForURL(/\/sessions\/[^/?]+/);
+  await waitForText(page, ".tab-panel", "No tabs yet");
+
+  // A git-diff tab, rendered.
+  await page.getByTestId("tab-type").selectOption("git-diff");
+  await page.getByTestId("tab-add").click();
+  await waitForText(page, '[data-testid="diff"] .diff-add', "second line");
+  await waitForText(page, '[data-testid="diff"] .diff-del', "first line");
+  await waitForText(page, '[data-testid="diff-status"]', "notes.md");
+  await expectAccessible("session git diff");
+  await screenshot("session-diff");
+
+  // A terminal tab: the URL names it.
+  await page.getByTestId("tab-type").selectOption("terminal");
+  await page.getByTestId("tab-add").click();
+  await waitForCount(page, '[data-testid="session-tab"]', 2);
+  await waitForText(page, '[data-testid="terminal-link"]', "Connected");
+  const tab = await page.locator('[data-testid="session-tab"][data-type="terminal"]').getAttribute("data-worker-id");
+  await until(() => page.url().includes(`tab=${tab}`), "the tab in the URL");
+  // The shell's prompt, then a command typed into the terminal.
+  await until(async () => (await terminalText()).trim() !== "", "the shell prompt");
+  await page.locator('[data-testid="terminal"]').click();
+  await page.keyboard.type("echo before-$((2+3))");
+  await page.keyboard.press("Enter");
+  await until(async () => /^before-5\s*$/m.test(await terminalText()), "the echo output");
+  await expectAccessible("session terminal");
+  await screenshot("session-terminal");
+
+  // The terminal follows the window's size, and so does the shell's PTY.
+  const size = async () => {
+    const t = page.getByTestId("terminal");
+    return { cols: Number(await t.getAttribute("data-cols")), rows: Number(await t.getAttribute("data-rows")) };
+  };
+  const wide = await size();
+  await page.setViewportSize({ width: 900, height: 700 });
+  await until(async () => (await size()).cols < wide.cols, "fewer columns in a narrower window");
+  const narrow = await size();
+  await page.locator('[data-testid="terminal"]').click();
+  await page.keyboard.type("stty size");
+  await page.keyboard.press("Enter");
+  await until(async () => new RegExp(`^${narrow.rows} ${narrow.cols}\\s*$`, "m").test(await terminalText()), `stty size to say ${narrow.rows} ${narrow.cols}`);
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await until(async () => (await size()).cols === wide.cols, "the columns back");
+
+  // Kill the server (no graceful shutdown) and start it again on the same
+  // data directory and port: the tab reconnects by itself and the restored
+  // shell appears below the old output and the restore marker.
+  const port = server.port;
+  await server.kill();
+  await waitForText(page, '[data-testid="terminal-link"]', "Reconnecting");
+  server = await startServer(ws, { port });
+  await waitForText(page, '[data-testid="terminal-link"]', "Connected", 30_000);
+  await until(async () => (await terminalText()).includes("session restored"), "the restore marker", 30_000);
+  const text = await terminalText();
+  assert.ok(text.indexOf("before-5") < text.indexOf("session restored"), `old output above the marker:\n${text}`);
+  // The restored shell answers.
+  await page.locator('[data-testid="terminal"]').click();
+  await page.keyboard.type("echo after-$((3+4))");
+  await page.keyboard.press("Enter");
+  await until(async () => /^after-7\s*$/m.test(await terminalText()), "the restored shell's output");
+
+  // Restart the tab as a new process, then close it.
+  await page.getByTestId("restart-new").click();
+  await until(async () => (await terminalText()).includes("restarted (new)"), "the restart marker");
+  await page.getByTestId("tab-close").click();
+  await waitForCount(page, '[data-testid="session-tab"]', 1);
+
+  await page.goto(`${server.url}/sessions`);
+  await waitForText(page, '[data-testid="session-row"]', "e2e project");
+  await expectAccessible("sessions list");
+  await screenshot("sessions");
+});
