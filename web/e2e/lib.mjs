@@ -42,6 +42,8 @@ transcript = "steps-jsonl"
 max_concurrent = 8
 capabilities = ["script"]
 env = { SCRIPTED_CONTROL_DIR = ${JSON.stringify(ws.control)} }
+interactive_command = ["sh", "-c", "echo \\"agent-ready $*\\"; exec cat", "agent"]
+continue_args = ["--continue"]
 `
     : "";
   writeFileSync(path, text);
@@ -58,6 +60,8 @@ export async function startServer(ws, { config, token, port = 0 } = {}) {
     SHEPHERD_LOG: "info",
     SHEPHERD_CONFIG: config ?? writeConfig(ws),
     SHEPHERD_HEARTBEAT_TIMEOUT_SECS: "300",
+    // Terminal tabs run $SHELL: /bin/sh keeps the machine's rc files out.
+    SHELL: "/bin/sh",
   };
   delete env.SHEPHERD_AUTH_TOKEN;
   if (token) env.SHEPHERD_AUTH_TOKEN = token;

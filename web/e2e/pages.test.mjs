@@ -44,8 +44,6 @@ function runningRun(resourceId) {
 
 before(async () => {
   ws = makeWorkspace();
-  // Terminals start the user's shell; /bin/sh keeps rc files out of it.
-  process.env.SHELL = "/bin/sh";
   server = await startServer(ws);
   browser = await launchBrowser();
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
@@ -117,6 +115,22 @@ test("a conversation is sent, cancelled mid-reply with its partial steps kept, a
   await page.getByTestId("continue-btn").click();
   await page.getByTestId("send-input").waitFor();
   await waitForText(page, `[data-testid="conversation-item"][data-conversation-id="${oldId}"]`, "active");
+
+  // New chat while the agent works is an implicit cancel: the old
+  // conversation keeps its partial reply.
+  await page.getByTestId("send-input").fill("A third row, please.");
+  await page.getByTestId("send-btn").click();
+  await waitForText(page, '[data-testid="working"]', "AI is working…");
+  await waitForText(page, '[data-testid="message"][data-role="agent"][data-status="running"] [data-testid="message-step"]', "Starting phase one.");
+  await page.getByTestId("new-chat").click();
+  await until(async () => {
+    const id = await page.getByTestId("conversation").getAttribute("data-conversation-id");
+    return id && id !== oldId;
+  }, "another new conversation");
+  await waitForCount(page, '[data-testid="conversation-item"]', 3);
+  await page.locator(`[data-testid="conversation-item"][data-conversation-id="${oldId}"]`).click();
+  await waitForCount(page, '[data-testid="message"][data-role="agent"][data-status="cancelled"]', 2);
+  await page.getByTestId("history-note").waitFor();
 });
 
 /** The terminal's visible text, one line per row. */
@@ -194,6 +208,8 @@ test("a terminal tab runs echo, and after the server is killed and restarted it 
   await until(async () => (await terminalText()).includes("session restored"), "the restore marker", 30_000);
   const text = await terminalText();
   assert.ok(text.indexOf("before-5") < text.indexOf("session restored"), `old output above the marker:\n${text}`);
+  // The screen starts over from the new history rather than repeating it.
+  assert.equal(text.match(/^before-5\s*$/gm)?.length, 1, `the old output once:\n${text}`);
   // The restored shell answers.
   await page.locator('[data-testid="terminal"]').click();
   await page.keyboard.type("echo after-$((3+4))");
@@ -210,4 +226,18 @@ test("a terminal tab runs echo, and after the server is killed and restarted it 
   await waitForText(page, '[data-testid="session-row"]', "e2e project");
   await expectAccessible("sessions list");
   await screenshot("sessions");
+});
+
+test("an agent tab runs the agent's interactive command and restarts it to continue", async () => {
+  const { id } = await apiCall(server, "POST", "/api/v1/sessions", { name: "agent session", location_path: ws.dir });
+  await page.goto(`${server.url}/sessions/${id}`);
+  await waitForText(page, ".tab-panel", "No tabs yet");
+  await page.getByTestId("tab-type").selectOption("agent");
+  await page.getByTestId("tab-agent").selectOption("scripted");
+  await page.getByTestId("tab-add").click();
+  await waitForText(page, '[data-testid="terminal-link"]', "Connected");
+  await until(async () => /^agent-ready\s*$/m.test(await terminalText()), "the agent's first line");
+  await page.getByTestId("restart-continue").click();
+  await until(async () => (await terminalText()).includes("agent-ready --continue"), "the agent continued");
+  assert.ok((await terminalText()).includes("restarted (continue)"));
 });

@@ -49,7 +49,7 @@ function AddTabForm({ sessionId, onAdded }: { sessionId: string; onAdded: (w: Se
       {type === "agent" && (
         <label className="inline-field">
           <span>Agent</span>
-          <select value={agentId} onChange={(e) => setAgent(e.target.value)}>
+          <select value={agentId} onChange={(e) => setAgent(e.target.value)} data-testid="tab-agent">
             {(agents.data ?? []).map((a) => (
               <option key={a.id} value={a.id}>
                 {a.id}
