@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { REPO, apiCall, axe, gate, launchBrowser, makeWorkspace, startServer, until, waitForCount, waitForText } from "./lib.mjs";
+import { REPO, apiCall, axe, gate, launchBrowser, makeWorkspace, startServer, until, waitForCount, waitForText, writeConfig } from "./lib.mjs";
 
 const SHOTS = process.env.SCREENSHOTS === "1" ? join(REPO, "docs/screenshots") : null;
 
@@ -108,7 +108,10 @@ test("a conversation is sent, cancelled mid-reply with its partial steps kept, a
   assert.equal(await items.nth(1).getAttribute("data-conversation-id"), oldId, "newest first");
 
   // History: the old one reads back with its partial steps, then continues.
-  await page.locator(`[data-testid="conversation-item"][data-conversation-id="${oldId}"]`).click();
+  // The keyboard gets there too: down the list, then Enter.
+  await items.first().focus();
+  await page.keyboard.press("ArrowDown");
+  await page.keyboard.press("Enter");
   await waitForText(page, '[data-testid="history-note"]', "You are reading an older conversation.");
   await waitForText(page, '[data-testid="message"][data-status="cancelled"]', "Starting phase one.");
   await expectAccessible("conversation history");
@@ -129,7 +132,12 @@ test("a conversation is sent, cancelled mid-reply with its partial steps kept, a
   }, "another new conversation");
   await waitForCount(page, '[data-testid="conversation-item"]', 3);
   await page.locator(`[data-testid="conversation-item"][data-conversation-id="${oldId}"]`).click();
-  await waitForCount(page, '[data-testid="message"][data-role="agent"][data-status="cancelled"]', 2);
+  await until(async () => {
+    const statuses = await page.locator('[data-testid="message"][data-role="agent"]').evaluateAll((els) => els.map((e) => e.dataset.status));
+    if (statuses.join() === "done,cancelled,cancelled") return true;
+    const api = await apiCall(server, "GET", `/api/v1/conversations/${oldId}`);
+    throw new Error(`page shows ${statuses}; API has ${api.state} ${api.messages.map((m) => `${m.role}:${m.status}`)}`);
+  }, "the old conversation with both partial replies cancelled");
   await page.getByTestId("history-note").waitFor();
 });
 
@@ -240,4 +248,35 @@ test("an agent tab runs the agent's interactive command and restarts it to conti
   await page.getByTestId("restart-continue").click();
   await until(async () => (await terminalText()).includes("agent-ready --continue"), "the agent continued");
   assert.ok((await terminalText()).includes("restarted (continue)"));
+});
+
+test("with an operator token, a terminal authenticates with the bearer subprotocol, never the URL", async () => {
+  const token = "e2e-session-token-0123456789";
+  const tws = makeWorkspace();
+  const guarded = await startServer(tws, { token, config: writeConfig(tws, { agents: false }) });
+  const ctx = await browser.newContext();
+  try {
+    const p = await ctx.newPage();
+    const urls = [];
+    p.on("request", (r) => urls.push(r.url()));
+    p.on("websocket", (w) => urls.push(w.url()));
+    const { id } = await apiCall(guarded, "POST", "/api/v1/sessions", { name: "guarded", location_path: tws.dir });
+    await apiCall(guarded, "POST", `/api/v1/sessions/${id}/workers`, { type: "terminal" });
+    await p.goto(`${guarded.url}/sessions/${id}`);
+    await p.locator('[data-testid="token-prompt"] input').fill(token);
+    await p.locator('[data-testid="token-prompt"] button[type="submit"]').click();
+    await waitForText(p, '[data-testid="terminal-link"]', "Connected");
+    await p.locator('[data-testid="terminal"]').click();
+    await p.keyboard.type("echo guarded-$((6*7))");
+    await p.keyboard.press("Enter");
+    await until(
+      async () => /^guarded-42\s*$/m.test(await p.evaluate(() => [...document.querySelectorAll('[data-testid="terminal"] .xterm-rows > div')].map((r) => r.textContent).join("\n"))),
+      "the guarded terminal's output",
+    );
+    assert.ok(urls.some((u) => u.includes("/ws/session/")), "the terminal used the WebSocket");
+    assert.ok(!urls.some((u) => u.includes(token)), "the token never appears in a URL");
+  } finally {
+    await ctx.close();
+    await guarded.stop();
+  }
 });

@@ -22,9 +22,23 @@ import {
   useResources,
 } from "./queries";
 
+/** Arrow keys, Home and End move the focus through a list of links. */
+function moveFocus(e: React.KeyboardEvent<HTMLUListElement>) {
+  const keys = ["ArrowDown", "ArrowUp", "Home", "End"];
+  if (!keys.includes(e.key)) return;
+  const links = [...e.currentTarget.querySelectorAll<HTMLAnchorElement>("a")];
+  const at = links.indexOf(document.activeElement as HTMLAnchorElement);
+  const next =
+    e.key === "Home" ? 0 : e.key === "End" ? links.length - 1 : e.key === "ArrowDown" ? Math.min(at + 1, links.length - 1) : Math.max(at - 1, 0);
+  if (links[next]) {
+    e.preventDefault();
+    links[next].focus();
+  }
+}
+
 function ResourceList({ resources, current }: { resources: ResourceInfo[]; current?: string }) {
   return (
-    <ul className="plain-list resource-list" aria-label="Resources">
+    <ul className="plain-list resource-list" aria-label="Resources" onKeyDown={moveFocus}>
       {resources.map((r) => (
         <li key={r.id}>
           <Link
@@ -105,7 +119,7 @@ function ConversationList({
 }) {
   if (conversations.length === 0) return <p className="empty">No conversations yet.</p>;
   return (
-    <ul className="plain-list conversation-list" aria-label="Conversations, newest first">
+    <ul className="plain-list conversation-list" aria-label="Conversations, newest first" onKeyDown={moveFocus}>
       {conversations.map((c) => (
         <li key={c.id}>
           <Link

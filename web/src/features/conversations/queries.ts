@@ -40,19 +40,26 @@ export function useConversation(id: string | undefined) {
 /**
  * Tails the shared stream for one resource: an event about the shown
  * conversation after the cursor its detail was loaded at refetches it (the
- * database has every step the event announces); an event about any other
- * conversation of the resource refreshes the list.
+ * database has every step the event announces); an event about another
+ * conversation marks its cached detail stale, so going back to it reloads
+ * it; any conversation event refreshes the list.
  */
 export function useConversationLiveUpdates(resourceId: string, conversationId: string | undefined, cursor: number | undefined) {
   const client = useQueryClient();
   useServerEvents((events) => {
     let detail = false;
     let list = false;
+    const others = new Set<string>();
     for (const e of events) {
-      if (conversationId && e.conversation_id === conversationId && (cursor === undefined || e.seq > cursor)) detail = true;
+      if (conversationId && e.conversation_id === conversationId) {
+        if (cursor === undefined || e.seq > cursor) detail = true;
+      } else if (e.conversation_id) {
+        others.add(e.conversation_id);
+      }
       if (e.conversation_id || e.channel_id === resourceId || e.type.startsWith("channel.")) list = true;
     }
     if (detail && conversationId) void client.invalidateQueries({ queryKey: convKeys.detail(conversationId) });
+    for (const id of others) void client.invalidateQueries({ queryKey: convKeys.detail(id), refetchType: "none" });
     if (list) {
       void client.invalidateQueries({ queryKey: convKeys.list(resourceId) });
       void client.invalidateQueries({ queryKey: convKeys.resources });
