@@ -11,9 +11,9 @@ use shepherd_core::time::{opt_rfc3339, to_rfc3339};
 use shepherd_core::transcript::TranscriptStep;
 use shepherd_core::Error;
 use shepherd_protocol::{
-    AppendAck, AppendSteps, ErrorBody, IndexedStep, RunDetail, RunList, RunsQuery, SeedDetailQuery,
-    RequeueRun, SeedRunsQuery, SetStatus, StatusAck, StepsPage, StepsQuery, WorkerDetailResponse,
-    WorkerListResponse, WorkerRunInfo,
+    AppendAck, AppendSteps, ErrorBody, IndexedStep, RequeueRun, RunDetail, RunList, RunsQuery,
+    SeedDetailQuery, SeedRunsQuery, SetStatus, StatusAck, StepsPage, StepsQuery,
+    WorkerDetailResponse, WorkerListResponse, WorkerRunInfo,
 };
 use shepherd_store::RunFilter;
 

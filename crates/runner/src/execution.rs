@@ -7,11 +7,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use shepherd_core::adapters::{adapter_for, AdapterOutput, TranscriptFormat};
 use shepherd_core::usage::Usage;
 use shepherd_core::workflow;
-use serde::{Deserialize, Serialize};
 
 use crate::lines::{char_boundary_before_end, decode, MAX_LINE_BYTES};
 use crate::shim::{write_atomic, ExitRecord, RunFiles};
@@ -408,7 +408,11 @@ async fn tail(
                 }
             }
             let _ = tx
-                .send(if err { Line::ErrClosed } else { Line::OutClosed })
+                .send(if err {
+                    Line::ErrClosed
+                } else {
+                    Line::OutClosed
+                })
                 .await;
             return;
         }
@@ -463,8 +467,7 @@ pub async fn execute(
         if let Err(e) = std::fs::write(run.path("stdin"), text) {
             drop(spool);
             let _ = std::fs::remove_dir_all(&run.dir);
-            return spawn_failed(&ctx, &a, format!("cannot write the spec: {e}"), &shutdown)
-                .await;
+            return spawn_failed(&ctx, &a, format!("cannot write the spec: {e}"), &shutdown).await;
         }
     }
     let grace = ctx
@@ -531,7 +534,9 @@ pub async fn execute(
         .and_then(|b| write_atomic(&run.path("run.json"), &b));
     run.touch_lease();
     let spawned = match written {
-        Ok(()) => cmd.spawn().map_err(|e| format!("cannot start the shim: {e}")),
+        Ok(()) => cmd
+            .spawn()
+            .map_err(|e| format!("cannot start the shim: {e}")),
         Err(e) => Err(format!("cannot record the run: {e}")),
     };
     let mut child = match spawned {
@@ -914,11 +919,7 @@ async fn supervise(
         // this data directory carries the run on from exactly here.
         let outs = adapter.flush();
         handle_outputs(outs, &mut outbox, &mut result);
-        let _ = tokio::time::timeout(
-            Duration::from_secs(2),
-            deliver(&ctx, &a, &mut outbox),
-        )
-        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), deliver(&ctx, &a, &mut outbox)).await;
         let state = ReaderState {
             out_offset,
             err_offset,

@@ -121,7 +121,9 @@ fn instance_name(config: &RunnerConfig) -> String {
 
 /// Runs a previous runner left: those whose shim lives (or wrote the
 /// agent's exit) are carried on; the others lost their agent with the host.
-fn leftover_runs(data_dir: &std::path::Path) -> (Vec<execution::SavedRun>, Vec<execution::SavedRun>) {
+fn leftover_runs(
+    data_dir: &std::path::Path,
+) -> (Vec<execution::SavedRun>, Vec<execution::SavedRun>) {
     let (mut live, mut lost) = (Vec::new(), Vec::new());
     let Ok(entries) = std::fs::read_dir(shim::RunFiles::root(data_dir)) else {
         return (live, lost);
@@ -167,10 +169,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     // Only now that their processes are gone: finish the worktrees of runs
     // that died with their runner (commit leftovers, keep the branches);
     // those of runs carried on stay.
-    let keep: std::collections::HashSet<String> = live
-        .iter()
-        .map(|r| r.assignment.run_id.clone())
-        .collect();
+    let keep: std::collections::HashSet<String> =
+        live.iter().map(|r| r.assignment.run_id.clone()).collect();
     let finished = worktree::clean_leftovers(&config.data_dir, &keep).await;
     if finished > 0 {
         tracing::warn!(
@@ -247,7 +247,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             data_dir: config.data_dir.clone(),
         });
         workers.push((worker_id.clone(), ctx.clone()));
-        let (mine, rest): (Vec<_>, Vec<_>) = live.into_iter().partition(|r| r.worker_id == worker_id);
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            live.into_iter().partition(|r| r.worker_id == worker_id);
         live = rest;
         for saved in lost.iter().filter(|r| r.worker_id == worker_id) {
             requeue_lost(&ctx, saved).await;
@@ -273,12 +274,20 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     }
     // Runs of workers this runner no longer has (the agent left the
     // configuration): nothing can carry them on.
-    for saved in live.iter().chain(lost.iter()).filter(|r| !current.contains(&r.worker_id)) {
+    for saved in live
+        .iter()
+        .chain(lost.iter())
+        .filter(|r| !current.contains(&r.worker_id))
+    {
         let run = shim::RunFiles::new(&config.data_dir, &saved.assignment.run_id);
         if let Some(pgid) = run.agent_pgid() {
             process::signal_group(pgid, libc::SIGKILL);
         }
-        tracing::warn!(run_id = saved.assignment.run_id, worker_id = saved.worker_id, "a run left by a worker this runner no longer has was ended");
+        tracing::warn!(
+            run_id = saved.assignment.run_id,
+            worker_id = saved.worker_id,
+            "a run left by a worker this runner no longer has was ended"
+        );
         let _ = std::fs::remove_dir_all(&run.dir);
     }
     let ids: Vec<String> = workers.iter().map(|(w, _)| w.clone()).collect();
@@ -366,7 +375,8 @@ async fn claim_loop(
     let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let freed = Arc::new(Notify::new());
     for saved in adopted {
-        let token = shutdown.child_token();
+        // Not a child of `shutdown`: stopping the runner is not a cancel.
+        let token = CancellationToken::new();
         cancels
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -425,7 +435,8 @@ async fn claim_loop(
                                     conversation: c.conversation,
                                     attempt: c.attempt,
                                 };
-                                let token = shutdown.child_token();
+                                // Not a child of `shutdown`: stopping the runner is not a cancel.
+                                let token = CancellationToken::new();
                                 cancels
                                     .lock()
                                     .unwrap_or_else(|e| e.into_inner())
@@ -521,7 +532,9 @@ async fn requeue_lost(ctx: &RunContext, saved: &execution::SavedRun) {
             vtid = a.vtid,
             "the agent of this run did not survive the restart; its task is back in the queue"
         ),
-        Err(e) => tracing::warn!(run_id = a.run_id, error = %e, "could not put a lost run's task back in the queue"),
+        Err(e) => {
+            tracing::warn!(run_id = a.run_id, error = %e, "could not put a lost run's task back in the queue")
+        }
     }
     let run = shim::RunFiles::new(&ctx.data_dir, &a.run_id);
     let _ = std::fs::remove_dir_all(&run.dir);
