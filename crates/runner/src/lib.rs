@@ -8,8 +8,9 @@
 //! Each agent becomes one registered worker with `max_concurrent` slots.
 //! Cancel reaches a run at once through the server's event stream (and is
 //! repeated in heartbeat answers). Agent processes run in their own process
-//! groups, recorded in the data directory; a runner that starts finds and
-//! kills any group a dead predecessor left behind.
+//! groups under a `shepherd shim` each ([`shim`]); a runner that starts
+//! carries on the runs a previous one left to live shims, and gives back
+//! to the queue those whose agent is gone.
 
 pub mod agent;
 pub mod execution;

@@ -336,7 +336,13 @@ async fn a_worktree_left_by_a_killed_runner_is_committed_and_removed_at_the_next
     wait_for("the shim to die", Duration::from_secs(10), || async {
         (!std::path::Path::new(&format!("/proc/{shim}")).exists()
             || std::fs::read_to_string(format!("/proc/{shim}/stat"))
-                .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+                .map(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
                 .unwrap_or(true))
         .then_some(Value::Null)
     })
