@@ -375,8 +375,19 @@ async fn retry(kind: Kind) {
     )
     .await;
     task_in(&s, "RT-1", &["failed"], Duration::from_secs(20)).await;
-    let (st, t) = s.post("/api/v1/tasks/RT-1/retry", None, json!({})).await;
-    assert_eq!(st, 200, "{t}");
+    // The CLI verb, as an operator would type it.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["--server", &s.base, "task", "retry", "RT-1"])
+        .env_remove("SHEPHERD_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("back in the queue"));
     task_in(&s, "RT-1", &["done"], Duration::from_secs(20)).await;
     assert_eq!(runs_of(&s, "RT-1").await.len(), 2);
     let (st, b) = s.post("/api/v1/tasks/RT-1/retry", None, json!({})).await;
@@ -392,3 +403,103 @@ e2e!(
     task_retry_makes_a_failed_task_runnable_and_refuses_a_done_one,
     |kind| async move { retry(kind).await }
 );
+
+/// The real binary: SIGTERM to `shepherd serve`, then the same command
+/// again. The agent (started by the binary's own shim) lives on and the
+/// run ends with every line once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
+    use std::process::{Command, Stdio};
+    let mut env = Env::new(Kind::Sqlite);
+    let lines = 30;
+    let script = slow_agent(&env, lines, 0);
+    env.set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "30")
+        .set("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
+        .with_config_file(&format!(
+            "[agents.slow]\ncommand = [\"sh\", \"{script}\"]\ntranscript = \"steps-jsonl\"\n"
+        ));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .arg("serve")
+            .envs(&env.vars)
+            .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
+            .env_remove("SHEPHERD_SHIM_PROGRAM")
+            .current_dir(&env.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn shepherd")
+    };
+    let http = reqwest::Client::new();
+    let get = |path: String| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            match http.get(format!("{base}{path}")).send().await {
+                Ok(r) => r.json::<Value>().await.ok(),
+                Err(_) => None,
+            }
+        }
+    };
+    let mut first = spawn();
+    wait_for("the server", Duration::from_secs(20), || async {
+        get("/readyz".into()).await.map(|_| Value::Null)
+    })
+    .await;
+    http.post(format!("{base}/api/v1/tasks"))
+        .json(&json!({ "vtid": "BIN-1", "title": "bin", "spec": "go", "agent_id": "slow" }))
+        .send()
+        .await
+        .unwrap();
+    let run_id = wait_for("a run with steps", Duration::from_secs(20), || async {
+        let runs = get("/api/v1/runs?vtid=BIN-1".into()).await?;
+        let id = runs["runs"][0]["id"].as_str()?.to_owned();
+        let page = get(format!("/api/v1/runs/{id}/steps")).await?;
+        (page["steps"].as_array()?.len() >= 3).then_some(Value::from(id))
+    })
+    .await
+    .as_str()
+    .unwrap()
+    .to_owned();
+    let pid = read_pid(&env.dir.join("agent.pid")).expect("agent pid");
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(first.id() as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while first.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(alive(pid), "the agent outlives SIGTERM to serve");
+    let mut second = spawn();
+    let done = wait_for("the run to end", Duration::from_secs(40), || async {
+        let t = get("/api/v1/tasks/BIN-1".into()).await?;
+        (t["state"] == "done").then_some(t)
+    })
+    .await;
+    assert_eq!(done["state"], "done");
+    let page = get(format!("/api/v1/runs/{run_id}/steps?limit=500"))
+        .await
+        .unwrap();
+    let texts: Vec<String> = page["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["step"]["content"][0]["text"].as_str().map(str::to_owned))
+        .collect();
+    let want: Vec<String> = (1..=lines).map(|i| format!("line {i}")).collect();
+    assert_eq!(texts, want, "every line exactly once, in order");
+    let runs = get("/api/v1/runs?vtid=BIN-1".into()).await.unwrap();
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(second.id() as i32, libc::SIGTERM);
+    }
+    let _ = second.wait();
+}
