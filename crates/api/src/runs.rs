@@ -11,9 +11,9 @@ use shepherd_core::time::{opt_rfc3339, to_rfc3339};
 use shepherd_core::transcript::TranscriptStep;
 use shepherd_core::Error;
 use shepherd_protocol::{
-    AppendAck, AppendSteps, ErrorBody, IndexedStep, RunDetail, RunList, RunsQuery, SeedDetailQuery,
-    SeedRunsQuery, SetStatus, StatusAck, StepsPage, StepsQuery, WorkerDetailResponse,
-    WorkerListResponse, WorkerRunInfo,
+    AppendAck, AppendSteps, ErrorBody, IndexedStep, RequeueRun, RunDetail, RunList, RunsQuery,
+    SeedDetailQuery, SeedRunsQuery, SetStatus, StatusAck, StepsPage, StepsQuery,
+    WorkerDetailResponse, WorkerListResponse, WorkerRunInfo,
 };
 use shepherd_store::RunFilter;
 
@@ -292,6 +292,31 @@ pub async fn set_status(
     }))
 }
 
+/// Give a run's task back to the queue: its agent did not survive a restart
+/// (reason `server_restart`). Fenced by the claim token, like steps.
+#[utoipa::path(post, path = "/api/v1/runs/{run_id}/requeue", tag = "runs", params(("run_id" = String, Path)), request_body = RequeueRun, responses(
+    (status = 200, body = shepherd_protocol::Task), (status = 404, description = "run_not_found", body = ErrorBody),
+    (status = 409, description = "claim_stale", body = ErrorBody)))]
+pub async fn requeue_run(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(run_id): Path<String>,
+    ApiJson(b): ApiJson<RequeueRun>,
+) -> ApiResult<Json<shepherd_protocol::Task>> {
+    let reason = b
+        .reason
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or_else(|| shepherd_protocol::REQUEUE_SERVER_RESTART.to_owned());
+    if reason.len() > 200 {
+        return Err(Error::bad_request("invalid_reason", "reason is at most 200 bytes").into());
+    }
+    let task = state
+        .store
+        .requeue_run(&run_id, &b.claim_token, caller_worker(&caller), &reason)
+        .await?;
+    Ok(Json(task))
+}
+
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/agents/workers", get(seed_list))
@@ -303,4 +328,5 @@ pub fn router() -> Router<AppState> {
             get(get_steps).post(append_steps),
         )
         .route("/api/v1/runs/{run_id}/status", post(set_status))
+        .route("/api/v1/runs/{run_id}/requeue", post(requeue_run))
 }

@@ -128,6 +128,20 @@ pub async fn dispatch_task(
     Ok(Json(state.store.dispatch_task(&vtid).await?))
 }
 
+/// Retry a failed task: it goes back to the queue as a new attempt.
+#[utoipa::path(post, path = "/api/v1/tasks/{vtid}/retry", tag = "tasks", params(("vtid" = String, Path)), responses(
+    (status = 200, body = Task), (status = 403, description = "operator_only", body = ErrorBody),
+    (status = 404, description = "task_not_found", body = ErrorBody),
+    (status = 409, description = "task_not_failed", body = ErrorBody)))]
+pub async fn retry_task(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(vtid): Path<String>,
+) -> ApiResult<Json<Task>> {
+    caller.require_operator()?;
+    Ok(Json(state.store.retry_task(&vtid).await?))
+}
+
 /// Cancel a task. If a worker holds it, the worker is told at once and has
 /// the grace period to stop; the answer says which.
 #[utoipa::path(post, path = "/api/v1/tasks/{vtid}/cancel", tag = "tasks", params(("vtid" = String, Path)), request_body = CancelBody, responses(
@@ -243,6 +257,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/tasks/{vtid}", get(get_task))
         .route("/api/v1/tasks/{vtid}/dispatch", post(dispatch_task))
         .route("/api/v1/tasks/{vtid}/cancel", post(cancel_task))
+        .route("/api/v1/tasks/{vtid}/retry", post(retry_task))
         .route("/api/v1/tasks/{vtid}/events", post(task_event))
         .route("/api/v1/workflows", get(workflows))
         .route("/api/v1/agents", get(agents))

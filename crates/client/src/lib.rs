@@ -418,6 +418,25 @@ impl Client {
             .await
     }
 
+    /// Gives a run's task back to the queue (its agent did not survive).
+    pub async fn requeue_run(
+        &self,
+        run_id: &str,
+        b: &p::RequeueRun,
+    ) -> Result<p::Task, ClientError> {
+        self.post(&format!("/api/v1/runs/{}/requeue", enc(run_id)), b)
+            .await
+    }
+
+    /// Makes a failed task runnable again (operator).
+    pub async fn retry_task(&self, vtid: &str) -> Result<p::Task, ClientError> {
+        self.post(
+            &format!("/api/v1/tasks/{}/retry", enc(vtid)),
+            &serde_json::Map::new(),
+        )
+        .await
+    }
+
     /// Reports a run's usage so far (its running total).
     pub async fn set_usage(
         &self,

@@ -187,3 +187,18 @@ pub struct StatusAck {
     pub run_id: String,
     pub live_status: Option<String>,
 }
+
+/// The reason a runner gives when a run's agent did not survive a restart
+/// of its server or host: the task goes back to the queue, not to failed.
+pub const REQUEUE_SERVER_RESTART: &str = "server_restart";
+
+/// `POST /api/v1/runs/{run_id}/requeue`: the worker holding the run gives
+/// its task back to the queue (the run ends `failed` with the reason).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequeueRun {
+    pub claim_token: String,
+    /// Why (default `server_restart`).
+    #[serde(default)]
+    pub reason: Option<String>,
+}

@@ -7,13 +7,14 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use shepherd_core::adapters::{adapter_for, AdapterOutput, TranscriptFormat};
 use shepherd_core::usage::Usage;
 use shepherd_core::workflow;
-use tokio::io::{AsyncWriteExt, BufReader};
 
-use crate::lines::{LossyLines, MAX_LINE_BYTES};
+use crate::lines::{char_boundary_before_end, decode, MAX_LINE_BYTES};
+use crate::shim::{write_atomic, ExitRecord, RunFiles};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -25,7 +26,7 @@ use shepherd_client::{Client, ClientError};
 use shepherd_protocol::{AppendSteps, ProgressBody, SetStatus, TranscriptStep};
 
 /// What the server handed over with a claim.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Assignment {
     pub vtid: String,
     pub run_id: String,
@@ -69,6 +70,15 @@ pub struct RunContext {
     pub agent: AgentConfig,
     pub connector: Client,
     pub records: GroupRecords,
+    /// The worker this runner acts as for the agent.
+    pub worker_id: String,
+    /// The program that runs `shim` (this binary).
+    pub shim_program: PathBuf,
+    /// How old a run's lease may grow before its shim ends the agent.
+    pub lease_timeout: Duration,
+    /// On stop, leave agents running under their shims (the built-in
+    /// runner, whose server restarts) rather than stopping them.
+    pub detach_on_stop: bool,
     pub spool_dir: PathBuf,
     pub spool_cap_bytes: u64,
     /// How long the output must be quiet before buffered text becomes a step.
@@ -90,14 +100,19 @@ pub enum Ending {
     SpawnFailed(String),
     /// The reported cost passed the agent's `max_cost_usd` (the reason).
     BudgetExceeded(String),
+    /// The shim ended the agent: no runner renewed its lease in time.
+    LeaseExpired,
+    /// This runner stopped and left the agent running under its shim.
+    Detached,
 }
 
 const STEP_BATCH: usize = 50;
 const TAIL_BYTES: usize = 4000;
 
 enum Line {
-    Out(String),
-    Err(String),
+    /// A line and the offset just past it in its file.
+    Out(String, u64),
+    Err(String, u64),
     OutClosed,
     ErrClosed,
 }
@@ -240,6 +255,183 @@ fn tail_of(s: &str, max: usize) -> String {
     format!("…{}", s[cut..].trim_end())
 }
 
+/// How far a runner had read a run when it left, and what it had not yet
+/// delivered: the next runner with the same data directory carries on from
+/// exactly there, so no line of the agent's output is read twice or lost.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct ReaderState {
+    out_offset: u64,
+    err_offset: u64,
+    delivered: u64,
+    session_id: Option<String>,
+    usage: Option<Usage>,
+    usage_total: Usage,
+    result: Option<String>,
+    progress: Vec<(String, Option<String>, Value)>,
+    status: Option<String>,
+    out_tail: String,
+    err_tail: String,
+}
+
+/// What a run directory's `run.json` holds: the assignment, and what the
+/// next runner needs to carry the run on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedRun {
+    pub agent: String,
+    pub worker_id: String,
+    pub assignment: Assignment,
+    /// Wall-clock start (ms), so the agent's timeout spans a restart.
+    pub started_ms: u64,
+    #[serde(default)]
+    pub workspace: Option<SavedWorkspace>,
+}
+
+/// A worktree run's workspace, with the paths [`Workspace`] does not serialize.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedWorkspace {
+    pub branch: String,
+    pub base: String,
+    pub base_commit: String,
+    pub path: PathBuf,
+    pub repo: PathBuf,
+}
+
+impl SavedWorkspace {
+    fn of(w: &Workspace) -> SavedWorkspace {
+        SavedWorkspace {
+            branch: w.branch.clone(),
+            base: w.base.clone(),
+            base_commit: w.base_commit.clone(),
+            path: w.path.clone(),
+            repo: w.repo.clone(),
+        }
+    }
+
+    fn workspace(&self) -> Workspace {
+        Workspace {
+            branch: self.branch.clone(),
+            base: self.base.clone(),
+            base_commit: self.base_commit.clone(),
+            head: None,
+            path: self.path.clone(),
+            repo: self.repo.clone(),
+        }
+    }
+}
+
+impl SavedRun {
+    pub fn load(run: &RunFiles) -> Option<SavedRun> {
+        let text = std::fs::read_to_string(run.path("run.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Reads a file the agent writes to as it grows, from `offset`, handing on
+/// each line with the offset just past it. Ends once the shim has recorded
+/// the agent's exit and everything written before it has been read.
+async fn tail(
+    path: PathBuf,
+    mut offset: u64,
+    run: RunFiles,
+    tx: mpsc::Sender<Line>,
+    err: bool,
+    stop: CancellationToken,
+) {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let wrap = |text: String, end: u64| {
+        if err {
+            Line::Err(text, end)
+        } else {
+            Line::Out(text, end)
+        }
+    };
+    let mut file: Option<tokio::fs::File> = None;
+    // Bytes from `offset` on, read but not yet handed on (a partial line).
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        if file.is_none() {
+            if let Ok(mut f) = tokio::fs::File::open(&path).await {
+                if f.seek(std::io::SeekFrom::Start(offset)).await.is_ok() {
+                    file = Some(f);
+                }
+            }
+        }
+        // Looked at before reading: whatever the agent wrote before the
+        // exit was recorded is in the file by then.
+        let finished = run.path("exit").exists();
+        let n = match &mut file {
+            Some(f) => f.read(&mut chunk).await.unwrap_or(0),
+            None => 0,
+        };
+        if n > 0 {
+            buf.extend_from_slice(&chunk[..n]);
+            let mut start = 0;
+            while let Some(i) = buf[start..].iter().position(|&b| b == b'\n') {
+                let mut line = &buf[start..start + i];
+                if line.last() == Some(&b'\r') {
+                    line = &line[..line.len() - 1];
+                }
+                let end = offset + (start + i + 1) as u64;
+                if tx.send(wrap(decode(line), end)).await.is_err() {
+                    return;
+                }
+                start += i + 1;
+            }
+            buf.drain(..start);
+            offset += start as u64;
+            while buf.len() >= MAX_LINE_BYTES {
+                let mut cut = char_boundary_before_end(&buf[..MAX_LINE_BYTES]);
+                if cut == 0 {
+                    cut = MAX_LINE_BYTES;
+                }
+                let piece: Vec<u8> = buf.drain(..cut).collect();
+                offset += cut as u64;
+                if tx.send(wrap(decode(&piece), offset)).await.is_err() {
+                    return;
+                }
+            }
+            continue;
+        }
+        if finished {
+            if !buf.is_empty() {
+                let end = offset + buf.len() as u64;
+                if tx.send(wrap(decode(&buf), end)).await.is_err() {
+                    return;
+                }
+            }
+            let _ = tx
+                .send(if err {
+                    Line::ErrClosed
+                } else {
+                    Line::OutClosed
+                })
+                .await;
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+fn signal_pid(pid: i32, sig: i32) {
+    if pid > 1 {
+        // SAFETY: kill(2) on one process; no memory is involved.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
 /// Runs the assignment to its end and reports it. Never panics on agent behaviour.
 pub async fn execute(
     ctx: Arc<RunContext>,
@@ -247,46 +439,71 @@ pub async fn execute(
     cancel: CancellationToken,
     shutdown: CancellationToken,
 ) -> Ending {
-    let format = ctx.agent.format();
-    let mut adapter = adapter_for(format);
-    let mut outbox = Outbox {
-        spool: match Spool::create(&ctx.spool_dir, &a.run_id, ctx.spool_cap_bytes) {
-            Ok(s) => s,
-            Err(e) => {
-                return spawn_failed(
-                    &ctx,
-                    &a,
-                    format!("cannot create the step spool: {e}"),
-                    &shutdown,
-                )
-                .await
-            }
-        },
-        progress: VecDeque::new(),
-        status: None,
-        claim_lost: false,
-        session_id: None,
-        usage: None,
-        usage_total: Usage::default(),
+    let run = RunFiles::new(&ctx.data_dir, &a.run_id);
+    if let Err(e) = std::fs::create_dir_all(&run.dir) {
+        return spawn_failed(
+            &ctx,
+            &a,
+            format!("cannot create the run directory: {e}"),
+            &shutdown,
+        )
+        .await;
+    }
+    let spool = match Spool::create(&run.dir, "steps", ctx.spool_cap_bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&run.dir);
+            return spawn_failed(
+                &ctx,
+                &a,
+                format!("cannot create the step spool: {e}"),
+                &shutdown,
+            )
+            .await;
+        }
     };
     let (argv, stdin_text) = a.command(&ctx.agent);
-    let spec_on_stdin = stdin_text.is_some();
-    let mut cmd = tokio::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..])
+    if let Some(text) = &stdin_text {
+        if let Err(e) = std::fs::write(run.path("stdin"), text) {
+            drop(spool);
+            let _ = std::fs::remove_dir_all(&run.dir);
+            return spawn_failed(&ctx, &a, format!("cannot write the spec: {e}"), &shutdown).await;
+        }
+    }
+    let grace = ctx
+        .agent
+        .cancel_grace_secs
+        .map(Duration::from_secs)
+        .unwrap_or(ctx.default_cancel_grace);
+    let mut cmd = tokio::process::Command::new(&ctx.shim_program);
+    cmd.arg("shim")
+        .arg("--dir")
+        .arg(&run.dir)
+        .arg("--grace-ms")
+        .arg(grace.as_millis().to_string())
+        .arg("--lease-timeout-ms")
+        .arg(ctx.lease_timeout.as_millis().to_string())
+        .arg("--")
+        .args(&argv)
         .envs(&ctx.agent.env)
         .env("SHEPHERD_TASK_ID", &a.vtid)
         .env("SHEPHERD_RUN_ID", &a.run_id)
         .env("SHEPHERD_TASK_TITLE", &a.title)
         .env("SHEPHERD_AGENT", &ctx.agent_name)
-        .stdin(if spec_on_stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    match std::fs::File::create(run.path("shim.log")) {
+        Ok(f) => cmd.stderr(f),
+        Err(_) => cmd.stderr(Stdio::null()),
+    };
+    // SAFETY: setsid is async-signal-safe. The shim leads its own session,
+    // so that nothing aimed at the runner's group or terminal reaches it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
     if let Some(cwd) = &ctx.agent.cwd {
         cmd.current_dir(cwd);
     }
@@ -298,74 +515,187 @@ pub async fn execute(
                     .env("SHEPHERD_WORKSPACE_BRANCH", &w.branch);
                 workspace = Some(w);
             }
-            Err(reason) => return spawn_failed(&ctx, &a, reason, &shutdown).await,
+            Err(reason) => {
+                drop(spool);
+                let _ = std::fs::remove_dir_all(&run.dir);
+                return spawn_failed(&ctx, &a, reason, &shutdown).await;
+            }
         }
     }
-    let mut child = match cmd.spawn() {
+    let saved = SavedRun {
+        agent: ctx.agent_name.clone(),
+        worker_id: ctx.worker_id.clone(),
+        assignment: a.clone(),
+        started_ms: now_ms(),
+        workspace: workspace.as_ref().map(SavedWorkspace::of),
+    };
+    let written = serde_json::to_vec(&saved)
+        .map_err(std::io::Error::other)
+        .and_then(|b| write_atomic(&run.path("run.json"), &b));
+    run.touch_lease();
+    let spawned = match written {
+        Ok(()) => cmd
+            .spawn()
+            .map_err(|e| format!("cannot start the shim: {e}")),
+        Err(e) => Err(format!("cannot record the run: {e}")),
+    };
+    let mut child = match spawned {
         Ok(c) => c,
-        Err(e) => {
+        Err(reason) => {
             if let Some(w) = &mut workspace {
                 end_workspace(w, &a, "not started").await;
             }
-            return spawn_failed(
-                &ctx,
-                &a,
-                format!("cannot start {:?}: {e}", argv[0]),
-                &shutdown,
-            )
-            .await;
+            drop(spool);
+            let _ = std::fs::remove_dir_all(&run.dir);
+            return spawn_failed(&ctx, &a, reason, &shutdown).await;
         }
     };
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    ctx.records.record(&a.run_id, pgid);
+    let shim_pid = child.id().map(|p| p as i32).unwrap_or(0);
+    // The shim is reaped when it exits; if this runner leaves first, the
+    // shim lives on (it leads its own session) and a later runner finds it.
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    // The agent's group, once the shim has started it (or its failure).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let pgid = loop {
+        if let Some(p) = run.agent_pgid() {
+            break p;
+        }
+        if run.exit().is_some() || tokio::time::Instant::now() > deadline {
+            break 0;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     tracing::info!(
         run_id = a.run_id,
         vtid = a.vtid,
         pgid,
+        shim = shim_pid,
         agent = ctx.agent_name,
         "agent process started"
     );
-    if let Some(mut stdin) = child.stdin.take() {
-        let spec = stdin_text.unwrap_or_default();
-        tokio::spawn(async move {
-            let _ = stdin.write_all(spec.as_bytes()).await;
-            let _ = stdin.shutdown().await;
-        });
+    let mut st = ReaderState::default();
+    if pgid > 0 {
+        st.progress.push((
+            workflow::EXECUTION_STARTED.into(),
+            Some(format!("{} started", ctx.agent_name)),
+            json!({ "pgid": pgid, "workspace": workspace }),
+        ));
     }
-    outbox.progress.push_back((
-        workflow::EXECUTION_STARTED.into(),
-        Some(format!("{} started", ctx.agent_name)),
-        json!({ "pgid": pgid, "workspace": workspace }),
-    ));
+    supervise(
+        ctx,
+        a,
+        run,
+        spool,
+        st,
+        workspace,
+        saved.started_ms,
+        shim_pid,
+        cancel,
+        shutdown,
+    )
+    .await
+}
 
-    // Output readers feed one channel; a bounded one, so a full spool (or a
-    // slow server) pushes back on the agent instead of growing memory.
+/// Carries on a run a previous runner left to its shim: reads what the
+/// agent wrote meanwhile from where that runner stopped, and ends the run
+/// with the agent's real exit status.
+pub async fn adopt(
+    ctx: Arc<RunContext>,
+    saved: SavedRun,
+    cancel: CancellationToken,
+    shutdown: CancellationToken,
+) -> Ending {
+    let run = RunFiles::new(&ctx.data_dir, &saved.assignment.run_id);
+    run.touch_lease();
+    let st: ReaderState = std::fs::read_to_string(run.path("reader.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let a = saved.assignment;
+    let spool = match Spool::reopen(&run.dir, "steps", ctx.spool_cap_bytes, st.delivered) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(run_id = a.run_id, error = %e, "cannot reopen the step spool; starting it afresh");
+            match Spool::create(&run.dir, "steps", ctx.spool_cap_bytes) {
+                Ok(s) => s,
+                Err(e) => {
+                    return spawn_failed(&ctx, &a, format!("step spool: {e}"), &shutdown).await
+                }
+            }
+        }
+    };
+    let shim_pid = run.live_shim().unwrap_or(0);
+    tracing::info!(
+        run_id = a.run_id,
+        vtid = a.vtid,
+        shim = shim_pid,
+        from = st.out_offset,
+        "re-adopted a run left running by a previous runner"
+    );
+    let workspace = saved.workspace.as_ref().map(SavedWorkspace::workspace);
+    supervise(
+        ctx,
+        a,
+        run,
+        spool,
+        st,
+        workspace,
+        saved.started_ms,
+        shim_pid,
+        cancel,
+        shutdown,
+    )
+    .await
+}
+
+/// Follows a started run to its end (or until this runner leaves it).
+#[allow(clippy::too_many_arguments)]
+async fn supervise(
+    ctx: Arc<RunContext>,
+    a: Assignment,
+    run: RunFiles,
+    spool: Spool,
+    st: ReaderState,
+    mut workspace: Option<Workspace>,
+    started_ms: u64,
+    shim_pid: i32,
+    cancel: CancellationToken,
+    shutdown: CancellationToken,
+) -> Ending {
+    let format = ctx.agent.format();
+    let mut adapter = adapter_for(format);
+    let mut outbox = Outbox {
+        spool,
+        progress: st.progress.into_iter().collect(),
+        status: st.status,
+        claim_lost: false,
+        session_id: st.session_id,
+        usage: st.usage,
+        usage_total: st.usage_total,
+    };
     let (tx, mut rx) = mpsc::channel::<Line>(256);
-    if let Some(stdout) = child.stdout.take() {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let mut lines = LossyLines::new(BufReader::new(stdout), MAX_LINE_BYTES);
-            while let Ok(Some(l)) = lines.next_line().await {
-                if tx.send(Line::Out(l)).await.is_err() {
-                    break;
-                }
-            }
-            let _ = tx.send(Line::OutClosed).await;
-        });
-    }
-    if let Some(stderr) = child.stderr.take() {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let mut lines = LossyLines::new(BufReader::new(stderr), MAX_LINE_BYTES);
-            while let Ok(Some(l)) = lines.next_line().await {
-                if tx.send(Line::Err(l)).await.is_err() {
-                    break;
-                }
-            }
-            let _ = tx.send(Line::ErrClosed).await;
-        });
-    }
+    let readers = CancellationToken::new();
+    tokio::spawn(tail(
+        run.path("out"),
+        st.out_offset,
+        run.clone(),
+        tx.clone(),
+        false,
+        readers.clone(),
+    ));
+    tokio::spawn(tail(
+        run.path("err"),
+        st.err_offset,
+        run.clone(),
+        tx.clone(),
+        true,
+        readers.clone(),
+    ));
     drop(tx);
+    let mut out_offset = st.out_offset;
+    let mut err_offset = st.err_offset;
 
     let timeout = ctx.agent.timeout_secs.map(Duration::from_secs);
     let grace = ctx
@@ -373,20 +703,22 @@ pub async fn execute(
         .cancel_grace_secs
         .map(Duration::from_secs)
         .unwrap_or(ctx.default_cancel_grace);
-    let started = tokio::time::Instant::now();
-    let mut out_tail = String::new();
-    let mut err_tail = String::new();
-    let mut result: Option<String> = None;
+    let mut out_tail = st.out_tail;
+    let mut err_tail = st.err_tail;
+    let mut result: Option<String> = st.result;
     let mut stopping: Option<(Ending, tokio::time::Instant)> = None;
     let mut killed = false;
-    let mut exit: Option<std::process::ExitStatus> = None;
+    let mut exit: Option<ExitRecord> = None;
     let mut out_open = true;
     let mut err_open = true;
     let mut last_output = tokio::time::Instant::now();
     let mut pending_quiet_flush = false;
     let mut next_delivery = tokio::time::Instant::now();
     let mut unreachable_logged = false;
+    let mut lease_touched = tokio::time::Instant::now();
+    let mut leaving = false;
     let tick = Duration::from_millis(100);
+    let group = |run: &RunFiles| run.agent_pgid().unwrap_or(0);
 
     let conversation = a.conversation.is_some();
     let handle_outputs = |outputs: Vec<AdapterOutput>,
@@ -435,14 +767,15 @@ pub async fn execute(
         let can_read = (out_open || err_open) && !outbox.spool.is_full();
         tokio::select! {
             line = rx.recv(), if can_read => match line {
-                Some(Line::Out(l)) => {
+                Some(Line::Out(l, end)) => {
                     push_tail(&mut out_tail, &l);
                     let outs = adapter.push_line(&l);
                     handle_outputs(outs, &mut outbox, &mut result);
+                    out_offset = end;
                     last_output = tokio::time::Instant::now();
                     pending_quiet_flush = true;
                 }
-                Some(Line::Err(l)) => {
+                Some(Line::Err(l, end)) => {
                     push_tail(&mut err_tail, &l);
                     if format == TranscriptFormat::Text {
                         let outs = adapter.push_line(&l);
@@ -450,6 +783,7 @@ pub async fn execute(
                         last_output = tokio::time::Instant::now();
                         pending_quiet_flush = true;
                     }
+                    err_offset = end;
                 }
                 Some(Line::OutClosed) => out_open = false,
                 Some(Line::ErrClosed) => err_open = false,
@@ -458,32 +792,54 @@ pub async fn execute(
                     err_open = false;
                 }
             },
-            status = child.wait(), if exit.is_none() => {
-                exit = status.ok();
-                if exit.is_none() {
-                    exit = Some(std::process::ExitStatus::default());
-                }
-            }
             _ = cancel.cancelled(), if stopping.is_none() => {
-                tracing::info!(run_id = a.run_id, pgid, "cancel: SIGTERM to the process group");
-                signal_group(pgid, libc::SIGTERM);
+                tracing::info!(run_id = a.run_id, shim = shim_pid, "cancel: SIGTERM to the agent through its shim");
+                signal_pid(shim_pid, libc::SIGTERM);
                 stopping = Some((Ending::Cancelled, tokio::time::Instant::now() + grace));
             }
-            _ = shutdown.cancelled(), if stopping.is_none() => {
-                signal_group(pgid, libc::SIGTERM);
-                stopping = Some((Ending::Signalled(libc::SIGTERM), tokio::time::Instant::now() + grace.min(Duration::from_secs(5))));
+            _ = shutdown.cancelled(), if stopping.is_none() && !leaving => {
+                if ctx.detach_on_stop {
+                    leaving = true;
+                } else {
+                    signal_pid(shim_pid, libc::SIGTERM);
+                    stopping = Some((Ending::Signalled(libc::SIGTERM), tokio::time::Instant::now() + grace.min(Duration::from_secs(5))));
+                }
             }
             _ = tokio::time::sleep(tick) => {}
         }
         let now = tokio::time::Instant::now();
+        if leaving && exit.is_none() {
+            break;
+        }
+        if exit.is_none() {
+            exit = run.exit();
+            if exit.is_none() && shim_pid > 0 && run.live_shim().is_none() {
+                // The shim died without a word (killed): nothing will
+                // write the exit status; the agent's group goes with it.
+                signal_group(group(&run), libc::SIGKILL);
+                exit = Some(ExitRecord {
+                    code: None,
+                    signal: Some(libc::SIGKILL),
+                    error: Some("its shim was killed".into()),
+                    lease_expired: false,
+                });
+                let _ = write_atomic(
+                    &run.path("exit"),
+                    &serde_json::to_vec(&exit).unwrap_or_default(),
+                );
+            }
+        }
+        if now.duration_since(lease_touched) >= Duration::from_secs(1) {
+            run.touch_lease();
+            lease_touched = now;
+        }
         if let (Some(t), None) = (timeout, &stopping) {
-            if now.duration_since(started) > t {
+            if now_ms().saturating_sub(started_ms) > t.as_millis() as u64 {
                 tracing::info!(
                     run_id = a.run_id,
-                    pgid,
-                    "timeout: SIGTERM to the process group"
+                    "timeout: SIGTERM to the agent through its shim"
                 );
-                signal_group(pgid, libc::SIGTERM);
+                signal_pid(shim_pid, libc::SIGTERM);
                 stopping = Some((
                     Ending::TimedOut(t.as_secs()),
                     now + grace.min(Duration::from_secs(10)),
@@ -492,6 +848,7 @@ pub async fn execute(
         }
         if let Some((_, deadline)) = &stopping {
             if now >= *deadline && !killed {
+                let pgid = group(&run);
                 tracing::info!(
                     run_id = a.run_id,
                     pgid,
@@ -536,11 +893,10 @@ pub async fn execute(
                     format!("budget_exceeded: cost ${cost:.4} passed max_cost_usd ${max:.4}");
                 tracing::info!(
                     run_id = a.run_id,
-                    pgid,
                     reason,
-                    "SIGTERM to the process group"
+                    "SIGTERM to the agent through its shim"
                 );
-                signal_group(pgid, libc::SIGTERM);
+                signal_pid(shim_pid, libc::SIGTERM);
                 stopping = Some((Ending::BudgetExceeded(reason), now + grace));
             }
         }
@@ -549,48 +905,75 @@ pub async fn execute(
                 run_id = a.run_id,
                 "claim lost (expired or re-granted): stopping the agent"
             );
-            signal_group(pgid, libc::SIGKILL);
+            signal_group(group(&run), libc::SIGKILL);
             stopping = Some((Ending::ClaimLost, now));
             killed = true;
         }
         if exit.is_some() && !out_open && !err_open {
             break;
         }
-        if exit.is_some() && stopping.is_some() && killed {
-            // Output pipes may be held open by stray descendants; the group is dead.
-            while let Ok(l) = rx.try_recv() {
-                if let Line::Out(l) = l {
-                    let outs = adapter.push_line(&l);
-                    handle_outputs(outs, &mut outbox, &mut result);
-                }
-            }
-            break;
+    }
+    readers.cancel();
+    if leaving {
+        // The agent runs on under its shim; the next runner started with
+        // this data directory carries the run on from exactly here.
+        let outs = adapter.flush();
+        handle_outputs(outs, &mut outbox, &mut result);
+        let _ = tokio::time::timeout(Duration::from_secs(2), deliver(&ctx, &a, &mut outbox)).await;
+        let state = ReaderState {
+            out_offset,
+            err_offset,
+            delivered: outbox.spool.delivered(),
+            session_id: outbox.session_id.clone(),
+            usage: outbox.usage,
+            usage_total: outbox.usage_total,
+            result,
+            progress: outbox.progress.iter().cloned().collect(),
+            status: outbox.status.clone(),
+            out_tail,
+            err_tail,
+        };
+        let saved = serde_json::to_vec(&state)
+            .map_err(std::io::Error::other)
+            .and_then(|b| write_atomic(&run.path("reader.json"), &b));
+        if let Err(e) = saved {
+            tracing::error!(run_id = a.run_id, error = %e, "cannot record how far the run was read");
         }
+        outbox.spool.keep();
+        tracing::info!(
+            run_id = a.run_id,
+            "left running under its shim for the next start"
+        );
+        return Ending::Detached;
     }
     // Make sure nothing of the group survives the run.
+    let pgid = group(&run);
     if crate::process::group_alive(pgid) {
         signal_group(pgid, libc::SIGKILL);
     }
-    ctx.records.forget(&a.run_id);
     if let Some(w) = &mut workspace {
         let how = match &stopping {
             Some((e, _)) => format!("{e:?}"),
-            None => format!("exit {:?}", exit.and_then(|s| s.code())),
+            None => format!("exit {:?}", exit.as_ref().and_then(|s| s.code)),
         };
         end_workspace(w, &a, &how).await;
     }
     let outs = adapter.finish();
     handle_outputs(outs, &mut outbox, &mut result);
 
-    let status = exit.unwrap_or_default();
+    let status = exit.unwrap_or(ExitRecord {
+        code: None,
+        signal: Some(libc::SIGKILL),
+        error: None,
+        lease_expired: false,
+    });
     let ending = match stopping {
         Some((e, _)) => e,
-        None => match status.code() {
-            Some(c) => Ending::Exited(c),
-            None => {
-                use std::os::unix::process::ExitStatusExt;
-                Ending::Signalled(status.signal().unwrap_or(0))
-            }
+        None => match (&status.error, status.code, status.lease_expired) {
+            (Some(e), _, _) if status.signal.is_none() => Ending::SpawnFailed(e.clone()),
+            (_, _, true) => Ending::LeaseExpired,
+            (_, Some(c), _) => Ending::Exited(c),
+            _ => Ending::Signalled(status.signal.unwrap_or(0)),
         },
     };
     let result_text = result
@@ -614,6 +997,8 @@ pub async fn execute(
         }
     }
     if outbox.claim_lost {
+        drop(outbox);
+        let _ = std::fs::remove_dir_all(&run.dir);
         return Ending::ClaimLost;
     }
     let reason = match &ending {
@@ -623,6 +1008,10 @@ pub async fn execute(
         Ending::TimedOut(t) => format!("timed out after {t}s"),
         Ending::Cancelled => "cancelled".into(),
         Ending::ClaimLost => "claim lost".into(),
+        Ending::LeaseExpired => {
+            "ended by its shim: no runner renewed its lease within the timeout".into()
+        }
+        Ending::Detached => String::new(),
         Ending::SpawnFailed(r) | Ending::BudgetExceeded(r) => r.clone(),
     };
     let metadata = json!({
@@ -641,6 +1030,8 @@ pub async fn execute(
         &shutdown,
     )
     .await;
+    drop(outbox);
+    let _ = std::fs::remove_dir_all(&run.dir);
     tracing::info!(run_id = a.run_id, ?ending, "run ended");
     ending
 }
@@ -695,7 +1086,7 @@ async fn report_end(
         Ending::Cancelled | Ending::BudgetExceeded(_) => {
             (workflow::EXECUTION_CANCELLED, Some(reason.to_owned()))
         }
-        Ending::ClaimLost => return,
+        Ending::ClaimLost | Ending::Detached => return,
         _ => (workflow::EXECUTION_FAILED, Some(reason.to_owned())),
     };
     let mut event = event.to_owned();

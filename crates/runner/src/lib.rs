@@ -8,13 +8,15 @@
 //! Each agent becomes one registered worker with `max_concurrent` slots.
 //! Cancel reaches a run at once through the server's event stream (and is
 //! repeated in heartbeat answers). Agent processes run in their own process
-//! groups, recorded in the data directory; a runner that starts finds and
-//! kills any group a dead predecessor left behind.
+//! groups under a `shepherd shim` each ([`shim`]); a runner that starts
+//! carries on the runs a previous one left to live shims, and gives back
+//! to the queue those whose agent is gone.
 
 pub mod agent;
 pub mod execution;
 pub mod lines;
 pub mod process;
+pub mod shim;
 pub mod spool;
 pub mod worktree;
 
@@ -28,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use agent::AgentConfig;
-use execution::{execute, Assignment, RunContext};
+use execution::{execute, Assignment, Ending, RunContext};
 use process::{GroupRecords, WorkerRecords};
 use shepherd_client::{Client, Start};
 use shepherd_protocol as p;
@@ -49,6 +51,15 @@ pub struct RunnerConfig {
     pub spool_cap_bytes: u64,
     /// Distinguishes this runner's workers from others' (host name by default).
     pub name: String,
+    /// The program whose `shim` verb supervises each agent (this binary).
+    pub shim_program: PathBuf,
+    /// How old a run's lease may grow before its shim ends the agent: less
+    /// than the server's heartbeat timeout, so that the agents of a dead
+    /// node stop before their claims can be granted again.
+    pub lease_timeout: Duration,
+    /// On stop, leave agents running under their shims for the next runner
+    /// with this data directory (the built-in runner of `serve`).
+    pub detach_on_stop: bool,
 }
 
 impl RunnerConfig {
@@ -72,8 +83,70 @@ impl RunnerConfig {
             cancel_grace: Duration::from_secs(30),
             spool_cap_bytes: 64 * 1024 * 1024,
             name: host,
+            shim_program: std::env::var_os("SHEPHERD_SHIM_PROGRAM")
+                .map(PathBuf::from)
+                .or_else(|| std::env::current_exe().ok())
+                .unwrap_or_else(|| PathBuf::from("shepherd")),
+            lease_timeout: Duration::from_secs(270),
+            detach_on_stop: false,
         }
     }
+
+    /// The shims' lease timeout for a server heartbeat timeout: one
+    /// heartbeat interval shorter (the last heartbeat may be that much
+    /// older than the last lease renewal), and never under two seconds.
+    pub fn set_heartbeat_timeout(&mut self, heartbeat_timeout: Duration) {
+        self.lease_timeout = heartbeat_timeout
+            .saturating_sub(self.heartbeat_interval)
+            .max(Duration::from_secs(2));
+    }
+}
+
+/// This runner's name for itself, kept in the data directory: a runner
+/// started again with it acts as the same workers, so that the claims of
+/// runs it re-adopts are still its own.
+fn instance_name(config: &RunnerConfig) -> String {
+    let path = config.data_dir.join("runner").join("instance");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let name = text.trim();
+        if !name.is_empty() {
+            return name.to_owned();
+        }
+    }
+    let name = format!("{}-{}", config.name, std::process::id());
+    if let Err(e) = shim::write_atomic(&path, name.as_bytes()) {
+        tracing::warn!(error = %e, "cannot record the runner's instance name");
+    }
+    name
+}
+
+/// Runs a previous runner left: those whose shim lives (or wrote the
+/// agent's exit) are carried on; the others lost their agent with the host.
+fn leftover_runs(
+    data_dir: &std::path::Path,
+) -> (Vec<execution::SavedRun>, Vec<execution::SavedRun>) {
+    let (mut live, mut lost) = (Vec::new(), Vec::new());
+    let Ok(entries) = std::fs::read_dir(shim::RunFiles::root(data_dir)) else {
+        return (live, lost);
+    };
+    for e in entries.flatten() {
+        let run = shim::RunFiles::at(e.path());
+        match execution::SavedRun::load(&run) {
+            Some(saved) if run.live_shim().is_some() || run.exit().is_some() => live.push(saved),
+            Some(saved) => {
+                // No shim and no exit status: whatever is left of the
+                // agent's group must not run on unsupervised.
+                if let Some(pgid) = run.agent_pgid() {
+                    process::signal_group(pgid, libc::SIGKILL);
+                }
+                lost.push(saved)
+            }
+            None => {
+                let _ = std::fs::remove_dir_all(&run.dir);
+            }
+        }
+    }
+    (live, lost)
 }
 
 type Cancels = Arc<Mutex<HashMap<String, CancellationToken>>>;
@@ -93,9 +166,13 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             "ended agent processes left by a previous runner"
         );
     }
+    let (mut live, lost) = leftover_runs(&config.data_dir);
     // Only now that their processes are gone: finish the worktrees of runs
-    // that died with their runner (commit leftovers, keep the branches).
-    let finished = worktree::clean_leftovers(&config.data_dir).await;
+    // that died with their runner (commit leftovers, keep the branches);
+    // those of runs carried on stay.
+    let keep: std::collections::HashSet<String> =
+        live.iter().map(|r| r.assignment.run_id.clone()).collect();
+    let finished = worktree::clean_leftovers(&config.data_dir, &keep).await;
     if finished > 0 {
         tracing::warn!(
             count = finished,
@@ -115,7 +192,17 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     // the heartbeat timeout, so their tasks go straight back to the queue.
     let registry = WorkerRecords::new(&config.data_dir)
         .map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
+    let instance = instance_name(&config);
+    let current: Vec<String> = config
+        .agents
+        .keys()
+        .map(|name| format!("{name}@{instance}"))
+        .collect();
     for old in registry.take_all() {
+        if current.contains(&old) {
+            // Registered again below, keeping its claims.
+            continue;
+        }
         let body = p::DeregisterBody {
             worker_id: Some(old.clone()),
             reason: Some(
@@ -133,7 +220,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     let tracker = TaskTracker::new();
     let cancels: Cancels = Arc::default();
     let wake = Arc::new(Notify::new());
-    let instance = format!("{}-{}", config.name, std::process::id());
+    let detached = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
     for (name, agent) in &config.agents {
         let worker_id = format!("{name}@{instance}");
@@ -150,6 +237,10 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             agent: agent.clone(),
             connector: operator.with_token(token),
             records: records.clone(),
+            worker_id: worker_id.clone(),
+            shim_program: config.shim_program.clone(),
+            lease_timeout: config.lease_timeout,
+            detach_on_stop: config.detach_on_stop,
             spool_dir: config.data_dir.join("runner").join("spool"),
             spool_cap_bytes: config.spool_cap_bytes,
             quiet_gap: config.quiet_gap,
@@ -157,9 +248,17 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             data_dir: config.data_dir.clone(),
         });
         workers.push((worker_id.clone(), ctx.clone()));
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            live.into_iter().partition(|r| r.worker_id == worker_id);
+        live = rest;
+        for saved in lost.iter().filter(|r| r.worker_id == worker_id) {
+            requeue_lost(&ctx, saved).await;
+        }
         tracker.spawn(claim_loop(
             worker_id.clone(),
             ctx.clone(),
+            mine,
+            detached.clone(),
             cancels.clone(),
             wake.clone(),
             tracker.clone(),
@@ -174,6 +273,24 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             shutdown.clone(),
         ));
     }
+    // Runs of workers this runner no longer has (the agent left the
+    // configuration): nothing can carry them on.
+    for saved in live
+        .iter()
+        .chain(lost.iter())
+        .filter(|r| !current.contains(&r.worker_id))
+    {
+        let run = shim::RunFiles::new(&config.data_dir, &saved.assignment.run_id);
+        if let Some(pgid) = run.agent_pgid() {
+            process::signal_group(pgid, libc::SIGKILL);
+        }
+        tracing::warn!(
+            run_id = saved.assignment.run_id,
+            worker_id = saved.worker_id,
+            "a run left by a worker this runner no longer has was ended"
+        );
+        let _ = std::fs::remove_dir_all(&run.dir);
+    }
     let ids: Vec<String> = workers.iter().map(|(w, _)| w.clone()).collect();
     tracker.spawn(follow_events(
         operator.clone(),
@@ -186,6 +303,15 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     shutdown.cancelled().await;
     tracing::info!("runner stopping: ending agent processes");
     tracker.wait().await;
+    if detached.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        // Agents run on under their shims: the workers keep their claims
+        // for the next start (heartbeats resume within the start grace).
+        tracing::info!(
+            runs = detached.load(std::sync::atomic::Ordering::SeqCst),
+            "runner stopped; its agents run on for the next start"
+        );
+        return Ok(());
+    }
     for (worker_id, ctx) in workers {
         let body = p::DeregisterBody {
             worker_id: Some(worker_id.clone()),
@@ -234,9 +360,12 @@ async fn register(
 }
 
 /// Polls for work and claims it while slots are free.
+#[allow(clippy::too_many_arguments)]
 async fn claim_loop(
     worker_id: String,
     ctx: Arc<RunContext>,
+    adopted: Vec<execution::SavedRun>,
+    detached: Arc<std::sync::atomic::AtomicUsize>,
     cancels: Cancels,
     wake: Arc<Notify>,
     tracker: TaskTracker,
@@ -246,6 +375,35 @@ async fn claim_loop(
     let slots = ctx.agent.slots() as usize;
     let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let freed = Arc::new(Notify::new());
+    for saved in adopted {
+        // Not a child of `shutdown`: stopping the runner is not a cancel.
+        let token = CancellationToken::new();
+        cancels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(saved.assignment.run_id.clone(), token.clone());
+        running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (ctx, cancels, running, freed, stop, detached) = (
+            ctx.clone(),
+            cancels.clone(),
+            running.clone(),
+            freed.clone(),
+            shutdown.clone(),
+            detached.clone(),
+        );
+        tracker.spawn(async move {
+            let run_id = saved.assignment.run_id.clone();
+            if execution::adopt(ctx, saved, token, stop).await == Ending::Detached {
+                detached.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            cancels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&run_id);
+            running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            freed.notify_one();
+        });
+    }
     loop {
         if shutdown.is_cancelled() {
             break;
@@ -278,22 +436,26 @@ async fn claim_loop(
                                     conversation: c.conversation,
                                     attempt: c.attempt,
                                 };
-                                let token = shutdown.child_token();
+                                // Not a child of `shutdown`: stopping the runner is not a cancel.
+                                let token = CancellationToken::new();
                                 cancels
                                     .lock()
                                     .unwrap_or_else(|e| e.into_inner())
                                     .insert(a.run_id.clone(), token.clone());
                                 running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                let (ctx, cancels, running, freed, stop) = (
+                                let (ctx, cancels, running, freed, stop, detached) = (
                                     ctx.clone(),
                                     cancels.clone(),
                                     running.clone(),
                                     freed.clone(),
                                     shutdown.clone(),
+                                    detached.clone(),
                                 );
                                 tracker.spawn(async move {
                                     let run_id = a.run_id.clone();
-                                    execute(ctx, a, token, stop).await;
+                                    if execute(ctx, a, token, stop).await == Ending::Detached {
+                                        detached.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                    }
                                     cancels
                                         .lock()
                                         .unwrap_or_else(|e| e.into_inner())
@@ -330,11 +492,17 @@ async fn heartbeat_loop(
     every: Duration,
     shutdown: CancellationToken,
 ) {
+    // The first at once: claims carried over from a previous start are
+    // renewed before anything else.
+    let mut first = true;
     loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(every) => {}
+        if !first {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(every) => {}
+            }
         }
+        first = false;
         let body = p::HeartbeatBody {
             worker_id: Some(worker_id.clone()),
             active_vtid: None,
@@ -348,6 +516,29 @@ async fn heartbeat_loop(
             Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
         }
     }
+}
+
+/// A run whose agent did not survive (no shim, no exit status: the host
+/// went down): its task goes back to the queue with reason `server_restart`
+/// rather than ending failed or cancelled.
+async fn requeue_lost(ctx: &RunContext, saved: &execution::SavedRun) {
+    let a = &saved.assignment;
+    let body = p::RequeueRun {
+        claim_token: a.claim_token.clone(),
+        reason: Some(p::REQUEUE_SERVER_RESTART.to_owned()),
+    };
+    match ctx.connector.requeue_run(&a.run_id, &body).await {
+        Ok(_) => tracing::warn!(
+            run_id = a.run_id,
+            vtid = a.vtid,
+            "the agent of this run did not survive the restart; its task is back in the queue"
+        ),
+        Err(e) => {
+            tracing::warn!(run_id = a.run_id, error = %e, "could not put a lost run's task back in the queue")
+        }
+    }
+    let run = shim::RunFiles::new(&ctx.data_dir, &a.run_id);
+    let _ = std::fs::remove_dir_all(&run.dir);
 }
 
 fn cancel_run(cancels: &Cancels, run_id: &str) {

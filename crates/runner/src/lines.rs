@@ -65,13 +65,13 @@ impl<R: AsyncBufRead + Unpin> LossyLines<R> {
     }
 }
 
-fn decode(bytes: &[u8]) -> String {
+pub(crate) fn decode(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Where to cut `buf` so that a multi-byte character begun in its last three
 /// bytes and not yet complete is left whole for later.
-fn char_boundary_before_end(buf: &[u8]) -> usize {
+pub(crate) fn char_boundary_before_end(buf: &[u8]) -> usize {
     let len = buf.len();
     for back in 1..=3.min(len) {
         let b = buf[len - back];

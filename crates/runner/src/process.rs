@@ -1,6 +1,6 @@
-//! Agent processes: each in its own process group, killed as a group, and
-//! recorded in the data directory so that a runner that died without
-//! cleaning up is cleaned up after by the next one.
+//! Agent processes: each in its own process group, killed as a group.
+//! Group records are what runners before the shim wrote: a runner that
+//! finds any still ends those groups (agents now run under `shim`).
 
 use std::path::{Path, PathBuf};
 

@@ -22,6 +22,8 @@ pub struct Spool {
     end: u64,
     delivered: usize,
     cap_bytes: u64,
+    /// Left on disk when dropped (the run goes on under another runner).
+    keep: bool,
 }
 
 impl Spool {
@@ -41,7 +43,58 @@ impl Spool {
             end: 0,
             delivered: 0,
             cap_bytes,
+            keep: false,
         })
+    }
+
+    /// Opens a spool a runner that left wrote, with the first `delivered`
+    /// steps known to be on the server. Resending more is harmless (the
+    /// server stores each index once), resending fewer would lose steps.
+    pub fn reopen(
+        dir: &std::path::Path,
+        run_id: &str,
+        cap_bytes: u64,
+        delivered: u64,
+    ) -> std::io::Result<Spool> {
+        let path = dir.join(format!("{run_id}.jsonl"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        let mut offsets = Vec::new();
+        let mut end = 0u64;
+        {
+            let mut reader = BufReader::new(&file);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = reader.read_until(b'\n', &mut line)?;
+                // A torn last line (the runner died mid-write) is dropped:
+                // its step was never acknowledged, and is read again.
+                if n == 0 || line.last() != Some(&b'\n') {
+                    break;
+                }
+                offsets.push(end);
+                end += n as u64;
+            }
+        }
+        let delivered = (delivered as usize).min(offsets.len());
+        Ok(Spool {
+            path,
+            file,
+            offsets,
+            end,
+            delivered,
+            cap_bytes,
+            keep: false,
+        })
+    }
+
+    /// Leaves the spool on disk when dropped.
+    pub fn keep(&mut self) {
+        self.keep = true;
     }
 
     /// Appends a step; returns its index.
@@ -105,6 +158,9 @@ impl Spool {
 
 impl Drop for Spool {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         let _ = std::fs::remove_file(&self.path);
     }
 }

@@ -206,7 +206,7 @@ async fn commit_leftovers(path: &Path, message: &str) -> Result<String, String> 
 /// Finishes the worktrees a crashed runner left under `data_dir`: their
 /// uncommitted changes are committed, the worktrees removed, the branches
 /// kept. Returns how many it finished.
-pub async fn clean_leftovers(data_dir: &Path) -> usize {
+pub async fn clean_leftovers(data_dir: &Path, keep: &std::collections::HashSet<String>) -> usize {
     let Ok(entries) = std::fs::read_dir(root(data_dir)) else {
         return 0;
     };
@@ -217,6 +217,9 @@ pub async fn clean_leftovers(data_dir: &Path) -> usize {
             continue;
         }
         let run_id = e.file_name().to_string_lossy().into_owned();
+        if keep.contains(&run_id) {
+            continue;
+        }
         // The repository the worktree belongs to, from its own metadata.
         let repo = git(
             &path,

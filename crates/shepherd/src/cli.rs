@@ -20,6 +20,22 @@ pub use args::*;
 
 /// Runs a parsed command line; returns the process exit code.
 pub fn main(cli: Cli) -> ExitCode {
+    // The shim is one synchronous loop around one child: no runtime.
+    if let Command::Shim {
+        dir,
+        grace_ms,
+        lease_timeout_ms,
+        argv,
+    } = &cli.command
+    {
+        let code = shepherd_runner::shim::main(shepherd_runner::shim::ShimArgs {
+            dir: dir.clone(),
+            grace: std::time::Duration::from_millis(*grace_ms),
+            lease_timeout: std::time::Duration::from_millis(*lease_timeout_ms),
+            argv: argv.clone(),
+        });
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -60,5 +76,6 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Session(c) => crate::session_cli::session(g, c).await,
         Command::Attach(a) => crate::session_cli::attach(g, a).await,
         Command::Mcp => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
+        Command::Shim { .. } => Err("the shim runs before the runtime starts".into()),
     }
 }

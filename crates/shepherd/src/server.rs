@@ -81,6 +81,10 @@ pub async fn run(
         );
         rc.heartbeat_interval = config.runner_heartbeat;
         rc.cancel_grace = config.cancel_grace;
+        rc.set_heartbeat_timeout(config.heartbeat_timeout);
+        // A restart of the server leaves agents running under their shims;
+        // the next start with this data directory carries their runs on.
+        rc.detach_on_stop = true;
         let stop = runner_stop.clone();
         Some(tokio::spawn(async move {
             if let Err(e) = shepherd_runner::run(rc, stop).await {
@@ -94,7 +98,8 @@ pub async fn run(
             _ = shutdown => {}
             _ = stop.cancelled() => {}
         }
-        // Agents are stopped and reported while the server still answers.
+        // The runner leaves its agents to their shims (and delivers what it
+        // can) while the server still answers.
         if let Some(r) = runner {
             runner_stop.cancel();
             let _ = tokio::time::timeout(std::time::Duration::from_secs(20), r).await;

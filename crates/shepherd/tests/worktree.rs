@@ -309,6 +309,44 @@ async fn a_worktree_left_by_a_killed_runner_is_committed_and_removed_at_the_next
     a.0.kill().unwrap();
     a.0.wait().unwrap();
     assert!(first.exists(), "a SIGKILLed runner leaves its worktree");
+    // The host went down with it: the agent's shim and group are gone too,
+    // so the next runner cannot carry the run on (a live shim it would).
+    let runs_dir = data.join("runner").join("runs");
+    let run_dir = std::fs::read_dir(&runs_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let pid_in = |name: &str| -> i32 {
+        std::fs::read_to_string(run_dir.join(name))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (shim, agent) = (pid_in("shim"), pid_in("agent"));
+    // SAFETY: plain kill(2) calls on processes this test started.
+    unsafe {
+        libc::kill(shim, libc::SIGKILL);
+        libc::kill(-agent, libc::SIGKILL);
+    }
+    wait_for("the shim to die", Duration::from_secs(10), || async {
+        (!std::path::Path::new(&format!("/proc/{shim}")).exists()
+            || std::fs::read_to_string(format!("/proc/{shim}/stat"))
+                .map(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
+                .unwrap_or(true))
+        .then_some(Value::Null)
+    })
+    .await;
     let _b = spawn_runner(&runner_env, &server.base, &data);
     task_in(&server, "CR-1", &["done"], Duration::from_secs(30)).await;
     assert!(!first.exists(), "the next runner removed {first:?}");

@@ -578,6 +578,34 @@ impl Store {
         })
     }
 
+    /// Puts the task of a run whose agent did not survive back in the
+    /// queue (fenced by the run's claim token).
+    pub async fn requeue_run(
+        &self,
+        run_id: &str,
+        claim_token: &str,
+        caller: Option<String>,
+        reason: &str,
+    ) -> Result<Task, Error> {
+        let (now, id, token, reason) = (
+            now_ms(),
+            run_id.to_owned(),
+            claim_token.to_owned(),
+            reason.to_owned(),
+        );
+        write_op!(self, |db| async move {
+            ops::restart::requeue_run(db, now, &id, &token, caller.as_deref(), &reason).await
+        })
+    }
+
+    /// Makes a failed task runnable again (409 `task_not_failed` otherwise).
+    pub async fn retry_task(&self, vtid: &str) -> Result<Task, Error> {
+        let (now, vtid) = (now_ms(), vtid.to_owned());
+        write_op!(self, |db| async move {
+            ops::restart::retry_task(db, now, &vtid).await
+        })
+    }
+
     pub async fn task_event(
         &self,
         vtid: &str,

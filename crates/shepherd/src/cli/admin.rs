@@ -53,6 +53,7 @@ pub async fn runner(g: &Global, data_dir: Option<PathBuf>) -> Result<()> {
     );
     rc.heartbeat_interval = config.runner_heartbeat;
     rc.cancel_grace = config.cancel_grace;
+    rc.set_heartbeat_timeout(config.heartbeat_timeout);
     let stop = tokio_util::sync::CancellationToken::new();
     let signal_stop = stop.clone();
     tokio::spawn(async move {

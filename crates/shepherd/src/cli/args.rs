@@ -92,6 +92,22 @@ pub enum Command {
     /// Serve MCP on stdin/stdout for an agent, as a client of the server
     /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
     Mcp,
+    /// Supervise one agent process for a runner (started by the runner).
+    #[command(hide = true)]
+    Shim {
+        /// The run's directory in the runner's data directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// SIGTERM to SIGKILL when asked to stop, in milliseconds.
+        #[arg(long, default_value_t = 30_000)]
+        grace_ms: u64,
+        /// End the agent if no runner renews the lease for this long (ms).
+        #[arg(long, default_value_t = 270_000)]
+        lease_timeout_ms: u64,
+        /// The agent's command line.
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
     /// Remove old data on purpose (transcripts, events).
     Prune {
         /// Null transcripts of runs that ended longer ago than this (e.g. 30d, 12h).
@@ -163,6 +179,8 @@ pub enum TaskCommand {
     },
     /// Follow a task's state changes and its runs' steps until it ends.
     Watch { vtid: String },
+    /// Retry a failed task: it goes back to the queue (operator).
+    Retry { vtid: String },
 }
 
 #[derive(Debug, Subcommand)]

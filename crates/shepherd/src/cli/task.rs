@@ -222,6 +222,13 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             }
         }
         TaskCommand::Watch { vtid } => watch_task(g, &c, vtid).await?,
+        TaskCommand::Retry { vtid } => {
+            let t = c.retry_task(vtid).await.map_err(explain)?;
+            match g.output {
+                Output::Json => print_json(&t),
+                Output::Table => println!("{vtid} is {} again: back in the queue", t.state),
+            }
+        }
     }
     Ok(())
 }

@@ -55,6 +55,9 @@ impl Env {
         // later shell for a minute. The in-process server reads SHELL from
         // this process's environment, spawned servers from `vars`.
         std::env::set_var("SHELL", "/bin/sh");
+        // The in-process runner starts each agent under `shepherd shim`:
+        // the real binary's, not this test program.
+        std::env::set_var("SHEPHERD_SHIM_PROGRAM", env!("CARGO_BIN_EXE_shepherd"));
         vars.insert("SHELL".to_string(), "/bin/sh".to_string());
         vars.insert("SHEPHERD_DATA_DIR".to_string(), dir.display().to_string());
         vars.insert("SHEPHERD_LOG".to_string(), "warn".to_string());

@@ -7,6 +7,7 @@
 
 pub mod claims;
 pub mod conversations;
+pub mod restart;
 pub mod runs;
 pub mod sessions;
 pub mod tasks;

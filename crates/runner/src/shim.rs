@@ -1,0 +1,289 @@
+//! `shepherd shim`: the small supervisor that owns one agent process.
+//!
+//! A runner (the one inside `shepherd serve` included) is not a good parent
+//! for an agent: when it stops, a graceful restart included, its children
+//! would lose the one process that can learn their exit status. So each run
+//! gets a shim, started in its own session, which starts the agent in its
+//! own process group, gives it files rather than pipes for its output, waits
+//! for it and writes its exit status next to that output. A runner, this one
+//! or the next with the same data directory, reads those files.
+//!
+//! The shim also keeps a dead node from running work it no longer holds:
+//! the runner writes the time into the run's lease file while it lives, and
+//! a shim whose lease is older than its timeout (shorter than the server's
+//! heartbeat timeout) ends its agent's group and exits, before the server
+//! can hand the task to someone else.
+//!
+//! Files of a run directory (`<data_dir>/runner/runs/<run_id>/`):
+//! `run.json` (what the runner needs to carry on), `stdin`, `out`, `err`,
+//! `shim` (`pid starttime` of the shim), `agent` (the agent's pid, which is
+//! its process group), `lease`, `exit` (written last, atomically),
+//! `reader.json` (how far a runner that left had read), `steps.jsonl`.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::process::{group_alive, signal_group, start_time};
+
+/// How an agent ended, as the shim saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    /// The exit code, if the agent exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// The signal that ended it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// The agent could not be started (why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The shim ended the agent because no runner renewed its lease.
+    #[serde(default)]
+    pub lease_expired: bool,
+}
+
+/// The files of one run's directory.
+#[derive(Debug, Clone)]
+pub struct RunFiles {
+    pub dir: PathBuf,
+}
+
+impl RunFiles {
+    pub fn root(data_dir: &Path) -> PathBuf {
+        data_dir.join("runner").join("runs")
+    }
+
+    pub fn new(data_dir: &Path, run_id: &str) -> RunFiles {
+        RunFiles {
+            dir: Self::root(data_dir).join(run_id),
+        }
+    }
+
+    pub fn at(dir: PathBuf) -> RunFiles {
+        RunFiles { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The agent's exit, once the shim has written it.
+    pub fn exit(&self) -> Option<ExitRecord> {
+        let text = std::fs::read_to_string(self.path("exit")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// The agent's process group, once the shim has started it.
+    pub fn agent_pgid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.path("agent"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|p: &i32| *p > 1)
+    }
+
+    /// The shim's pid, if the recorded process is alive and is the shim
+    /// (same start time: a reused pid is not mistaken for it).
+    pub fn live_shim(&self) -> Option<i32> {
+        let text = std::fs::read_to_string(self.path("shim")).ok()?;
+        let mut parts = text.split_whitespace();
+        let pid: i32 = parts.next()?.parse().ok()?;
+        let started: u64 = parts.next()?.parse().ok()?;
+        if pid <= 1 {
+            return None;
+        }
+        // A zombie (exited, not yet reaped by its old parent) is not alive.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let state = stat[stat.rfind(')')? + 2..].chars().next()?;
+        (start_time(pid) == Some(started) && state != 'Z').then_some(pid)
+    }
+
+    /// Renews the lease: a runner is alive and supervising this run.
+    pub fn touch_lease(&self) {
+        let _ = write_atomic(&self.path("lease"), now_ms().to_string().as_bytes());
+    }
+
+    fn lease_ms(&self) -> Option<u64> {
+        std::fs::read_to_string(self.path("lease"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Writes a file so that readers see all of it or none of it.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+    }
+    std::fs::rename(tmp, path)
+}
+
+static TERM: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_term(_: libc::c_int) {
+    TERM.store(true, Ordering::SeqCst);
+}
+
+/// How the shim was asked to run.
+#[derive(Debug, Clone)]
+pub struct ShimArgs {
+    pub dir: PathBuf,
+    /// SIGTERM to SIGKILL, when the runner asks the agent to stop.
+    pub grace: Duration,
+    /// How old the lease may grow before the agent is ended.
+    pub lease_timeout: Duration,
+    pub argv: Vec<String>,
+}
+
+/// Runs the shim to its end; returns the process exit code. Synchronous on
+/// purpose: it is one loop around one child, with no runtime to fail.
+pub fn main(args: ShimArgs) -> i32 {
+    // SAFETY: setsid and signal take no pointers; the handler only stores
+    // to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::setsid();
+        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+    }
+    let run = RunFiles::at(args.dir.clone());
+    let me = std::process::id() as i32;
+    let started = start_time(me).unwrap_or(0);
+    if let Err(e) = write_atomic(&run.path("shim"), format!("{me} {started}\n").as_bytes()) {
+        eprintln!("shim: cannot record itself: {e}");
+        return 1;
+    }
+    let record = |r: &ExitRecord| {
+        let bytes = serde_json::to_vec(r).unwrap_or_default();
+        if let Err(e) = write_atomic(&run.path("exit"), &bytes) {
+            eprintln!("shim: cannot write the exit status: {e}");
+        }
+    };
+    let Some((program, rest)) = args.argv.split_first() else {
+        record(&ExitRecord {
+            code: None,
+            signal: None,
+            error: Some("no command".into()),
+            lease_expired: false,
+        });
+        return 1;
+    };
+    let open_out = |name: &str| {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(run.path(name))
+    };
+    let (out, err) = match (open_out("out"), open_out("err")) {
+        (Ok(o), Ok(e)) => (o, e),
+        (Err(e), _) | (_, Err(e)) => {
+            record(&ExitRecord {
+                code: None,
+                signal: None,
+                error: Some(format!("cannot open the output files: {e}")),
+                lease_expired: false,
+            });
+            return 1;
+        }
+    };
+    let stdin = match File::open(run.path("stdin")) {
+        Ok(f) => Stdio::from(f),
+        Err(_) => Stdio::null(),
+    };
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(rest)
+        .stdin(stdin)
+        .stdout(out)
+        .stderr(err)
+        .process_group(0);
+    // SAFETY: only async-signal-safe calls between fork and exec: the agent
+    // gets the default dispositions back, not the shim's.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            record(&ExitRecord {
+                code: None,
+                signal: None,
+                error: Some(format!("cannot start {program:?}: {e}")),
+                lease_expired: false,
+            });
+            return 1;
+        }
+    };
+    let pgid = child.id() as i32;
+    let _ = write_atomic(&run.path("agent"), format!("{pgid}\n").as_bytes());
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    let mut lease_expired = false;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                use std::os::unix::process::ExitStatusExt;
+                // Nothing of the group outlives the run.
+                if group_alive(pgid) {
+                    signal_group(pgid, libc::SIGKILL);
+                }
+                record(&ExitRecord {
+                    code: status.code(),
+                    signal: status.signal(),
+                    error: None,
+                    lease_expired,
+                });
+                return 0;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("shim: waiting for the agent: {e}");
+            }
+        }
+        let now = Instant::now();
+        if TERM.swap(false, Ordering::SeqCst) && kill_at.is_none() {
+            signal_group(pgid, libc::SIGTERM);
+            kill_at = Some(now + args.grace);
+        }
+        let lease_age = run
+            .lease_ms()
+            .map(|t| Duration::from_millis(now_ms().saturating_sub(t)));
+        if kill_at.is_none() && lease_age.is_none_or(|age| age > args.lease_timeout) {
+            eprintln!("shim: no runner renewed the lease in time; ending the agent");
+            lease_expired = true;
+            signal_group(pgid, libc::SIGTERM);
+            kill_at = Some(now + args.grace.min(Duration::from_secs(2)));
+        }
+        if let Some(at) = kill_at {
+            if now >= at && !killed {
+                signal_group(pgid, libc::SIGKILL);
+                killed = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

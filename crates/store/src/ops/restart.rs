@@ -1,0 +1,62 @@
+//! What survives a restart: a run whose agent did not survive goes back to
+//! the queue (reason `server_restart`), and an operator can retry a task
+//! that failed.
+
+use shepherd_core::event::EventRefs;
+use shepherd_core::model::Task;
+use shepherd_core::time::Millis;
+use shepherd_core::Error;
+
+use super::{claims, runs, tasks};
+use crate::params;
+
+/// Ends the run (fenced by its claim token, like steps) and puts its task
+/// back in the queue, as an expired claim would, with `reason`.
+pub async fn requeue_run<D: crate::sql::Db>(
+    db: &mut D,
+    now: Millis,
+    run_id: &str,
+    claim_token: &str,
+    caller: Option<&str>,
+    reason: &str,
+) -> Result<Task, Error> {
+    let run = runs::require(db, run_id).await?;
+    let active = runs::fence_run(db, &run, claim_token, caller).await?;
+    claims::expire(db, now, &active.claim, reason).await?;
+    tasks::require(db, &active.claim.vtid).await
+}
+
+/// Makes a failed task runnable again: back to its workflow's dispatched
+/// state, cancel request cleared. Any other state is 409 `task_not_failed`.
+pub async fn retry_task<D: crate::sql::Db>(
+    db: &mut D,
+    now: Millis,
+    vtid: &str,
+) -> Result<Task, Error> {
+    let mut task = tasks::require(db, vtid).await?;
+    if task.state != shepherd_core::workflow::FAILED {
+        return Err(Error::conflict(
+            "task_not_failed",
+            format!(
+                "task {vtid} is {}; only a failed task can be retried",
+                task.state
+            ),
+        ));
+    }
+    let wf = tasks::workflow_of(&task)?;
+    db.defer(
+        "UPDATE tasks SET cancel_requested_at = NULL WHERE id = $1",
+        params![vtid],
+    );
+    task.cancel_requested_at = None;
+    tasks::set_state(
+        db,
+        now,
+        &mut task,
+        wf.dispatched_state,
+        "retried by the operator",
+        EventRefs::default(),
+    )
+    .await?;
+    Ok(task)
+}
