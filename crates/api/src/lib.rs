@@ -15,7 +15,9 @@ pub mod events;
 pub mod health;
 pub mod openapi;
 pub mod origin;
+pub mod reject;
 pub mod runs;
+pub mod scope;
 pub mod session_ws;
 pub mod sessions;
 pub mod tasks;
@@ -161,6 +163,7 @@ pub fn router(state: AppState) -> Router {
             .layer(axum::middleware::from_fn(log_requests))
             .with_state(state),
     )
+    .layer(axum::middleware::from_fn(reject::uniform_errors))
 }
 
 /// Logs each request with its status and duration.
