@@ -257,7 +257,12 @@ pub async fn render(state: &AppState) -> Result<String, shepherd_core::Error> {
         "Claims held now.",
         workers.iter().map(|w| w.active_claims).sum::<i64>(),
     );
-    header_of(&mut out, "shepherd_workers", "gauge", "Workers by registry status.");
+    header_of(
+        &mut out,
+        "shepherd_workers",
+        "gauge",
+        "Workers by registry status.",
+    );
     let mut by_status: BTreeMap<&str, i64> = BTreeMap::new();
     for w in &workers {
         *by_status.entry(w.status.as_str()).or_default() += 1;
@@ -286,7 +291,10 @@ pub async fn metrics(
     caller.require_operator()?;
     let body = render(&state).await?;
     Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         body,
     )
         .into_response())

@@ -76,10 +76,7 @@ fn error_response(kind: ErrorKind, code: &'static str, message: String) -> Respo
 
 /// The layer: refuses what no route can serve, and reshapes non-JSON errors.
 pub async fn uniform_errors(req: Request, next: Next) -> Response {
-    let uri_len = req
-        .uri()
-        .path_and_query()
-        .map_or(0, |pq| pq.as_str().len());
+    let uri_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
     if uri_len > MAX_URI_BYTES {
         let mut res = error_response(
             ErrorKind::BadRequest,
@@ -161,7 +158,10 @@ mod tests {
 
     #[test]
     fn codes_are_stable() {
-        assert_eq!(code_of(StatusCode::METHOD_NOT_ALLOWED), "method_not_allowed");
+        assert_eq!(
+            code_of(StatusCode::METHOD_NOT_ALLOWED),
+            "method_not_allowed"
+        );
         assert_eq!(code_of(StatusCode::URI_TOO_LONG), "uri_too_long");
         assert_eq!(code_of(StatusCode::BAD_GATEWAY), "internal");
     }

@@ -21,7 +21,9 @@ fn code(status: u16, body: &Value) -> String {
         panic!("{status}: no error.code in {body}");
     });
     assert!(
-        body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
         "{status}: no error.message in {body}"
     );
     c.to_owned()
@@ -98,13 +100,22 @@ async fn every_rejection_has_the_error_shape_and_unknown_routes_reveal_nothing()
 
     // Unknown routes under the API prefixes: 401 without a valid token,
     // 404 with one.
-    for path in ["/api/nothing", "/api/v1/nothing/here", "/ws/nothing", "/mcp/x"] {
+    for path in [
+        "/api/nothing",
+        "/api/v1/nothing/here",
+        "/ws/nothing",
+        "/mcp/x",
+    ] {
         let (st, _, b) = raw(&s, Method::GET, path, None, None, "").await;
         assert_eq!((st, code(st, &b).as_str()), (401, "unauthorized"), "{path}");
         let (st, _, b) = raw(&s, Method::GET, path, Some("not-a-token"), None, "").await;
         assert_eq!(st, 401, "{path}: {b}");
         let (st, _, b) = raw(&s, Method::GET, path, op, None, "").await;
-        assert_eq!((st, code(st, &b).as_str()), (404, "route_not_found"), "{path}");
+        assert_eq!(
+            (st, code(st, &b).as_str()),
+            (404, "route_not_found"),
+            "{path}"
+        );
     }
     // A wrong method on a known route without a token: 401, not 405.
     let (st, _, b) = raw(&s, Method::DELETE, "/api/v1/tasks", None, None, "").await;
@@ -159,99 +170,106 @@ fn forbidden(st: u16, b: &Value) {
     assert_eq!((st, code(st, b).as_str()), (403, "forbidden"), "{b}");
 }
 
-e2e!(worker_tokens_read_only_their_own_work, |kind: Kind| async move {
-    let mut env = Env::new(kind);
-    env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
-    let s = Server::start(&env).await;
-    let w1 = register(&s, "w-one", &["a"]).await;
-    let w2 = register(&s, "w-two", &["b"]).await;
-    create(&s, "T-A1", &["a"]).await;
-    create(&s, "T-B", &["b"]).await;
-    create(&s, "T-A2", &["a"]).await;
-    let (r1, ct1) = claim(&s, &w1, "T-A1").await;
-    let (r2, _) = claim(&s, &w2, "T-B").await;
-    let (st, b) = s
-        .post(
-            &format!("/api/v1/runs/{r1}/status"),
-            Some(&w1),
-            json!({ "claim_token": ct1, "status": "working" }),
-        )
-        .await;
-    assert_eq!(st, 200, "{b}");
+e2e!(
+    worker_tokens_read_only_their_own_work,
+    |kind: Kind| async move {
+        let mut env = Env::new(kind);
+        env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
+        let s = Server::start(&env).await;
+        let w1 = register(&s, "w-one", &["a"]).await;
+        let w2 = register(&s, "w-two", &["b"]).await;
+        create(&s, "T-A1", &["a"]).await;
+        create(&s, "T-B", &["b"]).await;
+        create(&s, "T-A2", &["a"]).await;
+        let (r1, ct1) = claim(&s, &w1, "T-A1").await;
+        let (r2, _) = claim(&s, &w2, "T-B").await;
+        let (st, b) = s
+            .post(
+                &format!("/api/v1/runs/{r1}/status"),
+                Some(&w1),
+                json!({ "claim_token": ct1, "status": "working" }),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
 
-    // Tasks: the one it holds and the one it may take; not another's.
-    assert_eq!(s.get("/api/v1/tasks/T-A1", Some(&w1)).await.0, 200);
-    assert_eq!(s.get("/api/v1/tasks/T-A2", Some(&w1)).await.0, 200);
-    let (st, b) = s.get("/api/v1/tasks/T-B", Some(&w1)).await;
-    forbidden(st, &b);
-    // Runs: its own only.
-    assert_eq!(s.get(&format!("/api/v1/runs/{r1}"), Some(&w1)).await.0, 200);
-    for path in [
-        format!("/api/v1/runs/{r2}"),
-        format!("/api/v1/runs/{r2}/steps"),
-        format!("/api/agents/workers/detail?worker_id={r2}"),
-    ] {
-        let (st, b) = s.get(&path, Some(&w1)).await;
+        // Tasks: the one it holds and the one it may take; not another's.
+        assert_eq!(s.get("/api/v1/tasks/T-A1", Some(&w1)).await.0, 200);
+        assert_eq!(s.get("/api/v1/tasks/T-A2", Some(&w1)).await.0, 200);
+        let (st, b) = s.get("/api/v1/tasks/T-B", Some(&w1)).await;
         forbidden(st, &b);
-    }
-    // Lists beyond one worker's scope.
-    for path in [
-        "/api/v1/tasks",
-        "/api/v1/runs",
-        "/api/agents/workers",
-        "/api/v1/agents",
-        "/api/v1/channels",
-        "/api/v1/events?worker_id=w-two",
-        "/api/v1/worker_events?include_snapshot=true",
-    ] {
-        let (st, b) = s.get(path, Some(&w1)).await;
-        forbidden(st, &b);
-    }
-    // Its own worker record only.
-    let (st, b) = s.get("/api/v1/workers", Some(&w1)).await;
-    assert_eq!(st, 200);
-    let ids: Vec<&str> = b["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["worker_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, ["w-one"]);
-    // Events that name it only, paged and streamed.
-    let (st, b) = s.get("/api/v1/events?limit=1000", Some(&w1)).await;
-    assert_eq!(st, 200);
-    let events = b["events"].as_array().unwrap();
-    assert!(!events.is_empty());
-    assert!(
-        events.iter().all(|e| e["worker_id"] == "w-one"),
-        "{events:?}"
-    );
-    let (st, b) = s.get("/api/v1/worker_events?since=0", Some(&w1)).await;
-    assert_eq!(st, 200);
-    assert!(b["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|e| e["worker_id"] == "w-one"));
-    let last_own = events.iter().map(|e| e["id"].as_i64().unwrap()).max().unwrap();
-    let mut sse = SseClient::connect(&s.base, "/api/events?after=0", Some(&w1), None).await;
-    loop {
-        let f = sse
-            .next(Duration::from_secs(10))
-            .await
-            .expect("the worker's own events arrive");
-        assert_eq!(f.data["worker_id"], "w-one", "{:?}", f.data);
-        if f.id == Some(last_own) {
-            break;
+        // Runs: its own only.
+        assert_eq!(s.get(&format!("/api/v1/runs/{r1}"), Some(&w1)).await.0, 200);
+        for path in [
+            format!("/api/v1/runs/{r2}"),
+            format!("/api/v1/runs/{r2}/steps"),
+            format!("/api/agents/workers/detail?worker_id={r2}"),
+        ] {
+            let (st, b) = s.get(&path, Some(&w1)).await;
+            forbidden(st, &b);
         }
+        // Lists beyond one worker's scope.
+        for path in [
+            "/api/v1/tasks",
+            "/api/v1/runs",
+            "/api/agents/workers",
+            "/api/v1/agents",
+            "/api/v1/channels",
+            "/api/v1/events?worker_id=w-two",
+            "/api/v1/worker_events?include_snapshot=true",
+        ] {
+            let (st, b) = s.get(path, Some(&w1)).await;
+            forbidden(st, &b);
+        }
+        // Its own worker record only.
+        let (st, b) = s.get("/api/v1/workers", Some(&w1)).await;
+        assert_eq!(st, 200);
+        let ids: Vec<&str> = b["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["worker_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["w-one"]);
+        // Events that name it only, paged and streamed.
+        let (st, b) = s.get("/api/v1/events?limit=1000", Some(&w1)).await;
+        assert_eq!(st, 200);
+        let events = b["events"].as_array().unwrap();
+        assert!(!events.is_empty());
+        assert!(
+            events.iter().all(|e| e["worker_id"] == "w-one"),
+            "{events:?}"
+        );
+        let (st, b) = s.get("/api/v1/worker_events?since=0", Some(&w1)).await;
+        assert_eq!(st, 200);
+        assert!(b["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["worker_id"] == "w-one"));
+        let last_own = events
+            .iter()
+            .map(|e| e["id"].as_i64().unwrap())
+            .max()
+            .unwrap();
+        let mut sse = SseClient::connect(&s.base, "/api/events?after=0", Some(&w1), None).await;
+        loop {
+            let f = sse
+                .next(Duration::from_secs(10))
+                .await
+                .expect("the worker's own events arrive");
+            assert_eq!(f.data["worker_id"], "w-one", "{:?}", f.data);
+            if f.id == Some(last_own) {
+                break;
+            }
+        }
+        // The operator sees everything.
+        assert_eq!(s.get("/api/v1/tasks/T-B", Some(OPERATOR)).await.0, 200);
+        assert_eq!(s.get("/api/v1/runs", Some(OPERATOR)).await.0, 200);
+        let (_, b) = s.get("/api/v1/workers", Some(OPERATOR)).await;
+        assert_eq!(b["workers"].as_array().unwrap().len(), 2);
+        s.stop().await;
     }
-    // The operator sees everything.
-    assert_eq!(s.get("/api/v1/tasks/T-B", Some(OPERATOR)).await.0, 200);
-    assert_eq!(s.get("/api/v1/runs", Some(OPERATOR)).await.0, 200);
-    let (_, b) = s.get("/api/v1/workers", Some(OPERATOR)).await;
-    assert_eq!(b["workers"].as_array().unwrap().len(), 2);
-    s.stop().await;
-});
+);
 
 /// Opens a request whose body never finishes, so that it holds a request
 /// slot; returns the socket (dropping it ends the request).
@@ -304,12 +322,17 @@ async fn overload_is_shed_with_retry_after_while_streams_keep_working() {
     drop(held.pop());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (st, b) = s.post("/api/v1/tasks", Some(OPERATOR), task("T-1", "autopilot")).await;
+        let (st, b) = s
+            .post("/api/v1/tasks", Some(OPERATOR), task("T-1", "autopilot"))
+            .await;
         if st == 201 {
             break;
         }
         assert_eq!(st, 503, "{b}");
-        assert!(tokio::time::Instant::now() < deadline, "a slot never came back");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a slot never came back"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for stream in [&mut sse, &mut second] {
@@ -341,18 +364,17 @@ async fn a_silent_worker_whose_claim_expired_is_not_ready() {
         if w["active_claims"] == 0 {
             break w;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the claim never expired: {w}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the claim never expired: {w}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(worker["status"], "closed", "{worker}");
     assert_eq!(worker["registry_status"], "inactive", "{worker}");
     // A heartbeat brings it back.
     let (st, b) = s
-        .post(
-            "/api/v1/worker/orchestrator/heartbeat",
-            Some(&w),
-            json!({}),
-        )
+        .post("/api/v1/worker/orchestrator/heartbeat", Some(&w), json!({}))
         .await;
     assert_eq!(st, 200, "{b}");
     let (_, b) = s.get("/api/v1/workers", Some(OPERATOR)).await;
@@ -394,7 +416,10 @@ async fn metrics_are_for_the_operator_in_prometheus_text() {
         "shepherd_sse_clients 1",
         "shepherd_runs{status=\"running\"} 1",
     ] {
-        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
     }
     assert!(text.contains(
         "shepherd_http_request_duration_seconds_bucket{route=\"/api/v1/tasks\",le=\"+Inf\"} 2"
