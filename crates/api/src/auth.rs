@@ -81,17 +81,11 @@ pub fn subprotocol_token(headers: &HeaderMap) -> Option<String> {
         .find_map(|p| p.trim().strip_prefix("bearer.").map(str::to_owned))
 }
 
-pub async fn authenticate(
-    State(state): State<AppState>,
-    mut req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let header = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
+/// Who sent a request with these headers, or the 401 it gets.
+pub async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let header = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
     let token = match header {
-        None => subprotocol_token(req.headers()),
+        None => subprotocol_token(headers),
         Some(h) => match h
             .strip_prefix("Bearer ")
             .or_else(|| h.strip_prefix("bearer "))
@@ -104,7 +98,7 @@ pub async fn authenticate(
             }
         },
     };
-    let caller = match (token, &state.settings.auth_token) {
+    Ok(match (token, &state.settings.auth_token) {
         (None, None) => Caller::Operator,
         (None, Some(_)) => {
             return Err(unauthorized(
@@ -116,7 +110,15 @@ pub async fn authenticate(
             Some(worker_id) => Caller::Worker(worker_id),
             None => return Err(unauthorized("unknown or revoked token")),
         },
-    };
+    })
+}
+
+pub async fn authenticate(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let caller = identify(&state, req.headers()).await?;
     req.extensions_mut().insert(caller);
     Ok(next.run(req).await)
 }

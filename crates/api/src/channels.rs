@@ -28,8 +28,10 @@ pub async fn upsert(
 #[utoipa::path(get, path = "/api/v1/channels", tag = "channels", params(ChannelListQuery), responses((status = 200, body = ChannelList)))]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiQuery(q): ApiQuery<ChannelListQuery>,
 ) -> ApiResult<Json<ChannelList>> {
+    crate::scope::operator_only(&caller, "the channel list")?;
     let channels = state
         .store
         .list_channels(q.include_archived.unwrap_or(false))

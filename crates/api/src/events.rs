@@ -22,7 +22,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
+use axum::{Extension, Router};
 use bytes::BytesMut;
 use serde_json::Value;
 use shepherd_core::event::{kind, Event, EventFilter};
@@ -309,9 +309,12 @@ impl Feed {
               (status = 400, description = "invalid_cursor", body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
+    Extension(caller): Extension<crate::auth::Caller>,
     headers: HeaderMap,
-    ApiQuery(q): ApiQuery<EventStreamQuery>,
+    ApiQuery(mut q): ApiQuery<EventStreamQuery>,
 ) -> ApiResult<Response> {
+    // A worker's stream carries only the events that name it.
+    q.worker_id = crate::scope::event_worker(&caller, q.worker_id.take())?;
     let cursor = start_cursor(&state, &headers, q.after.as_deref()).await?;
     let feed = Feed {
         tail: state.store.tail(cursor, filter_of(&q)),

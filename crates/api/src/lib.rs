@@ -13,9 +13,13 @@ pub mod conversations;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod limits;
+pub mod metrics;
 pub mod openapi;
 pub mod origin;
+pub mod reject;
 pub mod runs;
+pub mod scope;
 pub mod session_ws;
 pub mod sessions;
 pub mod tasks;
@@ -54,6 +58,12 @@ pub struct Settings {
     /// Origins besides the server's own that browsers may call from
     /// (`SHEPHERD_ALLOWED_ORIGINS`), e.g. `https://ui.example.com`.
     pub allowed_origins: Vec<String>,
+    /// Requests handled at once before more are refused with 503
+    /// (`SHEPHERD_MAX_REQUESTS`); 0: no cap.
+    pub max_requests: usize,
+    /// Open streams (SSE, WebSockets, MCP) before more are refused
+    /// (`SHEPHERD_MAX_STREAMS`); 0: no cap.
+    pub max_streams: usize,
 }
 
 impl Default for Settings {
@@ -67,6 +77,8 @@ impl Default for Settings {
             sse_keepalive: Duration::from_secs(15),
             sse_coalesce: Duration::from_millis(25),
             allowed_origins: Vec::new(),
+            max_requests: 0,
+            max_streams: 0,
         }
     }
 }
@@ -86,11 +98,21 @@ pub struct AppState {
     pub frames: Arc<events::FrameCache>,
     /// This node's sessions and PTY workers (seed 004); `None`: not served.
     pub sessions: Option<Arc<shepherd_sessions::SessionManager>>,
+    /// The request and stream caps, and their gauges.
+    pub limits: Arc<limits::Limits>,
+    /// Request counts and latencies for `/metrics`.
+    pub metrics: Arc<metrics::HttpMetrics>,
 }
 
 impl AppState {
     pub fn new(store: Store, settings: Settings, shutdown: CancellationToken) -> Self {
+        let limits = Arc::new(limits::Limits::new(
+            settings.max_requests,
+            settings.max_streams,
+        ));
         AppState {
+            limits,
+            metrics: Arc::default(),
             store,
             settings: Arc::new(settings),
             shutdown,
@@ -129,6 +151,7 @@ pub fn router(state: AppState) -> Router {
         .merge(usage::router())
         .merge(sessions::router())
         .merge(session_ws::router())
+        .merge(metrics::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,
@@ -147,6 +170,7 @@ pub fn router(state: AppState) -> Router {
     // MCP over Streamable HTTP, behind the same auth; its tools call `app`
     // in-process with the caller's own Authorization header.
     let mcp = shepherd_mcp::http_route(app.clone(), state.shutdown.clone());
+    let metrics_state = state.clone();
     app.merge(
         Router::new()
             .route("/mcp", mcp)
@@ -161,6 +185,17 @@ pub fn router(state: AppState) -> Router {
             .layer(axum::middleware::from_fn(log_requests))
             .with_state(state),
     )
+    // Outermost first: the error shape covers everything, metrics count
+    // shed requests too, and shedding happens before any other work.
+    .layer(axum::middleware::from_fn_with_state(
+        metrics_state.clone(),
+        limits::shed,
+    ))
+    .layer(axum::middleware::from_fn_with_state(
+        metrics_state,
+        metrics::record,
+    ))
+    .layer(axum::middleware::from_fn(reject::uniform_errors))
 }
 
 /// Logs each request with its status and duration.

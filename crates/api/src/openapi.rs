@@ -32,6 +32,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::sessions::create, crate::sessions::list, crate::sessions::show, crate::sessions::delete,
         crate::sessions::add_worker, crate::sessions::remove_worker, crate::sessions::restart, crate::sessions::diff,
         crate::session_ws::attach,
+        crate::metrics::metrics,
     ),
     components(schemas(
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,

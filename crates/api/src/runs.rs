@@ -100,8 +100,10 @@ async fn check_agent(state: &AppState, agent_id: &Option<String>) -> Result<(), 
     (status = 404, description = "agent_not_found", body = ErrorBody)))]
 pub async fn seed_list(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiQuery(q): ApiQuery<SeedRunsQuery>,
 ) -> ApiResult<impl IntoResponse> {
+    crate::scope::operator_only(&caller, "the run list")?;
     let (limit, offset) = paging(q.limit, q.offset, 50)?;
     let status = q.status.filter(|s| !s.is_empty());
     if let Some(s) = &status {
@@ -135,9 +137,11 @@ pub async fn seed_list(
     (status = 500, description = "transcript_corrupt", body = ErrorBody)))]
 pub async fn seed_detail(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiQuery(q): ApiQuery<SeedDetailQuery>,
 ) -> ApiResult<impl IntoResponse> {
     let (run, transcript, cursor) = state.store.run_detail(&q.worker_id).await?;
+    crate::scope::check_run(&caller, &run)?;
     if let Some(a) = q.agent_id.filter(|s| !s.is_empty()) {
         if a != run.agent_id {
             return Err(Error::not_found(
@@ -156,8 +160,10 @@ pub async fn seed_detail(
     (status = 400, description = "invalid_status, invalid_limit, invalid_offset", body = ErrorBody)))]
 pub async fn list_runs(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiQuery(q): ApiQuery<RunsQuery>,
 ) -> ApiResult<impl IntoResponse> {
+    crate::scope::operator_only(&caller, "the run list")?;
     let (limit, offset) = paging(q.limit, q.offset, 50)?;
     if let Some(s) = &q.status {
         check_status(s)?;
@@ -183,9 +189,11 @@ pub async fn list_runs(
     (status = 500, description = "transcript_corrupt", body = ErrorBody)))]
 pub async fn get_run(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(run_id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let (run, transcript, cursor) = state.store.run_detail(&run_id).await?;
+    crate::scope::check_run(&caller, &run)?;
     let body = RunDetail {
         detail: detail_of(run.clone(), transcript),
         run,
@@ -200,6 +208,7 @@ pub async fn get_run(
     (status = 404, description = "run_not_found", body = ErrorBody)))]
 pub async fn get_steps(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(run_id): Path<String>,
     ApiQuery(q): ApiQuery<StepsQuery>,
 ) -> ApiResult<impl IntoResponse> {
@@ -214,6 +223,7 @@ pub async fn get_steps(
         );
     }
     let (run, steps, cursor) = state.store.run_steps(&run_id, after, limit).await?;
+    crate::scope::check_run(&caller, &run)?;
     let next_after = steps.last().map(|(i, _)| *i).unwrap_or(after);
     let steps = steps
         .into_iter()

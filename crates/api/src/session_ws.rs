@@ -61,6 +61,7 @@ pub async fn attach(
     Extension(caller): Extension<Caller>,
     Path((session_id, worker_id)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<AttachQuery>,
+    slot: Option<Extension<crate::limits::StreamSlot>>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     caller.require_operator()?;
@@ -91,6 +92,8 @@ pub async fn attach(
         .write_buffer_size(0)
         .max_message_size(MAX_MESSAGE)
         .on_upgrade(move |socket| async move {
+            // The stream slot is freed when this socket ends.
+            let _slot = slot;
             let attached = m.attach(&session_id, &worker_id).await;
             let mut socket = socket;
             match attached {

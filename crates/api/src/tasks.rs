@@ -75,8 +75,10 @@ pub async fn create_task(
     (status = 400, description = "invalid_state, invalid_limit, invalid_offset", body = ErrorBody)))]
 pub async fn list_tasks(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiQuery(q): ApiQuery<TaskListQuery>,
 ) -> ApiResult<impl IntoResponse> {
+    crate::scope::operator_only(&caller, "the task list; it lists its pending tasks")?;
     let (limit, offset) = paging(q.limit, q.offset, 50)?;
     if let Some(s) = &q.state {
         if !workflow::ALL.iter().any(|w| w.states.contains(&s.as_str())) {
@@ -101,9 +103,11 @@ pub async fn list_tasks(
     (status = 200, body = TaskDetail), (status = 404, description = "task_not_found", body = ErrorBody)))]
 pub async fn get_task(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(vtid): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let (d, cursor) = state.store.task(&vtid, 100).await?;
+    crate::scope::check_task(&state, &caller, &d).await?;
     Ok((
         cursor_header(cursor),
         Json(TaskDetail {
@@ -245,7 +249,11 @@ pub async fn workflows() -> Json<WorkflowList> {
 
 /// Agents, from configuration or first registration, with their running runs.
 #[utoipa::path(get, path = "/api/v1/agents", tag = "runs", responses((status = 200, body = AgentList)))]
-pub async fn agents(State(state): State<AppState>) -> ApiResult<Json<AgentList>> {
+pub async fn agents(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<AgentList>> {
+    crate::scope::operator_only(&caller, "the agent list")?;
     Ok(Json(AgentList {
         agents: state.store.list_agents().await?,
     }))

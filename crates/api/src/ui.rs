@@ -7,18 +7,21 @@
 //! ETag makes that cheap), so a new binary's UI shows up at once. Any other
 //! `GET` that is not an API path is a client-side route and gets
 //! `index.html` (SPA fallback). Paths under `/api`, `/ws` and `/mcp`, and
-//! every non-`GET` request, keep the API's JSON 404. The shell needs no
-//! token: the page asks for one when the API answers 401.
+//! every non-`GET` request, keep the API's JSON 404 for a caller with a
+//! valid token and its 401 for any other. The shell needs no token: the
+//! page asks for one when the API answers 401.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::OnceLock;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use include_dir::{include_dir, Dir};
+
+use crate::AppState;
 
 static DIST: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../web/dist");
 
@@ -178,11 +181,16 @@ fn send(asset: &Asset, method: &Method, headers: &HeaderMap) -> Response {
 
 /// The router's fallback: an embedded file, the SPA shell for a client
 /// route, or the API's JSON 404.
-pub async fn serve(req: Request) -> Response {
+pub async fn serve(State(state): State<AppState>, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path();
     if !(method == Method::GET || method == Method::HEAD) || is_api_path(path) {
-        return crate::error::not_found().await.into_response();
+        // Without a valid token an unknown route is a 401 like a known one,
+        // so probing does not reveal which routes exist.
+        return match crate::auth::identify(&state, req.headers()).await {
+            Ok(_) => crate::error::not_found().await.into_response(),
+            Err(e) => e.into_response(),
+        };
     }
     let assets = assets();
     if let Some(asset) = assets.get(path) {

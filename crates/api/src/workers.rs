@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use shepherd_core::event::{kind, Event, EventFilter};
 use shepherd_core::model::Worker;
 use shepherd_core::status::{EventState, SessionStatus, WorkerEventType, WorkerSource};
@@ -21,6 +21,7 @@ use shepherd_protocol::{
 };
 use shepherd_store::WorkerFilter;
 
+use crate::auth::Caller;
 use crate::error::{ApiQuery, ApiResult};
 use crate::events::start_cursor;
 use crate::{cursor_header, AppState};
@@ -45,10 +46,29 @@ pub fn session_status(w: &Worker) -> SessionStatus {
     }
 }
 
+/// Whether a worker has gone silent: marked inactive by the sweeper, or
+/// past its heartbeat timeout and not yet swept (outside the start grace,
+/// during which silence after a restart does not count).
+pub fn is_silent(state: &AppState, w: &Worker, now: i64) -> bool {
+    let rules = state.lease_rules();
+    w.status == shepherd_core::status::WorkerStatus::Inactive.as_str()
+        || (w.status == shepherd_core::status::WorkerStatus::Active.as_str()
+            && now >= rules.not_before
+            && w.last_heartbeat_at < now - rules.heartbeat_timeout_ms)
+}
+
 fn worker_info(state: &AppState, w: &Worker, last_event: Option<i64>) -> WorkerInfo {
     // A worker heard from since this server started is live ("registry");
     // one known only from storage was recovered ("event_log").
     let live = w.last_heartbeat_at >= state.started_at || w.registered_at >= state.started_at;
+    // A silent worker is not `ready` to take work, whatever it held: it
+    // shows `closed` until it heartbeats again (its registry status says
+    // `inactive`, so a client can tell it from a deregistered one).
+    let status = if is_silent(state, w, shepherd_store::now_ms()) {
+        SessionStatus::Closed
+    } else {
+        session_status(w)
+    };
     WorkerInfo {
         worker_id: w.worker_id.clone(),
         session_id: w.session_id.clone(),
@@ -58,7 +78,7 @@ fn worker_info(state: &AppState, w: &Worker, last_event: Option<i64>) -> WorkerI
         agent_type: w.agent_id.clone(),
         agent_id: w.agent_id.clone(),
         worker_type: w.worker_type.clone(),
-        status: session_status(w),
+        status,
         registry_status: w.status.clone(),
         created_at: to_rfc3339(w.registered_at),
         last_activity: to_rfc3339(w.last_activity_at.unwrap_or(w.registered_at)),
@@ -82,9 +102,10 @@ fn worker_info(state: &AppState, w: &Worker, last_event: Option<i64>) -> WorkerI
     (status = 200, body = WorkerInfoList), (status = 400, description = "invalid_query", body = ErrorBody)))]
 pub async fn list_workers(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiQuery(q): ApiQuery<WorkersQuery>,
 ) -> ApiResult<impl IntoResponse> {
-    let (workers, cursor) = state
+    let (mut workers, cursor) = state
         .store
         .list_workers(WorkerFilter {
             include_closed: q.include_closed.unwrap_or(false),
@@ -92,6 +113,10 @@ pub async fn list_workers(
             agent_id: q.agent_id,
         })
         .await?;
+    // A worker token sees its own record only.
+    if let Caller::Worker(me) = &caller {
+        workers.retain(|w| &w.worker_id == me);
+    }
     let last = state.store.worker_last_event_ts().await?;
     let workers: Vec<WorkerInfo> = workers
         .iter()
@@ -150,8 +175,13 @@ fn seed001_event(e: &Event) -> WorkerEvent {
     (status = 400, description = "invalid_since, invalid_limit, invalid_stale_threshold", body = ErrorBody)))]
 pub async fn worker_events(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiQuery(q): ApiQuery<WorkerEventsQuery>,
 ) -> ApiResult<impl IntoResponse> {
+    let me = crate::scope::event_worker(&caller, None)?;
+    if me.is_some() && q.include_snapshot.unwrap_or(false) {
+        return Err(crate::scope::forbidden("the snapshot of every worker").into());
+    }
     let limit = q.limit.unwrap_or(1000);
     if !(1..=10_000).contains(&limit) {
         return Err(
@@ -166,7 +196,10 @@ pub async fn worker_events(
         )
         .into());
     }
-    let filter = seed001_filter();
+    let filter = EventFilter {
+        worker_id: me.clone(),
+        ..seed001_filter()
+    };
     let page = match q.since.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => state.store.read_latest_events(&filter, limit).await?,
         Some(s) => match s.parse::<i64>() {
@@ -221,7 +254,10 @@ pub async fn worker_events(
         }
         // Stuck: active now, with no progress or step (heartbeats do not
         // count) for longer than the threshold.
-        let (workers, _) = state.store.list_workers(WorkerFilter::default()).await?;
+        let (mut workers, _) = state.store.list_workers(WorkerFilter::default()).await?;
+        if let Some(me) = &me {
+            workers.retain(|w| &w.worker_id == me);
+        }
         let cutoff = shepherd_store::now_ms() - threshold * 60_000;
         let stuck: Vec<String> = workers
             .iter()
@@ -249,6 +285,7 @@ pub async fn worker_events(
     (status = 400, description = "invalid_limit, invalid_cursor", body = ErrorBody)))]
 pub async fn event_page(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<EventPageQuery>,
 ) -> ApiResult<impl IntoResponse> {
@@ -261,7 +298,7 @@ pub async fn event_page(
     let filter = shepherd_protocol::EventStreamQuery {
         after: None,
         agent_id: q.agent_id,
-        worker_id: q.worker_id,
+        worker_id: crate::scope::event_worker(&caller, q.worker_id)?,
         task_id: q.task_id,
         vtid: None,
         run_id: q.run_id,

@@ -129,3 +129,94 @@ mod tests {
         assert_eq!(all(b"a\n\nb\n", 64).await, ["a", "", "b"]);
     }
 }
+
+/// Properties over arbitrary output: whatever bytes an agent writes, in
+/// whatever chunks the pipe delivers them, reading never fails or panics
+/// and nothing is dropped.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn read_all(input: &[u8], max: usize, chunk: usize) -> Vec<String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let reader = tokio::io::BufReader::with_capacity(chunk, input);
+            let mut lines = LossyLines::new(reader, max);
+            let mut out = Vec::new();
+            while let Some(l) = lines.next_line().await.unwrap() {
+                out.push(l);
+            }
+            out
+        })
+    }
+
+    /// What reading must give when no line is longer than the bound: the
+    /// input split at `\n`, the `\r` of a `\r\n` dropped, each line decoded
+    /// lossily; a final newline ends the last line without opening one.
+    fn reference(input: &[u8]) -> Vec<String> {
+        let mut lines: Vec<&[u8]> = input.split(|&b| b == b'\n').collect();
+        let unterminated = lines.pop().filter(|l| !l.is_empty());
+        let mut out: Vec<String> = lines
+            .into_iter()
+            .map(|l| String::from_utf8_lossy(l.strip_suffix(b"\r").unwrap_or(l)).into_owned())
+            .collect();
+        out.extend(unterminated.map(|l| String::from_utf8_lossy(l).into_owned()));
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_bytes_are_read_whole_in_any_chunks(
+            input in proptest::collection::vec(
+                prop_oneof![any::<u8>(), Just(b'\n'), Just(b'\r'), Just(0xE2u8)],
+                0..400,
+            ),
+            chunk in 1usize..64,
+        ) {
+            let got = read_all(&input, input.len() + 8, chunk);
+            prop_assert_eq!(got, reference(&input));
+        }
+
+        #[test]
+        fn long_lines_lose_nothing_and_respect_the_bound(
+            text in "[a-z\u{e9}\u{20ac}\u{1f600}\n]{0,300}",
+            max in 4usize..40,
+            chunk in 1usize..64,
+        ) {
+            let got = read_all(text.as_bytes(), max, chunk);
+            prop_assert_eq!(got.concat(), text.replace('\n', ""));
+            for piece in &got {
+                prop_assert!(piece.len() <= max, "{:?} is over {}", piece, max);
+                prop_assert!(!piece.contains('\u{FFFD}'), "{:?} was cut inside a character", piece);
+            }
+        }
+
+        #[test]
+        fn no_ascii_byte_is_dropped_or_invented_at_any_bound(
+            input in proptest::collection::vec(
+                any::<u8>().prop_filter("no CR", |b| *b != b'\r'),
+                0..600,
+            ),
+            max in 0usize..50,
+            chunk in 1usize..64,
+        ) {
+            let got = read_all(&input, max, chunk);
+            let ascii_in: Vec<u8> = input
+                .iter()
+                .copied()
+                .filter(|b| b.is_ascii() && *b != b'\n')
+                .collect();
+            let ascii_out: Vec<u8> = got
+                .concat()
+                .bytes()
+                .filter(u8::is_ascii)
+                .collect();
+            prop_assert_eq!(ascii_out, ascii_in);
+        }
+    }
+}

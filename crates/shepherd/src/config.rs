@@ -38,6 +38,8 @@ struct FileConfig {
     sessions_root: Option<PathBuf>,
     node_id: Option<String>,
     advertise_url: Option<String>,
+    max_requests: Option<u64>,
+    max_streams: Option<u64>,
     #[serde(default)]
     agents: BTreeMap<String, AgentConfig>,
 }
@@ -78,7 +80,18 @@ pub struct Config {
     /// How clients reach this node (told to clients that ask another node
     /// about a session hosted here); default `http://LISTEN`.
     pub advertise_url: Option<String>,
+    /// Requests handled at once; more answer 503 `overloaded` (0: no cap).
+    pub max_requests: usize,
+    /// Open streams (SSE, WebSockets, MCP) at once, outside the request
+    /// cap; more answer 503 `too_many_streams` (0: no cap).
+    pub max_streams: usize,
 }
+
+/// Requests in flight before shedding. Past a few hundred, a queue only adds
+/// latency: the store serves them one transaction at a time anyway.
+pub const DEFAULT_MAX_REQUESTS: u64 = 256;
+/// Open streams; each costs a socket and a little memory, not a request slot.
+pub const DEFAULT_MAX_STREAMS: u64 = 4096;
 
 /// A configuration error: which key, and what is wrong with it.
 #[derive(Debug)]
@@ -287,6 +300,10 @@ impl Config {
                 .or(file.sessions_root),
             node_id: env(vars, "SHEPHERD_NODE_ID").or(file.node_id),
             advertise_url: env(vars, "SHEPHERD_ADVERTISE_URL").or(file.advertise_url),
+            max_requests: env_u64(vars, "SHEPHERD_MAX_REQUESTS", file.max_requests)?
+                .unwrap_or(DEFAULT_MAX_REQUESTS) as usize,
+            max_streams: env_u64(vars, "SHEPHERD_MAX_STREAMS", file.max_streams)?
+                .unwrap_or(DEFAULT_MAX_STREAMS) as usize,
         })
     }
 

@@ -40,6 +40,8 @@ pub fn settings(config: &Config) -> Settings {
         claim_ttl: config.claim_ttl,
         cancel_grace: config.cancel_grace,
         allowed_origins: config.allowed_origins.clone(),
+        max_requests: config.max_requests,
+        max_streams: config.max_streams,
         ..Settings::default()
     }
 }

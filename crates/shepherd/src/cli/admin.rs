@@ -11,9 +11,15 @@ use super::{Global, Result};
 fn init_tracing(config: &Config) {
     let filter =
         tracing_subscriber::EnvFilter::try_new(&config.log).unwrap_or_else(|_| "info".into());
+    // Logs go to stderr (stdout is for a command's output); colour codes
+    // only when a person is watching it, never into files or collectors.
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false);
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     if config.log_json {
         builder.json().init();
     } else {

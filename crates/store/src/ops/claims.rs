@@ -173,6 +173,12 @@ fn eligibility(worker: &Worker, task: &Task) -> Result<(), Error> {
     Ok(())
 }
 
+/// Whether `worker` may take `task` now (the rules of a claim, without
+/// capacity): what a worker token may read of a task it does not hold.
+pub fn may_take(worker: &Worker, task: &Task) -> bool {
+    eligibility(worker, task).is_ok()
+}
+
 /// SQL condition selecting tasks waiting in a claimable state of their
 /// workflow; review states only for a worker that can validate.
 fn claimable_condition(can_validate: bool) -> String {

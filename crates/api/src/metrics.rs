@@ -1,0 +1,305 @@
+//! `GET /metrics`: the server's health in Prometheus' text format, for the
+//! operator token only.
+//!
+//! Request counts and latencies are recorded by a layer around every route
+//! (labelled by the route's template, never the raw path, so ids cannot
+//! blow up the series count); queue depth, claims and runs are read from the
+//! store at scrape time. The exposition is written by hand: the format is a
+//! few lines of text and needs no library.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use shepherd_core::status::RunStatus;
+use shepherd_core::workflow;
+use shepherd_store::{RunFilter, TaskFilter, WorkerFilter};
+
+use crate::auth::Caller;
+use crate::error::ApiResult;
+use crate::AppState;
+
+/// Upper bounds (seconds) of the latency histogram's buckets.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    /// Count per bucket (not cumulative; summed when written).
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+/// Request counters and latency histograms, by route.
+#[derive(Default)]
+pub struct HttpMetrics {
+    /// (route, method, status) → requests.
+    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    /// route → time to the response's head.
+    latency: Mutex<BTreeMap<String, Histogram>>,
+}
+
+impl std::fmt::Debug for HttpMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HttpMetrics")
+    }
+}
+
+impl HttpMetrics {
+    fn observe(&self, route: String, method: String, status: u16, secs: f64) {
+        if let Ok(mut m) = self.requests.lock() {
+            *m.entry((route.clone(), method, status)).or_default() += 1;
+        }
+        if let Ok(mut m) = self.latency.lock() {
+            let h = m.entry(route).or_default();
+            h.count += 1;
+            h.sum += secs;
+            if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+                h.counts[i] += 1;
+            }
+        }
+    }
+}
+
+/// The layer that counts and times every request.
+pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    // Unmatched paths share one label: their raw paths are unbounded.
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = req.method().as_str().to_owned();
+    let started = Instant::now();
+    let res = next.run(req).await;
+    state.metrics.observe(
+        route,
+        method,
+        res.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    res
+}
+
+/// Escapes a label value as the text format requires.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn header_of(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn write_http(out: &mut String, m: &HttpMetrics) {
+    header_of(
+        out,
+        "shepherd_http_requests_total",
+        "counter",
+        "HTTP requests answered, by route template, method and status.",
+    );
+    if let Ok(reqs) = m.requests.lock() {
+        for ((route, method, status), n) in reqs.iter() {
+            let _ = writeln!(
+                out,
+                "shepherd_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{status}\"}} {n}",
+                label(route),
+                label(method)
+            );
+        }
+    }
+    header_of(
+        out,
+        "shepherd_http_request_duration_seconds",
+        "histogram",
+        "Time from a request's arrival to its response's head, by route template.",
+    );
+    if let Ok(lat) = m.latency.lock() {
+        for (route, h) in lat.iter() {
+            let route = label(route);
+            let mut cumulative = 0;
+            for (b, n) in BUCKETS.iter().zip(h.counts.iter()) {
+                cumulative += n;
+                let _ = writeln!(
+                    out,
+                    "shepherd_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {cumulative}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "shepherd_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "shepherd_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "shepherd_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                h.count
+            );
+        }
+    }
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    header_of(out, name, "gauge", help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    header_of(out, name, "counter", help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// The whole exposition.
+pub async fn render(state: &AppState) -> Result<String, shepherd_core::Error> {
+    let mut out = String::with_capacity(8 * 1024);
+    write_http(&mut out, &state.metrics);
+    let l = &state.limits;
+    gauge(
+        &mut out,
+        "shepherd_http_requests_in_flight",
+        "Ordinary requests being handled now.",
+        l.requests_in_flight.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "shepherd_http_max_requests",
+        "The cap on requests in flight (0: none).",
+        l.max_requests,
+    );
+    counter(
+        &mut out,
+        "shepherd_http_shed_requests_total",
+        "Requests refused with 503 overloaded.",
+        l.shed_requests.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut out,
+        "shepherd_http_shed_streams_total",
+        "Streams refused with 503 too_many_streams.",
+        l.shed_streams.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "shepherd_sse_clients",
+        "Open server-sent event streams of the event log.",
+        l.sse_clients.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "shepherd_other_streams",
+        "Open WebSocket and MCP streams.",
+        l.other_streams.load(Ordering::Relaxed),
+    );
+
+    // Queue depth: tasks per workflow state (states shared by workflows
+    // are counted once).
+    let mut states: Vec<&str> = workflow::ALL
+        .iter()
+        .flat_map(|w| w.states.iter().copied())
+        .collect();
+    states.sort_unstable();
+    states.dedup();
+    header_of(
+        &mut out,
+        "shepherd_tasks",
+        "gauge",
+        "Tasks by state (queue depth).",
+    );
+    for s in states {
+        let (_, total, _) = state
+            .store
+            .list_tasks(TaskFilter {
+                state: Some(s.to_owned()),
+                agent_id: None,
+                channel_id: None,
+                limit: 1,
+                offset: 0,
+            })
+            .await?;
+        let _ = writeln!(out, "shepherd_tasks{{state=\"{}\"}} {total}", label(s));
+    }
+    header_of(&mut out, "shepherd_runs", "gauge", "Runs by status.");
+    for s in RunStatus::ALL {
+        let (_, total, _) = state
+            .store
+            .list_runs(RunFilter {
+                agent_id: None,
+                channel_id: None,
+                status: Some(s.as_str().to_owned()),
+                vtid: None,
+                q: None,
+                limit: 1,
+                offset: 0,
+            })
+            .await?;
+        let _ = writeln!(out, "shepherd_runs{{status=\"{}\"}} {total}", s.as_str());
+    }
+    let (workers, head) = state.store.list_workers(WorkerFilter::default()).await?;
+    gauge(
+        &mut out,
+        "shepherd_active_claims",
+        "Claims held now.",
+        workers.iter().map(|w| w.active_claims).sum::<i64>(),
+    );
+    header_of(
+        &mut out,
+        "shepherd_workers",
+        "gauge",
+        "Workers by registry status.",
+    );
+    let mut by_status: BTreeMap<&str, i64> = BTreeMap::new();
+    for w in &workers {
+        *by_status.entry(w.status.as_str()).or_default() += 1;
+    }
+    for (s, n) in by_status {
+        let _ = writeln!(out, "shepherd_workers{{status=\"{}\"}} {n}", label(s));
+    }
+    gauge(
+        &mut out,
+        "shepherd_event_log_head",
+        "The sequence number of the newest event.",
+        head,
+    );
+    Ok(out)
+}
+
+/// Prometheus metrics (text format 0.0.4); operator token only.
+#[utoipa::path(get, path = "/metrics", tag = "health", responses(
+    (status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
+    (status = 401, description = "unauthorized", body = shepherd_protocol::ErrorBody),
+    (status = 403, description = "operator_only", body = shepherd_protocol::ErrorBody)))]
+pub async fn metrics(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Response> {
+    caller.require_operator()?;
+    let body = render(&state).await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response())
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(metrics))
+}
