@@ -36,7 +36,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,
         p::WireEvent, p::Resync, p::TaskStateChanged, p::ProgressRecorded, p::RunStarted,
         p::RunStatusChanged, p::RunStep, p::RunCompleted, p::ClaimGranted, p::ClaimReleased,
-        p::CancelRequested,
+        p::CancelRequested, p::ConversationStateChanged,
         shepherd_sessions::ServerMessage, shepherd_sessions::ClientMessage,
     )),
     modifiers(&BearerAuth, &CommonErrors)
