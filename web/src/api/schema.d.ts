@@ -120,6 +120,77 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/conversations/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A conversation with every message and step persisted so far, and the cursor to tail from. */
+        get: operations["get_conversation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/conversations/{id}/activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Continue an old conversation: make it the active one (a processing one there is cancelled). */
+        post: operations["activate_conversation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/conversations/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel the current run: it reaches the worker at once; the conversation
+         *     stays `cancelled` until the run has ended, keeping its partial work.
+         */
+        post: operations["cancel_conversation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/conversations/{id}/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Send a user message: starts a run on the resource's agent. */
+        post: operations["send_message"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/events": {
         parameters: {
             query?: never;
@@ -131,6 +202,42 @@ export interface paths {
         get: operations["event_page"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/resources": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Resources (channels not archived), with their active and processing conversations. */
+        get: operations["list_resources"];
+        put?: never;
+        /** Create a resource, or update its name and agent. */
+        post: operations["upsert_resource"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/resources/{id}/conversations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A resource's conversations, newest first. */
+        get: operations["list_conversations"];
+        put?: never;
+        /** New chat: a new active conversation (a processing one there is cancelled, its partial work kept). */
+        post: operations["create_conversation"];
         delete?: never;
         options?: never;
         head?: never;
@@ -203,6 +310,127 @@ export interface paths {
          *     acknowledged without storing twice; a gap is `step_gap`.
          */
         post: operations["append_steps"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Set the token usage and cost of a running run, fenced by its claim token. */
+        post: operations["set_usage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every session with its tabs. */
+        get: operations["list_sessions"];
+        put?: never;
+        /** Create a session. */
+        post: operations["create_session"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A session's public view: its persisted tabs, alive or not. */
+        get: operations["get_session"];
+        put?: never;
+        post?: never;
+        /** Delete a session, ending every process of it. */
+        delete: operations["delete_session"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions/{id}/workers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Add a tab: `agent` (its `interactive_command`), `terminal` (the user's shell) or `git-diff`. */
+        post: operations["add_session_worker"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions/{id}/workers/{worker_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Remove a tab, ending every process of its PTY. */
+        delete: operations["remove_session_worker"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions/{id}/workers/{worker_id}/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A `git-diff` tab: `git diff` and `git status --porcelain` of the session's location. */
+        get: operations["session_worker_diff"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions/{id}/workers/{worker_id}/restart": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Kill the tab's process (if alive) and start a fresh one. */
+        post: operations["restart_session_worker"];
         delete?: never;
         options?: never;
         head?: never;
@@ -485,6 +713,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/ws/session/{sessionId}/worker/{workerId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Attach to a PTY worker (WebSocket; JSON text messages). */
+        get: operations["attach_session_worker"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -500,6 +745,15 @@ export interface components {
             name: string;
             /** @enum {string} */
             type: "tool_call";
+        };
+        /** @enum {string} */
+        ActivityState: "active" | "idle";
+        AddWorker: {
+            /** @description For `agent`: the name of an `[agents.*]` entry with an `interactive_command`. */
+            agent_id?: string | null;
+            name?: string | null;
+            /** @description `agent`, `terminal` or `git-diff`. */
+            type: string;
         };
         /** @description A configured kind of worker. */
         Agent: {
@@ -595,6 +849,23 @@ export interface components {
             vtid: string;
             worker_id: string;
         };
+        /**
+         * @description The claim's `conversation` object (seed 002): a follow-up continues the
+         *     agent's own conversation when it can.
+         */
+        ClaimConversation: {
+            /** @description The agent's own id for this conversation, captured from its output. */
+            agent_session_id?: string | null;
+            conversation_id: string;
+            /** @description The new user message alone (the spec also holds the earlier turns). */
+            message: string;
+            resource_id: string;
+            /**
+             * Format: int64
+             * @description 1 for the conversation's first message.
+             */
+            turn: number;
+        };
         /** @description `data` of `worker.claim.granted`. */
         ClaimGranted: {
             /** Format: int64 */
@@ -619,10 +890,16 @@ export interface components {
             reason: string;
         };
         ClaimResponse: {
+            /**
+             * Format: int64
+             * @description Which attempt at the task this claim's run is (1 for the first).
+             */
+            attempt?: number;
             claim_expires_at: string;
             /** @description The fencing token every later call under this claim carries. */
             claim_token: string;
             claimed: boolean;
+            conversation?: null | components["schemas"]["ClaimConversation"];
             ok: boolean;
             purpose: components["schemas"]["ClaimPurpose"];
             run_id: string;
@@ -633,6 +910,79 @@ export interface components {
             title: string;
             vtid: string;
             workflow: string;
+        };
+        /** @description Client → server. */
+        ClientMessage: {
+            data: string;
+            /** @enum {string} */
+            type: "input";
+        } | {
+            /** Format: int32 */
+            cols: number;
+            /** Format: int32 */
+            rows: number;
+            /** @enum {string} */
+            type: "resize";
+        };
+        ConversationDetail: {
+            active: boolean;
+            /** @description The run replying now, while processing. */
+            active_run_id?: string | null;
+            agent_session_id?: string | null;
+            created_at: string;
+            /**
+             * Format: int64
+             * @description The event-log cursor this answer is valid at.
+             */
+            cursor: number;
+            id: string;
+            messages: components["schemas"]["MessageInfo"][];
+            resource_id: string;
+            state: string;
+            updated_at: string;
+        };
+        /** @description A conversation as lists show it. */
+        ConversationInfo: {
+            /** @description Whether it is the resource's active conversation. */
+            active: boolean;
+            /** @description The agent's own conversation id, captured from its output. */
+            agent_session_id?: string | null;
+            created_at: string;
+            id: string;
+            /**
+             * Format: int64
+             * @description User messages so far.
+             */
+            messages: number;
+            resource_id: string;
+            /** @description `idle | processing | cancelled`. */
+            state: string;
+            updated_at: string;
+        };
+        ConversationPage: {
+            conversations: components["schemas"]["ConversationInfo"][];
+            /** @description Pass as `page` for the next (older) page; null on the last. */
+            next?: string | null;
+        };
+        /** @description `data` of `conversation.state_changed`. */
+        ConversationStateChanged: {
+            /** @description `idle`, `processing` or `cancelled`. */
+            from: string;
+            /** @description The user message that started processing. */
+            message_id?: string | null;
+            /** @description Why it was cancelled, or why it went idle. */
+            reason?: string | null;
+            /** @description The task (run) the change concerns. */
+            task_id?: string | null;
+            /** @description On `idle`: the final state of the task that answered. */
+            task_state?: string | null;
+            to: string;
+        };
+        CreateSession: {
+            /** @description An existing directory on the host, inside `SHEPHERD_SESSIONS_ROOT` when set. */
+            location_path: string;
+            /** @description Defaults to the directory's name. */
+            name?: string | null;
         };
         CreateTask: {
             /** @description Only workers registered with this agent may take it. */
@@ -724,6 +1074,13 @@ export interface components {
          * @enum {string}
          */
         EventState: "idle" | "active" | "closed";
+        /** @description What `git-diff` tabs show. */
+        GitDiff: {
+            /** @description `git diff` of the location. */
+            diff: string;
+            /** @description `git status --porcelain` of the location. */
+            status: string;
+        };
         Health: {
             status: string;
             version: string;
@@ -755,6 +1112,44 @@ export interface components {
             index: number;
             step: components["schemas"]["TranscriptStep"];
         };
+        /**
+         * @description One entry of a conversation: a user message, or a run of the agent
+         *     replying to the message before it.
+         */
+        MessageInfo: {
+            created_at: string;
+            id: string;
+            /** @description `user` or `agent`. */
+            role: string;
+            run_id?: string | null;
+            /** @description User: `queued | sent | dropped`; agent: `running | done | failed | cancelled`. */
+            status: string;
+            /** @description The reply's steps (seed 000's `TranscriptStep`). */
+            steps: components["schemas"]["TranscriptStep"][];
+            /** @description The user's text, or the reply's result text once the run ended. */
+            text?: string | null;
+        };
+        /** @description A user message as stored. */
+        MessageRecord: {
+            conversation_id: string;
+            created_at: string;
+            id: string;
+            /**
+             * Format: int64
+             * @description 1 for the conversation's first message.
+             */
+            ordinal: number;
+            /** @description `sent` (its run is queued or running) or `queued` (waits for the current run). */
+            status: string;
+            /** @description The task answering it, once sent. */
+            task_id?: string | null;
+            text: string;
+        };
+        /**
+         * @description What to do with a message sent while the conversation is busy.
+         * @enum {string}
+         */
+        MultitaskMode: "reject" | "enqueue" | "interrupt";
         OutsideEvent: {
             /** @description Such as `github.pull_request.opened`. */
             event: string;
@@ -842,6 +1237,34 @@ export interface components {
             /** @description The worker's own bearer token; shown once. */
             worker_token: string;
         };
+        ResourceBody: {
+            /** @description The agent its conversations talk to. */
+            agent_id: string;
+            id: string;
+            /** @description Display name. */
+            name: string;
+        };
+        ResourceInfo: {
+            active_conversation_id?: string | null;
+            agent_id?: string | null;
+            archived_at?: string | null;
+            created_at: string;
+            id: string;
+            name: string;
+            processing_conversation_id?: string | null;
+        };
+        ResourceList: {
+            resources: components["schemas"]["ResourceInfo"][];
+        };
+        /**
+         * @description `restart`'s mode: a fresh process, or the agent's `continue_args`.
+         * @enum {string}
+         */
+        RestartMode: "new" | "continue";
+        RestartWorker: {
+            /** @description `new` starts afresh; `continue` adds the agent's `continue_args`. */
+            mode: components["schemas"]["RestartMode"];
+        };
         /**
          * @description The `resync` frame: the reader missed events and must reload state,
          *     then resume from `cursor`.
@@ -865,6 +1288,8 @@ export interface components {
             channel_name?: string | null;
             /** Format: date-time */
             completed_at?: string | null;
+            /** @description The conversation this run replies in, if any. */
+            conversation_id?: string | null;
             has_transcript: boolean;
             id: string;
             live_status?: string | null;
@@ -880,6 +1305,7 @@ export interface components {
             task: string;
             /** Format: int64 */
             tool_calls: number;
+            usage?: null | components["schemas"]["Usage"];
             vtid: string;
             worker_id: string;
             worker_type: string;
@@ -932,24 +1358,118 @@ export interface components {
         };
         /**
          * @description A connector (seed 003) error: the standard `error` object with the
-         *     seed's `ok: false` and `reason`, and `claimed: false` on claims.
+         *     seed's `ok: false` and `reason`, and `claimed: false` on claims. A
+         *     request that could not be read at all (malformed JSON) has only `error`.
          */
         SeedErrorBody: {
             /** @description Present (false) on a refused claim. */
             claimed?: boolean | null;
             error: components["schemas"]["ErrorDetail"];
-            ok: boolean;
+            ok?: boolean | null;
             /** @description The error's message again, as the seed names it. */
-            reason: string;
+            reason?: string | null;
+        };
+        SendBody: {
+            multitask?: components["schemas"]["MultitaskMode"];
+            text: string;
+        };
+        SendResponse: {
+            conversation: components["schemas"]["ConversationInfo"];
+            message: components["schemas"]["MessageRecord"];
+        };
+        /** @description Server → client. */
+        ServerMessage: {
+            data: string;
+            /** Format: int64 */
+            epoch: number;
+            /** Format: int64 */
+            offset: number;
+            /** @enum {string} */
+            type: "history";
+        } | {
+            data: string;
+            /** Format: int64 */
+            offset: number;
+            /** @enum {string} */
+            type: "output";
+        } | {
+            state: components["schemas"]["ActivityState"];
+            /** @enum {string} */
+            type: "activity";
+        } | {
+            /** Format: int64 */
+            exitCode?: number | null;
+            /**
+             * Format: int32
+             * @description The number of the signal that ended the process, if one did.
+             */
+            signal?: number | null;
+            /** @enum {string} */
+            type: "exit";
+        } | {
+            code: string;
+            message: string;
+            /** @enum {string} */
+            type: "error";
+        };
+        /** @description A workspace with its tabs. */
+        Session: {
+            created_at: string;
+            id: string;
+            location_path: string;
+            name: string;
+            node_address?: string | null;
+            /** @description The node that hosts the session's processes. */
+            node_id: string;
+            workers: components["schemas"]["SessionWorker"][];
+        };
+        SessionList: {
+            count: number;
+            sessions: components["schemas"]["Session"][];
         };
         /**
          * @description Seed 001's session status of a worker.
          * @enum {string}
          */
         SessionStatus: "spawning" | "ready" | "busy" | "closed";
+        /** @description One tab of a session: a PTY (`agent`, `terminal`) or `git-diff`. */
+        SessionWorker: {
+            agent_id?: string | null;
+            /** @description Whether that process runs now (a stopped tab is restored when a client attaches). */
+            alive: boolean;
+            created_at: string;
+            /**
+             * Format: int64
+             * @description Changes with each new process of the tab.
+             */
+            epoch: number;
+            /**
+             * Format: int64
+             * @description Set when the process ended by itself while the server was up.
+             */
+            exit_code?: number | null;
+            exited_at?: string | null;
+            id: string;
+            name: string;
+            /**
+             * Format: int64
+             * @description The latest process's pid (PTY tabs).
+             */
+            pid?: number | null;
+            /** @description `agent`, `terminal` or `git-diff`. */
+            type: string;
+        };
         SetStatus: {
             claim_token: string;
             status: string;
+        };
+        /**
+         * @description The run's usage so far (a running total: it replaces the last report),
+         *     fenced by the claim token.
+         */
+        SetUsage: {
+            claim_token: string;
+            usage: components["schemas"]["Usage"];
         };
         StatusAck: {
             live_status?: string | null;
@@ -977,6 +1497,8 @@ export interface components {
             cancel_requested_at?: string | null;
             capabilities: string[];
             channel_id?: string | null;
+            /** @description The conversation whose message this task answers, if any. */
+            conversation_id?: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1045,6 +1567,27 @@ export interface components {
             ok: boolean;
             state: string;
             vtid: string;
+        };
+        /** @description What a run has used so far. */
+        Usage: {
+            /** Format: int64 */
+            cache_read_tokens?: number;
+            /** Format: int64 */
+            cache_write_tokens?: number;
+            /**
+             * Format: double
+             * @description In US dollars; `None` while the agent has reported no cost.
+             */
+            cost_usd?: number | null;
+            /** Format: int64 */
+            input_tokens?: number;
+            /** Format: int64 */
+            output_tokens?: number;
+        };
+        UsageAck: {
+            ok: boolean;
+            run_id: string;
+            usage?: null | components["schemas"]["Usage"];
         };
         /**
          * @description One event as clients see it: the log record with `id` (= `seq`, the
@@ -1216,13 +1759,13 @@ export interface operations {
     seed_list: {
         parameters: {
             query?: {
-                agent_id?: string | null;
+                agent_id?: string;
                 /** @description 1 to 500; default 50. */
-                limit?: number | null;
-                offset?: number | null;
+                limit?: number;
+                offset?: number;
                 /** @description Search in task titles. */
-                q?: string | null;
-                status?: null | components["schemas"]["RunStatus"];
+                q?: string;
+                status?: components["schemas"]["RunStatus"];
             };
             header?: never;
             path?: never;
@@ -1247,6 +1790,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description agent_not_found */
             404: {
                 headers: {
@@ -1260,10 +1821,10 @@ export interface operations {
     };
     seed_detail: {
         parameters: {
-            query?: {
-                agent_id?: string | null;
+            query: {
+                agent_id?: string;
                 /** @description The run id. */
-                worker_id?: string;
+                worker_id: string;
             };
             header?: never;
             path?: never;
@@ -1277,6 +1838,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WorkerDetailResponse"];
+                };
+            };
+            /** @description invalid_query */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description run_not_found */
@@ -1303,18 +1891,18 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description A cursor (sequence number) to resume after, or `now`. `Last-Event-ID` wins. */
-                after?: string | null;
-                agent_id?: string | null;
-                channel_id?: string | null;
-                conversation_id?: string | null;
-                run_id?: string | null;
-                session_id?: string | null;
-                task_id?: string | null;
+                after?: string;
+                agent_id?: string;
+                channel_id?: string;
+                conversation_id?: string;
+                run_id?: string;
+                session_id?: string;
+                task_id?: string;
                 /** @description Comma-separated log types; a trailing `*` matches a prefix (`worker.*`). */
-                types?: string | null;
+                types?: string;
                 /** @description Same as `task_id`. */
-                vtid?: string | null;
-                worker_id?: string | null;
+                vtid?: string;
+                worker_id?: string;
             };
             header?: {
                 /** @description resume after this sequence number */
@@ -1334,6 +1922,24 @@ export interface operations {
             };
             /** @description invalid_cursor */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1378,12 +1984,30 @@ export interface operations {
                     "application/json": components["schemas"]["AgentList"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list: {
         parameters: {
             query?: {
-                include_archived?: boolean | null;
+                include_archived?: boolean;
             };
             header?: never;
             path?: never;
@@ -1397,6 +2021,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ChannelList"];
+                };
+            };
+            /** @description invalid_query */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -1422,8 +2073,35 @@ export interface operations {
                     "application/json": components["schemas"]["Channel"];
                 };
             };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description operator_only */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1461,6 +2139,15 @@ export interface operations {
                     "application/json": components["schemas"]["Channel"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description operator_only */
             403: {
                 headers: {
@@ -1490,19 +2177,291 @@ export interface operations {
             };
         };
     };
+    get_conversation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationDetail"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conversation_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    activate_conversation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationInfo"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conversation_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancel_conversation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CancelBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationInfo"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conversation_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conversation_idle */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    send_message: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SendBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SendResponse"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conversation_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conversation_busy, resource_busy, resource_has_no_agent */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_text */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     event_page: {
         parameters: {
             query?: {
                 /** @description Cursor to read after; without it, the latest `limit` events. */
-                after?: string | null;
-                agent_id?: string | null;
-                channel_id?: string | null;
-                limit?: number | null;
-                run_id?: string | null;
-                task_id?: string | null;
+                after?: string;
+                agent_id?: string;
+                channel_id?: string;
+                limit?: number;
+                run_id?: string;
+                task_id?: string;
                 /** @description Comma-separated log types; a trailing `*` matches a prefix. */
-                types?: string | null;
-                worker_id?: string | null;
+                types?: string;
+                worker_id?: string;
             };
             header?: never;
             path?: never;
@@ -1527,18 +2486,272 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_resources: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResourceList"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    upsert_resource: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ResourceBody"];
+            };
+        };
+        responses: {
+            /** @description updated */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResourceInfo"];
+                };
+            };
+            /** @description created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResourceInfo"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_resource_id, invalid_name, invalid_agent_id, unknown_agent */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_conversations: {
+        parameters: {
+            query?: {
+                /** @description 1-200; default 50. */
+                limit?: number;
+                /** @description The `next` of the previous page. */
+                page?: string;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationPage"];
+                };
+            };
+            /** @description invalid_limit, invalid_page_token */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description resource_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_conversation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationInfo"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description resource_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description resource_archived */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list_runs: {
         parameters: {
             query?: {
-                agent_id?: string | null;
-                limit?: number | null;
-                offset?: number | null;
+                agent_id?: string;
+                /** @description Runs of one channel (resource). */
+                channel_id?: string;
+                limit?: number;
+                offset?: number;
                 /** @description Search in task titles. */
-                q?: string | null;
-                status?: null | components["schemas"]["RunStatus"];
-                vtid?: string | null;
+                q?: string;
+                status?: components["schemas"]["RunStatus"];
+                vtid?: string;
             };
             header?: never;
             path?: never;
@@ -1556,6 +2769,24 @@ export interface operations {
             };
             /** @description invalid_status, invalid_limit, invalid_offset */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1582,6 +2813,24 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description run_not_found */
@@ -1627,6 +2876,33 @@ export interface operations {
                     "application/json": components["schemas"]["StatusAck"];
                 };
             };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description run_not_found */
             404: {
                 headers: {
@@ -1645,14 +2921,32 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     get_steps: {
         parameters: {
             query?: {
                 /** @description Return steps with an index greater than this (omit for all). */
-                after?: number | null;
-                limit?: number | null;
+                after?: number;
+                limit?: number;
             };
             header?: never;
             path: {
@@ -1672,6 +2966,24 @@ export interface operations {
             };
             /** @description invalid_after, invalid_limit */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1713,6 +3025,33 @@ export interface operations {
                     "application/json": components["schemas"]["AppendAck"];
                 };
             };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description run_not_found */
             404: {
                 headers: {
@@ -1731,7 +3070,571 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description too_many_steps, invalid_body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    set_usage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetUsage"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageAck"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description claim_stale */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_usage */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_sessions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionList"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_session: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateSession"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_location, outside_sessions_root, invalid_name */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_session: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_session: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description session_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_on_other_node */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    add_session_worker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddWorker"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionWorker"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_on_other_node */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_worker_type, agent_not_found, agent_not_interactive, invalid_location, spawn_failed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    remove_session_worker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                worker_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionWorker"];
+                };
+            };
+            /** @description session_not_found, worker_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_on_other_node */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    session_worker_diff: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                worker_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GitDiff"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_not_found, worker_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_a_git_diff_worker, git_failed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    restart_session_worker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                worker_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RestartWorker"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionWorker"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_not_found, worker_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_on_other_node */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_a_terminal, agent_not_found, agent_not_interactive, invalid_location, spawn_failed */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1745,11 +3648,13 @@ export interface operations {
     list_tasks: {
         parameters: {
             query?: {
-                agent_id?: string | null;
-                limit?: number | null;
-                offset?: number | null;
+                agent_id?: string;
+                /** @description Tasks of one channel (resource). */
+                channel_id?: string;
+                limit?: number;
+                offset?: number;
                 /** @description A state of any workflow (`pending`, `running`, `done`, …). */
-                state?: string | null;
+                state?: string;
             };
             header?: never;
             path?: never;
@@ -1767,6 +3672,24 @@ export interface operations {
             };
             /** @description invalid_state, invalid_limit, invalid_offset */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1798,6 +3721,24 @@ export interface operations {
                     "application/json": components["schemas"]["Task"];
                 };
             };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description operator_only */
             403: {
                 headers: {
@@ -1809,6 +3750,15 @@ export interface operations {
             };
             /** @description task_exists */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1844,6 +3794,24 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TaskDetail"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description task_not_found */
@@ -1889,6 +3857,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description operator_only */
             403: {
                 headers: {
@@ -1916,6 +3893,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     dispatch_task: {
@@ -1935,6 +3930,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Task"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description operator_only */
@@ -1989,6 +3993,24 @@ export interface operations {
                     "application/json": components["schemas"]["EventApplied"];
                 };
             };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description operator_only */
             403: {
                 headers: {
@@ -2016,6 +4038,15 @@ export interface operations {
                     "application/json": components["schemas"]["TransitionRejectedBody"];
                 };
             };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description unknown_event */
             422: {
                 headers: {
@@ -2030,13 +4061,13 @@ export interface operations {
     worker_events: {
         parameters: {
             query?: {
-                include_snapshot?: boolean | null;
-                include_summary?: boolean | null;
+                include_snapshot?: boolean;
+                include_summary?: boolean;
                 /** @description Default 1000; without `since`, the most recent `limit` events. */
-                limit?: number | null;
+                limit?: number;
                 /** @description An ISO 8601 time (events at or after it) or a cursor (events after it). */
-                since?: string | null;
-                stale_threshold_minutes?: number | null;
+                since?: string;
+                stale_threshold_minutes?: number;
             };
             header?: never;
             path?: never;
@@ -2054,6 +4085,24 @@ export interface operations {
             };
             /** @description invalid_since, invalid_limit, invalid_stale_threshold */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2093,6 +4142,24 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description worker_not_found */
             404: {
                 headers: {
@@ -2100,6 +4167,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description worker_terminated */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -2134,6 +4228,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description not_your_worker */
             403: {
                 headers: {
@@ -2150,6 +4253,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description worker_terminated */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -2175,6 +4305,24 @@ export interface operations {
                     "application/json": components["schemas"]["RegisterResponse"];
                 };
             };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description operator_only */
             403: {
                 headers: {
@@ -2182,6 +4330,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description invalid_worker_id, … */
@@ -2227,6 +4384,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description wrong_agent, missing_capabilities, validator_is_builder */
             403: {
                 headers: {
@@ -2252,6 +4418,24 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description worker_at_capacity, agent_at_capacity */
@@ -2297,6 +4481,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description not_your_worker */
             403: {
                 headers: {
@@ -2324,6 +4517,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description unknown_event */
             422: {
                 headers: {
@@ -2339,9 +4541,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description 1 to 500; default 50. */
-                limit?: number | null;
+                limit?: number;
                 /** @description Needed with the operator token; a worker token names its worker itself. */
-                worker_id?: string | null;
+                worker_id?: string;
             };
             header?: never;
             path?: never;
@@ -2366,6 +4568,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description not_your_worker */
             403: {
                 headers: {
@@ -2384,16 +4595,25 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description worker_terminated */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
         };
     };
     list_workers: {
         parameters: {
             query?: {
-                agent_id?: string | null;
+                agent_id?: string;
                 /** @description Include workers that deregistered or were terminated. */
-                include_closed?: boolean | null;
+                include_closed?: boolean;
                 /** @description Matches `project_path` (substring, case-insensitive). */
-                project?: string | null;
+                project?: string;
             };
             header?: never;
             path?: never;
@@ -2418,6 +4638,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     workflows: {
@@ -2435,6 +4673,24 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WorkflowList"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -2477,6 +4733,68 @@ export interface operations {
             };
             /** @description database unreachable */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    attach_session_worker: {
+        parameters: {
+            query?: {
+                /** @description The epoch the offset belongs to; another epoch gets the whole history. */
+                epoch?: number;
+                /** @description Resume after this byte offset (with `epoch`): only what follows is sent. */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                sessionId: string;
+                workerId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description WebSocket: server sends history, output, activity, exit; client sends input, resize */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description websocket_required: a plain GET, not a WebSocket handshake */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_not_found, worker_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_on_other_node */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_a_terminal */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
