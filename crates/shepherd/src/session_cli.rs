@@ -241,11 +241,10 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
         a.worker
     );
     let mut req = url.into_client_request()?;
-    let token = g.token.clone().or_else(|| {
-        std::env::var("SHEPHERD_AUTH_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty())
-    });
+    let token = g
+        .token
+        .clone()
+        .or_else(|| crate::config::token_from_env(&|k| std::env::var(k).ok()));
     if let Some(t) = token {
         req.headers_mut().insert(
             "authorization",
