@@ -12,212 +12,68 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use shepherd_core::time::{opt_rfc3339, to_rfc3339};
-use shepherd_core::transcript::TranscriptStep;
 use shepherd_core::Error;
+use shepherd_protocol::{
+    CancelBody, ConversationDetail, ConversationInfo, ConversationPage, ConversationsQuery,
+    MessageInfo, MessageRecord, MultitaskMode, ResourceBody, ResourceInfo, ResourceList, SendBody,
+    SendResponse,
+};
 use shepherd_store::{Conversation, Message, MessageView, Multitask, Resource};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
 use crate::auth::Caller;
 use crate::error::{ApiJson, ApiQuery, ApiResult};
 use crate::{cursor_header, AppState};
 
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ResourceBody {
-    pub id: String,
-    /// Display name.
-    pub name: String,
-    /// The agent its conversations talk to.
-    pub agent_id: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct ResourceInfo {
-    pub id: String,
-    pub name: String,
-    pub agent_id: Option<String>,
-    pub created_at: String,
-    pub archived_at: Option<String>,
-    pub active_conversation_id: Option<String>,
-    pub processing_conversation_id: Option<String>,
-}
-
-impl From<Resource> for ResourceInfo {
-    fn from(r: Resource) -> Self {
-        ResourceInfo {
-            id: r.id,
-            name: r.name,
-            agent_id: r.agent_id,
-            created_at: to_rfc3339(r.created_at),
-            archived_at: opt_rfc3339(r.archived_at),
-            active_conversation_id: r.active_conversation_id,
-            processing_conversation_id: r.processing_conversation_id,
-        }
+fn resource_info(r: Resource) -> ResourceInfo {
+    ResourceInfo {
+        id: r.id,
+        name: r.name,
+        agent_id: r.agent_id,
+        created_at: to_rfc3339(r.created_at),
+        archived_at: opt_rfc3339(r.archived_at),
+        active_conversation_id: r.active_conversation_id,
+        processing_conversation_id: r.processing_conversation_id,
     }
 }
 
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ResourceList {
-    pub resources: Vec<ResourceInfo>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct ConversationInfo {
-    pub id: String,
-    pub resource_id: String,
-    /// `idle | processing | cancelled`.
-    pub state: String,
-    /// Whether it is the resource's active conversation.
-    pub active: bool,
-    pub created_at: String,
-    pub updated_at: String,
-    /// User messages so far.
-    pub messages: i64,
-    /// The agent's own conversation id, captured from its output.
-    pub agent_session_id: Option<String>,
-}
-
-impl From<Conversation> for ConversationInfo {
-    fn from(c: Conversation) -> Self {
-        ConversationInfo {
-            id: c.id,
-            resource_id: c.resource_id,
-            state: c.state,
-            active: c.active,
-            created_at: to_rfc3339(c.created_at),
-            updated_at: to_rfc3339(c.updated_at),
-            messages: c.messages,
-            agent_session_id: c.agent_session_id,
-        }
+fn conversation_info(c: Conversation) -> ConversationInfo {
+    ConversationInfo {
+        id: c.id,
+        resource_id: c.resource_id,
+        state: c.state,
+        active: c.active,
+        created_at: to_rfc3339(c.created_at),
+        updated_at: to_rfc3339(c.updated_at),
+        messages: c.messages,
+        agent_session_id: c.agent_session_id,
     }
 }
 
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ConversationPage {
-    pub conversations: Vec<ConversationInfo>,
-    /// Pass as `page` for the next (older) page; null on the last.
-    pub next: Option<String>,
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ConversationsQuery {
-    /// 1-200; default 50.
-    pub limit: Option<i64>,
-    /// The `next` of the previous page.
-    pub page: Option<String>,
-}
-
-/// One entry of a conversation: a user message, or a run of the agent
-/// replying to the message before it.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct MessageInfo {
-    pub id: String,
-    /// `user` or `agent`.
-    pub role: String,
-    /// The user's text, or the reply's result text once the run ended.
-    pub text: Option<String>,
-    pub run_id: Option<String>,
-    /// User: `queued | sent | dropped`; agent: `running | done | failed | cancelled`.
-    pub status: String,
-    /// The reply's steps (seed 000's `TranscriptStep`).
-    #[schema(value_type = Vec<Object>)]
-    pub steps: Vec<TranscriptStep>,
-    pub created_at: String,
-}
-
-impl From<MessageView> for MessageInfo {
-    fn from(m: MessageView) -> Self {
-        MessageInfo {
-            id: m.id,
-            role: m.role.to_owned(),
-            text: m.text,
-            run_id: m.run_id,
-            status: m.status,
-            steps: m.steps,
-            created_at: to_rfc3339(m.created_at),
-        }
+fn message_info(m: MessageView) -> MessageInfo {
+    MessageInfo {
+        id: m.id,
+        role: m.role.to_owned(),
+        text: m.text,
+        run_id: m.run_id,
+        status: m.status,
+        steps: m.steps,
+        created_at: to_rfc3339(m.created_at),
     }
 }
 
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ConversationDetail {
-    pub id: String,
-    pub resource_id: String,
-    pub state: String,
-    pub active: bool,
-    /// The run replying now, while processing.
-    pub active_run_id: Option<String>,
-    /// The event-log cursor this answer is valid at.
-    pub cursor: i64,
-    pub agent_session_id: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
-    pub messages: Vec<MessageInfo>,
-}
-
-/// What to do with a message sent while the conversation is busy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum MultitaskMode {
-    /// Refuse with 409 `conversation_busy` (the default).
-    #[default]
-    Reject,
-    /// Run it after the current run.
-    Enqueue,
-    /// Cancel the current run (its partial work kept), then run it.
-    Interrupt,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SendBody {
-    pub text: String,
-    #[serde(default)]
-    pub multitask: MultitaskMode,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct MessageRecord {
-    pub id: String,
-    pub conversation_id: String,
-    /// 1 for the conversation's first message.
-    pub ordinal: i64,
-    pub text: String,
-    /// `sent` (its run is queued or running) or `queued` (waits for the current run).
-    pub status: String,
-    /// The task answering it, once sent.
-    pub task_id: Option<String>,
-    pub created_at: String,
-}
-
-impl From<Message> for MessageRecord {
-    fn from(m: Message) -> Self {
-        MessageRecord {
-            id: m.id,
-            conversation_id: m.conversation_id,
-            ordinal: m.ordinal,
-            text: m.text,
-            status: m.status,
-            task_id: m.task_id,
-            created_at: to_rfc3339(m.created_at),
-        }
+fn message_record(m: Message) -> MessageRecord {
+    MessageRecord {
+        id: m.id,
+        conversation_id: m.conversation_id,
+        ordinal: m.ordinal,
+        text: m.text,
+        status: m.status,
+        task_id: m.task_id,
+        created_at: to_rfc3339(m.created_at),
     }
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SendResponse {
-    pub message: MessageRecord,
-    pub conversation: ConversationInfo,
-}
-
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CancelBody {
-    pub reason: Option<String>,
 }
 
 /// Create a resource, or update its name and agent.
@@ -239,7 +95,7 @@ pub async fn upsert_resource(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(ResourceInfo::from(r))))
+    Ok((status, Json(resource_info(r))))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -257,7 +113,7 @@ pub async fn list_resources(
     Ok((
         cursor_header(cursor),
         Json(ResourceList {
-            resources: list.into_iter().map(Into::into).collect(),
+            resources: list.into_iter().map(resource_info).collect(),
         }),
     ))
 }
@@ -273,7 +129,7 @@ pub async fn create_conversation(
 ) -> ApiResult<impl IntoResponse> {
     caller.require_operator()?;
     let c = state.store.create_conversation(&id).await?;
-    Ok((StatusCode::CREATED, Json(ConversationInfo::from(c))))
+    Ok((StatusCode::CREATED, Json(conversation_info(c))))
 }
 
 /// A resource's conversations, newest first.
@@ -297,7 +153,7 @@ pub async fn list_conversations(
     Ok((
         cursor_header(cursor),
         Json(ConversationPage {
-            conversations: list.into_iter().map(Into::into).collect(),
+            conversations: list.into_iter().map(conversation_info).collect(),
             next,
         }),
     ))
@@ -325,7 +181,7 @@ pub async fn get_conversation(
             agent_session_id: c.agent_session_id,
             created_at: to_rfc3339(c.created_at),
             updated_at: to_rfc3339(c.updated_at),
-            messages: view.messages.into_iter().map(Into::into).collect(),
+            messages: view.messages.into_iter().map(message_info).collect(),
         }),
     ))
 }
@@ -352,8 +208,8 @@ pub async fn send_message(
     Ok((
         StatusCode::CREATED,
         Json(SendResponse {
-            message: out.message.into(),
-            conversation: out.conversation.into(),
+            message: message_record(out.message),
+            conversation: conversation_info(out.conversation),
         }),
     ))
 }
@@ -380,7 +236,7 @@ pub async fn cancel_conversation(
             .reason
     };
     let c = state.store.cancel_conversation(&id, reason).await?;
-    Ok(Json(c.into()))
+    Ok(Json(conversation_info(c)))
 }
 
 /// Continue an old conversation: make it the active one (a processing one there is cancelled).
@@ -393,7 +249,7 @@ pub async fn activate_conversation(
 ) -> ApiResult<Json<ConversationInfo>> {
     caller.require_operator()?;
     let c = state.store.activate_conversation(&id).await?;
-    Ok(Json(c.into()))
+    Ok(Json(conversation_info(c)))
 }
 
 pub fn router() -> Router<AppState> {

@@ -38,7 +38,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,
         p::WireEvent, p::Resync, p::TaskStateChanged, p::ProgressRecorded, p::RunStarted,
         p::RunStatusChanged, p::RunStep, p::RunCompleted, p::ClaimGranted, p::ClaimReleased,
-        p::CancelRequested,
+        p::CancelRequested, p::ConversationStateChanged,
         shepherd_sessions::ServerMessage, shepherd_sessions::ClientMessage,
     )),
     modifiers(&BearerAuth, &CommonErrors)
@@ -113,4 +113,40 @@ impl utoipa::Modify for CommonErrors {
 #[utoipa::path(get, path = "/api/openapi.json", tag = "meta", responses((status = 200, description = "OpenAPI 3.1 document")))]
 pub async fn serve_openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Generators type the wire from the document, so every enum must list
+    /// the words the wire carries (`running`, `event_log`), never the Rust
+    /// variant names (`Running`, `EventLog`).
+    #[test]
+    fn enums_list_the_wire_strings() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let mut seen = 0;
+        for (name, schema) in schemas {
+            let Some(values) = schema.get("enum").and_then(|v| v.as_array()) else {
+                continue;
+            };
+            seen += 1;
+            for v in values {
+                let v = v.as_str().unwrap_or_default();
+                assert!(
+                    !v.starts_with(|c: char| c.is_ascii_uppercase()),
+                    "{name} lists {v:?}"
+                );
+            }
+        }
+        for name in ["RunStatus", "WorkerSource", "SessionStatus", "ClaimPurpose"] {
+            assert!(schemas[name]["enum"].is_array(), "{name} is not an enum");
+        }
+        assert!(seen >= 4);
+        assert_eq!(
+            schemas["WorkerSource"]["enum"],
+            serde_json::json!(["registry", "event_log"])
+        );
+    }
 }

@@ -11,90 +11,18 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use serde::{Deserialize, Serialize};
 use shepherd_core::time::to_rfc3339;
 use shepherd_core::Error;
-use shepherd_sessions::{GitDiff, RestartMode, SessionManager};
+use shepherd_protocol::{
+    AddWorker, CreateSession, GitDiff, OtherNode, RestartWorker, Session, SessionList,
+    SessionWorker,
+};
+use shepherd_sessions::SessionManager;
 use shepherd_store::{SessionRecord, SessionWorkerRecord};
-use utoipa::ToSchema;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult};
 use crate::AppState;
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateSession {
-    /// Defaults to the directory's name.
-    pub name: Option<String>,
-    /// An existing directory on the host, inside `SHEPHERD_SESSIONS_ROOT` when set.
-    pub location_path: String,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AddWorker {
-    /// `agent`, `terminal` or `git-diff`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub name: Option<String>,
-    /// For `agent`: the name of an `[agents.*]` entry with an `interactive_command`.
-    pub agent_id: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RestartWorker {
-    /// `new` starts afresh; `continue` adds the agent's `continue_args`.
-    pub mode: RestartMode,
-}
-
-/// One tab of a session.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SessionWorker {
-    pub id: String,
-    /// `agent`, `terminal` or `git-diff`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub name: String,
-    pub agent_id: Option<String>,
-    pub created_at: String,
-    /// The latest process's pid (PTY tabs).
-    pub pid: Option<i64>,
-    /// Whether that process runs now.
-    pub alive: bool,
-    /// Changes with each new process of the tab.
-    pub epoch: i64,
-    /// Set when the process ended by itself while the server was up.
-    pub exit_code: Option<i64>,
-    pub exited_at: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Session {
-    pub id: String,
-    pub name: String,
-    pub location_path: String,
-    pub created_at: String,
-    /// The node that hosts the session's processes.
-    pub node_id: String,
-    pub node_address: Option<String>,
-    pub workers: Vec<SessionWorker>,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SessionList {
-    pub sessions: Vec<Session>,
-    pub count: usize,
-}
-
-/// The body of a 409 `session_on_other_node`, besides `error`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct OtherNode {
-    pub node_id: String,
-    /// Where the hosting node is reached, when it said.
-    pub address: Option<String>,
-}
 
 pub(crate) fn manager(state: &AppState) -> Result<Arc<SessionManager>, Error> {
     state.sessions.clone().ok_or_else(|| {

@@ -10,7 +10,6 @@
 //! stream and resumes after drops (see [`sse`]).
 
 pub mod error;
-mod raw;
 pub mod sse;
 
 use std::time::Duration;
@@ -252,6 +251,10 @@ impl Client {
             .0)
     }
 
+    async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        Ok(self.send(Method::DELETE, path, None, None, false).await?.0)
+    }
+
     // ----- health -----
 
     pub async fn health(&self) -> Result<p::Health, ClientError> {
@@ -478,6 +481,147 @@ impl Client {
             &format!("/api/v1/channels/{}/archive", enc(id)),
             &serde_json::Map::new(),
         )
+        .await
+    }
+
+    // ----- resources and conversations (seed 002) -----
+
+    pub async fn resources(&self) -> Result<p::ResourceList, ClientError> {
+        self.fetch("/api/v1/resources").await
+    }
+
+    pub async fn upsert_resource(
+        &self,
+        b: &p::ResourceBody,
+    ) -> Result<p::ResourceInfo, ClientError> {
+        self.post("/api/v1/resources", b).await
+    }
+
+    pub async fn create_conversation(
+        &self,
+        resource: &str,
+    ) -> Result<p::ConversationInfo, ClientError> {
+        self.post(
+            &format!("/api/v1/resources/{}/conversations", enc(resource)),
+            &serde_json::Map::new(),
+        )
+        .await
+    }
+
+    pub async fn conversations(
+        &self,
+        resource: &str,
+        q: &p::ConversationsQuery,
+    ) -> Result<p::ConversationPage, ClientError> {
+        self.get(
+            &format!("/api/v1/resources/{}/conversations", enc(resource)),
+            q,
+        )
+        .await
+    }
+
+    pub async fn conversation(&self, id: &str) -> Result<p::ConversationDetail, ClientError> {
+        self.fetch(&format!("/api/v1/conversations/{}", enc(id)))
+            .await
+    }
+
+    pub async fn send_message(
+        &self,
+        id: &str,
+        b: &p::SendBody,
+    ) -> Result<p::SendResponse, ClientError> {
+        self.post(&format!("/api/v1/conversations/{}/messages", enc(id)), b)
+            .await
+    }
+
+    pub async fn cancel_conversation(
+        &self,
+        id: &str,
+        b: &p::CancelBody,
+    ) -> Result<p::ConversationInfo, ClientError> {
+        self.post(&format!("/api/v1/conversations/{}/cancel", enc(id)), b)
+            .await
+    }
+
+    pub async fn activate_conversation(
+        &self,
+        id: &str,
+    ) -> Result<p::ConversationInfo, ClientError> {
+        self.post(
+            &format!("/api/v1/conversations/{}/activate", enc(id)),
+            &serde_json::Map::new(),
+        )
+        .await
+    }
+
+    // ----- sessions (seed 004) -----
+
+    pub async fn create_session(&self, b: &p::CreateSession) -> Result<p::Session, ClientError> {
+        self.post("/api/v1/sessions", b).await
+    }
+
+    pub async fn sessions(&self) -> Result<p::SessionList, ClientError> {
+        self.fetch("/api/v1/sessions").await
+    }
+
+    pub async fn session(&self, id: &str) -> Result<p::Session, ClientError> {
+        self.fetch(&format!("/api/v1/sessions/{}", enc(id))).await
+    }
+
+    /// Deletes a session (never retried), answering it as it was.
+    pub async fn delete_session(&self, id: &str) -> Result<p::Session, ClientError> {
+        self.delete(&format!("/api/v1/sessions/{}", enc(id))).await
+    }
+
+    pub async fn add_session_worker(
+        &self,
+        session: &str,
+        b: &p::AddWorker,
+    ) -> Result<p::SessionWorker, ClientError> {
+        self.post(&format!("/api/v1/sessions/{}/workers", enc(session)), b)
+            .await
+    }
+
+    pub async fn remove_session_worker(
+        &self,
+        session: &str,
+        worker: &str,
+    ) -> Result<p::SessionWorker, ClientError> {
+        self.delete(&format!(
+            "/api/v1/sessions/{}/workers/{}",
+            enc(session),
+            enc(worker)
+        ))
+        .await
+    }
+
+    pub async fn restart_session_worker(
+        &self,
+        session: &str,
+        worker: &str,
+        b: &p::RestartWorker,
+    ) -> Result<p::SessionWorker, ClientError> {
+        self.post(
+            &format!(
+                "/api/v1/sessions/{}/workers/{}/restart",
+                enc(session),
+                enc(worker)
+            ),
+            b,
+        )
+        .await
+    }
+
+    pub async fn session_diff(
+        &self,
+        session: &str,
+        worker: &str,
+    ) -> Result<p::GitDiff, ClientError> {
+        self.fetch(&format!(
+            "/api/v1/sessions/{}/workers/{}/diff",
+            enc(session),
+            enc(worker)
+        ))
         .await
     }
 

@@ -133,8 +133,11 @@ impl Api {
         self.call(Method::GET, path, None).await
     }
 
-    pub async fn post(&self, path: &str, body: &Value) -> Result<Reply, ApiError> {
-        self.call(Method::POST, path, Some(body)).await
+    /// `POST path` with a protocol request body.
+    pub async fn post<B: serde::Serialize>(&self, path: &str, body: &B) -> Result<Reply, ApiError> {
+        let body = serde_json::to_value(body)
+            .map_err(|e| ApiError::new("internal", format!("request body: {e}")))?;
+        self.call(Method::POST, path, Some(&body)).await
     }
 
     async fn call(

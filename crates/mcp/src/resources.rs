@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::backend::{encode, query, Api, ApiError};
 use crate::server::ShepherdMcp;
-use crate::wire::{GetTranscriptArgs, RestRunList};
+use crate::wire::GetTranscriptArgs;
 
 const JSON: &str = "application/json";
 
@@ -67,7 +67,7 @@ pub fn templates() -> Vec<ResourceTemplate> {
 
 /// The transcripts of the most recent runs.
 pub async fn list(api: &Api) -> Result<ListResourcesResult, McpError> {
-    let list: RestRunList = api
+    let list: shepherd_protocol::RunList = api
         .get("/api/v1/runs?limit=50")
         .await
         .and_then(|r| r.parse())

@@ -56,7 +56,7 @@ fn tool<A: JsonSchema + 'static, O: JsonSchema + 'static>(
 pub fn catalogue() -> Vec<Tool> {
     use Effect::*;
     vec![
-        tool::<ListWorkersArgs, WorkerList>(
+        tool::<ListWorkersArgs, WorkerInfoList>(
             "list_workers",
             "List workers",
             "Every worker Shepherd knows, live and recovered after a restart (seed 001): \
@@ -82,7 +82,7 @@ the agent that must run it; the spec is its prompt. Returns the vtid (and the ru
 if a worker already claimed it); follow with wait_for_task.",
             Additive,
         ),
-        tool::<ListTasksArgs, TaskList>(
+        tool::<ListTasksArgs, shepherd_protocol::TaskList>(
             "list_tasks",
             "List tasks",
             "Tasks, newest first, optionally by state or agent.",
@@ -102,7 +102,7 @@ each with its pid and whether its process runs now. Attach over the WebSocket \
             "One task with its claims and latest events.",
             ReadOnly,
         ),
-        tool::<CancelTaskArgs, CancelAnswer>(
+        tool::<CancelTaskArgs, CancelResponse>(
             "cancel_task",
             "Cancel a task",
             "Cancel a task. If a worker holds it, the worker is told at once and its agent \
@@ -116,7 +116,7 @@ is stopped after the grace period.",
 sending progress notifications as its runs make progress.",
             ReadOnly,
         ),
-        tool::<ListRunsArgs, RunList>(
+        tool::<ListRunsArgs, WorkerListResponse>(
             "list_runs",
             "List runs",
             "Runs (executions of tasks by agents), newest first, in seed 000's list shape \
@@ -137,7 +137,7 @@ the transcript only with include_transcript (use get_transcript to page through 
 next_index back as start_index while has_more.",
             ReadOnly,
         ),
-        tool::<SendMessageArgs, SendMessageAnswer>(
+        tool::<SendMessageArgs, SendResponse>(
             "send_message",
             "Send a message",
             "Send a user message to a conversation (seed 002): the resource's agent answers it \
@@ -159,8 +159,8 @@ partial work, then is `idle`. An idle conversation is the error conversation_idl
 
 /// A tool's failure: the REST API's code, or `invalid_arguments`.
 pub(crate) fn tool_error(e: &ApiError) -> CallToolResult {
-    let body = ToolError {
-        error: ErrorBody {
+    let body = ErrorBody {
+        error: shepherd_protocol::ErrorDetail {
             code: e.code.clone(),
             message: e.message.clone(),
         },
@@ -234,7 +234,7 @@ fn some<T: ToString>(v: Option<T>) -> Option<String> {
 async fn list_workers(
     api: &Api,
     a: Result<ListWorkersArgs, ApiError>,
-) -> Result<WorkerList, ApiError> {
+) -> Result<WorkerInfoList, ApiError> {
     let a = a?;
     let q = query(&[
         ("include_closed", Some(a.include_closed.to_string())),
@@ -265,7 +265,7 @@ async fn worker_events(
                 ("include_closed", Some("true".into())),
                 ("project", Some(p.clone())),
             ]);
-            let list: WorkerList = api.get(&format!("/api/v1/workers{q}")).await?.parse()?;
+            let list: WorkerInfoList = api.get(&format!("/api/v1/workers{q}")).await?.parse()?;
             Some(list.workers.into_iter().map(|w| w.worker_id).collect())
         }
         None => None,
@@ -277,7 +277,7 @@ async fn worker_events(
     };
     let mut events: Vec<WorkerEvent> = Vec::new();
     let mut cursor = since.clone();
-    let mut first: Option<RestWorkerEvents> = None;
+    let mut first: Option<shepherd_protocol::WorkerEventsResponse> = None;
     let mut next_cursor: i64;
     let mut has_more;
     let mut pages = 0;
@@ -297,7 +297,7 @@ async fn worker_events(
             ),
             ("stale_threshold_minutes", some(a.stale_threshold_minutes)),
         ]);
-        let mut page: RestWorkerEvents = api
+        let mut page: shepherd_protocol::WorkerEventsResponse = api
             .get(&format!("/api/v1/worker_events{q}"))
             .await?
             .parse()?;
@@ -327,14 +327,22 @@ async fn worker_events(
         next_cursor = events.last().map(|e| e.id).unwrap_or(next_cursor);
         has_more = true;
     }
-    let first = first.unwrap_or(RestWorkerEvents {
+    let first = first.unwrap_or(shepherd_protocol::WorkerEventsResponse {
         events: vec![],
+        count: 0,
         next_cursor,
         summary: None,
         snapshot: None,
     });
     let summary = if a.include_summary {
-        let mut s = WorkerEventsSummary::default();
+        let mut s = WorkerEventSummary {
+            started: vec![],
+            closed: vec![],
+            idle: vec![],
+            active: vec![],
+            stuck: vec![],
+            last_event_ts: None,
+        };
         for e in &events {
             let Some(w) = &e.worker_id else { continue };
             let list = match e.kind.as_str() {
@@ -367,14 +375,14 @@ async fn worker_events(
         next_cursor: next_cursor.to_string(),
         has_more,
         summary,
-        snapshot: a.include_snapshot.then_some(first.snapshot),
+        snapshot: a.include_snapshot.then_some(first.snapshot.flatten()),
     })
 }
 
 /// The newest run of a task, if any.
 async fn latest_run(api: &Api, vtid: &str) -> Result<Option<String>, ApiError> {
     let q = query(&[("vtid", Some(vtid.to_owned())), ("limit", Some("1".into()))]);
-    let list: RestRunList = api.get(&format!("/api/v1/runs{q}")).await?.parse()?;
+    let list: shepherd_protocol::RunList = api.get(&format!("/api/v1/runs{q}")).await?.parse()?;
     Ok(list.runs.into_iter().next().map(|r| r.id))
 }
 
@@ -383,11 +391,17 @@ async fn submit_task(
     a: Result<SubmitTaskArgs, ApiError>,
 ) -> Result<SubmitTaskAnswer, ApiError> {
     let a = a?;
-    let body = json!({
-        "vtid": a.vtid, "title": a.title, "spec": a.spec, "priority": a.priority,
-        "capabilities": a.capabilities, "agent_id": a.agent, "channel_id": a.channel_id,
-        "workflow": a.workflow, "dispatch": !a.draft,
-    });
+    let body = shepherd_protocol::CreateTask {
+        vtid: a.vtid,
+        title: a.title,
+        spec: a.spec,
+        priority: a.priority,
+        capabilities: a.capabilities,
+        agent_id: a.agent,
+        channel_id: a.channel_id,
+        workflow: a.workflow,
+        dispatch: Some(!a.draft),
+    };
     let task: Task = api.post("/api/v1/tasks", &body).await?.parse()?;
     let run_id = latest_run(api, &task.vtid).await?;
     Ok(SubmitTaskAnswer {
@@ -406,7 +420,10 @@ async fn list_sessions(
     api.get("/api/v1/sessions").await?.parse()
 }
 
-async fn list_tasks(api: &Api, a: Result<ListTasksArgs, ApiError>) -> Result<TaskList, ApiError> {
+async fn list_tasks(
+    api: &Api,
+    a: Result<ListTasksArgs, ApiError>,
+) -> Result<shepherd_protocol::TaskList, ApiError> {
     let a = a?;
     let q = query(&[
         ("state", a.state),
@@ -427,11 +444,11 @@ async fn get_task(api: &Api, a: Result<VtidArgs, ApiError>) -> Result<TaskDetail
 async fn cancel_task(
     api: &Api,
     a: Result<CancelTaskArgs, ApiError>,
-) -> Result<CancelAnswer, ApiError> {
+) -> Result<CancelResponse, ApiError> {
     let a = a?;
     api.post(
         &format!("/api/v1/tasks/{}/cancel", encode(&a.vtid)),
-        &json!({ "reason": a.reason }),
+        &shepherd_protocol::CancelBody { reason: a.reason },
     )
     .await?
     .parse()
@@ -440,12 +457,12 @@ async fn cancel_task(
 async fn send_message(
     api: &Api,
     a: Result<SendMessageArgs, ApiError>,
-) -> Result<SendMessageAnswer, ApiError> {
+) -> Result<SendResponse, ApiError> {
     let a = a?;
-    let mut body = json!({ "text": a.text });
-    if let Some(mode) = a.multitask {
-        body["multitask"] = json!(mode);
-    }
+    let body = shepherd_protocol::SendBody {
+        text: a.text,
+        multitask: a.multitask.unwrap_or_default(),
+    };
     api.post(
         &format!(
             "/api/v1/conversations/{}/messages",
@@ -467,7 +484,7 @@ async fn cancel_conversation(
             "/api/v1/conversations/{}/cancel",
             encode(&a.conversation_id)
         ),
-        &json!({ "reason": a.reason }),
+        &shepherd_protocol::CancelBody { reason: a.reason },
     )
     .await?
     .parse()
@@ -565,10 +582,9 @@ async fn wait_for_task(
                     return Err(ApiError::new("unavailable", "the server closed the event stream"));
                 };
                 progress += 1;
-                let kind = serde_json::from_str::<Value>(&e.data)
-                    .ok()
-                    .and_then(|d| d.get("type").and_then(Value::as_str).map(str::to_owned))
-                    .unwrap_or_else(|| e.event.clone());
+                let kind = serde_json::from_str::<shepherd_protocol::WireEvent>(&e.data)
+                    .map(|d| d.event.kind)
+                    .unwrap_or_else(|_| e.event.clone());
                 if kind.starts_with("task.") || kind == "run.completed" {
                     task = api.get(&path).await?.parse()?;
                 }
@@ -582,7 +598,10 @@ async fn wait_for_task(
     }
 }
 
-async fn list_runs(api: &Api, a: Result<ListRunsArgs, ApiError>) -> Result<RunList, ApiError> {
+async fn list_runs(
+    api: &Api,
+    a: Result<ListRunsArgs, ApiError>,
+) -> Result<WorkerListResponse, ApiError> {
     let a = a?;
     let q = query(&[
         ("agent_id", a.agent_id),
@@ -597,22 +616,11 @@ async fn list_runs(api: &Api, a: Result<ListRunsArgs, ApiError>) -> Result<RunLi
 async fn get_run(api: &Api, a: Result<GetRunArgs, ApiError>) -> Result<RunDetail, ApiError> {
     let a = a?;
     let q = query(&[("worker_id", Some(a.run_id))]);
-    let mut body = api
+    let rest: shepherd_protocol::WorkerDetailResponse = api
         .get(&format!("/api/agents/workers/detail{q}"))
         .await?
-        .body;
-    let transcript = body
-        .as_object_mut()
-        .and_then(|m| m.remove("transcript"))
-        .unwrap_or(Value::Null);
-    let mut detail: RunDetail = crate::backend::Reply { body, cursor: None }.parse()?;
-    if a.include_transcript {
-        detail.transcript = Some(
-            serde_json::from_value(transcript)
-                .map_err(|e| ApiError::new("unexpected_response", format!("transcript: {e}")))?,
-        );
-    }
-    Ok(detail)
+        .parse()?;
+    Ok(RunDetail::from_rest(rest, a.include_transcript))
 }
 
 /// One page of a run's steps, never more than `max_bytes` of steps.
@@ -640,7 +648,7 @@ pub(crate) async fn get_transcript(
         ("after", Some((start - 1).to_string())),
         ("limit", Some(max_steps.to_string())),
     ]);
-    let page: RestSteps = api
+    let page: shepherd_protocol::StepsPage = api
         .get(&format!("/api/v1/runs/{}/steps{q}", encode(&a.run_id)))
         .await?
         .parse()?;
@@ -648,20 +656,26 @@ pub(crate) async fn get_transcript(
     let mut steps = Vec::new();
     let mut used = 0usize;
     let mut cut = false;
-    for mut s in page.steps {
+    for s in page.steps {
         let size = serde_json::to_vec(&s.step).map(|v| v.len()).unwrap_or(0);
         if used + size > max_bytes {
             if steps.is_empty() {
                 // Alone larger than the cap: say so rather than stall paging.
-                s.step = Value::Null;
-                s.omitted_bytes = Some(size as i64);
-                steps.push(s);
+                steps.push(IndexedStep {
+                    index: s.index,
+                    step: None,
+                    omitted_bytes: Some(size as i64),
+                });
             }
             cut = true;
             break;
         }
         used += size;
-        steps.push(s);
+        steps.push(IndexedStep {
+            index: s.index,
+            step: Some(s.step),
+            omitted_bytes: None,
+        });
     }
     let next_index = steps.last().map(|s| s.index + 1).unwrap_or(start);
     let has_more = cut || fetched as i64 >= max_steps;

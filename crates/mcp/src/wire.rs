@@ -4,11 +4,18 @@
 //! the API changes without this crate fails loudly instead of drifting.
 //!
 //! Field names follow the REST API and the seeds (001 for workers and
-//! worker events, 000 for runs) exactly.
+//! worker events, 000 for runs) exactly. Only the tools' own shapes live
+//! here (arguments, and answers that page or combine REST answers); every
+//! REST shape a tool passes on is the protocol crate's.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use shepherd_protocol::TranscriptStep;
+pub use shepherd_protocol::{
+    CancelResponse, ConversationInfo, ErrorBody, MultitaskMode, SendResponse, SessionList, Task,
+    TaskDetail, WorkerEvent, WorkerEventSummary, WorkerInfoList, WorkerListResponse,
+    WorkerSnapshot,
+};
 
 // ---------------------------------------------------------------- workers
 
@@ -22,47 +29,6 @@ pub struct ListWorkersArgs {
     pub project_filter: Option<String>,
     /// Only workers of this agent.
     pub agent_id: Option<String>,
-}
-
-/// A worker as seed 001's `list_workers` shows it, live or recovered.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct WorkerInfo {
-    pub worker_id: String,
-    pub session_id: Option<String>,
-    pub name: Option<String>,
-    pub project_path: Option<String>,
-    pub terminal_id: Option<String>,
-    /// The agent the worker runs (seed 001's `agent_type`).
-    pub agent_type: String,
-    /// `ready` (idle), `busy` (active) or `closed`.
-    pub status: String,
-    /// ISO 8601.
-    pub last_activity: String,
-    /// ISO 8601.
-    pub created_at: String,
-    /// `registry` (heard from since this server started) or `event_log`
-    /// (recovered from storage after a restart).
-    pub source: String,
-    /// `idle`, `active` or `closed`.
-    pub event_state: String,
-    /// When recovery happened (ISO 8601); null for live workers.
-    pub recovered_at: Option<String>,
-    /// The newest lifecycle event of this worker (ISO 8601).
-    pub last_event_ts: Option<String>,
-    pub agent_id: String,
-    pub worker_type: String,
-    /// The registry's own status: `active`, `inactive` or `terminated`.
-    pub registry_status: String,
-    pub last_heartbeat_at: String,
-    pub capabilities: Vec<String>,
-    pub max_concurrent: i64,
-    pub active_claims: i64,
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct WorkerList {
-    pub workers: Vec<WorkerInfo>,
-    pub count: i64,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -89,40 +55,6 @@ pub struct WorkerEventsArgs {
     pub project_filter: Option<String>,
 }
 
-/// One worker lifecycle event (seed 001), with its stable `id`.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct WorkerEvent {
-    /// The event's sequence number: unique, increasing, a cursor.
-    pub id: i64,
-    /// ISO 8601.
-    pub ts: String,
-    /// `snapshot`, `worker_started`, `worker_idle`, `worker_active` or `worker_closed`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub worker_id: Option<String>,
-    pub data: Value,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-pub struct WorkerEventsSummary {
-    pub started: Vec<String>,
-    pub closed: Vec<String>,
-    pub idle: Vec<String>,
-    pub active: Vec<String>,
-    /// Active workers with no progress for longer than the threshold.
-    pub stuck: Vec<String>,
-    /// The newest event's time in this answer.
-    pub last_event_ts: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct Snapshot {
-    pub id: i64,
-    pub ts: String,
-    /// `{count, workers: [...]}`.
-    pub data: Value,
-}
-
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct WorkerEventsAnswer {
     pub events: Vec<WorkerEvent>,
@@ -132,49 +64,13 @@ pub struct WorkerEventsAnswer {
     /// True when more events may follow `next_cursor` already.
     pub has_more: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub summary: Option<WorkerEventsSummary>,
+    pub summary: Option<WorkerEventSummary>,
     /// Present (possibly null) when `include_snapshot` was set.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<Option<Snapshot>>,
-}
-
-/// The REST route's answer, as read.
-#[derive(Debug, Deserialize)]
-pub struct RestWorkerEvents {
-    pub events: Vec<WorkerEvent>,
-    pub next_cursor: i64,
-    #[serde(default)]
-    pub summary: Option<WorkerEventsSummary>,
-    #[serde(default)]
-    pub snapshot: Option<Snapshot>,
+    pub snapshot: Option<Option<WorkerSnapshot>>,
 }
 
 // ------------------------------------------------------------------ tasks
-
-/// A unit of work.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct Task {
-    pub vtid: String,
-    pub title: String,
-    /// Markdown.
-    pub spec: String,
-    pub priority: i64,
-    pub capabilities: Vec<String>,
-    pub agent_id: Option<String>,
-    pub channel_id: Option<String>,
-    /// `simple` or `autopilot`.
-    pub workflow: String,
-    /// `draft`, `pending`, `claimed`, `running` (simple) or `in_progress`, `building`,
-    /// `pr_created`, `reviewing` (autopilot); final: `done`, `failed`, `cancelled`.
-    pub state: String,
-    pub spec_snapshot_id: Option<String>,
-    pub dispatched_at: Option<String>,
-    pub builder_worker_id: Option<String>,
-    pub cancel_requested_at: Option<String>,
-    pub attempts: i64,
-    pub created_at: String,
-    pub updated_at: String,
-}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -220,52 +116,9 @@ pub struct ListTasksArgs {
     pub offset: Option<i64>,
 }
 
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct TaskList {
-    pub tasks: Vec<Task>,
-    pub total: i64,
-}
-
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListSessionsArgs {}
-
-/// One tab of a session (seed 004): a PTY (`agent`, `terminal`) or `git-diff`.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct SessionTab {
-    pub id: String,
-    /// `agent`, `terminal` or `git-diff`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub name: String,
-    pub agent_id: Option<String>,
-    pub created_at: String,
-    pub pid: Option<i64>,
-    /// Whether the tab's process runs now (a stopped tab is restored when a client attaches).
-    pub alive: bool,
-    pub epoch: i64,
-    pub exit_code: Option<i64>,
-    pub exited_at: Option<String>,
-}
-
-/// A workspace with its tabs.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Session {
-    pub id: String,
-    pub name: String,
-    pub location_path: String,
-    pub created_at: String,
-    /// The node that hosts the session's processes.
-    pub node_id: String,
-    pub node_address: Option<String>,
-    pub workers: Vec<SessionTab>,
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct SessionList {
-    pub sessions: Vec<Session>,
-    pub count: usize,
-}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -273,52 +126,11 @@ pub struct VtidArgs {
     pub vtid: String,
 }
 
-/// A lease of a task by a worker.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct Claim {
-    pub id: String,
-    pub vtid: String,
-    pub worker_id: String,
-    pub run_id: String,
-    /// `build` or `validate`.
-    pub purpose: String,
-    pub claimed_at: String,
-    pub expires_at: String,
-    pub released_at: Option<String>,
-    pub release_reason: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct TaskDetail {
-    #[serde(flatten)]
-    pub task: Task,
-    pub claims: Vec<Claim>,
-    /// The task's latest events, oldest first.
-    pub events: Vec<Value>,
-}
-
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelTaskArgs {
     pub vtid: String,
     pub reason: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct PendingWorker {
-    pub worker_id: String,
-    pub run_id: String,
-    pub grace_secs: i64,
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct CancelAnswer {
-    pub ok: bool,
-    /// True when the task was cancelled outright; false when a worker holds
-    /// it and has been told to stop (see `pending_worker`).
-    pub cancelled: bool,
-    pub pending_worker: Option<PendingWorker>,
-    pub task: Task,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -357,32 +169,6 @@ pub struct ListRunsArgs {
     pub offset: Option<i64>,
 }
 
-/// Seed 000's list item: a run (there called a "worker").
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct RunInfo {
-    pub id: String,
-    pub task: String,
-    pub status: String,
-    pub worker_type: String,
-    pub channel_id: Option<String>,
-    pub channel_name: Option<String>,
-    pub started_at: String,
-    pub completed_at: Option<String>,
-    pub has_transcript: bool,
-    pub live_status: Option<String>,
-    pub tool_calls: i64,
-    pub agent_id: String,
-    pub vtid: String,
-    pub active_tool: Option<String>,
-}
-
-/// Seed 000's list shape.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct RunList {
-    pub workers: Vec<RunInfo>,
-    pub total: i64,
-}
-
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetRunArgs {
@@ -393,7 +179,7 @@ pub struct GetRunArgs {
     pub include_transcript: bool,
 }
 
-/// Seed 000's detail shape.
+/// Seed 000's detail shape, with the transcript only when asked for.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct RunDetail {
     pub id: String,
@@ -408,7 +194,7 @@ pub struct RunDetail {
     /// Present with `include_transcript`: null while running or when none
     /// was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transcript: Option<Option<Vec<Value>>>,
+    pub transcript: Option<Option<Vec<TranscriptStep>>>,
     pub agent_id: String,
     pub vtid: String,
     pub live_status: Option<String>,
@@ -430,7 +216,7 @@ pub struct IndexedStep {
     pub index: i64,
     /// Seed 000's transcript step; null when the step alone was larger than
     /// the size cap (`omitted_bytes` says how large).
-    pub step: Value,
+    pub step: Option<TranscriptStep>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub omitted_bytes: Option<i64>,
 }
@@ -449,51 +235,7 @@ pub struct TranscriptPage {
     pub complete: bool,
 }
 
-/// The REST steps route's answer, as read.
-#[derive(Debug, Deserialize)]
-pub struct RestSteps {
-    pub status: String,
-    pub steps: Vec<IndexedStep>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RestRun {
-    pub id: String,
-    pub vtid: String,
-    pub status: String,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RestRunList {
-    pub runs: Vec<RestRun>,
-}
-
-/// A tool's failure, as its `structuredContent` carries it.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ToolError {
-    pub error: ErrorBody,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ErrorBody {
-    /// The REST API's stable snake_case code (e.g. `task_not_found`).
-    pub code: String,
-    pub message: String,
-}
-
 // ---------------------------------------------------------- conversations
-
-/// What to do with a message sent while the conversation is busy (seed 002).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Multitask {
-    /// Refuse with `conversation_busy` (the default).
-    Reject,
-    /// Run it after the current run.
-    Enqueue,
-    /// Cancel the current run (its partial work kept), then run it.
-    Interrupt,
-}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -502,45 +244,7 @@ pub struct SendMessageArgs {
     /// The user's message; the resource's agent answers it in a new run.
     pub text: String,
     /// While a reply is still running: `reject` (default), `enqueue` or `interrupt`.
-    pub multitask: Option<Multitask>,
-}
-
-/// A conversation as the REST API lists it.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct ConversationInfo {
-    pub id: String,
-    pub resource_id: String,
-    /// `idle`, `processing` or `cancelled`.
-    pub state: String,
-    /// Whether it is the resource's active conversation.
-    pub active: bool,
-    pub created_at: String,
-    pub updated_at: String,
-    /// User messages so far.
-    pub messages: i64,
-    /// The agent's own conversation id, captured from its output.
-    pub agent_session_id: Option<String>,
-}
-
-/// A user message as stored.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct MessageRecord {
-    pub id: String,
-    pub conversation_id: String,
-    /// 1 for the conversation's first message.
-    pub ordinal: i64,
-    pub text: String,
-    /// `sent` (its run is queued or running) or `queued` (waits for the current run).
-    pub status: String,
-    /// The task answering it, once sent.
-    pub task_id: Option<String>,
-    pub created_at: String,
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct SendMessageAnswer {
-    pub message: MessageRecord,
-    pub conversation: ConversationInfo,
+    pub multitask: Option<MultitaskMode>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -548,4 +252,26 @@ pub struct SendMessageAnswer {
 pub struct CancelConversationArgs {
     pub conversation_id: String,
     pub reason: Option<String>,
+}
+
+impl RunDetail {
+    /// The REST detail, its transcript kept only when it was asked for.
+    pub fn from_rest(d: shepherd_protocol::WorkerDetailResponse, with_transcript: bool) -> Self {
+        RunDetail {
+            id: d.id,
+            task: d.task,
+            result: d.result,
+            status: d.status,
+            worker_type: d.worker_type,
+            channel_id: d.channel_id,
+            channel_name: d.channel_name,
+            started_at: d.started_at,
+            completed_at: d.completed_at,
+            transcript: with_transcript.then_some(d.transcript),
+            agent_id: d.agent_id,
+            vtid: d.vtid,
+            live_status: d.live_status,
+            tool_calls: d.tool_calls,
+        }
+    }
 }

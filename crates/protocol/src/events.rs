@@ -187,3 +187,23 @@ pub struct ClaimReleased {
 pub struct CancelRequested {
     pub reason: String,
 }
+
+/// `data` of `conversation.state_changed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ConversationStateChanged {
+    /// `idle`, `processing` or `cancelled`.
+    pub from: String,
+    pub to: String,
+    /// The task (run) the change concerns.
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// The user message that started processing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    /// Why it was cancelled, or why it went idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// On `idle`: the final state of the task that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_state: Option<String>,
+}

@@ -14,9 +14,12 @@
 
 pub mod catalog;
 pub mod connector;
+pub mod conversations;
 pub mod error;
 pub mod events;
+pub mod pty;
 pub mod runs;
+pub mod sessions;
 pub mod tasks;
 pub mod usage;
 pub mod workers;
@@ -30,9 +33,12 @@ pub use shepherd_core::transcript::{ActionContent, TranscriptStep};
 
 pub use catalog::*;
 pub use connector::*;
+pub use conversations::*;
 pub use error::*;
 pub use events::*;
+pub use pty::*;
 pub use runs::*;
+pub use sessions::*;
 pub use tasks::*;
 pub use usage::*;
 pub use workers::*;

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use shepherd_core::Error;
 use shepherd_store::{
     NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason, Store,
@@ -71,13 +70,7 @@ impl ManagerConfig {
     }
 }
 
-/// `restart`'s mode: a fresh process, or the agent's `continue_args`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum RestartMode {
-    New,
-    Continue,
-}
+pub use shepherd_protocol::{GitDiff, RestartMode};
 
 #[derive(Default)]
 struct SlotState {
@@ -111,15 +104,6 @@ impl Attachment {
             }
         }
     }
-}
-
-/// What `git-diff` tabs show.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct GitDiff {
-    /// `git diff` of the location.
-    pub diff: String,
-    /// `git status --porcelain` of the location.
-    pub status: String,
 }
 
 /// The code of the error an impossible restore answers.

@@ -1,60 +1,7 @@
-//! The WebSocket messages of a PTY worker (seed 004), JSON text frames.
+//! The WebSocket messages of a PTY worker (seed 004): defined in the
+//! protocol crate with every other wire shape, re-exported here.
 
-use serde::{Deserialize, Serialize};
-
-/// Server → client.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(tag = "type", rename_all = "lowercase")]
-pub enum ServerMessage {
-    /// Once on attach (and again for a client that fell behind): what the
-    /// terminal shows. `offset` counts raw PTY bytes through its end;
-    /// `epoch` changes whenever a new process starts.
-    History {
-        data: String,
-        offset: u64,
-        epoch: i64,
-    },
-    Output {
-        data: String,
-        offset: u64,
-    },
-    /// `active` while output came within the last few seconds, else `idle`.
-    Activity {
-        state: ActivityState,
-    },
-    #[serde(rename_all = "camelCase")]
-    Exit {
-        exit_code: Option<i64>,
-        /// The number of the signal that ended the process, if one did.
-        signal: Option<i32>,
-    },
-    /// A message the server could not act on.
-    Error {
-        code: String,
-        message: String,
-    },
-}
-
-/// Client → server.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(tag = "type", rename_all = "lowercase")]
-pub enum ClientMessage {
-    Input { data: String },
-    Resize { cols: u16, rows: u16 },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ActivityState {
-    Active,
-    Idle,
-}
-
-impl ServerMessage {
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-}
+pub use shepherd_protocol::{ActivityState, ClientMessage, ServerMessage};
 
 #[cfg(test)]
 mod tests {

@@ -8,13 +8,15 @@
 //! partial work stays in the history); at the prompt it quits.
 
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::{json, Value};
-use shepherd_api::conversations::{
-    ConversationDetail, ConversationInfo, ConversationPage, MessageInfo, ResourceList, SendResponse,
+use shepherd_client::{Client, Start};
+use shepherd_core::transcript::{ActionContent, TranscriptStep};
+use shepherd_protocol::{
+    CancelBody, ConversationDetail, ConversationInfo, ConversationStateChanged, ConversationsQuery,
+    EventStreamQuery, MessageInfo, MultitaskMode, RunCompleted, RunStatusChanged, RunStep,
+    SendBody, WireEvent,
 };
-use shepherd_client::{enc, Client, Start};
-use shepherd_protocol::EventStreamQuery;
 
+use crate::cli::output::{explain, print_json};
 use crate::cli::{Global, Output};
 use crate::render::{cut, table};
 use crate::server::anyhow_like::Result;
@@ -67,38 +69,35 @@ fn client(g: &Global) -> Result<Client> {
     crate::cli::output::client(g)
 }
 
-fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
-    Ok(serde_json::from_value(v).map_err(|e| format!("unexpected answer from the server: {e}"))?)
+async fn load(c: &Client, id: &str) -> Result<ConversationDetail> {
+    c.conversation(id).await.map_err(explain)
 }
 
-async fn load(c: &Client, id: &str) -> Result<ConversationDetail> {
-    parse(
-        c.get_value(&format!("/api/v1/conversations/{}", enc(id)))
-            .await?,
-    )
+fn page(limit: i64) -> ConversationsQuery {
+    ConversationsQuery {
+        limit: Some(limit),
+        page: None,
+    }
 }
 
 pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
     let c = client(g)?;
     match cmd {
         ConversationCommand::List { resource, limit } => {
-            let v = c
-                .get_value(&format!(
-                    "/api/v1/resources/{}/conversations?limit={limit}",
-                    enc(resource)
-                ))
-                .await?;
+            let p = c
+                .conversations(resource, &page(*limit))
+                .await
+                .map_err(explain)?;
             if g.output == Output::Json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(&p);
                 return Ok(());
             }
-            let page: ConversationPage = parse(v)?;
-            print!("{}", history_table(&page.conversations));
+            print!("{}", history_table(&p.conversations));
         }
         ConversationCommand::Show { id, full } => {
             let d = load(&c, id).await?;
             if g.output == Output::Json {
-                println!("{}", serde_json::to_string_pretty(&d)?);
+                print_json(&d);
                 return Ok(());
             }
             println!(
@@ -119,24 +118,19 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
             wait,
         } => {
             let before = load(&c, id).await?;
-            let mut body = json!({ "text": text });
-            if let Some(m) = multitask {
-                body["multitask"] = json!(match m {
-                    MultitaskArg::Enqueue => "enqueue",
-                    MultitaskArg::Interrupt => "interrupt",
-                });
-            }
-            let v = c
-                .post_value(
-                    &format!("/api/v1/conversations/{}/messages", enc(id)),
-                    &body,
-                )
-                .await?;
+            let body = SendBody {
+                text: text.clone(),
+                multitask: match multitask {
+                    None => MultitaskMode::Reject,
+                    Some(MultitaskArg::Enqueue) => MultitaskMode::Enqueue,
+                    Some(MultitaskArg::Interrupt) => MultitaskMode::Interrupt,
+                },
+            };
+            let sent = c.send_message(id, &body).await.map_err(explain)?;
             if g.output == Output::Json && !wait {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(&sent);
                 return Ok(());
             }
-            let sent: SendResponse = parse(v)?;
             if g.output == Output::Table {
                 println!(
                     "message {} {} (conversation {})",
@@ -148,17 +142,14 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
             }
         }
         ConversationCommand::Cancel { id } => {
-            let v = c
-                .post_value(
-                    &format!("/api/v1/conversations/{}/cancel", enc(id)),
-                    &json!({}),
-                )
-                .await?;
+            let after = c
+                .cancel_conversation(id, &CancelBody::default())
+                .await
+                .map_err(explain)?;
             if g.output == Output::Json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(&after);
                 return Ok(());
             }
-            let after: ConversationInfo = parse(v)?;
             println!("conversation {} is {}", after.id, after.state);
         }
     }
@@ -181,21 +172,18 @@ fn history_table(list: &[ConversationInfo]) -> String {
     table(&["ID", "STATE", "ACTIVE", "MESSAGES", "CREATED"], &rows)
 }
 
-fn step_line(step: &Value) -> String {
-    let text = step["content"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .map(|i| match i["type"].as_str() {
-                    Some("tool_call") => format!("{}(…)", i["name"].as_str().unwrap_or("tool")),
-                    _ => i["text"].as_str().unwrap_or("").to_owned(),
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .or_else(|| step["output"].as_str().map(str::to_owned))
-        .unwrap_or_default();
+fn step_line(step: &TranscriptStep) -> String {
+    let text = match step {
+        TranscriptStep::Action { content } => content
+            .iter()
+            .map(|i| match i {
+                ActionContent::ToolCall { name, .. } => format!("{name}(…)"),
+                ActionContent::Text { text } => text.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        TranscriptStep::ToolResult { text, .. } => text.clone(),
+    };
     cut(&text.replace('\n', " "), 110)
 }
 
@@ -215,8 +203,7 @@ fn print_message(m: &MessageInfo, full: bool) {
         println!("  · … {skip} earlier steps");
     }
     for s in m.steps.iter().skip(skip) {
-        let v = serde_json::to_value(s).unwrap_or_default();
-        println!("  · {}", step_line(&v));
+        println!("  · {}", step_line(s));
     }
     match m.status.as_str() {
         "running" => println!("agent: (working…)"),
@@ -241,38 +228,38 @@ async fn stream_reply(g: &Global, c: &Client, id: &str, cursor: i64) -> Result<(
         &query,
         Start::After(cursor),
         |f| {
-            let data: Value = serde_json::from_str(&f.data).unwrap_or(Value::Null);
+            let Ok(e) = f.parse::<WireEvent>() else {
+                return true;
+            };
             if json_out {
-                println!("{data}");
+                println!("{}", f.data);
             }
-            match data["type"].as_str().unwrap_or("") {
+            let data = || e.event.data.clone();
+            match e.event.kind.as_str() {
                 "conversation.state_changed" => {
-                    let to = data["data"]["to"].as_str().unwrap_or("");
-                    if !json_out && to == "cancelled" {
+                    let Ok(d) = serde_json::from_value::<ConversationStateChanged>(data()) else {
+                        return true;
+                    };
+                    if !json_out && d.to == "cancelled" {
                         println!("(cancelling…)");
                     }
-                    return to != "idle";
+                    return d.to != "idle";
                 }
-                "run.step" if !json_out => println!(
-                    "  · {}",
-                    cut(
-                        &data["data"]["preview"]
-                            .as_str()
-                            .unwrap_or("")
-                            .replace('\n', " "),
-                        110
-                    )
-                ),
+                "run.step" if !json_out => {
+                    if let Ok(d) = serde_json::from_value::<RunStep>(data()) {
+                        println!("  · {}", cut(&d.preview.replace('\n', " "), 110));
+                    }
+                }
                 "run.status" if !json_out => {
-                    println!("  … {}", data["data"]["status"].as_str().unwrap_or(""))
+                    if let Ok(d) = serde_json::from_value::<RunStatusChanged>(data()) {
+                        println!("  … {}", d.status);
+                    }
                 }
                 "run.completed" if !json_out => {
-                    let status = data["data"]["status"].as_str().unwrap_or("");
-                    if status != "done" {
-                        println!(
-                            "(run {status}: {})",
-                            data["data"]["reason"].as_str().unwrap_or("")
-                        );
+                    if let Ok(d) = serde_json::from_value::<RunCompleted>(data()) {
+                        if d.status.as_str() != "done" {
+                            println!("(run {}: {})", d.status.as_str(), d.reason);
+                        }
                     }
                 }
                 _ => {}
@@ -291,7 +278,7 @@ async fn stream_reply(g: &Global, c: &Client, id: &str, cursor: i64) -> Result<(
             }
             _ = tokio::signal::ctrl_c(), if !cancelled => {
                 cancelled = true;
-                if let Err(e) = c.post_value(&format!("/api/v1/conversations/{}/cancel", enc(id)), &json!({})).await {
+                if let Err(e) = c.cancel_conversation(id, &CancelBody::default()).await {
                     eprintln!("cancel: {e}");
                 }
             }
@@ -311,7 +298,7 @@ async fn stream_reply(g: &Global, c: &Client, id: &str, cursor: i64) -> Result<(
 
 /// Finds the resource's active conversation, or starts one.
 async fn open_conversation(c: &Client, resource: &str, new: bool) -> Result<String> {
-    let list: ResourceList = parse(c.get_value("/api/v1/resources").await?)?;
+    let list = c.resources().await.map_err(explain)?;
     let Some(r) = list.resources.iter().find(|r| r.id == resource) else {
         return Err(format!(
             "no resource {resource:?}; create one with POST /api/v1/resources {{id, name, agent_id}}"
@@ -325,13 +312,7 @@ async fn open_conversation(c: &Client, resource: &str, new: bool) -> Result<Stri
 }
 
 async fn new_conversation(c: &Client, resource: &str) -> Result<String> {
-    let v = c
-        .post_value(
-            &format!("/api/v1/resources/{}/conversations", enc(resource)),
-            &json!({}),
-        )
-        .await?;
-    let info: ConversationInfo = parse(v)?;
+    let info = c.create_conversation(resource).await.map_err(explain)?;
     Ok(info.id)
 }
 
@@ -391,24 +372,19 @@ pub async fn chat(g: &Global, a: &ChatArgs) -> Result<()> {
                 println!("new conversation {id}");
             }
             "/history" => {
-                let page: ConversationPage = parse(
-                    c.get_value(&format!(
-                        "/api/v1/resources/{}/conversations?limit=20",
-                        enc(&a.resource)
-                    ))
-                    .await?,
-                )?;
-                print!("{}", history_table(&page.conversations));
+                let p = c
+                    .conversations(&a.resource, &page(20))
+                    .await
+                    .map_err(explain)?;
+                print!("{}", history_table(&p.conversations));
             }
             _ => {
                 let before = load(&c, &id).await?;
-                match c
-                    .post_value(
-                        &format!("/api/v1/conversations/{}/messages", enc(&id)),
-                        &json!({ "text": text }),
-                    )
-                    .await
-                {
+                let body = SendBody {
+                    text: text.to_owned(),
+                    multitask: MultitaskMode::Reject,
+                };
+                match c.send_message(&id, &body).await {
                     Ok(_) => stream_reply(g, &c, &id, before.cursor).await?,
                     Err(e) => eprintln!("{e}"),
                 }

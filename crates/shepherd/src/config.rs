@@ -113,6 +113,23 @@ fn env(vars: &dyn Fn(&str) -> Option<String>, key: &str) -> Option<String> {
     vars(key).filter(|v| !v.trim().is_empty())
 }
 
+/// The operator token's variable, shared by the server and the CLI.
+pub const TOKEN_ENV: &str = "SHEPHERD_TOKEN";
+/// Its former name on the server side, still read (with a warning).
+pub const DEPRECATED_TOKEN_ENV: &str = "SHEPHERD_AUTH_TOKEN";
+
+/// The operator token from the environment: `SHEPHERD_TOKEN`, else the
+/// deprecated `SHEPHERD_AUTH_TOKEN`, which says it is deprecated on stderr
+/// (logging is not set up yet when the configuration is read).
+pub fn token_from_env(vars: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    if let Some(t) = env(vars, TOKEN_ENV) {
+        return Some(t);
+    }
+    let old = env(vars, DEPRECATED_TOKEN_ENV)?;
+    eprintln!("warning: {DEPRECATED_TOKEN_ENV} is deprecated; set {TOKEN_ENV} instead");
+    Some(old)
+}
+
 fn env_u64(
     vars: &dyn Fn(&str) -> Option<String>,
     key: &str,
@@ -184,10 +201,10 @@ impl Config {
                 )))
             }
         };
-        let auth_token = env(vars, "SHEPHERD_AUTH_TOKEN").or(file.auth_token);
+        let auth_token = token_from_env(vars).or(file.auth_token);
         if let Some(t) = &auth_token {
             if t.len() < 16 {
-                return Err(err("SHEPHERD_AUTH_TOKEN: use at least 16 characters"));
+                return Err(err("SHEPHERD_TOKEN: use at least 16 characters"));
             }
         }
         let sqlite_sync = match env(vars, "SHEPHERD_SQLITE_SYNC")
@@ -320,7 +337,7 @@ impl Config {
     pub fn check_exposure(&self) -> Result<(), ConfigError> {
         if !self.listen.ip().is_loopback() && self.auth_token.is_none() {
             return Err(err(format!(
-                "SHEPHERD_LISTEN: {} is reachable from other machines; set SHEPHERD_AUTH_TOKEN to serve there",
+                "SHEPHERD_LISTEN: {} is reachable from other machines; set SHEPHERD_TOKEN to serve there",
                 self.listen
             )));
         }
@@ -412,13 +429,32 @@ mod tests {
             .check_exposure()
             .unwrap_err()
             .to_string()
-            .contains("SHEPHERD_AUTH_TOKEN"));
+            .contains("SHEPHERD_TOKEN"));
         let c = load(&[
             ("SHEPHERD_LISTEN", "0.0.0.0:7700"),
-            ("SHEPHERD_AUTH_TOKEN", "0123456789abcdef"),
+            ("SHEPHERD_TOKEN", "0123456789abcdef"),
         ])
         .unwrap();
         assert!(c.check_exposure().is_ok());
+    }
+
+    #[test]
+    fn one_token_name_and_the_old_one_still_works() {
+        let c = load(&[("SHEPHERD_TOKEN", "0123456789abcdef")]).unwrap();
+        assert_eq!(c.auth_token.as_deref(), Some("0123456789abcdef"));
+        let c = load(&[("SHEPHERD_AUTH_TOKEN", "fedcba9876543210")]).unwrap();
+        assert_eq!(c.auth_token.as_deref(), Some("fedcba9876543210"));
+        // The new name wins when both are set.
+        let c = load(&[
+            ("SHEPHERD_TOKEN", "0123456789abcdef"),
+            ("SHEPHERD_AUTH_TOKEN", "fedcba9876543210"),
+        ])
+        .unwrap();
+        assert_eq!(c.auth_token.as_deref(), Some("0123456789abcdef"));
+        let e = load(&[("SHEPHERD_TOKEN", "short")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SHEPHERD_TOKEN"), "{e}");
     }
 
     #[test]

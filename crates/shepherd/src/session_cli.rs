@@ -6,24 +6,17 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use futures::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use shepherd_protocol::{
+    AddWorker, ClientMessage, CreateSession, ErrorBody, ServerMessage, Session, SessionWorker,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::cli::output::{client, print_json};
+use crate::cli::output::{client, explain, print_json};
 use crate::cli::{Global, Output, Result};
 use crate::render::table;
-
-/// A JSON value as a table cell: strings bare, null empty.
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => String::new(),
-        Value::String(x) => x.clone(),
-        other => other.to_string(),
-    }
-}
 
 /// The key that starts the detach sequence (`Ctrl-]`), then `d`.
 const DETACH_PREFIX: u8 = 0x1d;
@@ -64,36 +57,36 @@ pub struct AttachArgs {
     pub worker: String,
 }
 
-fn worker_rows(ws: &[Value]) -> Vec<Vec<String>> {
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(ToString::to_string).unwrap_or_default()
+}
+
+fn worker_rows(ws: &[SessionWorker]) -> Vec<Vec<String>> {
     ws.iter()
         .map(|w| {
             vec![
-                s(&w["id"]),
-                s(&w["type"]),
-                s(&w["name"]),
-                s(&w["agent_id"]),
-                s(&w["pid"]),
-                if w["alive"] == true { "yes" } else { "no" }.to_owned(),
+                w.id.clone(),
+                w.kind.clone(),
+                w.name.clone(),
+                opt(&w.agent_id),
+                opt(&w.pid),
+                if w.alive { "yes" } else { "no" }.to_owned(),
             ]
         })
         .collect()
 }
 
-fn print_session(v: &Value) {
+fn print_session(v: &Session) {
     println!(
         "session {}  {}  {}  (node {})",
-        s(&v["id"]),
-        s(&v["name"]),
-        s(&v["location_path"]),
-        s(&v["node_id"])
+        v.id, v.name, v.location_path, v.node_id
     );
-    let ws = v["workers"].as_array().cloned().unwrap_or_default();
-    if !ws.is_empty() {
+    if !v.workers.is_empty() {
         print!(
             "{}",
             table(
                 &["WORKER", "TYPE", "NAME", "AGENT", "PID", "ALIVE"],
-                &worker_rows(&ws)
+                &worker_rows(&v.workers)
             )
         );
     }
@@ -104,53 +97,56 @@ pub async fn session(g: &Global, cmd: &SessionCommand) -> Result<()> {
     let v = match cmd {
         SessionCommand::New { path, name } => {
             let abs = std::path::absolute(path)?;
-            let body = json!({ "location_path": abs.display().to_string(), "name": name });
-            c.post_value("/api/v1/sessions", &body).await?
+            let body = CreateSession {
+                location_path: abs.display().to_string(),
+                name: name.clone(),
+            };
+            c.create_session(&body).await.map_err(explain)?
         }
         SessionCommand::List => {
-            let v = c.get_value("/api/v1/sessions").await?;
-            if g.output == Output::Table {
-                let ss = v["sessions"].as_array().cloned().unwrap_or_default();
-                let rows: Vec<Vec<String>> = ss
-                    .iter()
-                    .map(|x| {
-                        vec![
-                            s(&x["id"]),
-                            s(&x["name"]),
-                            x["workers"].as_array().map_or(0, |w| w.len()).to_string(),
-                            s(&x["location_path"]),
-                        ]
-                    })
-                    .collect();
-                print!("{}", table(&["SESSION", "NAME", "TABS", "PATH"], &rows));
-                return Ok(());
+            let v = c.sessions().await.map_err(explain)?;
+            match g.output {
+                Output::Table => {
+                    let rows: Vec<Vec<String>> = v
+                        .sessions
+                        .iter()
+                        .map(|x| {
+                            vec![
+                                x.id.clone(),
+                                x.name.clone(),
+                                x.workers.len().to_string(),
+                                x.location_path.clone(),
+                            ]
+                        })
+                        .collect();
+                    print!("{}", table(&["SESSION", "NAME", "TABS", "PATH"], &rows));
+                }
+                Output::Json => print_json(&v),
             }
-            v
+            return Ok(());
         }
-        SessionCommand::Show { session } => {
-            c.get_value(&format!("/api/v1/sessions/{session}")).await?
-        }
-        SessionCommand::Rm { session } => {
-            c.delete_value(&format!("/api/v1/sessions/{session}"))
-                .await?
-        }
+        SessionCommand::Show { session } => c.session(session).await.map_err(explain)?,
+        SessionCommand::Rm { session } => c.delete_session(session).await.map_err(explain)?,
         SessionCommand::Add {
             session,
             kind,
             agent,
             name,
         } => {
-            let body = json!({ "type": kind, "agent_id": agent, "name": name });
+            let body = AddWorker {
+                kind: kind.clone(),
+                agent_id: agent.clone(),
+                name: name.clone(),
+            };
             let w = c
-                .post_value(&format!("/api/v1/sessions/{session}/workers"), &body)
-                .await?;
+                .add_session_worker(session, &body)
+                .await
+                .map_err(explain)?;
             match g.output {
                 Output::Json => print_json(&w),
                 Output::Table => println!(
                     "added {} {} (attach: shepherd attach {session} {})",
-                    s(&w["type"]),
-                    s(&w["id"]),
-                    s(&w["id"])
+                    w.kind, w.id, w.id
                 ),
             }
             return Ok(());
@@ -245,11 +241,10 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
         a.worker
     );
     let mut req = url.into_client_request()?;
-    let token = g.token.clone().or_else(|| {
-        std::env::var("SHEPHERD_AUTH_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty())
-    });
+    let token = g
+        .token
+        .clone()
+        .or_else(|| crate::config::token_from_env(&|k| std::env::var(k).ok()));
     if let Some(t) = token {
         req.headers_mut().insert(
             "authorization",
@@ -259,17 +254,15 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
     let (ws, _) = match tokio_tungstenite::connect_async(req).await {
         Ok(x) => x,
         Err(tokio_tungstenite::tungstenite::Error::Http(res)) => {
-            let body = res
+            let status = res.status().as_u16();
+            return Err(match res
                 .body()
                 .as_deref()
-                .and_then(|b| serde_json::from_slice::<Value>(b).ok())
-                .unwrap_or_default();
-            return Err(format!(
-                "{} ({}, HTTP {})",
-                s(&body["error"]["message"]),
-                s(&body["error"]["code"]),
-                res.status().as_u16()
-            )
+                .and_then(|b| serde_json::from_slice::<ErrorBody>(b).ok())
+            {
+                Some(b) => format!("{} ({}, HTTP {status})", b.error.message, b.error.code),
+                None => format!("the server refused the connection (HTTP {status})"),
+            }
             .into());
         }
         Err(e) => return Err(e.into()),
@@ -280,11 +273,8 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
     let mut stdin = tokio::io::stdin();
     let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
     let resize = |cols: u16, rows: u16| {
-        Message::Text(
-            json!({"type": "resize", "cols": cols, "rows": rows})
-                .to_string()
-                .into(),
-        )
+        let m = ClientMessage::Resize { cols, rows };
+        Message::Text(serde_json::to_string(&m).unwrap_or_default().into())
     };
     if let Some((c, r)) = window_size() {
         sink.send(resize(c, r)).await?;
@@ -298,20 +288,22 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
             msg = stream.next() => {
                 let Some(Ok(msg)) = msg else { break Ok("connection closed".into()) };
                 let Message::Text(t) = msg else { continue };
-                let v: Value = serde_json::from_str(t.as_str()).unwrap_or_default();
-                match v["type"].as_str() {
-                    Some("history") => {
+                // A message this client does not know is skipped: newer
+                // servers may add kinds.
+                let Ok(m) = serde_json::from_str::<ServerMessage>(t.as_str()) else { continue };
+                match m {
+                    ServerMessage::History { data, .. } => {
                         if seen_history {
                             // A fresh history replaces the screen.
                             stdout.write_all(b"\x1b[2J\x1b[H").await?;
                         }
                         seen_history = true;
-                        stdout.write_all(s(&v["data"]).as_bytes()).await?;
+                        stdout.write_all(data.as_bytes()).await?;
                     }
-                    Some("output") => stdout.write_all(s(&v["data"]).as_bytes()).await?,
-                    Some("exit") => break Ok(format!("process exited (code {}, signal {})", s(&v["exitCode"]), s(&v["signal"]))),
-                    Some("error") => break Err(s(&v["message"])),
-                    _ => {}
+                    ServerMessage::Output { data, .. } => stdout.write_all(data.as_bytes()).await?,
+                    ServerMessage::Exit { exit_code, signal } => break Ok(format!("process exited (code {}, signal {})", opt(&exit_code), opt(&signal))),
+                    ServerMessage::Error { message, .. } => break Err(message),
+                    ServerMessage::Activity { .. } => {}
                 }
                 stdout.flush().await?;
             }

@@ -941,6 +941,7 @@ export interface components {
             state: string;
             updated_at: string;
         };
+        /** @description A conversation as lists show it. */
         ConversationInfo: {
             /** @description Whether it is the resource's active conversation. */
             active: boolean;
@@ -962,6 +963,20 @@ export interface components {
             conversations: components["schemas"]["ConversationInfo"][];
             /** @description Pass as `page` for the next (older) page; null on the last. */
             next?: string | null;
+        };
+        /** @description `data` of `conversation.state_changed`. */
+        ConversationStateChanged: {
+            /** @description `idle`, `processing` or `cancelled`. */
+            from: string;
+            /** @description The user message that started processing. */
+            message_id?: string | null;
+            /** @description Why it was cancelled, or why it went idle. */
+            reason?: string | null;
+            /** @description The task (run) the change concerns. */
+            task_id?: string | null;
+            /** @description On `idle`: the final state of the task that answered. */
+            task_state?: string | null;
+            to: string;
         };
         CreateSession: {
             /** @description An existing directory on the host, inside `SHEPHERD_SESSIONS_ROOT` when set. */
@@ -1110,10 +1125,11 @@ export interface components {
             /** @description User: `queued | sent | dropped`; agent: `running | done | failed | cancelled`. */
             status: string;
             /** @description The reply's steps (seed 000's `TranscriptStep`). */
-            steps: Record<string, never>[];
+            steps: components["schemas"]["TranscriptStep"][];
             /** @description The user's text, or the reply's result text once the run ended. */
             text?: string | null;
         };
+        /** @description A user message as stored. */
         MessageRecord: {
             conversation_id: string;
             created_at: string;
@@ -1396,6 +1412,7 @@ export interface components {
             /** @enum {string} */
             type: "error";
         };
+        /** @description A workspace with its tabs. */
         Session: {
             created_at: string;
             id: string;
@@ -1415,10 +1432,10 @@ export interface components {
          * @enum {string}
          */
         SessionStatus: "spawning" | "ready" | "busy" | "closed";
-        /** @description One tab of a session. */
+        /** @description One tab of a session: a PTY (`agent`, `terminal`) or `git-diff`. */
         SessionWorker: {
             agent_id?: string | null;
-            /** @description Whether that process runs now. */
+            /** @description Whether that process runs now (a stopped tab is restored when a client attaches). */
             alive: boolean;
             created_at: string;
             /**

@@ -238,9 +238,29 @@ pub fn parse_age(s: &str) -> std::result::Result<Duration, String> {
         "s" => n,
         "m" => n * 60,
         "h" => n * 3600,
-        "d" | "" => n * 86400,
+        "d" => n * 86400,
         "w" => n * 7 * 86400,
+        // A bare number is refused: 30 could be seconds or days.
+        "" => {
+            return Err(format!(
+                "{s:?} has no unit; write e.g. {n}d (s, m, h, d or w)"
+            ))
+        }
         _ => return Err(format!("unknown unit {unit:?}; use s, m, h, d or w")),
     };
     Ok(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_age_needs_a_unit() {
+        assert_eq!(parse_age("30d").unwrap(), Duration::from_secs(30 * 86400));
+        assert_eq!(parse_age("2h").unwrap(), Duration::from_secs(7200));
+        let e = parse_age("30").unwrap_err();
+        assert!(e.contains("no unit"), "{e}");
+        assert!(parse_age("30y").is_err());
+    }
 }

@@ -8,13 +8,13 @@ use super::{Global, Result};
 
 /// The client the global options describe (`--server`, `--token`).
 pub fn client(g: &Global) -> Result<Client> {
-    // The server's own token variable works here too, so one exported
-    // variable serves both sides on a single machine.
-    let token = g.token.clone().or_else(|| {
-        std::env::var("SHEPHERD_AUTH_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty())
-    });
+    // `--token` reads SHEPHERD_TOKEN, the variable the server reads too,
+    // so one exported variable serves both sides; the server's former name
+    // still works here, with a deprecation warning.
+    let token = g
+        .token
+        .clone()
+        .or_else(|| crate::config::token_from_env(&|k| std::env::var(k).ok()));
     Client::new(&g.server, token).map_err(explain)
 }
 
