@@ -188,7 +188,7 @@ pub async fn start_cursor(
 
 /// A chunk is cut once it holds this many bytes of frames.
 const CHUNK_BYTES: usize = 64 * 1024;
-/// A typical frame's size, to size a chunk before filling it.
+/// A typical frame's size, to size a stream's first chunk before filling it.
 const FRAME_GUESS: usize = 320;
 /// With this many events at hand a stream writes at once rather than wait
 /// for more: waiting would only risk falling out of the broadcast ring.
@@ -210,8 +210,14 @@ struct Feed {
     /// A busy stream writes at most once per this interval (see `next_chunk`).
     coalesce: Duration,
     last_write: Option<Instant>,
+    /// A child of the server's token: every wait on it registers with this
+    /// stream's own node, not with the one every stream shares.
     shutdown: CancellationToken,
     ended: bool,
+    /// The largest frame of the last chunk, to size the next one: a chunk
+    /// sized too small is grown by doubling, and so holds up to twice the
+    /// memory its frames need until the connection has written it.
+    frame_size: usize,
 }
 
 impl Feed {
@@ -257,12 +263,15 @@ impl Feed {
         // Sized for everything at hand, so that the chunk is not grown (and
         // copied) step by step: fewer, larger allocations.
         let at_hand = 1 + self.tail.pending();
-        let mut out = BytesMut::with_capacity((at_hand * FRAME_GUESS).min(CHUNK_BYTES));
+        let mut out = BytesMut::with_capacity((at_hand * self.frame_size).min(CHUNK_BYTES));
+        let mut largest = 0;
         let mut item = Some(Ok(first));
         while let Some(next) = item.take() {
             match next {
                 Ok(next) => {
+                    let before = out.len();
                     let more = self.push(next, &mut out);
+                    largest = largest.max(out.len() - before);
                     if !more || out.len() >= CHUNK_BYTES {
                         break;
                     }
@@ -276,6 +285,9 @@ impl Feed {
             item = self.tail.try_next_or_behind();
         }
         self.last_write = Some(Instant::now());
+        if largest > 0 {
+            self.frame_size = largest;
+        }
         Some(out.freeze())
     }
 
@@ -322,8 +334,9 @@ pub async fn events(
         keepalive: state.settings.sse_keepalive,
         coalesce: state.settings.sse_coalesce,
         last_write: None,
-        shutdown: state.shutdown.clone(),
+        shutdown: state.shutdown.child_token(),
         ended: false,
+        frame_size: FRAME_GUESS,
     };
     let chunks = futures::stream::unfold(feed, |mut feed| async move {
         let chunk = feed.next_chunk().await?;

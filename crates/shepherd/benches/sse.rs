@@ -1,44 +1,68 @@
-//! SSE fan-out benchmark: delivery latency and server memory per subscriber.
+//! SSE fan-out benchmark: Shepherd against a bare fan-out server, same run,
+//! same client.
 //!
-//! Starts the release binary (`<target>/release/shepherd serve`) as a child
-//! process on a free loopback port with a fresh SQLite data directory (or a
-//! fresh PostgreSQL schema when `SHEPHERD_BENCH_PG_URL` is set), then:
+//! Two servers are measured one after the other, each as its own process so
+//! that /proc/<pid>/stat and /proc/<pid>/status count that server alone:
 //!
-//! 1. warm-up: ~2,000 `POST /api/v1/tasks` per second for 2 s;
-//! 2. baseline: the same append load for `SHEPHERD_BENCH_SECS` with no
-//!    subscribers (appends/s, create latency, server RSS and CPU);
-//! 3. connects `SHEPHERD_BENCH_SUBSCRIBERS` SSE clients to
+//! - **shepherd**: the release binary (`<target>/release/shepherd serve`) on
+//!   a free loopback port with a fresh SQLite data directory (or a fresh
+//!   PostgreSQL schema when `SHEPHERD_BENCH_PG_URL` is set);
+//! - **baseline**: this bench executable started again in server mode: axum
+//!   on the same hyper stack, no database, one broadcast channel of frames
+//!   rendered once per event and padded to the size of Shepherd's frames,
+//!   the same TCP_NODELAY, keep-alive and write-coalescing interval. It is
+//!   what delivering those bytes costs on this machine at best.
+//!
+//! For each server:
+//!
+//! 1. warm-up: the append load (`POST /api/v1/tasks`) for 2 s;
+//! 2. quiet: the same append load for `--secs` with no subscribers
+//!    (appends/s, create latency, server RSS and CPU);
+//! 3. `--subscribers` SSE clients connect to
 //!    `GET /api/events?after=now&types=task.created` (a minimal HTTP/1.1
-//!    client over `TcpStream`), waits until every one has received a marker
-//!    event, and reads the server's VmRSS;
+//!    client over `TcpStream`), the bench waits until every one has received
+//!    a marker event, and reads the server's VmRSS;
 //! 4. load: the same append load again with every subscriber streaming.
+//!
+//! The baseline is driven at the rate Shepherd actually reached, so both
+//! deliver the same events per second to the same subscribers.
 //!
 //! Each task title carries its send time (Unix µs), so a subscriber computes
 //! delivery latency = receive time - send time on the same clock; the event's
-//! `ts` (ms; the server stamps it when the store call starts, before the
-//! write is queued for the database) also gives server ts -> receive. Every
+//! `ts` (ms; Shepherd stamps it when the store call starts, before the write
+//! is queued for the database) also gives server ts -> receive. Every
 //! subscriber must see every load event exactly once, in increasing `id`
 //! order; losses, duplicates and `event: resync` frames are reported.
 //! Memory per subscriber = (RSS with subscribers - RSS without) / N, both
-//! idle and under load. Goals: p99 delivery < 50 ms, < 20 KB per subscriber.
+//! idle and under load. Server CPU for fan-out = CPU during the load phase
+//! minus what the same appends cost in the quiet phase.
+//!
+//! Goals, as ratios of the same run (absolute figures drift between machines
+//! and days): Shepherd's deliveries per fan-out CPU-second >= 0.7x the
+//! baseline's, delivery p99 <= 1.5x, memory per subscriber under load
+//! <= 1.3x, and every event exactly once, in order, for every subscriber.
 //!
 //! Run (Cargo builds the package's binary into the same `release` directory
 //! for a bench; the explicit build only matters when running the bench
 //! executable directly):
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/target-bench cargo build --release
-//! CARGO_TARGET_DIR=/work/target-bench cargo bench -p shepherd --bench sse
+//! cargo bench -p shepherd --bench sse                  # ~1-2 min: 5 s phases
+//! cargo bench -p shepherd --bench sse -- --secs 30     # the full run
 //! ```
 //!
-//! The server and the clients share the machine: the report shows the CPU
-//! each used and what other processes took meanwhile, and the server CPU per
-//! delivered event, which does not depend on how busy the machine was.
+//! The servers and the clients share the machine: the report shows the CPU
+//! each used and what other processes took meanwhile.
 //!
-//! Knobs: `SHEPHERD_BENCH_SUBSCRIBERS` (default 1000), `SHEPHERD_BENCH_SECS`
-//! (default 10), `SHEPHERD_BENCH_RATE` (events/s, default 2000),
+//! Flags (after `--`) or environment: `--subscribers N` /
+//! `SHEPHERD_BENCH_SUBSCRIBERS` (default 1000), `--secs N` /
+//! `SHEPHERD_BENCH_SECS` (per phase, default 5), `--rate N` /
+//! `SHEPHERD_BENCH_RATE` (events/s, default 2000), `--appenders N` /
 //! `SHEPHERD_BENCH_APPENDERS` (concurrent creating clients, default 16),
-//! `SHEPHERD_BENCH_PG_URL` (PostgreSQL instead of SQLite).
+//! `--only shepherd|baseline`, `--frame-bytes N` (baseline frame size when
+//! Shepherd is not run; default 330), `SHEPHERD_BENCH_PG_URL` (PostgreSQL
+//! instead of SQLite), `SHEPHERD_BENCH_BIN` (another `shepherd` binary, e.g.
+//! a copy of an older build to compare with).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -60,6 +84,14 @@ const TITLE_MARK: &[u8] = b"\"title\":\"sse-bench ";
 /// Server `ts` -> receive latencies are kept in a histogram of 1 ms buckets.
 const TS_HIST_MS: usize = 10_000;
 
+/// Which servers a run measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Only {
+    Both,
+    Shepherd,
+    Baseline,
+}
+
 struct Opts {
     subscribers: usize,
     secs: u64,
@@ -67,28 +99,74 @@ struct Opts {
     /// Concurrent HTTP clients creating tasks; each is paced by its own interval.
     appenders: usize,
     pg_url: Option<String>,
+    only: Only,
+    /// The baseline's frame size when Shepherd's is not measured first.
+    frame_bytes: usize,
+}
+
+fn bad_number(what: &str, v: &str) -> ! {
+    eprintln!("{what}: expected a whole number, got {v:?}");
+    std::process::exit(2)
 }
 
 impl Opts {
-    fn from_env() -> Opts {
+    fn parse() -> Opts {
+        let bad = bad_number;
         let num = |key: &str, default: u64| -> u64 {
             match std::env::var(key) {
-                Ok(v) if !v.trim().is_empty() => v.trim().parse().unwrap_or_else(|_| {
-                    eprintln!("{key}: expected a whole number, got {v:?}");
-                    std::process::exit(2)
-                }),
+                Ok(v) if !v.trim().is_empty() => v.trim().parse().unwrap_or_else(|_| bad(key, &v)),
                 _ => default,
             }
         };
-        Opts {
+        let mut o = Opts {
             subscribers: num("SHEPHERD_BENCH_SUBSCRIBERS", 1000) as usize,
-            secs: num("SHEPHERD_BENCH_SECS", 10).max(1),
-            rate: num("SHEPHERD_BENCH_RATE", 2000).max(1),
-            appenders: num("SHEPHERD_BENCH_APPENDERS", 16).clamp(1, 512) as usize,
+            secs: num("SHEPHERD_BENCH_SECS", 5),
+            rate: num("SHEPHERD_BENCH_RATE", 2000),
+            appenders: num("SHEPHERD_BENCH_APPENDERS", 16) as usize,
             pg_url: std::env::var("SHEPHERD_BENCH_PG_URL")
                 .ok()
                 .filter(|v| !v.trim().is_empty()),
+            only: Only::Both,
+            frame_bytes: 330,
+        };
+        // Flags win over the environment. `cargo bench` adds `--bench`.
+        let mut args = std::env::args().skip(1);
+        while let Some(flag) = args.next() {
+            let mut value = |flag: &str| -> u64 {
+                let v = args.next().unwrap_or_default();
+                v.parse().unwrap_or_else(|_| bad(flag, &v))
+            };
+            match flag.as_str() {
+                "--bench" => {}
+                "--subscribers" => o.subscribers = value("--subscribers") as usize,
+                "--secs" => o.secs = value("--secs"),
+                "--rate" => o.rate = value("--rate"),
+                "--appenders" => o.appenders = value("--appenders") as usize,
+                "--frame-bytes" => o.frame_bytes = value("--frame-bytes") as usize,
+                "--only" => {
+                    o.only = match args.next().as_deref() {
+                        Some("shepherd") => Only::Shepherd,
+                        Some("baseline") => Only::Baseline,
+                        other => {
+                            eprintln!("--only: shepherd or baseline, not {other:?}");
+                            std::process::exit(2)
+                        }
+                    }
+                }
+                other => {
+                    eprintln!(
+                        "unknown flag {other:?}; flags: --subscribers N --secs N --rate N \
+                         --appenders N --only shepherd|baseline --frame-bytes N"
+                    );
+                    std::process::exit(2)
+                }
+            }
         }
+        o.secs = o.secs.max(1);
+        o.rate = o.rate.max(1);
+        o.appenders = o.appenders.clamp(1, 512);
+        o.frame_bytes = o.frame_bytes.clamp(64, 64 * 1024);
+        o
     }
 }
 
@@ -287,6 +365,8 @@ impl RssSampler {
 // The server process
 
 struct Server {
+    /// `shepherd` or `baseline`.
+    label: &'static str,
     child: Child,
     pid: u32,
     addr: SocketAddr,
@@ -304,8 +384,12 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-/// `<target>/release/shepherd`, next to this bench's `<target>/release/deps/`.
+/// `SHEPHERD_BENCH_BIN`, else `<target>/release/shepherd`, next to this
+/// bench's `<target>/release/deps/`.
 fn server_binary() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("SHEPHERD_BENCH_BIN").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(bin));
+    }
     let exe = std::env::current_exe().ok()?;
     let release = exe.parent()?.parent()?;
     let bin = release.join("shepherd");
@@ -346,6 +430,7 @@ impl Server {
         };
         let child = cmd.spawn().expect("spawn shepherd serve");
         Server {
+            label: "shepherd",
             pid: child.id(),
             child,
             addr,
@@ -354,6 +439,37 @@ impl Server {
             log,
             backend,
             pg,
+        }
+    }
+
+    /// This bench executable again, as the bare fan-out server
+    /// ([`baseline::serve`]), with frames of `frame_bytes`.
+    fn spawn_baseline(frame_bytes: usize) -> Server {
+        let stamp = format!("{}_{}", std::process::id(), now_us());
+        let dir = std::env::temp_dir().join(format!("shepherd-sse-baseline-{stamp}"));
+        std::fs::create_dir_all(&dir).expect("create the temp directory");
+        let log = std::env::temp_dir().join(format!("shepherd-sse-baseline-{stamp}.log"));
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let exe = std::env::current_exe().expect("the bench executable");
+        let child = Command::new(exe)
+            .env(baseline::LISTEN_ENV, addr.to_string())
+            .env(baseline::FRAME_ENV, frame_bytes.to_string())
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("create the baseline log file"))
+            .spawn()
+            .expect("spawn the baseline server");
+        Server {
+            label: "baseline",
+            pid: child.id(),
+            child,
+            addr,
+            base: format!("http://{addr}"),
+            dir,
+            log,
+            backend: format!("no database, {frame_bytes} B frames"),
+            pg: None,
         }
     }
 
@@ -581,6 +697,8 @@ struct SubStats {
     comments: u64,
     bytes: u64,
     reads: u64,
+    /// Bytes of the load frames received (to size the baseline's frames).
+    frame_bytes: u64,
     last_id: i64,
     /// Send -> receive, µs, one per load event.
     lat_us: Vec<u32>,
@@ -753,6 +871,7 @@ impl SubStats {
         match phase {
             b"load" => {
                 self.load_events += 1;
+                self.frame_bytes += frame.len() as u64 + 2;
                 if let Some(sent) = sent {
                     self.lat_us
                         .push(recv_us.saturating_sub(sent).min(u32::MAX as u64) as u32);
@@ -1085,14 +1204,52 @@ fn print_appends(label: &str, a: &AppendStats, cores: Cores, rss: (u64, u64)) {
 
 // ---------------------------------------------------------------------------
 
-async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
+/// What one server's run yields for the side-by-side comparison.
+#[derive(Default)]
+struct Figures {
+    label: &'static str,
+    /// Append rate asked for and reached during the load phase.
+    rate_target: u64,
+    rate: f64,
+    subscribers: usize,
+    delivered: u64,
+    expected: u64,
+    /// Server CPU seconds during load and drain, all of it and fan-out only
+    /// (all minus what the same appends cost with no subscriber).
+    cpu_all: f64,
+    cpu_fanout: f64,
+    p50_us: u32,
+    p99_us: u32,
+    kb_idle: f64,
+    kb_load: f64,
+    /// Subscribers that got every event exactly once, in order, with no resync.
+    exact: usize,
+    /// Mean size of a load frame on the wire (without chunk framing).
+    frame_bytes: f64,
+    /// Cores other processes used during the load phase (machine noise).
+    other_cores: f64,
+}
+
+impl Figures {
+    fn per_cpu_sec(&self, cpu: f64) -> f64 {
+        if cpu > 0.0 {
+            self.delivered as f64 / cpu
+        } else {
+            0.0
+        }
+    }
+}
+
+async fn bench(server: &mut Server, opts: &Opts) -> Result<Figures, String> {
     server.wait_ready().await?;
     let base = server.base.clone();
     let pid = server.pid;
+    let label = server.label;
     let n = opts.subscribers;
     let dur = Duration::from_secs(opts.secs);
+    println!();
     println!(
-        "server: pid {pid}, {} on {}, RSS at start {}",
+        "== {label}: pid {pid}, {} on {}, RSS at start {}",
         server.backend,
         server.addr,
         mib(server.rss_kb())
@@ -1109,19 +1266,19 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
     );
     if w.ok == 0 {
         return Err(format!(
-            "no task could be created during warm-up: {}",
+            "{label}: no task could be created during warm-up: {}",
             w.first_error.unwrap_or_default()
         ));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_idle_start = server.rss_kb();
 
-    // 2. Baseline: the same load, no subscribers.
+    // 2. Quiet: the same load, no subscribers.
     let cpu = CpuMeter::start(pid);
     let sampler = RssSampler::start(pid);
-    let baseline = run_appends(&base, "base", opts, dur).await;
-    let base_rss = sampler.finish().await;
-    let base_cores = cpu.cores();
+    let quiet = run_appends(&base, "base", opts, dur).await;
+    let quiet_rss = sampler.finish().await;
+    let quiet_cores = cpu.cores();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = server.rss_kb();
 
@@ -1218,12 +1375,11 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
     let rss_disconnected = server.rss_kb();
 
     // ---- report ----
-    println!();
     println!(
         "appends (target {} events/s for {} s):",
         opts.rate, opts.secs
     );
-    print_appends("no subscribers", &baseline, base_cores, base_rss);
+    print_appends("no subscribers", &quiet, quiet_cores, quiet_rss);
     print_appends(
         &format!("{connected} subscribers"),
         &load,
@@ -1236,7 +1392,9 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
     let (mut complete, mut short, mut extra) = (0usize, 0usize, 0usize);
     let (mut lost, mut dup_or_order, mut missing_ids, mut resyncs, mut reconnects) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
-    let (mut delivered, mut bytes, mut reads, mut comments) = (0u64, 0u64, 0u64, 0u64);
+    let (mut delivered, mut bytes, mut reads, mut comments, mut frame_bytes) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut exact = 0usize;
     let mut worst_p99 = 0u32;
     let mut errors: Vec<String> = Vec::new();
     for s in &mut stats {
@@ -1244,6 +1402,7 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
         bytes += s.bytes;
         reads += s.reads;
         comments += s.comments;
+        frame_bytes += s.frame_bytes;
         match s.load_events.cmp(&expected) {
             std::cmp::Ordering::Equal => complete += 1,
             std::cmp::Ordering::Less => {
@@ -1251,6 +1410,13 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
                 lost += expected - s.load_events;
             }
             std::cmp::Ordering::Greater => extra += 1,
+        }
+        if s.load_events == expected
+            && s.order_violations == 0
+            && s.missing_ids == 0
+            && s.resyncs == 0
+        {
+            exact += 1;
         }
         dup_or_order += s.order_violations;
         missing_ids += s.missing_ids;
@@ -1269,9 +1435,7 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
         }
     }
     lat.sort_unstable();
-    let p99 = pct(&lat, 99.0);
 
-    println!();
     println!(
         "delivery: {delivered} load events delivered ({expected} created x {connected} subscribers = {} expected) in {:.1} s + {:.2} s drain",
         expected * connected as u64,
@@ -1279,17 +1443,17 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
         drain_time.as_secs_f64()
     );
     println!(
-        "  throughput {:.0} deliveries/s, {:.1} MiB/s of SSE ({:.0} B per event on the wire), {:.1} events per read()",
+        "  throughput {:.0} deliveries/s, {:.1} MiB/s of SSE ({:.0} B per event on the wire, frames {:.0} B), {:.1} events per read()",
         delivered as f64 / (load.elapsed + drain_time).as_secs_f64(),
         bytes as f64 / 1048576.0 / (load.elapsed + drain_time).as_secs_f64(),
         bytes as f64 / delivered.max(1) as f64,
+        frame_bytes as f64 / delivered.max(1) as f64,
         delivered as f64 / reads.max(1) as f64
     );
+    // Server CPU for fan-out: all of it minus what the appends cost alone.
+    let per_append = quiet_cores.server * quiet.elapsed.as_secs_f64() / quiet.ok.max(1) as f64;
+    let fanout = (load_cpu.server - per_append * load.ok as f64).max(0.0);
     if delivered > 0 {
-        // Server CPU for fan-out: all of it minus what the appends cost alone.
-        let per_append =
-            base_cores.server * baseline.elapsed.as_secs_f64() / baseline.ok.max(1) as f64;
-        let fanout = (load_cpu.server - per_append * load.ok as f64).max(0.0);
         let per_delivery = fanout / delivered as f64;
         println!(
             "  CPU per delivery: server {:.2} µs (fan-out only; {:.0} µs per append alone), bench client {:.2} µs; \
@@ -1305,7 +1469,7 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
         "  latency send -> receive: p50 {}  p90 {}  p99 {}  p99.9 {}  max {}   (worst subscriber p99 {})",
         ms(pct(&lat, 50.0)),
         ms(pct(&lat, 90.0)),
-        ms(p99),
+        ms(pct(&lat, 99.0)),
         ms(pct(&lat, 99.9)),
         ms(lat.last().copied().unwrap_or(0)),
         ms(worst_p99)
@@ -1331,60 +1495,188 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<bool, String> {
         (with as f64 - without as f64) / connected.max(1) as f64
     };
     let kb_idle = per_sub(rss_connected, rss_before);
-    let kb_load = per_sub(load_rss.0, base_rss.0);
-    println!();
-    println!("server memory (VmRSS):");
+    let kb_load = per_sub(load_rss.0, quiet_rss.0);
     println!(
-        "  after warm-up, idle                 {}",
-        mib(rss_idle_start)
-    );
-    println!(
-        "  baseline load, no subscribers       mean {} / max {}",
-        mib(base_rss.0),
-        mib(base_rss.1)
-    );
-    println!("  idle before subscribers connect     {}", mib(rss_before));
-    println!(
-        "  {connected} subscribers connected, idle  {} (RssAnon {})",
+        "server memory (VmRSS): after warm-up {}; quiet load mean {} / max {}; before subscribers {}; \
+         {connected} connected, idle {} (RssAnon {}); load mean {} / max {}, right after {}; \
+         1 s after they left {}",
+        mib(rss_idle_start),
+        mib(quiet_rss.0),
+        mib(quiet_rss.1),
+        mib(rss_before),
         mib(rss_connected),
-        mib(rss_anon_connected)
-    );
-    println!(
-        "  load with subscribers               mean {} / max {}, right after load {}",
+        mib(rss_anon_connected),
         mib(load_rss.0),
         mib(load_rss.1),
-        mib(rss_after_load)
-    );
-    println!(
-        "  1 s after subscribers disconnected  {}",
+        mib(rss_after_load),
         mib(rss_disconnected)
     );
     println!(
         "  per subscriber: idle {kb_idle:.1} KB  (connected - before) / {connected}; under load {kb_load:.1} KB  (mean with - mean without) / {connected}; peak {:.1} KB",
-        per_sub(load_rss.1, base_rss.1)
+        per_sub(load_rss.1, quiet_rss.1)
     );
+    Ok(Figures {
+        label,
+        rate_target: opts.rate,
+        rate: load.rate(),
+        subscribers: n,
+        delivered,
+        expected: expected * n as u64,
+        cpu_all: load_cpu.server,
+        cpu_fanout: fanout,
+        p50_us: pct(&lat, 50.0),
+        p99_us: pct(&lat, 99.0),
+        kb_idle,
+        kb_load,
+        exact,
+        frame_bytes: frame_bytes as f64 / delivered.max(1) as f64,
+        other_cores: (load_cores.machine - load_cores.server - load_cores.bench).max(0.0),
+    })
+}
 
-    let lat_ok = p99 < 50_000 && !lat.is_empty();
-    let mem_ok = kb_idle.max(kb_load) < 20.0;
-    let exact_ok = complete == n && dup_or_order == 0 && missing_ids == 0;
+/// Both servers side by side, with the goals as ratios; true if all are met.
+fn compare(s: &Figures, b: &Figures) -> bool {
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    let row = |name: &str, sv: String, bv: String, r: Option<f64>, goal: &str, ok: Option<bool>| {
+        println!(
+            "  {name:<40} {sv:>16} {bv:>16} {:>8} {goal:>8} {}",
+            r.map_or(String::new(), |r| format!("{r:.2}x")),
+            ok.map_or("", verdict)
+        );
+    };
     println!();
+    println!("== side by side ({} subscribers)", s.subscribers);
     println!(
-        "goals: p99 delivery < 50 ms: {} ({}); memory < 20 KB/subscriber: {} ({:.1} KB); \
-         every event exactly once, in order: {}; no resync: {} ({resyncs})",
-        verdict(lat_ok),
-        ms(p99),
-        verdict(mem_ok),
-        kb_idle.max(kb_load),
-        verdict(exact_ok),
-        verdict(resyncs == 0)
+        "  {:<40} {:>16} {:>16} {:>8} {:>8}",
+        "", s.label, b.label, "ratio", "goal"
     );
-    Ok(lat_ok && mem_ok && exact_ok && resyncs == 0)
+    row(
+        "events/s reached (target)",
+        format!("{:.0} ({})", s.rate, s.rate_target),
+        format!("{:.0} ({})", b.rate, b.rate_target),
+        Some(ratio(s.rate, b.rate)),
+        "",
+        None,
+    );
+    row(
+        "frame size on the wire",
+        format!("{:.0} B", s.frame_bytes),
+        format!("{:.0} B", b.frame_bytes),
+        None,
+        "",
+        None,
+    );
+    let (se, be) = (s.per_cpu_sec(s.cpu_fanout), b.per_cpu_sec(b.cpu_fanout));
+    let cpu_ok = ratio(se, be) >= 0.7;
+    row(
+        "deliveries per server CPU-s (fan-out)",
+        format!("{se:.0}"),
+        format!("{be:.0}"),
+        Some(ratio(se, be)),
+        ">= 0.7x",
+        Some(cpu_ok),
+    );
+    let (sa, ba) = (s.per_cpu_sec(s.cpu_all), b.per_cpu_sec(b.cpu_all));
+    row(
+        "deliveries per server CPU-s (all)",
+        format!("{sa:.0}"),
+        format!("{ba:.0}"),
+        Some(ratio(sa, ba)),
+        "",
+        None,
+    );
+    row(
+        "delivery latency p50",
+        ms(s.p50_us),
+        ms(b.p50_us),
+        Some(ratio(s.p50_us as f64, b.p50_us as f64)),
+        "",
+        None,
+    );
+    let p99_ok = s.p99_us > 0 && ratio(s.p99_us as f64, b.p99_us as f64) <= 1.5;
+    row(
+        "delivery latency p99",
+        ms(s.p99_us),
+        ms(b.p99_us),
+        Some(ratio(s.p99_us as f64, b.p99_us as f64)),
+        "<= 1.5x",
+        Some(p99_ok),
+    );
+    row(
+        "memory per subscriber, idle",
+        format!("{:.1} KB", s.kb_idle),
+        format!("{:.1} KB", b.kb_idle),
+        Some(ratio(s.kb_idle, b.kb_idle)),
+        "",
+        None,
+    );
+    let mem_ok = ratio(s.kb_load, b.kb_load) <= 1.3;
+    row(
+        "memory per subscriber, under load",
+        format!("{:.1} KB", s.kb_load),
+        format!("{:.1} KB", b.kb_load),
+        Some(ratio(s.kb_load, b.kb_load)),
+        "<= 1.3x",
+        Some(mem_ok),
+    );
+    let exact = |f: &Figures| f.exact == f.subscribers && f.delivered == f.expected;
+    row(
+        "every event exactly once, in order",
+        format!("{}/{}", s.exact, s.subscribers),
+        format!("{}/{}", b.exact, b.subscribers),
+        None,
+        "all",
+        Some(exact(s)),
+    );
+    row(
+        "other processes' CPU during load (cores)",
+        format!("{:.2}", s.other_cores),
+        format!("{:.2}", b.other_cores),
+        None,
+        "",
+        None,
+    );
+    cpu_ok && p99_ok && mem_ok && exact(s)
+}
+
+/// Runs one server through the bench; prints its log's tail and how it stopped.
+fn run_server(
+    rt: &tokio::runtime::Runtime,
+    mut server: Server,
+    opts: &Opts,
+) -> Result<Figures, String> {
+    let result = rt.block_on(bench(&mut server, opts));
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    let stopped = server.stop();
+    println!("{} {stopped}", server.label);
+    let lines: Vec<&str> = log.lines().collect();
+    if !lines.is_empty() {
+        println!("{} log: {} line(s); last ones:", server.label, lines.len());
+        for l in lines.iter().rev().take(5).rev() {
+            println!("  {l}");
+        }
+    }
+    result
+}
+
+fn fail(e: &str) -> ! {
+    eprintln!("sse bench failed: {e}");
+    std::process::exit(1)
 }
 
 fn main() {
-    let opts = Opts::from_env();
+    // Started again by the bench as the baseline server.
+    if let Ok(listen) = std::env::var(baseline::LISTEN_ENV) {
+        let frame = std::env::var(baseline::FRAME_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(330);
+        baseline::serve(&listen, frame);
+    }
+    let opts = Opts::parse();
     let nofile = raise_nofile(opts.subscribers as libc::rlim_t * 2 + 1024);
-    let Some(bin) = server_binary() else {
+    let bin = server_binary();
+    if bin.is_none() && opts.only != Only::Baseline {
         eprintln!(
             "sse bench: the release binary is missing next to {}.\n\
              Build it first with the same target directory, e.g.\n    \
@@ -1395,41 +1687,236 @@ fn main() {
                 .unwrap_or_default()
         );
         std::process::exit(2);
-    };
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!("== SSE fan-out benchmark ==");
+    println!("== SSE fan-out benchmark: shepherd against a bare fan-out baseline ==");
     println!(
-        "binary {}; {} subscribers, {} events/s for {} s per phase, {} append clients; {cpus} CPUs shared by server and bench; open-files limit {nofile}",
-        bin.display(),
-        opts.subscribers,
-        opts.rate,
-        opts.secs,
-        opts.appenders
+        "{} subscribers, {} events/s for {} s per phase, {} append clients; {cpus} CPUs shared by servers and bench; open-files limit {nofile}",
+        opts.subscribers, opts.rate, opts.secs, opts.appenders
     );
-    let mut server = Server::spawn(&bin, &opts);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("bench runtime");
-    let result = rt.block_on(bench(&mut server, &opts));
+    let mut shepherd = None;
+    let mut frame_bytes = opts.frame_bytes;
+    let mut rate = opts.rate;
+    if let Some(bin) = bin.filter(|_| opts.only != Only::Baseline) {
+        println!("shepherd binary {}", bin.display());
+        let f = run_server(&rt, Server::spawn(&bin, &opts), &opts).unwrap_or_else(|e| fail(&e));
+        if f.frame_bytes >= 1.0 {
+            frame_bytes = f.frame_bytes.round() as usize;
+        }
+        // The baseline delivers the same events per second Shepherd managed.
+        rate = rate.min(f.rate.round().max(1.0) as u64);
+        shepherd = Some(f);
+    }
+    let mut base = None;
+    if opts.only != Only::Shepherd {
+        let bopts = Opts { rate, ..opts };
+        let f = run_server(&rt, Server::spawn_baseline(frame_bytes), &bopts)
+            .unwrap_or_else(|e| fail(&e));
+        base = Some(f);
+    }
     drop(rt);
-    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
-    let stopped = server.stop();
-    println!("server {stopped}");
-    let lines: Vec<&str> = log.lines().collect();
-    if !lines.is_empty() {
-        println!("server log: {} line(s); last ones:", lines.len());
-        for l in lines.iter().rev().take(5).rev() {
-            println!("  {l}");
+    if let (Some(s), Some(b)) = (&shepherd, &base) {
+        if compare(s, b) {
+            println!("all goals met");
+        } else {
+            println!("some goals missed (see above)");
         }
     }
-    drop(server);
-    match result {
-        Ok(true) => println!("all goals met"),
-        Ok(false) => println!("some goals missed (see above)"),
-        Err(e) => {
-            eprintln!("sse bench failed: {e}");
+}
+
+// ---------------------------------------------------------------------------
+// The bare fan-out server
+
+/// What delivery costs on this machine at best: axum on the same hyper stack
+/// and TCP settings as Shepherd, one broadcast channel of frames rendered
+/// once per event, and the same delivery policy (everything at hand goes in
+/// one write, a busy stream writes at most once per coalescing interval,
+/// keep-alive comments). No database, no filter, no resume.
+mod baseline {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use axum::body::{Body, Bytes};
+    use axum::extract::State;
+    use axum::http::{header, HeaderName, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::{get, post};
+    use axum::serve::ListenerExt;
+    use axum::Router;
+    use bytes::BytesMut;
+    use tokio::sync::broadcast;
+    use tokio::time::Instant;
+
+    pub const LISTEN_ENV: &str = "SHEPHERD_SSE_BASELINE_LISTEN";
+    pub const FRAME_ENV: &str = "SHEPHERD_SSE_BASELINE_FRAME_BYTES";
+    /// Shepherd's limits (crates/api/src/events.rs).
+    const CHUNK_BYTES: usize = 64 * 1024;
+    const COALESCE_UNTIL: usize = 256;
+
+    struct Fanout {
+        tx: broadcast::Sender<Bytes>,
+        /// The last id; frames are numbered and sent under this lock, so
+        /// they go out in id order.
+        seq: std::sync::Mutex<i64>,
+        frame_bytes: usize,
+        keepalive: Duration,
+        coalesce: Duration,
+    }
+
+    #[derive(serde::Deserialize)]
+    struct NewTask {
+        title: String,
+    }
+
+    /// One `task.created` frame padded to `size` bytes, with the fields the
+    /// bench client reads (`id`, `ts`, `title`).
+    fn render(id: i64, ts: &str, title: &str, size: usize) -> Bytes {
+        let title = serde_json::to_string(title).unwrap_or_default();
+        let head = format!(
+            "id: {id}\nevent: task.created\ndata: {{\"id\":{id},\"seq\":{id},\"ts\":\"{ts}\",\"type\":\"task.created\",\"title\":{title},\"pad\":\""
+        );
+        let tail = "\"}\n\n";
+        let pad = size.saturating_sub(head.len() + tail.len());
+        let mut out = BytesMut::with_capacity(head.len() + pad + tail.len());
+        out.extend_from_slice(head.as_bytes());
+        out.resize(out.len() + pad, b'.');
+        out.extend_from_slice(tail.as_bytes());
+        out.freeze()
+    }
+
+    async fn create(State(f): State<Arc<Fanout>>, body: Bytes) -> Response {
+        let Ok(task) = serde_json::from_slice::<NewTask>(&body) else {
+            return (StatusCode::BAD_REQUEST, "expected {\"title\": ...}").into_response();
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let ts = shepherd_core::time::to_rfc3339(now);
+        let id = {
+            let mut seq = f.seq.lock().unwrap_or_else(|p| p.into_inner());
+            *seq += 1;
+            let _ = f.tx.send(render(*seq, &ts, &task.title, f.frame_bytes));
+            *seq
+        };
+        (
+            StatusCode::CREATED,
+            [(header::CONTENT_TYPE, "application/json")],
+            format!("{{\"id\":{id}}}"),
+        )
+            .into_response()
+    }
+
+    struct Feed {
+        rx: broadcast::Receiver<Bytes>,
+        keepalive: Duration,
+        coalesce: Duration,
+        last_write: Option<Instant>,
+        ended: bool,
+    }
+
+    impl Feed {
+        async fn next_chunk(&mut self) -> Option<Bytes> {
+            if self.ended {
+                return None;
+            }
+            let first = match self.rx.try_recv() {
+                Ok(b) => b,
+                Err(broadcast::error::TryRecvError::Empty) => {
+                    match tokio::time::timeout(self.keepalive, self.rx.recv()).await {
+                        Err(_) => return Some(Bytes::from_static(b": keep-alive\n\n")),
+                        Ok(Ok(b)) => b,
+                        // A bare server has no log to catch up from.
+                        Ok(Err(_)) => return None,
+                    }
+                }
+                Err(_) => return None,
+            };
+            if let Some(at) = self.last_write {
+                let due = at + self.coalesce;
+                if self.rx.len() < COALESCE_UNTIL && due > Instant::now() {
+                    tokio::time::sleep_until(due).await;
+                }
+            }
+            self.last_write = Some(Instant::now());
+            if self.rx.is_empty() {
+                return Some(first);
+            }
+            let mut out =
+                BytesMut::with_capacity(((1 + self.rx.len()) * first.len()).min(CHUNK_BYTES));
+            out.extend_from_slice(&first);
+            while out.len() < CHUNK_BYTES {
+                match self.rx.try_recv() {
+                    Ok(b) => out.extend_from_slice(&b),
+                    Err(broadcast::error::TryRecvError::Empty) => break,
+                    Err(_) => {
+                        self.ended = true;
+                        break;
+                    }
+                }
+            }
+            Some(out.freeze())
+        }
+    }
+
+    async fn events(State(f): State<Arc<Fanout>>) -> Response {
+        let feed = Feed {
+            rx: f.tx.subscribe(),
+            keepalive: f.keepalive,
+            coalesce: f.coalesce,
+            last_write: None,
+            ended: false,
+        };
+        let chunks = futures::stream::unfold(feed, |mut feed| async move {
+            let chunk = feed.next_chunk().await?;
+            Some((Ok::<_, Infallible>(chunk), feed))
+        });
+        (
+            [
+                (header::CONTENT_TYPE, "text/event-stream"),
+                (header::CACHE_CONTROL, "no-cache"),
+                (HeaderName::from_static("x-accel-buffering"), "no"),
+            ],
+            Body::from_stream(chunks),
+        )
+            .into_response()
+    }
+
+    /// Serves on `listen` until killed.
+    pub fn serve(listen: &str, frame_bytes: usize) -> ! {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("baseline runtime");
+        let settings = shepherd_api::Settings::default();
+        let (tx, _) = broadcast::channel(shepherd_store::BROADCAST_CAPACITY);
+        let state = Arc::new(Fanout {
+            tx,
+            seq: std::sync::Mutex::new(0),
+            frame_bytes,
+            keepalive: settings.sse_keepalive,
+            coalesce: settings.sse_coalesce,
+        });
+        let result = rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let app = Router::new()
+                .route("/readyz", get(|| async { "ok" }))
+                .route("/api/v1/tasks", post(create))
+                .route("/api/events", get(events))
+                .with_state(state);
+            axum::serve(listener, app.into_make_service()).await
+        });
+        if let Err(e) = result {
+            eprintln!("baseline server: {e}");
             std::process::exit(1);
         }
+        std::process::exit(0)
     }
 }
