@@ -236,6 +236,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn retry_settings_are_checked_and_exit_codes_filter_retries() {
+        let mut a = AgentConfig {
+            command: vec!["sh".into()],
+            ..Default::default()
+        };
+        assert!(a.retries_exit_code(1) && a.retries_exit_code(137));
+        a.retry_on_exit_codes = Some(vec![75]);
+        assert!(a.retries_exit_code(75) && !a.retries_exit_code(1));
+        assert!(a.validate("x").is_ok());
+        a.retry_on_exit_codes = Some(vec![0]);
+        assert!(a.validate("x").unwrap_err().contains("retry_on_exit_codes"));
+        a.retry_on_exit_codes = None;
+        a.max_attempts = Some(0);
+        assert!(a.validate("x").unwrap_err().contains("max_attempts"));
+        a.max_attempts = Some(3);
+        let parsed: AgentConfig = serde_json::from_str(
+            r#"{"command": ["sh"], "max_attempts": 3, "retry_backoff": {"initial_ms": 100, "max_ms": 1000}}"#,
+        )
+        .unwrap();
+        assert_eq!(parsed.retry_backoff.map(|b| b.initial_ms), Some(100));
+    }
+
+    #[test]
     fn placeholders_and_stdin() {
         let a = AgentConfig {
             command: vec!["agent".into(), "--task={task_id}".into()],
