@@ -47,6 +47,14 @@ pub struct AgentConfig {
     /// A run whose reported cost passes this many US dollars is stopped
     /// (its partial work kept) with reason `budget_exceeded`.
     pub max_cost_usd: Option<f64>,
+    /// Default attempts in all for this agent's tasks (a task may set its
+    /// own); failed, timed-out and lost runs are retried until then.
+    pub max_attempts: Option<i64>,
+    /// Default wait between attempts: `{ initial_ms = 10000, max_ms = 600000 }`.
+    pub retry_backoff: Option<shepherd_core::retry::RetryBackoff>,
+    /// Exit codes that count as a failure worth retrying; unset: every
+    /// non-zero code. Any other code fails the task at once.
+    pub retry_on_exit_codes: Option<Vec<i32>>,
 }
 
 impl AgentConfig {
@@ -92,6 +100,17 @@ impl AgentConfig {
                 ));
             }
         }
+        if let Some(n) = self.max_attempts {
+            shepherd_core::retry::validate_max_attempts(n).map_err(|m| bad("max_attempts", &m))?;
+        }
+        if let Some(b) = &self.retry_backoff {
+            b.validate().map_err(|m| bad("retry_backoff", &m))?;
+        }
+        if let Some(codes) = &self.retry_on_exit_codes {
+            if codes.contains(&0) {
+                return Err(bad("retry_on_exit_codes", "0 is success, not a failure"));
+            }
+        }
         match self.workspace.as_deref() {
             Some("worktree") => {
                 if self.repo.is_none() {
@@ -123,6 +142,13 @@ impl AgentConfig {
             }
         }
         Ok(())
+    }
+
+    /// Whether a run that exited with `code` (non-zero) may be retried.
+    pub fn retries_exit_code(&self, code: i32) -> bool {
+        self.retry_on_exit_codes
+            .as_ref()
+            .is_none_or(|codes| codes.contains(&code))
     }
 
     /// The repository (and base) of a worktree agent.
@@ -208,6 +234,29 @@ impl AgentConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_settings_are_checked_and_exit_codes_filter_retries() {
+        let mut a = AgentConfig {
+            command: vec!["sh".into()],
+            ..Default::default()
+        };
+        assert!(a.retries_exit_code(1) && a.retries_exit_code(137));
+        a.retry_on_exit_codes = Some(vec![75]);
+        assert!(a.retries_exit_code(75) && !a.retries_exit_code(1));
+        assert!(a.validate("x").is_ok());
+        a.retry_on_exit_codes = Some(vec![0]);
+        assert!(a.validate("x").unwrap_err().contains("retry_on_exit_codes"));
+        a.retry_on_exit_codes = None;
+        a.max_attempts = Some(0);
+        assert!(a.validate("x").unwrap_err().contains("max_attempts"));
+        a.max_attempts = Some(3);
+        let parsed: AgentConfig = serde_json::from_str(
+            r#"{"command": ["sh"], "max_attempts": 3, "retry_backoff": {"initial_ms": 100, "max_ms": 1000}}"#,
+        )
+        .unwrap();
+        assert_eq!(parsed.retry_backoff.map(|b| b.initial_ms), Some(100));
+    }
 
     #[test]
     fn placeholders_and_stdin() {

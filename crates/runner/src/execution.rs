@@ -1019,6 +1019,11 @@ async fn supervise(
         "ending": format!("{ending:?}"),
         "workspace": workspace,
         "usage": (!outbox.usage_total.is_empty()).then_some(outbox.usage_total),
+        // An exit code the agent does not retry on makes the failure final.
+        "retryable": match ending {
+            Ending::Exited(c) if c != 0 => ctx.agent.retries_exit_code(c),
+            _ => true,
+        },
     });
     report_end(
         &ctx,
@@ -1060,7 +1065,10 @@ async fn spawn_failed(
     shutdown: &CancellationToken,
 ) -> Ending {
     let ending = Ending::SpawnFailed(reason.clone());
-    report_end(ctx, a, &ending, None, &reason, Value::Null, shutdown).await;
+    // A run that could not start (no such repository or base) would fail
+    // the same way again: not worth a retry.
+    let metadata = serde_json::json!({ "retryable": false });
+    report_end(ctx, a, &ending, None, &reason, metadata, shutdown).await;
     ending
 }
 

@@ -27,6 +27,9 @@ pub async fn open_store(config: &Config) -> anyhow_like::Result<Store> {
                 agent.max_concurrent,
             )
             .await?;
+        store
+            .set_agent_retry(name, agent.max_attempts, agent.retry_backoff)
+            .await?;
     }
     Ok(store)
 }

@@ -8,6 +8,7 @@
 pub mod claims;
 pub mod conversations;
 pub mod restart;
+pub(crate) mod retries;
 pub mod runs;
 pub mod sessions;
 pub mod tasks;
