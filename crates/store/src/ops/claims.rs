@@ -257,7 +257,7 @@ async fn eligible<D: Db>(
     for r in &rows {
         let t = task_from_row(r)?;
         // The query applies every rule; this is a guard, not a filter.
-        if eligibility(&worker, &t).is_ok() {
+        if eligibility(worker, &t).is_ok() {
             out.push(t);
         }
     }
