@@ -38,6 +38,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         p::WireEvent, p::Resync, p::TaskStateChanged, p::ProgressRecorded, p::RunStarted,
         p::RunStatusChanged, p::RunStep, p::RunCompleted, p::ClaimGranted, p::ClaimReleased,
         p::CancelRequested,
+        p::RetryScheduled,
         shepherd_sessions::ServerMessage, shepherd_sessions::ClientMessage,
     )),
     modifiers(&BearerAuth, &CommonErrors)

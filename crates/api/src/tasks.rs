@@ -44,7 +44,7 @@ pub fn paging(limit: Option<i64>, offset: Option<i64>, default: i64) -> Result<(
     (status = 201, description = "created", body = Task),
     (status = 403, description = "operator_only", body = ErrorBody),
     (status = 409, description = "task_exists", body = ErrorBody),
-    (status = 422, description = "invalid_title, unknown_workflow, …", body = ErrorBody)))]
+    (status = 422, description = "invalid_title, unknown_workflow, invalid_max_attempts, invalid_retry_backoff, invalid_run_at, …", body = ErrorBody)))]
 pub async fn create_task(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -64,6 +64,9 @@ pub async fn create_task(
             workflow: body.workflow,
             dispatch: body.dispatch.unwrap_or(true),
             conversation_id: None,
+            max_attempts: body.max_attempts,
+            retry_backoff: body.retry_backoff,
+            run_at: body.run_at,
         })
         .await?;
     Ok((StatusCode::CREATED, Json(task)))

@@ -27,6 +27,9 @@ pub mod kind {
     pub const TASK_STATE_CHANGED: &str = "task.state_changed";
     pub const TASK_CANCEL_REQUESTED: &str = "task.cancel_requested";
     pub const TASK_TRANSITION_REJECTED: &str = "task.transition_rejected";
+    /// An attempt failed and another is scheduled (data: attempt, run_id,
+    /// reason, run_at, max_attempts).
+    pub const TASK_RETRY_SCHEDULED: &str = "task.retry_scheduled";
     // Claims (seed 003 names the expiry event).
     pub const CLAIM_GRANTED: &str = "worker.claim.granted";
     pub const CLAIM_RELEASED: &str = "worker.claim.released";

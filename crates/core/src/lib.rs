@@ -10,6 +10,7 @@ pub mod adapters;
 pub mod error;
 pub mod event;
 pub mod model;
+pub mod retry;
 pub mod status;
 pub mod time;
 pub mod transcript;

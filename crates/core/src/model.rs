@@ -44,6 +44,26 @@ pub struct Task {
     /// The conversation whose message this task answers, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation_id: Option<String>,
+    /// Attempts in all before the task ends `failed`; absent: one, and a
+    /// lapsed claim puts the task back in the queue without counting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i64>,
+    /// The wait between attempts (with `max_attempts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<crate::retry::RetryBackoff>,
+    /// Not claimable before this instant: a delayed task, or the next
+    /// attempt after a failure.
+    #[serde(
+        default,
+        with = "serde_ms::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
+    pub run_at: Option<Millis>,
+    /// Every attempt that failed, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<crate::retry::AttemptFailure>,
 }
 
 /// A lease of one task by one worker.

@@ -187,3 +187,17 @@ pub struct ClaimReleased {
 pub struct CancelRequested {
     pub reason: String,
 }
+
+/// `data` of `task.retry_scheduled`: an attempt failed (or lost its claim)
+/// and the task waits for its next attempt. Emitted once per retry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct RetryScheduled {
+    /// The attempt that failed.
+    pub attempt: i64,
+    /// Its run.
+    pub run_id: String,
+    pub reason: String,
+    /// When the next attempt may be claimed (Unix milliseconds).
+    pub run_at: i64,
+    pub max_attempts: i64,
+}

@@ -36,6 +36,23 @@ pub struct CreateTask {
     /// Dispatch at once (default true); `false` leaves a draft.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch: Option<bool>,
+    /// Attempts in all (1 to 100) before the task ends `failed`; without it
+    /// (and without `retry_backoff`) the agent's default applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i64>,
+    /// The wait between attempts: exponential from `initial_ms`, at most
+    /// `max_ms`, with jitter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<shepherd_core::retry::RetryBackoff>,
+    /// A delayed task: not claimable before this instant (RFC 3339).
+    #[serde(
+        default,
+        with = "shepherd_core::time::serde_ms::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schemars(with = "Option<String>")]
+    pub run_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]

@@ -569,6 +569,19 @@ impl Store {
         })
     }
 
+    /// Sets the retry policy an agent's new tasks take by default.
+    pub async fn set_agent_retry(
+        &self,
+        id: &str,
+        max_attempts: Option<i64>,
+        backoff: Option<shepherd_core::retry::RetryBackoff>,
+    ) -> Result<(), Error> {
+        let id = id.to_owned();
+        write_op!(self, |db| async move {
+            ops::retries::set_agent_default(db, &id, max_attempts, backoff).await
+        })
+    }
+
     // ----- tasks and claims -----
 
     pub async fn create_task(&self, new: NewTask) -> Result<Task, Error> {
@@ -628,11 +641,10 @@ impl Store {
     }
 
     pub async fn pending_tasks(&self, worker_id: &str, limit: i64) -> Result<Vec<Task>, Error> {
-        let id = worker_id.to_owned();
-        read_op!(
-            self,
-            |db| async move { claims::pending(db, &id, limit).await }
-        )
+        let (now, id) = (now_ms(), worker_id.to_owned());
+        read_op!(self, |db| async move {
+            claims::pending(db, now, &id, limit).await
+        })
     }
 
     pub async fn claim_task(

@@ -266,3 +266,55 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    claim_next_waits_for_run_at_and_takes_retries,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "w", "default", &[], 2).await;
+        let mut later = task("LATER", 9);
+        later.run_at = Some(shepherd_store::now_ms() + 3_600_000);
+        store.create_task(later).await.unwrap();
+        let mut flaky = task("FLAKY", 1);
+        flaky.max_attempts = Some(2);
+        flaky.retry_backoff = Some(shepherd_core::retry::RetryBackoff {
+            initial_ms: 200,
+            max_ms: 1000,
+        });
+        store.create_task(flaky).await.unwrap();
+        // The higher-priority task is not due: only FLAKY is claimed.
+        let g = store.claim_next("w", 2, rules()).await.unwrap();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].task.vtid, "FLAKY");
+        let r = store
+            .progress_batch(
+                "w",
+                vec![report(
+                    "FLAKY",
+                    Some(&g[0].claim_token),
+                    "worker.execution.failed",
+                )],
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(&r[0], Ok(Applied::Moved { task, .. }) if task.state == "pending"),
+            "{r:?}"
+        );
+        // Re-queued, but not before its backoff; then claimed again.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let again = loop {
+            let g = store.claim_next("w", 1, rules()).await.unwrap();
+            if let Some(g) = g.into_iter().next() {
+                break g;
+            }
+            assert!(std::time::Instant::now() < deadline, "the retry never came");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert_eq!(again.task.vtid, "FLAKY");
+        assert_eq!(again.task.attempts, 2);
+        let (later, _) = store.task("LATER", 0).await.unwrap();
+        assert_eq!(later.task.state, "pending");
+        store.close();
+    }
+);

@@ -141,6 +141,13 @@ pub enum TaskCommand {
         /// Leave it as a draft; dispatch later.
         #[arg(long)]
         draft: bool,
+        /// Attempts in all before it ends failed (failed, timed-out and
+        /// lost runs are retried after a backoff); default: the agent's.
+        #[arg(long)]
+        max_attempts: Option<i64>,
+        /// Not claimable before this long from now (e.g. 10m, 2h).
+        #[arg(long, value_parser = parse_age)]
+        delay: Option<Duration>,
     },
     /// List tasks, newest first.
     List {

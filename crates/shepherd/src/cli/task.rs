@@ -66,6 +66,8 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             channel,
             workflow,
             draft,
+            max_attempts,
+            delay,
         } => {
             let spec = match (spec, spec_file) {
                 (Some(s), _) => s.clone(),
@@ -86,6 +88,12 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
                 channel_id: channel.clone(),
                 workflow: workflow.clone(),
                 dispatch: Some(!draft),
+                max_attempts: *max_attempts,
+                retry_backoff: None,
+                run_at: delay.map(|d| {
+                    chrono::Utc::now().timestamp_millis()
+                        + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
+                }),
             };
             let t = c.create_task(&body).await.map_err(explain)?;
             match g.output {

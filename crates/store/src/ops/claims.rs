@@ -16,7 +16,7 @@ use shepherd_core::Error;
 
 use super::tasks::{self, set_state, task_from_row, workflow_of, Applied, TASK_COLUMNS};
 use super::workers::WORKER_COLUMNS;
-use super::{emit, emit_returning, new_uuid, random_hex, runs, workers};
+use super::{emit, emit_returning, new_uuid, random_hex, retries, runs, workers};
 use crate::params;
 use crate::sql::Appended;
 use crate::sql::{Db, Dialect, Row};
@@ -112,8 +112,18 @@ fn has_capabilities(worker: &Worker, needed: &[String]) -> Vec<String> {
 }
 
 /// Whether `worker` may take `task` now, ignoring capacity and existing claims.
-fn eligibility(worker: &Worker, task: &Task) -> Result<(), Error> {
+fn eligibility(worker: &Worker, task: &Task, now: Millis) -> Result<(), Error> {
     let wf = workflow_of(task)?;
+    if let Some(run_at) = task.run_at.filter(|t| *t > now) {
+        return Err(Error::conflict(
+            "task_not_due",
+            format!(
+                "task {} may not be claimed before {}",
+                task.vtid,
+                shepherd_core::time::to_rfc3339(run_at)
+            ),
+        ));
+    }
     if task.cancel_requested_at.is_some() {
         return Err(Error::conflict(
             "task_cancelled",
@@ -207,9 +217,14 @@ fn capabilities_condition(dialect: Dialect, caps: &str) -> String {
 }
 
 /// Tasks the worker may claim now, best first (priority, then age).
-pub async fn pending<D: Db>(db: &mut D, worker_id: &str, limit: i64) -> Result<Vec<Task>, Error> {
+pub async fn pending<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker_id: &str,
+    limit: i64,
+) -> Result<Vec<Task>, Error> {
     let worker = workers::require_live(db, worker_id).await?;
-    eligible(db, &worker, limit, false).await
+    eligible(db, now, &worker, limit, false).await
 }
 
 /// The `limit` best tasks `worker` may claim now. With `lock` (PostgreSQL
@@ -218,6 +233,7 @@ pub async fn pending<D: Db>(db: &mut D, worker_id: &str, limit: i64) -> Result<V
 /// nodes each take different tasks instead of queueing behind one another.
 async fn eligible<D: Db>(
     db: &mut D,
+    now: Millis,
     worker: &Worker,
     limit: i64,
     lock: bool,
@@ -237,6 +253,7 @@ async fn eligible<D: Db>(
          AND {} \
          AND (t.builder_worker_id IS NULL OR t.builder_worker_id <> $4 OR t.state IN ({})) \
          AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.task_id = t.id AND c.released_at IS NULL) \
+         AND (t.run_at IS NULL OR t.run_at <= $5) \
          ORDER BY t.priority DESC, t.dispatched_at, t.id LIMIT $2{locking}",
         claimable_condition(can_validate),
         capabilities_condition(db.dialect(), "$3"),
@@ -249,7 +266,8 @@ async fn eligible<D: Db>(
                 &worker.agent_id,
                 limit,
                 super::to_json(&worker.capabilities),
-                &worker.worker_id
+                &worker.worker_id,
+                now
             ],
         )
         .await?;
@@ -257,7 +275,7 @@ async fn eligible<D: Db>(
     for r in &rows {
         let t = task_from_row(r)?;
         // The query applies every rule; this is a guard, not a filter.
-        if eligibility(worker, &t).is_ok() {
+        if eligibility(worker, &t, now).is_ok() {
             out.push(t);
         }
     }
@@ -294,7 +312,7 @@ pub async fn claim_next<D: Db>(
             ),
         ));
     }
-    let candidates = eligible(db, &worker, max, true).await?;
+    let candidates = eligible(db, now, &worker, max, true).await?;
     let mut grants = Vec::with_capacity(candidates.len());
     for task in candidates {
         match claim(db, now, worker_id, &task.vtid, rules).await {
@@ -353,7 +371,7 @@ fn slice(r: &Row, from: usize, len: usize) -> Row {
     Row(r.0.iter().skip(from).take(len).cloned().collect())
 }
 
-const TASK_WIDTH: usize = 17;
+const TASK_WIDTH: usize = 21;
 const WORKER_WIDTH: usize = 16;
 
 /// An active claim with its holder's last heartbeat and registry status.
@@ -460,7 +478,7 @@ pub async fn claim<D: Db>(
             r.opt_string(at + 11)?,
         );
     };
-    eligibility(&worker, &task)?;
+    eligibility(&worker, &task, now)?;
     if worker.active_claims >= worker.max_concurrent {
         return Err(Error::capacity(
             "worker_at_capacity",
@@ -511,7 +529,7 @@ pub async fn claim<D: Db>(
     }
     .to_owned();
     db.defer(
-        "UPDATE tasks SET attempts = $2, builder_worker_id = $3, state = $4, updated_at = $5 WHERE id = $1",
+        "UPDATE tasks SET attempts = $2, builder_worker_id = $3, state = $4, updated_at = $5, run_at = NULL WHERE id = $1",
         params![vtid, attempt, &builder, &new_state, now],
     );
     db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
@@ -570,6 +588,7 @@ pub async fn claim<D: Db>(
         }
     })?;
     task.attempts = attempt;
+    task.run_at = None;
     task.builder_worker_id = builder;
     task.state = new_state;
     task.updated_at = now;
@@ -812,6 +831,19 @@ pub(crate) async fn apply_event<D: Db>(
         }
         Outcome::Move { to, trigger } => {
             let from = task.state.clone();
+            // A failed attempt may be retried instead of ending the task.
+            let retry = match &active {
+                Some((a, _)) if event == workflow::EXECUTION_FAILED => {
+                    let retryable = retries::retryable(&metadata);
+                    let d = retries::decide(&task, false, retryable, now);
+                    Some((a.claim.clone(), d))
+                }
+                _ => None,
+            };
+            let to = match &retry {
+                Some((c, d)) => retries::state_after(wf, c, *d, to),
+                None => to,
+            };
             let seq = emit_first(
                 db,
                 now,
@@ -826,6 +858,13 @@ pub(crate) async fn apply_event<D: Db>(
             )
             .await?;
             set_state(db, now, &mut task, to, event, refs.clone()).await?;
+            if let Some((c, d)) = &retry {
+                let reason = result
+                    .clone()
+                    .or_else(|| message.clone())
+                    .unwrap_or_default();
+                retries::record(db, now, &mut task, c, &reason, *d).await?;
+            }
             // Does this event end the run that holds the task?
             let ending = if event == workflow::EXECUTION_FAILED {
                 Some(("failed", "failed"))
@@ -988,14 +1027,31 @@ pub(crate) async fn expire<D: Db>(
     let refs = EventRefs::default()
         .worker(&claim.worker_id)
         .run(&claim.run_id);
-    let back_to = if task.cancel_requested_at.is_some() {
-        workflow::CANCELLED
-    } else if claim.purpose == "validate" {
-        wf.review_state.unwrap_or(wf.dispatched_state)
-    } else {
-        wf.dispatched_state
-    };
-    set_state(db, now, &mut task, back_to, "claim expired", refs).await?;
+    if task.cancel_requested_at.is_some() {
+        set_state(
+            db,
+            now,
+            &mut task,
+            workflow::CANCELLED,
+            "claim expired",
+            refs,
+        )
+        .await?;
+        return Ok(true);
+    }
+    // A lost claim is a failed attempt for a task with a retry policy.
+    let decision = retries::decide(&task, true, true, now);
+    let to = retries::state_after(wf, claim, decision, retries::back_to(wf, claim));
+    set_state(db, now, &mut task, to, "claim expired", refs).await?;
+    retries::record(
+        db,
+        now,
+        &mut task,
+        claim,
+        &format!("claim lost: {reason}"),
+        decision,
+    )
+    .await?;
     Ok(true)
 }
 

@@ -7,6 +7,7 @@
 
 pub mod claims;
 pub mod conversations;
+pub(crate) mod retries;
 pub mod runs;
 pub mod sessions;
 pub mod tasks;

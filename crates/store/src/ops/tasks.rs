@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 use shepherd_core::event::{kind, Event, EventFilter, EventRefs, NewEvent};
 use shepherd_core::model::{Claim, Task};
+use shepherd_core::retry::{self, RetryBackoff, RetryPolicy};
 use shepherd_core::time::Millis;
 use shepherd_core::workflow::{self, Workflow};
 use shepherd_core::Error;
@@ -26,11 +27,18 @@ pub struct NewTask {
     pub dispatch: bool,
     /// Set only by conversations: the conversation whose message this answers.
     pub conversation_id: Option<String>,
+    /// Attempts in all; without it (and without `retry_backoff`) the task
+    /// takes its agent's default policy, if the agent has one.
+    pub max_attempts: Option<i64>,
+    pub retry_backoff: Option<RetryBackoff>,
+    /// Not claimable before this instant (a delayed task).
+    pub run_at: Option<Millis>,
 }
 
 pub(crate) const TASK_COLUMNS: &str = "t.id, t.title, t.spec, t.priority, t.capabilities, t.agent_id, t.channel_id, \
     t.workflow, t.state, t.spec_snapshot_id, t.dispatched_at, t.builder_worker_id, t.cancel_requested_at, \
-    t.attempts, t.created_at, t.updated_at, t.conversation_id";
+    t.attempts, t.created_at, t.updated_at, t.conversation_id, \
+    t.max_attempts, t.retry_backoff, t.run_at, t.failures";
 
 pub(crate) fn task_from_row(r: &Row) -> Result<Task, Error> {
     Ok(Task {
@@ -51,7 +59,19 @@ pub(crate) fn task_from_row(r: &Row) -> Result<Task, Error> {
         created_at: r.i64(14)?,
         updated_at: r.i64(15)?,
         conversation_id: r.opt_string(16)?,
+        max_attempts: r.opt_i64(17)?,
+        retry_backoff: opt_json(r, 18)?,
+        run_at: r.opt_i64(19)?,
+        failures: opt_json(r, 20)?.unwrap_or_default(),
     })
+}
+
+/// A nullable JSON text column.
+fn opt_json<T: serde::de::DeserializeOwned>(r: &Row, idx: usize) -> Result<Option<T>, Error> {
+    match r.opt_string(idx)? {
+        None => Ok(None),
+        Some(_) => r.json(idx).map(Some),
+    }
 }
 
 pub fn workflow_of(task: &Task) -> Result<&'static Workflow, Error> {
@@ -206,6 +226,7 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
         validate_id("channel_id", "invalid_channel_id", c)?;
         ensure_channel(db, now, c).await?;
     }
+    let (max_attempts, retry_backoff) = retry_settings(db, &new).await?;
     let vtid = match &new.vtid {
         Some(v) => {
             validate_id("vtid", "invalid_vtid", v)?;
@@ -221,7 +242,8 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
     };
     db.defer(
         "INSERT INTO tasks (id, title, spec, priority, capabilities, agent_id, channel_id, workflow, state, \
-         attempts, created_at, updated_at, conversation_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $10, $11)",
+         attempts, created_at, updated_at, conversation_id, max_attempts, retry_backoff, run_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $10, $11, $12, $13, $14)",
         params![
             &vtid,
             &new.title,
@@ -233,7 +255,10 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
             wf.name,
             wf.draft_state,
             now,
-            &new.conversation_id
+            &new.conversation_id,
+            max_attempts,
+            retry_backoff.as_ref().map(to_json),
+            new.run_at
         ],
     );
     let mut task = require(db, &vtid).await?;
@@ -254,6 +279,50 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
         dispatch_loaded(db, now, &mut task).await?;
     }
     Ok(task)
+}
+
+/// The retry policy a new task gets: its own, or else its agent's default.
+/// Resolved once, at creation, so the task shows the policy it runs under.
+async fn retry_settings<D: Db>(
+    db: &mut D,
+    new: &NewTask,
+) -> Result<(Option<i64>, Option<RetryBackoff>), Error> {
+    if let Some(n) = new.max_attempts {
+        retry::validate_max_attempts(n).map_err(|m| Error::invalid("invalid_max_attempts", m))?;
+    }
+    if let Some(b) = &new.retry_backoff {
+        b.validate()
+            .map_err(|m| Error::invalid("invalid_retry_backoff", m))?;
+    }
+    if let Some(at) = new.run_at {
+        if !(0..=253_402_300_799_000).contains(&at) {
+            return Err(Error::invalid("invalid_run_at", "run_at is out of range"));
+        }
+    }
+    if new.max_attempts.is_some() || new.retry_backoff.is_some() {
+        return Ok((new.max_attempts, new.retry_backoff));
+    }
+    let Some(agent) = &new.agent_id else {
+        return Ok((None, None));
+    };
+    let row = db
+        .query_opt(
+            "SELECT max_attempts, retry_backoff FROM agents WHERE id = $1",
+            params![agent],
+        )
+        .await?;
+    match row {
+        Some(r) => Ok((r.opt_i64(0)?, opt_json(&r, 1)?)),
+        None => Ok((None, None)),
+    }
+}
+
+/// The policy a task runs under, if it has one.
+pub(crate) fn policy_of(task: &Task) -> Option<RetryPolicy> {
+    task.max_attempts.map(|max_attempts| RetryPolicy {
+        max_attempts,
+        backoff: task.retry_backoff.unwrap_or_default(),
+    })
 }
 
 /// Dispatches a draft: freezes its spec in a snapshot and offers it to workers.

@@ -64,6 +64,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("0002_sessions.sql")),
     (3, include_str!("0003_conversations.sql")),
     (4, include_str!("0004_run_usage.sql")),
+    (5, include_str!("0005_retries.sql")),
 ];
 /// Advisory lock key that orders event-appending commits (see module docs).
 pub const EVENT_LOCK: i64 = 0x5348_4550_0001;
