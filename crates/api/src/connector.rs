@@ -11,11 +11,12 @@ use axum::{Extension, Json, Router};
 use shepherd_core::time::to_rfc3339;
 use shepherd_core::Error;
 use shepherd_protocol::{
-    ClaimResponse, DeregisterBody, DeregisterResponse, EventApplied, HeartbeatBody, HeartbeatClaim,
-    HeartbeatResponse, PendingQuery, PendingResponse, PendingTask, ProgressBody, RegisterBody,
-    RegisterResponse, SeedErrorBody, SeedErrorFields, WorkerBody,
+    ClaimNextBody, ClaimNextResponse, ClaimResponse, DeregisterBody, DeregisterResponse,
+    ErrorDetail, EventApplied, HeartbeatBody, HeartbeatClaim, HeartbeatResponse, PendingQuery,
+    PendingResponse, PendingTask, ProgressBatchBody, ProgressBatchResponse, ProgressBody,
+    ProgressResult, RegisterBody, RegisterResponse, SeedErrorBody, SeedErrorFields, WorkerBody,
 };
-use shepherd_store::Registration;
+use shepherd_store::{Applied, Registration};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult};
@@ -152,12 +153,13 @@ pub async fn claim(
         .claim_task(&worker, &vtid, state.lease_rules())
         .await
         .map_err(|e| seed_error(e, true))?;
-    let purpose = g
-        .claim
-        .purpose
-        .parse()
-        .map_err(|e: String| seed_error(Error::internal(e), true))?;
-    Ok(Json(ClaimResponse {
+    Ok(Json(claim_response(g).map_err(|e| seed_error(e, true))?))
+}
+
+/// What a granted claim answers (claim-by-vtid and each claim-next element).
+fn claim_response(g: shepherd_store::Grant) -> Result<ClaimResponse, Error> {
+    let purpose = g.claim.purpose.parse().map_err(Error::internal)?;
+    Ok(ClaimResponse {
         ok: true,
         claimed: true,
         vtid: g.task.vtid,
@@ -180,7 +182,147 @@ pub async fn claim(
                 message: c.message,
                 turn: c.turn,
             }),
+    })
+}
+
+/// Claim the next tasks: the best eligible ones (priority, then age; agent
+/// and capabilities respected), up to `max`, in one transaction. Rows other
+/// nodes are claiming are skipped, not waited for.
+#[utoipa::path(post, path = "/api/v1/worker/orchestrator/tasks/claim", tag = "connector", request_body = ClaimNextBody, responses(
+    (status = 200, body = ClaimNextResponse),
+    (status = 400, description = "missing_worker_id", body = SeedErrorBody),
+    (status = 403, description = "not_your_worker", body = SeedErrorBody),
+    (status = 404, description = "worker_not_found", body = SeedErrorBody),
+    (status = 409, description = "worker_terminated", body = SeedErrorBody),
+    (status = 422, description = "invalid_max (below 1), max_above_capacity (above the worker's free capacity)", body = SeedErrorBody)))]
+pub async fn claim_next(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(b): ApiJson<ClaimNextBody>,
+) -> ApiResult<Json<ClaimNextResponse>> {
+    let worker = acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, true))?;
+    let grants = state
+        .store
+        .claim_next(&worker, b.max.unwrap_or(1), state.lease_rules())
+        .await
+        .map_err(|e| seed_error(e, true))?;
+    let claims = grants
+        .into_iter()
+        .map(claim_response)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| seed_error(e, true))?;
+    Ok(Json(ClaimNextResponse { ok: true, claims }))
+}
+
+/// Most reports one batch may carry.
+pub const MAX_PROGRESS_REPORTS: usize = 500;
+
+/// Report progress on several claims at once: applied in order, in one
+/// transaction, each on its own (a refused report changes nothing and does
+/// not stop the others).
+#[utoipa::path(post, path = "/api/v1/worker/orchestrator/progress", tag = "connector", request_body = ProgressBatchBody, responses(
+    (status = 200, description = "one result per report, in order; a refused report has `ok: false` and an `error` (claim_stale, invalid_transition, unknown_event, invalid_event, task_not_found, …)", body = ProgressBatchResponse),
+    (status = 400, description = "missing_worker_id", body = SeedErrorBody),
+    (status = 403, description = "not_your_worker", body = SeedErrorBody),
+    (status = 422, description = "invalid_reports (none, or more than 500)", body = SeedErrorBody)))]
+pub async fn progress_batch(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(b): ApiJson<ProgressBatchBody>,
+) -> ApiResult<Json<ProgressBatchResponse>> {
+    let worker =
+        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
+    if b.reports.is_empty() || b.reports.len() > MAX_PROGRESS_REPORTS {
+        return Err(seed_error(
+            Error::invalid(
+                "invalid_reports",
+                format!(
+                    "reports must hold 1 to {MAX_PROGRESS_REPORTS} reports (got {})",
+                    b.reports.len()
+                ),
+            ),
+            false,
+        ));
+    }
+    // Reports refused before reaching the store keep their place in the answer.
+    let mut results: Vec<Option<ProgressResult>> = Vec::with_capacity(b.reports.len());
+    let mut valid = Vec::with_capacity(b.reports.len());
+    let mut events = Vec::with_capacity(b.reports.len());
+    for r in b.reports {
+        if r.event.is_empty() || r.event.len() > 128 {
+            results.push(Some(refused(
+                r.vtid,
+                None,
+                None,
+                &Error::invalid("invalid_event", "event must be 1-128 characters"),
+            )));
+            continue;
+        }
+        results.push(None);
+        events.push(r.event.clone());
+        valid.push(shepherd_store::ProgressReport {
+            vtid: r.vtid,
+            claim_token: r.claim_token,
+            event: r.event,
+            message: r.message,
+            metadata: r.metadata,
+            result: r.result,
+        });
+    }
+    let vtids: Vec<String> = valid.iter().map(|r| r.vtid.clone()).collect();
+    let outcomes = state
+        .store
+        .progress_batch(&worker, valid)
+        .await
+        .map_err(|e| seed_error(e, false))?;
+    let mut outcomes = outcomes.into_iter().zip(vtids).zip(events);
+    for slot in results.iter_mut().filter(|s| s.is_none()) {
+        let Some(((outcome, vtid), event)) = outcomes.next() else {
+            break;
+        };
+        *slot = Some(match outcome {
+            Ok(Applied::Moved { task, seq, .. }) => ProgressResult {
+                vtid: task.vtid,
+                ok: true,
+                state: Some(task.state),
+                event_id: Some(seq),
+                error: None,
+            },
+            Ok(Applied::Rejected { task, seq }) => {
+                let e = Error::conflict(
+                    "invalid_transition",
+                    format!(
+                        "event {event:?} does not apply to task {} in state {:?}",
+                        task.vtid, task.state
+                    ),
+                );
+                refused(task.vtid, Some(task.state), Some(seq), &e)
+            }
+            Err(e) => refused(vtid, None, None, &e),
+        });
+    }
+    Ok(Json(ProgressBatchResponse {
+        ok: true,
+        results: results.into_iter().flatten().collect(),
     }))
+}
+
+fn refused(
+    vtid: String,
+    state: Option<String>,
+    event_id: Option<i64>,
+    e: &Error,
+) -> ProgressResult {
+    ProgressResult {
+        vtid,
+        ok: false,
+        state,
+        event_id,
+        error: Some(ErrorDetail {
+            code: e.code.to_owned(),
+            message: e.message.clone(),
+        }),
+    }
 }
 
 /// Report progress under a claim; drives the task's workflow.
@@ -288,6 +430,8 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/worker/orchestrator/register", post(register))
         .route("/api/v1/worker/orchestrator/tasks/pending", get(pending))
+        .route("/api/v1/worker/orchestrator/tasks/claim", post(claim_next))
+        .route("/api/v1/worker/orchestrator/progress", post(progress_batch))
         .route(
             "/api/v1/worker/orchestrator/tasks/{vtid}/claim",
             post(claim),

@@ -293,6 +293,23 @@ impl Client {
         .await
     }
 
+    /// Claims the next tasks this worker may take (up to `max`).
+    pub async fn claim_next(
+        &self,
+        b: &p::ClaimNextBody,
+    ) -> Result<p::ClaimNextResponse, ClientError> {
+        self.post("/api/v1/worker/orchestrator/tasks/claim", b)
+            .await
+    }
+
+    /// Several progress reports in one call, each applied or refused on its own.
+    pub async fn progress_batch(
+        &self,
+        b: &p::ProgressBatchBody,
+    ) -> Result<p::ProgressBatchResponse, ClientError> {
+        self.post("/api/v1/worker/orchestrator/progress", b).await
+    }
+
     pub async fn progress(
         &self,
         vtid: &str,

@@ -138,6 +138,90 @@ fn first_attempt() -> i64 {
     1
 }
 
+/// Claim the next tasks: the best eligible ones (priority, then age), as
+/// many as `max`.
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimNextBody {
+    /// Needed with the operator token; a worker token names its worker itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// How many tasks to claim at most: 1 up to the worker's free capacity
+    /// (`max_concurrent` minus the claims it holds). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max: Option<i64>,
+}
+
+/// The claims granted, best task first; empty when nothing is eligible.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ClaimNextResponse {
+    pub ok: bool,
+    /// Each element is what claiming that task by its vtid answers.
+    pub claims: Vec<ClaimResponse>,
+}
+
+/// One report of a batch: a progress report naming its task.
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressReport {
+    pub vtid: String,
+    /// The fencing token from the claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_token: Option<String>,
+    /// Such as `worker.building`, `worker.execution.completed`.
+    pub event: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "is_null")]
+    #[schema(value_type = Object)]
+    pub metadata: Value,
+    /// The run's result text, for completion events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+/// Several progress reports of one worker, applied in order in one
+/// transaction, each on its own.
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressBatchBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// 1 to 500 reports.
+    pub reports: Vec<ProgressReport>,
+}
+
+/// The outcome of one report: `state` when applied, `error` when refused
+/// (a refused report changed nothing, except that an `invalid_transition`
+/// is recorded in the log as `event_id`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ProgressResult {
+    pub vtid: String,
+    pub ok: bool,
+    /// The task's state after the report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The recorded event's sequence number in the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::ErrorDetail>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ProgressBatchResponse {
+    pub ok: bool,
+    /// One per report, in the order of the reports.
+    pub results: Vec<ProgressResult>,
+}
+
 #[derive(
     Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
 )]

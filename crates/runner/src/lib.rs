@@ -409,67 +409,59 @@ async fn claim_loop(
             break;
         }
         let mut claimed_any = false;
-        if running.load(std::sync::atomic::Ordering::SeqCst) < slots {
-            let query = p::PendingQuery {
+        let free = slots.saturating_sub(running.load(std::sync::atomic::Ordering::SeqCst));
+        if free > 0 {
+            // One call claims the best tasks for every free slot: no
+            // list-then-claim race with other workers.
+            let body = p::ClaimNextBody {
                 worker_id: Some(worker_id.clone()),
-                limit: Some(10),
+                max: Some(free as i64),
             };
-            match ctx.connector.pending(&query).await {
+            match ctx.connector.claim_next(&body).await {
                 Ok(v) => {
-                    for t in v.tasks {
-                        if running.load(std::sync::atomic::Ordering::SeqCst) >= slots {
-                            break;
-                        }
-                        let vtid = t.vtid.as_str();
-                        let me = p::WorkerBody {
-                            worker_id: Some(worker_id.clone()),
+                    for c in v.claims {
+                        claimed_any = true;
+                        let a = Assignment {
+                            vtid: c.vtid,
+                            run_id: c.run_id,
+                            claim_token: c.claim_token,
+                            title: c.title,
+                            spec: c.spec,
+                            conversation: c.conversation,
+                            attempt: c.attempt,
                         };
-                        match ctx.connector.claim(vtid, &me).await {
-                            Ok(c) => {
-                                claimed_any = true;
-                                let a = Assignment {
-                                    vtid: c.vtid,
-                                    run_id: c.run_id,
-                                    claim_token: c.claim_token,
-                                    title: c.title,
-                                    spec: c.spec,
-                                    conversation: c.conversation,
-                                    attempt: c.attempt,
-                                };
-                                // Not a child of `shutdown`: stopping the runner is not a cancel.
-                                let token = CancellationToken::new();
-                                cancels
-                                    .lock()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .insert(a.run_id.clone(), token.clone());
-                                running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                let (ctx, cancels, running, freed, stop, detached) = (
-                                    ctx.clone(),
-                                    cancels.clone(),
-                                    running.clone(),
-                                    freed.clone(),
-                                    shutdown.clone(),
-                                    detached.clone(),
-                                );
-                                tracker.spawn(async move {
-                                    let run_id = a.run_id.clone();
-                                    if execute(ctx, a, token, stop).await == Ending::Detached {
-                                        detached.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                    }
-                                    cancels
-                                        .lock()
-                                        .unwrap_or_else(|e| e.into_inner())
-                                        .remove(&run_id);
-                                    running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                                    freed.notify_one();
-                                });
+                        // Not a child of `shutdown`: stopping the runner is not a cancel.
+                        let token = CancellationToken::new();
+                        cancels
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(a.run_id.clone(), token.clone());
+                        running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let (ctx, cancels, running, freed, stop, detached) = (
+                            ctx.clone(),
+                            cancels.clone(),
+                            running.clone(),
+                            freed.clone(),
+                            shutdown.clone(),
+                            detached.clone(),
+                        );
+                        tracker.spawn(async move {
+                            let run_id = a.run_id.clone();
+                            if execute(ctx, a, token, stop).await == Ending::Detached {
+                                detached.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             }
-                            Err(e) if e.is_retryable() => break,
-                            Err(e) => tracing::debug!(vtid, error = %e, "claim refused"),
-                        }
+                            cancels
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .remove(&run_id);
+                            running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                            freed.notify_one();
+                        });
                     }
                 }
-                Err(e) => tracing::debug!(error = %e, "polling for tasks failed"),
+                // Includes max_above_capacity: a claim the server still
+                // counts (its completion not yet delivered) frees up later.
+                Err(e) => tracing::debug!(error = %e, "claiming tasks failed"),
             }
         }
         if claimed_any {

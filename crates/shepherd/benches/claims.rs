@@ -28,6 +28,16 @@
 //! case every task must have ended `done` (the table's `verified` column);
 //! failed cycles are counted and the first few errors printed.
 //!
+//! - `claim-next`: in-process, `Store::claim_next` with `max` = 100 from a
+//!   shared queue, then one `progress` completion per run (`claim-next-batch`:
+//!   all of a claim's completions in one `Store::progress_batch`).
+//!
+//! With `SHEPHERD_BENCH_GRAPHILE=/path/to/graphile` (the peer harness's
+//! binary, built on its own, never part of this workspace) the run ends with
+//! graphile_worker's LocalQueue at the same worker counts and Shepherd's
+//! PostgreSQL rates as ratios of it (`SHEPHERD_BENCH_GRAPHILE_DB` overrides
+//! its `--db`).
+//!
 //! Run (release mode):
 //!
 //! ```text
@@ -97,6 +107,10 @@ enum Route {
     Baseline,
     Store,
     Http,
+    /// In-process claim-next (`max` = [`CLAIM_NEXT_MAX`]), one completion per run.
+    ClaimNext,
+    /// In-process claim-next, each batch's completions in one `progress_batch`.
+    ClaimNextBatch,
 }
 
 impl Route {
@@ -105,6 +119,8 @@ impl Route {
             Route::Baseline => "baseline",
             Route::Store => "store",
             Route::Http => "http",
+            Route::ClaimNext => "claim-next",
+            Route::ClaimNextBatch => "claim-next-batch",
         }
     }
 }
@@ -127,6 +143,8 @@ fn base_cycles(backend: Backend, route: Route, workers: usize) -> f64 {
         (Backend::Postgres, Route::Http, 1) => 300.0,
         (Backend::Postgres, Route::Http, 4) => 400.0,
         (Backend::Postgres, Route::Http, _) => 600.0,
+        (Backend::Sqlite, Route::ClaimNext | Route::ClaimNextBatch, _) => 5_000.0,
+        (Backend::Postgres, Route::ClaimNext | Route::ClaimNextBatch, _) => 3_000.0,
     }
 }
 
@@ -431,6 +449,148 @@ async fn bench_store(
     };
     if !m.verified {
         eprintln!("  verify: {done} of {expected} tasks done ({all} tasks in all)");
+    }
+    report_case(&m);
+    Ok(m)
+}
+
+// ----- claim-next -----
+
+/// Claims per claim-next call, as graphile's LocalQueue fetches jobs.
+const CLAIM_NEXT_MAX: i64 = 100;
+
+/// A shared queue of `total` tasks drained by `workers` workers, each
+/// claiming up to [`CLAIM_NEXT_MAX`] at a time with `Store::claim_next` and
+/// completing each run with its own `progress` call, or (`batched`) all of
+/// a claim's runs with one `progress_batch`. Each cycle is one task.
+async fn bench_claim_next(
+    backend: Backend,
+    config: StoreConfig,
+    workers: usize,
+    total: u64,
+    batched: bool,
+) -> BenchResult<Measurement> {
+    let route = if batched {
+        Route::ClaimNextBatch
+    } else {
+        Route::ClaimNext
+    };
+    let store = Store::open(&config).await?;
+    for w in 0..workers {
+        store
+            .register_worker(Registration {
+                worker_id: Some(worker_id(w)),
+                agent_id: "default".into(),
+                worker_type: "builtin".into(),
+                max_concurrent: CLAIM_NEXT_MAX,
+                ..Default::default()
+            })
+            .await?;
+    }
+    let created: Vec<Result<_, _>> = futures::stream::iter(0..total)
+        .map(|n| {
+            let store = store.clone();
+            async move {
+                store
+                    .create_task(NewTask {
+                        title: format!("bench Q-{n}"),
+                        spec: "claim and complete".into(),
+                        vtid: Some(format!("Q-{n}")),
+                        dispatch: true,
+                        ..Default::default()
+                    })
+                    .await
+            }
+        })
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect()
+        .await;
+    for r in created {
+        r?;
+    }
+    let done_count = Arc::new(AtomicU64::new(0));
+    let (elapsed, tally) = drive(workers, |w, barrier| {
+        let (store, worker, done_count) = (store.clone(), worker_id(w), done_count.clone());
+        async move {
+            barrier.wait().await;
+            let mut tally = Tally::default();
+            loop {
+                let grants = match store.claim_next(&worker, CLAIM_NEXT_MAX, RULES).await {
+                    Ok(g) => g,
+                    Err(e) => {
+                        tally.record(Err(format!("claim-next: {e}")));
+                        break;
+                    }
+                };
+                if grants.is_empty() {
+                    break;
+                }
+                if batched {
+                    let reports = grants
+                        .into_iter()
+                        .map(|g| shepherd_store::ProgressReport {
+                            vtid: g.task.vtid,
+                            claim_token: Some(g.claim_token),
+                            event: COMPLETED.into(),
+                            message: None,
+                            metadata: json!({}),
+                            result: None,
+                        })
+                        .collect();
+                    match store.progress_batch(&worker, reports).await {
+                        Ok(results) => {
+                            for r in results {
+                                match r {
+                                    Ok(_) => {
+                                        done_count.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    Err(e) => tally.record(Err(format!("complete: {e}"))),
+                                }
+                            }
+                        }
+                        Err(e) => tally.record(Err(format!("progress batch: {e}"))),
+                    }
+                } else {
+                    for g in grants {
+                        let r = store
+                            .progress(
+                                &worker,
+                                &g.task.vtid,
+                                Some(g.claim_token),
+                                COMPLETED,
+                                None,
+                                json!({}),
+                                None,
+                            )
+                            .await;
+                        match r {
+                            Ok(_) => {
+                                done_count.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => tally.record(Err(format!("complete {}: {e}", g.task.vtid))),
+                        }
+                    }
+                }
+            }
+            tally
+        }
+    })
+    .await?;
+    let done = store_count(&store, Some("done")).await?;
+    let all = store_count(&store, None).await?;
+    store.close();
+    let m = Measurement {
+        backend,
+        route,
+        workers,
+        cycles: done_count.load(Ordering::Relaxed),
+        elapsed,
+        errors: tally.errors,
+        error_samples: tally.samples,
+        verified: done == total as i64 && all == total as i64,
+    };
+    if !m.verified {
+        eprintln!("  verify: {done} of {total} tasks done ({all} tasks in all)");
     }
     report_case(&m);
     Ok(m)
@@ -955,6 +1115,14 @@ async fn bench_sqlite(plan: &Plan, out: &mut Vec<Measurement>) -> BenchResult<()
             let vars = server_vars(&dir.0, None)?;
             out.push(bench_http(b, vars, workers, per, warm).await?);
         }
+        for (route, batched) in [(Route::ClaimNext, false), (Route::ClaimNextBatch, true)] {
+            if plan.wants(b, route, workers) {
+                let total = (base_cycles(b, route, workers) * plan.scale).round() as u64;
+                let dir = TempDir::new()?;
+                let config = StoreConfig::new(format!("sqlite://{}", dir.db_path().display()));
+                out.push(bench_claim_next(b, config, workers, total, batched).await?);
+            }
+        }
         // Let the store's writer thread exit before the next case.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -987,6 +1155,16 @@ async fn bench_pg(url: &str, plan: &Plan, out: &mut Vec<Measurement>) -> BenchRe
                 let dir = TempDir::new()?;
                 let vars = server_vars(&dir.0, Some((url, &schema)))?;
                 out.push(bench_http(b, vars, workers, per, warm).await?);
+            }
+            for (route, batched) in [(Route::ClaimNext, false), (Route::ClaimNextBatch, true)] {
+                if plan.wants(b, route, workers) {
+                    let total = (base_cycles(b, route, workers) * plan.scale).round() as u64;
+                    let schema = format!("bench_{}", unique());
+                    schemas.push(schema.clone());
+                    let mut config = StoreConfig::new(url);
+                    config.pg_schema = Some(schema);
+                    out.push(bench_claim_next(b, config, workers, total, batched).await?);
+                }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -1105,6 +1283,74 @@ fn print_goals(rows: &[Measurement]) {
     }
 }
 
+/// Runs the peer queue `graphile_worker` (a separate binary, built outside
+/// this workspace; see `SHEPHERD_BENCH_GRAPHILE`) at each worker count and
+/// prints Shepherd's PostgreSQL rows of this run as ratios of it.
+/// `--local-queue` claims up to 100 jobs per query and completes each job
+/// on its own; `--complete-batch-ms 1` batches completions (not durable:
+/// a crash loses them).
+fn print_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) {
+    let run = |workers: usize, batched: bool| -> Result<f64, String> {
+        let jobs = ((20_000.0 * plan.scale).round() as u64)
+            .max(100)
+            .to_string();
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["--jobs", &jobs, "--concurrency", &workers.to_string()])
+            .args(["--mode", "run", "--local-queue"]);
+        if batched {
+            cmd.args(["--complete-batch-ms", "1"]);
+        }
+        if let Ok(db) = std::env::var("SHEPHERD_BENCH_GRAPHILE_DB") {
+            cmd.args(["--db", &db]);
+        }
+        let out = cmd.output().map_err(|e| format!("{bin}: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix("jobs_per_sec="))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| {
+                format!(
+                    "{bin} printed no jobs_per_sec (exit {}): {} {}",
+                    out.status,
+                    text.trim(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )
+            })
+    };
+    let rate = |route: Route, workers: usize| {
+        rows.iter()
+            .find(|m| m.backend == Backend::Postgres && m.route == route && m.workers == workers)
+            .map(Measurement::rate)
+    };
+    let ratio = |a: Option<f64>, b: f64| a.map(|a| format!("{:.2}x", a / b)).unwrap_or_default();
+    println!();
+    println!("graphile_worker ({bin}), PostgreSQL, same machine, same run:");
+    println!(
+        "{:>7} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10}",
+        "workers", "graphile/s", "g-batched/s", "store", "http", "claim-next", "cn-batch"
+    );
+    for workers in WORKERS {
+        let (g, gb) = match (run(workers, false), run(workers, true)) {
+            (Ok(g), Ok(gb)) => (g, gb),
+            (Err(e), _) | (_, Err(e)) => {
+                println!("{workers:>7} graphile failed: {e}");
+                continue;
+            }
+        };
+        println!(
+            "{:>7} {:>12.0} {:>12.0} {:>10} {:>10} {:>10} {:>10}",
+            workers,
+            g,
+            gb,
+            ratio(rate(Route::Store, workers), g),
+            ratio(rate(Route::Http, workers), g),
+            ratio(rate(Route::ClaimNext, workers), g),
+            ratio(rate(Route::ClaimNextBatch, workers), gb),
+        );
+    }
+    println!("store, http, claim-next: Shepherd's cycles/s over graphile LocalQueue's jobs/s; cn-batch: over graphile with batched completion.");
+}
+
 fn main() -> BenchResult<()> {
     let scale: f64 = match std::env::var("SHEPHERD_BENCH_SCALE") {
         Ok(s) => s
@@ -1165,6 +1411,9 @@ fn main() -> BenchResult<()> {
 
     print_table(&rows);
     print_goals(&rows);
+    if let Ok(bin) = std::env::var("SHEPHERD_BENCH_GRAPHILE") {
+        print_graphile(&bin, &plan, &rows);
+    }
     if rows.iter().any(|m| !m.verified || m.errors > 0) {
         return Err("some cycles failed or did not verify (see above)".into());
     }

@@ -504,6 +504,125 @@ e2e!(
     }
 );
 
+e2e!(claim_next_and_batched_progress, |kind: Kind| async move {
+    let mut env = Env::new(kind);
+    env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
+    let s = Server::start(&env).await;
+    let (st, b) = s
+        .post(
+            "/api/v1/worker/orchestrator/register",
+            Some(OPERATOR),
+            json!({ "worker_id": "batcher", "max_concurrent": 3 }),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let tok = b["worker_token"].as_str().unwrap().to_owned();
+    let claim_next =
+        |body: Value| s.post("/api/v1/worker/orchestrator/tasks/claim", Some(&tok), body);
+    // Nothing queued: an empty list, not an error.
+    let (st, b) = claim_next(json!({})).await;
+    assert_eq!(
+        (st, b["ok"].clone(), b["claims"].clone()),
+        (200, json!(true), json!([])),
+        "{b}"
+    );
+    for (vtid, priority) in [("N-1", 1), ("N-2", 7), ("N-3", 3)] {
+        let mut t = task(vtid, "simple");
+        t["priority"] = json!(priority);
+        let (st, b) = s.post("/api/v1/tasks", Some(OPERATOR), t).await;
+        assert_eq!(st, 201, "{b}");
+    }
+    // Bad max values: 422 with a code, nothing claimed.
+    for (max, code) in [
+        (0, "invalid_max"),
+        (-1, "invalid_max"),
+        (4, "max_above_capacity"),
+    ] {
+        let (st, b) = claim_next(json!({ "max": max })).await;
+        assert_eq!(st, 422, "{b}");
+        assert_eq!(b["error"]["code"], code, "{b}");
+        assert_eq!(b["claimed"], false, "{b}");
+    }
+    let (st, b) = claim_next(json!({ "max": "two" })).await;
+    assert!(st == 400 || st == 422, "{st} {b}");
+    let (st, b) = claim_next(json!({ "max": 2 })).await;
+    assert_eq!(st, 200, "{b}");
+    let claims = b["claims"].as_array().unwrap().clone();
+    let vtids: Vec<&str> = claims.iter().map(|c| c["vtid"].as_str().unwrap()).collect();
+    assert_eq!(vtids, vec!["N-2", "N-3"], "priority first");
+    for c in &claims {
+        for field in [
+            "spec",
+            "claim_expires_at",
+            "run_id",
+            "claim_token",
+            "purpose",
+            "state",
+        ] {
+            assert!(c.get(field).is_some(), "{field} missing in {c}");
+        }
+        assert_eq!(c["claimed"], true);
+    }
+    // Another worker's token may not claim for this worker.
+    let other = register_as(&s, Some(OPERATOR), "other", &[]).await;
+    let (st, b) = s
+        .post(
+            "/api/v1/worker/orchestrator/tasks/claim",
+            Some(&other),
+            json!({ "worker_id": "batcher" }),
+        )
+        .await;
+    assert_eq!(st, 403, "{b}");
+
+    let t2 = claims[0]["claim_token"].as_str().unwrap();
+    let t3 = claims[1]["claim_token"].as_str().unwrap();
+    let batch = |body: Value| s.post("/api/v1/worker/orchestrator/progress", Some(&tok), body);
+    let (st, b) = batch(json!({ "reports": [] })).await;
+    assert_eq!(
+        (st, b["error"]["code"].clone()),
+        (422, json!("invalid_reports")),
+        "{b}"
+    );
+    let (st, b) = batch(json!({ "reports": [{ "vtid": "N-2" }] })).await;
+    assert!(st == 400 || st == 422, "missing event: {st} {b}");
+    let (st, b) = batch(json!({ "reports": [
+            { "vtid": "N-2", "claim_token": t2, "event": "worker.execution.started" },
+            { "vtid": "N-3", "claim_token": "sct_nope", "event": "worker.execution.completed" },
+            { "vtid": "N-2", "claim_token": t2, "event": "" },
+            { "vtid": "N-2", "claim_token": t2, "event": "worker.execution.completed", "result": "fine" },
+            { "vtid": "N-3", "claim_token": t3, "event": "worker.execution.completed" },
+        ] }))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let results = b["results"].as_array().unwrap();
+    let summary: Vec<(String, bool, Value, Value)> = results
+        .iter()
+        .map(|r| {
+            (
+                r["vtid"].as_str().unwrap().to_owned(),
+                r["ok"].as_bool().unwrap(),
+                r["state"].clone(),
+                r["error"]["code"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("N-2".into(), true, json!("running"), Value::Null),
+            ("N-3".into(), false, Value::Null, json!("claim_stale")),
+            ("N-2".into(), false, Value::Null, json!("invalid_event")),
+            ("N-2".into(), true, json!("done"), Value::Null),
+            ("N-3".into(), true, json!("done"), Value::Null),
+        ],
+        "{b}"
+    );
+    assert!(results[0]["event_id"].as_i64().unwrap() > 0);
+    let (_, t) = s.get("/api/v1/tasks/N-1", Some(OPERATOR)).await;
+    assert_eq!(t["state"], "pending", "{t}");
+    s.stop().await;
+});
+
 #[tokio::test]
 async fn openapi_names_every_route() {
     let env = Env::new(Kind::Sqlite);
@@ -528,6 +647,8 @@ async fn openapi_names_every_route() {
         "/api/v1/worker/orchestrator/tasks/pending",
         "/api/v1/worker/orchestrator/tasks/{vtid}/claim",
         "/api/v1/worker/orchestrator/tasks/{vtid}/progress",
+        "/api/v1/worker/orchestrator/tasks/claim",
+        "/api/v1/worker/orchestrator/progress",
         "/api/v1/worker/orchestrator/heartbeat",
         "/api/v1/worker/orchestrator/deregister",
         "/api/agents/workers",

@@ -120,6 +120,39 @@ struct Inner {
     url: String,
 }
 
+/// One progress report of a batch (see [`Store::progress_batch`]).
+#[derive(Debug, Clone)]
+pub struct ProgressReport {
+    pub vtid: String,
+    pub claim_token: Option<String>,
+    pub event: String,
+    pub message: Option<String>,
+    pub metadata: serde_json::Value,
+    pub result: Option<String>,
+}
+
+impl ProgressReport {
+    async fn apply<D: sql::Db>(
+        self,
+        db: &mut D,
+        now: Millis,
+        worker_id: &str,
+    ) -> Result<Applied, Error> {
+        claims::progress(
+            db,
+            now,
+            worker_id,
+            &self.vtid,
+            self.claim_token.as_deref(),
+            &self.event,
+            self.message,
+            self.metadata,
+            self.result,
+        )
+        .await
+    }
+}
+
 /// Which database to open and how.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -652,6 +685,70 @@ impl Store {
         write_op!(self, |db| async move {
             claims::claim(db, now, &id, &vtid, &rules).await
         })
+    }
+
+    /// Claims up to `max` of the best tasks the worker may take now (see
+    /// [`claims::claim_next`]); empty when nothing is eligible.
+    pub async fn claim_next(
+        &self,
+        worker_id: &str,
+        max: i64,
+        rules: LeaseRules,
+    ) -> Result<Vec<Grant>, Error> {
+        let (now, id) = (now_ms(), worker_id.to_owned());
+        write_op!(self, |db| async move {
+            claims::claim_next(db, now, &id, max, &rules).await
+        })
+    }
+
+    /// Applies several progress reports of one worker in one transaction,
+    /// in order, each on its own: a refused report changes nothing and does
+    /// not stop the others. The outer `Err` is for the batch as a whole
+    /// (the database unreachable); each report has its own outcome.
+    pub async fn progress_batch(
+        &self,
+        worker_id: &str,
+        reports: Vec<ProgressReport>,
+    ) -> Result<Vec<Result<Applied, Error>>, Error> {
+        let now = now_ms();
+        match &self.inner.backend {
+            Backend::Sqlite(b) => {
+                let units: Vec<_> = reports
+                    .into_iter()
+                    .map(|r| {
+                        let id = worker_id.to_owned();
+                        move |db: &mut sqlite::SqliteDb<'_>| {
+                            futures::executor::block_on(r.apply(db, now, &id))
+                        }
+                    })
+                    .collect();
+                b.write_many(units).await
+            }
+            Backend::Postgres(b) => {
+                let units: Vec<_> = reports
+                    .into_iter()
+                    .map(|r| {
+                        let id = worker_id.to_owned();
+                        move |mut db: postgres::PgDb| -> futures::future::BoxFuture<
+                            'static,
+                            Result<(Applied, Option<sql::Appended>), Error>,
+                        > {
+                            Box::pin(async move {
+                                let appended = sql::Db::appended_later(&db);
+                                let applied = r.apply(&mut db, now, &id).await?;
+                                db.end_unit().await?;
+                                Ok((applied, appended))
+                            })
+                        }
+                    })
+                    .collect();
+                Ok(b.write_many(units)
+                    .await?
+                    .into_iter()
+                    .map(|r| r.map(|(applied, appended)| claims::settle_seq(applied, appended)))
+                    .collect())
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

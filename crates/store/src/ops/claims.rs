@@ -185,8 +185,9 @@ fn eligibility(worker: &Worker, task: &Task, now: Millis) -> Result<(), Error> {
 
 /// Whether `worker` may take `task` now (the rules of a claim, without
 /// capacity): what a worker token may read of a task it does not hold.
+/// A delayed task the worker could take once it is due counts too.
 pub fn may_take(worker: &Worker, task: &Task) -> bool {
-    eligibility(worker, task).is_ok()
+    eligibility(worker, task, task.run_at.unwrap_or(0).max(crate::now_ms())).is_ok()
 }
 
 /// SQL condition selecting tasks waiting in a claimable state of their
@@ -230,10 +231,29 @@ pub async fn pending<D: Db>(
     limit: i64,
 ) -> Result<Vec<Task>, Error> {
     let worker = workers::require_live(db, worker_id).await?;
+    eligible(db, now, &worker, limit, false).await
+}
+
+/// The `limit` best tasks `worker` may claim now. With `lock` (PostgreSQL
+/// only) the rows are locked for the rest of the transaction and rows
+/// another transaction holds are skipped: concurrent claimers on other
+/// nodes each take different tasks instead of queueing behind one another.
+async fn eligible<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker: &Worker,
+    limit: i64,
+    lock: bool,
+) -> Result<Vec<Task>, Error> {
     let can_validate = worker
         .capabilities
         .iter()
         .any(|c| c == workflow::VALIDATOR_CAPABILITY);
+    let locking = if lock && db.dialect() == Dialect::Postgres {
+        " FOR UPDATE OF t SKIP LOCKED"
+    } else {
+        ""
+    };
     let sql = format!(
         "SELECT {TASK_COLUMNS} FROM tasks t WHERE {} AND t.cancel_requested_at IS NULL \
          AND (t.agent_id IS NULL OR t.agent_id = $1) \
@@ -241,7 +261,7 @@ pub async fn pending<D: Db>(
          AND (t.builder_worker_id IS NULL OR t.builder_worker_id <> $4 OR t.state IN ({})) \
          AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.task_id = t.id AND c.released_at IS NULL) \
          AND (t.run_at IS NULL OR t.run_at <= $5) \
-         ORDER BY t.priority DESC, t.dispatched_at, t.id LIMIT $2",
+         ORDER BY t.priority DESC, t.dispatched_at, t.id LIMIT $2{locking}",
         claimable_condition(can_validate),
         capabilities_condition(db.dialect(), "$3"),
         dispatched_states(),
@@ -262,11 +282,54 @@ pub async fn pending<D: Db>(
     for r in &rows {
         let t = task_from_row(r)?;
         // The query applies every rule; this is a guard, not a filter.
-        if eligibility(&worker, &t, now).is_ok() {
+        if eligibility(worker, &t, now).is_ok() {
             out.push(t);
         }
     }
     Ok(out)
+}
+
+/// Claims up to `max` of the best tasks `worker_id` may take now (priority,
+/// then age; agent, capabilities and the validator rule respected), in one
+/// unit of work: a worker needs no list-then-claim round trips, and two
+/// workers never race for the same task. `max` must be between 1 and the
+/// worker's free capacity. Fewer (or no) grants when fewer tasks are
+/// eligible or the agent's limit is reached.
+pub async fn claim_next<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker_id: &str,
+    max: i64,
+    rules: &LeaseRules,
+) -> Result<Vec<Grant>, Error> {
+    let worker = workers::require_live(db, worker_id).await?;
+    let free = (worker.max_concurrent - worker.active_claims).max(0);
+    if max < 1 {
+        return Err(Error::invalid(
+            "invalid_max",
+            format!("max must be at least 1 (got {max})"),
+        ));
+    }
+    if max > free {
+        return Err(Error::invalid(
+            "max_above_capacity",
+            format!(
+                "max {max} exceeds worker {worker_id}'s free capacity {free} ({} of {} claims held)",
+                worker.active_claims, worker.max_concurrent
+            ),
+        ));
+    }
+    let candidates = eligible(db, now, &worker, max, true).await?;
+    let mut grants = Vec::with_capacity(candidates.len());
+    for task in candidates {
+        match claim(db, now, worker_id, &task.vtid, rules).await {
+            Ok(g) => grants.push(g),
+            // The agent's limit is reached: what was granted stands.
+            Err(e) if e.code == "agent_at_capacity" => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(grants)
 }
 
 /// The dispatched (builder) states of every workflow, as a SQL list: a

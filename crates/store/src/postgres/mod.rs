@@ -954,23 +954,7 @@ impl PgBackend {
         T: Send + 'static,
         F: FnOnce(PgDb) -> BoxFuture<'static, Result<T, Error>> + Send + 'static,
     {
-        let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |db: Result<PgDb, Error>| {
-            Box::pin(async move {
-                let result = match db {
-                    Ok(db) => f(db).await,
-                    Err(e) => Err(e),
-                };
-                let ok = result.is_ok();
-                let finish: Finisher = Box::new(move |commit_error| {
-                    let _ = tx.send(match commit_error {
-                        Some(e) => Err(e),
-                        None => result,
-                    });
-                });
-                (ok, finish)
-            })
-        });
+        let (job, rx) = unit_job(f);
         let writer = &self.writer;
         let idle = writer.queued.load(std::sync::atomic::Ordering::Acquire) == 0;
         match writer.slot.clone().try_lock_owned() {
@@ -997,6 +981,41 @@ impl PgBackend {
             }
         }
         rx.await.map_err(|_| closed())?
+    }
+
+    /// Runs every unit of `units`, in order, in one transaction on the
+    /// writer's connection, each in a savepoint of its own: one that fails
+    /// is rolled back alone and the others still commit. Returns each unit's
+    /// outcome, in order.
+    pub async fn write_many<T, F>(&self, units: Vec<F>) -> Result<Vec<Result<T, Error>>, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(PgDb) -> BoxFuture<'static, Result<T, Error>> + Send + 'static,
+    {
+        let (jobs, answers): (Vec<Job>, Vec<_>) = units.into_iter().map(unit_job).unzip();
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.jobs.is_closed() {
+            return Err(closed());
+        }
+        // The group runs on this task as one batch: waiting for the slot
+        // (behind whatever the writer task is running) keeps it whole.
+        let writer = &self.writer;
+        let guard = writer.slot.clone().lock_owned().await;
+        let mut run = InlineRun {
+            guard: Some(guard),
+            writer: writer.clone(),
+        };
+        if let Some(slot) = run.guard.as_deref_mut() {
+            writer.run(slot, jobs).await;
+        }
+        drop(run);
+        let mut out = Vec::with_capacity(answers.len());
+        for rx in answers {
+            out.push(rx.await.map_err(|_| closed())?);
+        }
+        Ok(out)
     }
 
     /// Runs `f` on a pooled connection inside a read-only, repeatable-read
@@ -1102,6 +1121,32 @@ const NOTIFY_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Runs the units queued while the writer was busy, as many as are queued
 /// in one transaction each time, and sends owed NOTIFYs on time.
+/// Wraps a unit of work as a writer job and the channel of its outcome.
+fn unit_job<T, F>(f: F) -> (Job, oneshot::Receiver<Result<T, Error>>)
+where
+    T: Send + 'static,
+    F: FnOnce(PgDb) -> BoxFuture<'static, Result<T, Error>> + Send + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    let job: Job = Box::new(move |db: Result<PgDb, Error>| {
+        Box::pin(async move {
+            let result = match db {
+                Ok(db) => f(db).await,
+                Err(e) => Err(e),
+            };
+            let ok = result.is_ok();
+            let finish: Finisher = Box::new(move |commit_error| {
+                let _ = tx.send(match commit_error {
+                    Some(e) => Err(e),
+                    None => result,
+                });
+            });
+            (ok, finish)
+        })
+    });
+    (job, rx)
+}
+
 async fn writer_loop(writer: Arc<Writer>, mut rx: mpsc::UnboundedReceiver<Job>) {
     let take = |writer: &Writer| {
         writer

@@ -55,7 +55,7 @@ type Job = Box<dyn FnOnce(Result<&mut Connection, Error>) -> (bool, Finisher, Ve
 pub type Published = std::sync::Arc<crate::hub::Hub>;
 
 pub struct SqliteBackend {
-    jobs: std::sync::mpsc::Sender<Job>,
+    jobs: std::sync::mpsc::Sender<Vec<Job>>,
     /// Dropping this stops the checkpointer thread.
     _checkpointer: std::sync::mpsc::Sender<()>,
     readers: Arc<Mutex<Vec<Connection>>>,
@@ -343,7 +343,7 @@ impl SqliteBackend {
                 }
             })
             .map_err(|e| Error::internal(format!("cannot start the checkpoint thread: {e}")))?;
-        let (jobs, rx) = std::sync::mpsc::channel::<Job>();
+        let (jobs, rx) = std::sync::mpsc::channel::<Vec<Job>>();
         std::thread::Builder::new()
             .name("shepherd-sqlite-writer".into())
             .spawn(move || writer_loop(writer, rx, publish))
@@ -363,27 +363,30 @@ impl SqliteBackend {
         T: Send + 'static,
         F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
     {
-        let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |conn: Result<&mut Connection, Error>| {
-            let (result, events) = match conn {
-                Ok(conn) => {
-                    let mut db = SqliteDb::new(conn);
-                    let r = f(&mut db).and_then(|v| db.check().map(|_| v));
-                    (r, std::mem::take(&mut db.events))
-                }
-                Err(e) => (Err(e), Vec::new()),
-            };
-            let ok = result.is_ok();
-            let finish: Finisher = Box::new(move |commit_error| {
-                let _ = tx.send(match commit_error {
-                    Some(e) => Err(e),
-                    None => result,
-                });
-            });
-            (ok, finish, if ok { events } else { Vec::new() })
-        });
-        self.jobs.send(job).map_err(|_| closed())?;
+        let (job, rx) = unit_job(f);
+        self.jobs.send(vec![job]).map_err(|_| closed())?;
         rx.await.map_err(|_| closed())?
+    }
+
+    /// Runs every unit of `units`, in order, in one transaction, each in a
+    /// savepoint of its own: one that fails is rolled back alone and the
+    /// others still commit. Returns each unit's outcome, in order.
+    pub async fn write_many<T, F>(&self, units: Vec<F>) -> Result<Vec<Result<T, Error>>, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
+    {
+        let (jobs, answers): (Vec<Job>, Vec<_>) = units.into_iter().map(unit_job).unzip();
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One message: the writer takes the group whole into one batch.
+        self.jobs.send(jobs).map_err(|_| closed())?;
+        let mut out = Vec::with_capacity(answers.len());
+        for rx in answers {
+            out.push(rx.await.map_err(|_| closed())?);
+        }
+        Ok(out)
     }
 
     /// Runs `f` on a pooled read connection, inside one read transaction so
@@ -429,15 +432,43 @@ impl SqliteBackend {
     }
 }
 
+/// Wraps a unit of work as a writer job and the channel of its outcome.
+fn unit_job<T, F>(f: F) -> (Job, oneshot::Receiver<Result<T, Error>>)
+where
+    T: Send + 'static,
+    F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    let job: Job = Box::new(move |conn: Result<&mut Connection, Error>| {
+        let (result, events) = match conn {
+            Ok(conn) => {
+                let mut db = SqliteDb::new(conn);
+                let r = f(&mut db).and_then(|v| db.check().map(|_| v));
+                (r, std::mem::take(&mut db.events))
+            }
+            Err(e) => (Err(e), Vec::new()),
+        };
+        let ok = result.is_ok();
+        let finish: Finisher = Box::new(move |commit_error| {
+            let _ = tx.send(match commit_error {
+                Some(e) => Err(e),
+                None => result,
+            });
+        });
+        (ok, finish, if ok { events } else { Vec::new() })
+    });
+    (job, rx)
+}
+
 /// How long the writer stays awake for the next unit of work after a commit.
 const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
-fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Job>, publish: Published) {
-    while let Some(first) = next_job(&rx) {
-        let mut batch = vec![first];
+fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Vec<Job>>, publish: Published) {
+    while let Some(mut batch) = next_job(&rx) {
+        // A group sent together stays together, even past MAX_BATCH.
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(jobs) => batch.extend(jobs),
                 Err(_) => break,
             }
         }
@@ -449,7 +480,7 @@ fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Job>, publish
 /// The next unit of work. A caller that just got its answer usually sends
 /// its next unit within microseconds; waiting for it briefly awake avoids a
 /// sleep and a wake-up (tens of microseconds on a small machine) per commit.
-fn next_job(rx: &std::sync::mpsc::Receiver<Job>) -> Option<Job> {
+fn next_job(rx: &std::sync::mpsc::Receiver<Vec<Job>>) -> Option<Vec<Job>> {
     let spin_until = std::time::Instant::now() + WRITER_SPIN;
     loop {
         match rx.try_recv() {

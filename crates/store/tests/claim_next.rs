@@ -1,0 +1,320 @@
+//! Claim-next and batched progress, on both databases: the best eligible
+//! tasks are claimed in one call (priority, then age; agent and
+//! capabilities respected), concurrent claimers on two nodes never share a
+//! task, and each report of a batch is applied or refused on its own.
+
+mod common;
+
+use std::collections::HashSet;
+
+use serde_json::json;
+use shepherd_store::{Applied, LeaseRules, NewTask, ProgressReport, Registration, Store};
+
+use common::TestDb;
+
+fn rules() -> LeaseRules {
+    LeaseRules {
+        ttl_ms: 3_600_000,
+        heartbeat_timeout_ms: 300_000,
+        not_before: 0,
+        cancel_grace_ms: 30_000,
+    }
+}
+
+async fn register(store: &Store, id: &str, agent: &str, caps: &[&str], max: i64) {
+    store
+        .register_worker(Registration {
+            worker_id: Some(id.into()),
+            agent_id: agent.into(),
+            worker_type: "builtin".into(),
+            capabilities: caps.iter().map(|c| c.to_string()).collect(),
+            max_concurrent: max,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+fn task(vtid: &str, priority: i64) -> NewTask {
+    NewTask {
+        vtid: Some(vtid.into()),
+        title: format!("Task {vtid}"),
+        spec: format!("# {vtid}"),
+        priority,
+        workflow: Some("simple".into()),
+        dispatch: true,
+        ..Default::default()
+    }
+}
+
+fn report(vtid: &str, token: Option<&str>, event: &str) -> ProgressReport {
+    ProgressReport {
+        vtid: vtid.into(),
+        claim_token: token.map(str::to_owned),
+        event: event.into(),
+        message: None,
+        metadata: json!({}),
+        result: None,
+    }
+}
+
+contract!(
+    claim_next_takes_the_best_eligible_tasks,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "w", "default", &["rust"], 3).await;
+        assert!(
+            store.claim_next("w", 1, rules()).await.unwrap().is_empty(),
+            "nothing eligible: no claims, no error"
+        );
+        store.create_task(task("LOW", 1)).await.unwrap();
+        store.create_task(task("HIGH-1", 5)).await.unwrap();
+        store.create_task(task("HIGH-2", 5)).await.unwrap();
+        let mut other_agent = task("OTHER-AGENT", 9);
+        other_agent.agent_id = Some("someone-else".into());
+        store.create_task(other_agent).await.unwrap();
+        let mut needs_go = task("NEEDS-GO", 9);
+        needs_go.capabilities = vec!["go".into()];
+        store.create_task(needs_go).await.unwrap();
+        let mut draft = task("DRAFT", 9);
+        draft.dispatch = false;
+        store.create_task(draft).await.unwrap();
+
+        let grants = store.claim_next("w", 2, rules()).await.unwrap();
+        let got: Vec<&str> = grants.iter().map(|g| g.task.vtid.as_str()).collect();
+        assert_eq!(got, vec!["HIGH-1", "HIGH-2"]);
+        for g in &grants {
+            assert_eq!(g.task.state, "claimed");
+            assert!(g.claim_token.starts_with("sct_"));
+            assert!(!g.claim.run_id.is_empty());
+        }
+        // One slot left: asking for two is refused, asking for one gets LOW.
+        let err = store.claim_next("w", 2, rules()).await.unwrap_err();
+        assert_eq!(err.code, "max_above_capacity");
+        let err = store.claim_next("w", 0, rules()).await.unwrap_err();
+        assert_eq!(err.code, "invalid_max");
+        let last = store.claim_next("w", 1, rules()).await.unwrap();
+        assert_eq!(last.len(), 1);
+        assert_eq!(last[0].task.vtid, "LOW");
+        // At capacity: any max is above it.
+        let err = store.claim_next("w", 1, rules()).await.unwrap_err();
+        assert_eq!(err.code, "max_above_capacity");
+        let err = store.claim_next("ghost", 1, rules()).await.unwrap_err();
+        assert_eq!(err.code, "worker_not_found");
+        // A grant is a claim like any other: it fences progress.
+        let done = store
+            .progress(
+                "w",
+                "LOW",
+                Some(last[0].claim_token.clone()),
+                "worker.execution.completed",
+                None,
+                json!({}),
+                None,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(done, Applied::Moved { ref task, .. } if task.state == "done"));
+        store.close();
+    }
+);
+
+contract!(
+    claim_next_on_two_nodes_never_shares_a_task,
+    |db: TestDb| async move {
+        const TASKS: usize = 60;
+        let a = db.open().await;
+        let b = db.open().await;
+        for w in 0..6 {
+            register(&a, &format!("w{w}"), "default", &[], 4).await;
+        }
+        for n in 0..TASKS {
+            a.create_task(task(&format!("T-{n:03}"), 1)).await.unwrap();
+        }
+        // Six workers, three on each node, claim and complete until the queue is empty.
+        let mut handles = Vec::new();
+        for w in 0..6 {
+            let store = if w % 2 == 0 { a.clone() } else { b.clone() };
+            handles.push(tokio::spawn(async move {
+                let id = format!("w{w}");
+                let mut mine = Vec::new();
+                loop {
+                    let grants = store.claim_next(&id, 4, rules()).await.unwrap();
+                    if grants.is_empty() {
+                        break;
+                    }
+                    let reports = grants
+                        .iter()
+                        .map(|g| {
+                            report(
+                                &g.task.vtid,
+                                Some(&g.claim_token),
+                                "worker.execution.completed",
+                            )
+                        })
+                        .collect();
+                    for r in store.progress_batch(&id, reports).await.unwrap() {
+                        r.unwrap();
+                    }
+                    mine.extend(grants.into_iter().map(|g| g.task.vtid));
+                }
+                mine
+            }));
+        }
+        let mut seen = HashSet::new();
+        let mut total = 0;
+        for h in handles {
+            for vtid in h.await.unwrap() {
+                total += 1;
+                assert!(seen.insert(vtid.clone()), "{vtid} claimed twice");
+            }
+        }
+        assert_eq!(total, TASKS);
+        let (_, done, _) = a
+            .list_tasks(shepherd_store::TaskFilter {
+                state: Some("done".into()),
+                limit: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(done, TASKS as i64);
+        a.close();
+        b.close();
+    }
+);
+
+contract!(
+    progress_batch_applies_each_report_on_its_own,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "w", "default", &[], 3).await;
+        register(&store, "other", "default", &[], 1).await;
+        for v in ["A", "B", "C"] {
+            store.create_task(task(v, 1)).await.unwrap();
+        }
+        let grants = store.claim_next("w", 3, rules()).await.unwrap();
+        let token = |v: &str| {
+            grants
+                .iter()
+                .find(|g| g.task.vtid == v)
+                .map(|g| g.claim_token.clone())
+                .unwrap()
+        };
+        let (ta, tb, tc) = (token("A"), token("B"), token("C"));
+        let results = store
+            .progress_batch(
+                "w",
+                vec![
+                    // Two reports on one task, applied in order.
+                    report("A", Some(&ta), "worker.execution.started"),
+                    report("A", Some(&ta), "worker.execution.completed"),
+                    // A wrong token: refused, B unchanged.
+                    report("B", Some("sct_wrong"), "worker.execution.completed"),
+                    // Unknown to the workflow: refused.
+                    report("C", Some(&tc), "worker.no.such.event"),
+                    report("MISSING", Some(&tc), "worker.execution.completed"),
+                    // Still applied after the refusals.
+                    report("C", Some(&tc), "worker.execution.completed"),
+                    // C is done now: the workflow refuses a second completion.
+                    report("C", Some(&tc), "worker.execution.completed"),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(results.len(), 7);
+        let state = |i: usize| match &results[i] {
+            Ok(Applied::Moved { task, .. }) => Ok(task.state.clone()),
+            Ok(Applied::Rejected { .. }) => Err("rejected".to_owned()),
+            Err(e) => Err(e.code.to_owned()),
+        };
+        assert_eq!(state(0), Ok("running".into()));
+        assert_eq!(state(1), Ok("done".into()));
+        assert_eq!(state(2), Err("claim_stale".into()));
+        assert_eq!(state(3), Err("unknown_event".into()));
+        assert_eq!(state(4), Err("task_not_found".into()));
+        assert_eq!(state(5), Ok("done".into()));
+        assert!(
+            matches!(state(6), Err(ref c) if c == "claim_stale" || c == "rejected"),
+            "{:?}",
+            state(6)
+        );
+        let (b, _) = store.task("B", 0).await.unwrap();
+        assert_eq!(b.task.state, "claimed", "a refused report changes nothing");
+        // B's claim still works with the right token.
+        let r = store
+            .progress_batch(
+                "w",
+                vec![report("B", Some(&tb), "worker.execution.completed")],
+            )
+            .await
+            .unwrap();
+        assert!(matches!(&r[0], Ok(Applied::Moved { task, .. }) if task.state == "done"));
+        // Sequence numbers are real: each applied report names its event.
+        if let Ok(Applied::Moved { seq, .. }) = &r[0] {
+            assert!(*seq > 0);
+        }
+        // Another worker reporting on w's claims is refused.
+        let r = store
+            .progress_batch(
+                "other",
+                vec![report("A", Some(&ta), "worker.execution.completed")],
+            )
+            .await
+            .unwrap();
+        assert_eq!(r[0].as_ref().unwrap_err().code, "claim_stale");
+        store.close();
+    }
+);
+
+contract!(
+    claim_next_waits_for_run_at_and_takes_retries,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        register(&store, "w", "default", &[], 2).await;
+        let mut later = task("LATER", 9);
+        later.run_at = Some(shepherd_store::now_ms() + 3_600_000);
+        store.create_task(later).await.unwrap();
+        let mut flaky = task("FLAKY", 1);
+        flaky.max_attempts = Some(2);
+        flaky.retry_backoff = Some(shepherd_core::retry::RetryBackoff {
+            initial_ms: 200,
+            max_ms: 1000,
+        });
+        store.create_task(flaky).await.unwrap();
+        // The higher-priority task is not due: only FLAKY is claimed.
+        let g = store.claim_next("w", 2, rules()).await.unwrap();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].task.vtid, "FLAKY");
+        let r = store
+            .progress_batch(
+                "w",
+                vec![report(
+                    "FLAKY",
+                    Some(&g[0].claim_token),
+                    "worker.execution.failed",
+                )],
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(&r[0], Ok(Applied::Moved { task, .. }) if task.state == "pending"),
+            "{r:?}"
+        );
+        // Re-queued, but not before its backoff; then claimed again.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let again = loop {
+            let g = store.claim_next("w", 1, rules()).await.unwrap();
+            if let Some(g) = g.into_iter().next() {
+                break g;
+            }
+            assert!(std::time::Instant::now() < deadline, "the retry never came");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert_eq!(again.task.vtid, "FLAKY");
+        assert_eq!(again.task.attempts, 2);
+        let (later, _) = store.task("LATER", 0).await.unwrap();
+        assert_eq!(later.task.state, "pending");
+        store.close();
+    }
+);
