@@ -401,6 +401,9 @@ async fn submit_task(
         channel_id: a.channel_id,
         workflow: a.workflow,
         dispatch: Some(!a.draft),
+        max_attempts: None,
+        retry_backoff: None,
+        run_at: None,
     };
     let task: Task = api.post("/api/v1/tasks", &body).await?.parse()?;
     let run_id = latest_run(api, &task.vtid).await?;

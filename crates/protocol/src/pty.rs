@@ -10,11 +10,15 @@ use serde::{Deserialize, Serialize};
 pub enum ServerMessage {
     /// Once on attach (and again for a client that fell behind): what the
     /// terminal shows. `offset` counts raw PTY bytes through its end;
-    /// `epoch` changes whenever a new process starts.
+    /// `epoch` changes whenever a new process starts. `start` is the offset
+    /// where `data` begins: a resuming client continues its screen only when
+    /// `start` equals the offset it asked for (same epoch); otherwise `data`
+    /// is the whole retained screen and replaces what it shows.
     History {
         data: String,
         offset: u64,
         epoch: i64,
+        start: u64,
     },
     Output {
         data: String,

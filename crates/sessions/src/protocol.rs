@@ -25,10 +25,11 @@ mod tests {
             data: "x".into(),
             offset: 1,
             epoch: 2,
+            start: 0,
         };
         assert_eq!(
             h.to_json(),
-            r#"{"type":"history","data":"x","offset":1,"epoch":2}"#
+            r#"{"type":"history","data":"x","offset":1,"epoch":2,"start":0}"#
         );
         let r: ClientMessage =
             serde_json::from_str(r#"{"type":"resize","cols":100,"rows":40}"#).unwrap();

@@ -184,6 +184,7 @@ impl Output {
                 data,
                 offset: end,
                 epoch: st.epoch,
+                start: from,
             },
             activity: st.activity,
             exit: st.exit,
@@ -397,11 +398,12 @@ mod tests {
             data,
             offset,
             epoch,
+            start,
         } = sub.history
         else {
             panic!("a history");
         };
-        assert_eq!((data.as_str(), offset, epoch), ("héllo w", 8, 3));
+        assert_eq!((data.as_str(), offset, epoch, start), ("héllo w", 8, 3, 0));
         out.push(&"wörld".as_bytes()[2..]);
         let mut live = String::new();
         while let Ok(f) = sub.frames.try_recv() {
@@ -413,7 +415,17 @@ mod tests {
         }
         assert_eq!(live, "örld");
         // Resuming at the history's offset gives nothing twice.
+        // (`start` says it continues there.)
         let again = out.subscribe(Some((8, 3)));
-        assert!(matches!(again.history, ServerMessage::History { ref data, .. } if data == "örld"));
+        assert!(matches!(
+            again.history,
+            ServerMessage::History { ref data, start: 8, .. } if data == "örld"
+        ));
+        // A resume from another epoch gets the whole screen, from its start.
+        let other = out.subscribe(Some((8, 2)));
+        assert!(matches!(
+            other.history,
+            ServerMessage::History { ref data, start: 0, .. } if data == "héllo wörld"
+        ));
     }
 }

@@ -19,7 +19,7 @@ import { authStore } from "../../auth/token";
 type Link = "connecting" | "open" | "reconnecting" | "exited";
 
 type ServerMessage =
-  | { type: "history"; data: string; offset: number; epoch: number }
+  | { type: "history"; data: string; offset: number; epoch: number; start: number }
   | { type: "output"; data: string; offset: number }
   | { type: "activity"; state: "active" | "idle" }
   | { type: "exit"; exitCode: number | null; signal: number | null }
@@ -108,7 +108,9 @@ export default function TerminalView({ sessionId, workerId }: { sessionId: strin
         }
         switch (m.type) {
           case "history":
-            if (!(firstHistory && resume && m.epoch === epoch)) term.reset();
+            // It continues the screen only when it starts where we stopped
+            // (same process); otherwise it is the whole retained screen.
+            if (!(firstHistory && resume && m.epoch === epoch && m.start === offset)) term.reset();
             firstHistory = false;
             term.write(m.data);
             offset = m.offset;
