@@ -278,6 +278,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/requeue": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Give a run's task back to the queue: its agent did not survive a restart
+         *     (reason `server_restart`). Fenced by the claim token, like steps.
+         */
+        post: operations["requeue_run"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/status": {
         parameters: {
             query?: never;
@@ -526,6 +546,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/tasks/{vtid}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Retry a failed task: it goes back to the queue as a new attempt. */
+        post: operations["retry_task"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/worker_events": {
         parameters: {
             query?: never;
@@ -577,6 +614,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/worker/orchestrator/progress": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Report progress on several claims at once: applied in order, in one
+         *     transaction, each on its own (a refused report changes nothing and does
+         *     not stop the others).
+         */
+        post: operations["progress_batch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/worker/orchestrator/register": {
         parameters: {
             query?: never;
@@ -622,6 +680,27 @@ export interface paths {
         put?: never;
         /** Report progress under a claim; drives the task's workflow. */
         post: operations["progress"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/worker/orchestrator/tasks/claim": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Claim the next tasks: the best eligible ones (priority, then age; agent
+         *     and capabilities respected), up to `max`, in one transaction. Rows other
+         *     nodes are claiming are skipped, not waited for.
+         */
+        post: operations["claim_next"];
         delete?: never;
         options?: never;
         head?: never;
@@ -688,6 +767,23 @@ export interface paths {
         };
         /** The process is up. */
         get: operations["healthz"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Prometheus metrics (text format 0.0.4); operator token only. */
+        get: operations["metrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -793,6 +889,19 @@ export interface components {
             start_index: number;
             steps: components["schemas"]["TranscriptStep"][];
         };
+        /** @description One attempt that failed, as the task records it. */
+        AttemptFailure: {
+            /** Format: date-time */
+            at: string;
+            /**
+             * Format: int64
+             * @description The attempt number (the run's `attempt`).
+             */
+            attempt: number;
+            /** @description Why it failed, in the worker's (or the lease's) words. */
+            reason: string;
+            run_id: string;
+        };
         CancelBody: {
             reason?: string | null;
         };
@@ -877,6 +986,26 @@ export interface components {
              */
             expires_at: number;
             purpose: components["schemas"]["ClaimPurpose"];
+        };
+        /**
+         * @description Claim the next tasks: the best eligible ones (priority, then age), as
+         *     many as `max`.
+         */
+        ClaimNextBody: {
+            /**
+             * Format: int64
+             * @description How many tasks to claim at most: 1 up to the worker's free capacity
+             *     (`max_concurrent` minus the claims it holds). Default 1.
+             */
+            max?: number | null;
+            /** @description Needed with the operator token; a worker token names its worker itself. */
+            worker_id?: string | null;
+        };
+        /** @description The claims granted, best task first; empty when nothing is eligible. */
+        ClaimNextResponse: {
+            /** @description Each element is what claiming that task by its vtid answers. */
+            claims: components["schemas"]["ClaimResponse"][];
+            ok: boolean;
         };
         /**
          * @description Why a claim was granted: to build the task or to validate it.
@@ -994,9 +1123,21 @@ export interface components {
             dispatch?: boolean | null;
             /**
              * Format: int64
+             * @description Attempts in all (1 to 100) before the task ends `failed`; without it
+             *     (and without `retry_backoff`) the agent's default applies.
+             */
+            max_attempts?: number | null;
+            /**
+             * Format: int64
              * @description Higher first, then oldest first.
              */
             priority?: number;
+            retry_backoff?: null | components["schemas"]["RetryBackoff"];
+            /**
+             * Format: date-time
+             * @description A delayed task: not claimable before this instant (RFC 3339).
+             */
+            run_at?: string | null;
             /** @description Markdown. */
             spec?: string;
             title: string;
@@ -1183,6 +1324,20 @@ export interface components {
             run_id: string;
             worker_id: string;
         };
+        /**
+         * @description Several progress reports of one worker, applied in order in one
+         *     transaction, each on its own.
+         */
+        ProgressBatchBody: {
+            /** @description 1 to 500 reports. */
+            reports: components["schemas"]["ProgressReport"][];
+            worker_id?: string | null;
+        };
+        ProgressBatchResponse: {
+            ok: boolean;
+            /** @description One per report, in the order of the reports. */
+            results: components["schemas"]["ProgressResult"][];
+        };
         ProgressBody: {
             /** @description The fencing token from the claim; recommended. */
             claim_token?: string | null;
@@ -1203,6 +1358,35 @@ export interface components {
             metadata: Record<string, never>;
             result?: string | null;
             to: string;
+        };
+        /** @description One report of a batch: a progress report naming its task. */
+        ProgressReport: {
+            /** @description The fencing token from the claim. */
+            claim_token?: string | null;
+            /** @description Such as `worker.building`, `worker.execution.completed`. */
+            event: string;
+            message?: string | null;
+            metadata?: Record<string, never>;
+            /** @description The run's result text, for completion events. */
+            result?: string | null;
+            vtid: string;
+        };
+        /**
+         * @description The outcome of one report: `state` when applied, `error` when refused
+         *     (a refused report changed nothing, except that an `invalid_transition`
+         *     is recorded in the log as `event_id`).
+         */
+        ProgressResult: {
+            error?: null | components["schemas"]["ErrorDetail"];
+            /**
+             * Format: int64
+             * @description The recorded event's sequence number in the log.
+             */
+            event_id?: number | null;
+            ok: boolean;
+            /** @description The task's state after the report. */
+            state?: string | null;
+            vtid: string;
         };
         Ready: {
             /** @description `sqlite` or `postgres`. */
@@ -1236,6 +1420,15 @@ export interface components {
             worker_id: string;
             /** @description The worker's own bearer token; shown once. */
             worker_token: string;
+        };
+        /**
+         * @description `POST /api/v1/runs/{run_id}/requeue`: the worker holding the run gives
+         *     its task back to the queue (the run ends `failed` with the reason).
+         */
+        RequeueRun: {
+            claim_token: string;
+            /** @description Why (default `server_restart`). */
+            reason?: string | null;
         };
         ResourceBody: {
             /** @description The agent its conversations talk to. */
@@ -1275,6 +1468,45 @@ export interface components {
             message: string;
             /** @description `cursor_expired` or `too_slow`. */
             reason: string;
+        };
+        /**
+         * @description How long to wait before the next attempt: `initial_ms`, doubled after
+         *     each failure, never more than `max_ms`; the wait is then drawn between
+         *     half of that and all of it, so that tasks that failed together do not
+         *     come back together.
+         */
+        RetryBackoff: {
+            /**
+             * Format: int64
+             * @description Wait before the second attempt, in milliseconds.
+             */
+            initial_ms?: number;
+            /**
+             * Format: int64
+             * @description The longest wait, in milliseconds.
+             */
+            max_ms?: number;
+        };
+        /**
+         * @description `data` of `task.retry_scheduled`: an attempt failed (or lost its claim)
+         *     and the task waits for its next attempt. Emitted once per retry.
+         */
+        RetryScheduled: {
+            /**
+             * Format: int64
+             * @description The attempt that failed.
+             */
+            attempt: number;
+            /** Format: int64 */
+            max_attempts: number;
+            reason: string;
+            /**
+             * Format: int64
+             * @description When the next attempt may be claimed (Unix milliseconds).
+             */
+            run_at: number;
+            /** @description Its run. */
+            run_id: string;
         };
         /** @description One execution of a task by a worker (seed 000's `worker_runs` row). */
         Run: {
@@ -1384,6 +1616,8 @@ export interface components {
             epoch: number;
             /** Format: int64 */
             offset: number;
+            /** Format: int64 */
+            start: number;
             /** @enum {string} */
             type: "history";
         } | {
@@ -1503,8 +1737,23 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             dispatched_at?: string | null;
+            /** @description Every attempt that failed, oldest first. */
+            failures?: components["schemas"]["AttemptFailure"][];
+            /**
+             * Format: int64
+             * @description Attempts in all before the task ends `failed`; absent: one, and a
+             *     lapsed claim puts the task back in the queue without counting.
+             */
+            max_attempts?: number | null;
             /** Format: int64 */
             priority: number;
+            retry_backoff?: null | components["schemas"]["RetryBackoff"];
+            /**
+             * Format: date-time
+             * @description Not claimable before this instant: a delayed task, or the next
+             *     attempt after a failure.
+             */
+            run_at?: string | null;
             spec: string;
             spec_snapshot_id?: string | null;
             state: string;
@@ -2853,6 +3102,94 @@ export interface operations {
             };
         };
     };
+    requeue_run: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RequeueRun"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Task"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description claim_stale */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     set_status: {
         parameters: {
             query?: never;
@@ -3766,7 +4103,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description invalid_title, unknown_workflow, … */
+            /** @description invalid_title, unknown_workflow, invalid_max_attempts, invalid_retry_backoff, invalid_run_at, … */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -4058,6 +4395,63 @@ export interface operations {
             };
         };
     };
+    retry_task: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                vtid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Task"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description task_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description task_not_failed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     worker_events: {
         parameters: {
             query?: {
@@ -4280,6 +4674,75 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    progress_batch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProgressBatchBody"];
+            };
+        };
+        responses: {
+            /** @description one result per report, in order; a refused report has `ok: false` and an `error` (claim_stale, invalid_transition, unknown_event, invalid_event, task_not_found, …) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProgressBatchResponse"];
+                };
+            };
+            /** @description missing_worker_id */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_your_worker */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_reports (none, or more than 500) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
         };
@@ -4537,6 +5000,92 @@ export interface operations {
             };
         };
     };
+    claim_next: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ClaimNextBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClaimNextResponse"];
+                };
+            };
+            /** @description missing_worker_id */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_your_worker */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description worker_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description worker_terminated */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_max (below 1), max_above_capacity (above the worker's free capacity) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+        };
+    };
     pending: {
         parameters: {
             query?: {
@@ -4710,6 +5259,44 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+    metrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Prometheus text exposition */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": unknown;
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
