@@ -125,12 +125,13 @@ async fn refuses_to_listen_beyond_loopback_without_a_token() {
         .envs(&env.vars)
         .env("SHEPHERD_LISTEN", format!("0.0.0.0:{}", free_port()))
         .env_remove("SHEPHERD_AUTH_TOKEN")
+        .env_remove("SHEPHERD_TOKEN")
         .current_dir(&env.dir)
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("SHEPHERD_AUTH_TOKEN"), "{err}");
+    assert!(err.contains("SHEPHERD_TOKEN"), "{err}");
 }
 
 #[tokio::test]

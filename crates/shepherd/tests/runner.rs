@@ -541,8 +541,9 @@ async fn a_runner_stopped_while_the_server_is_down_exits_and_says_why() {
             .envs(&runner_env.vars)
             .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
             .env("SHEPHERD_LOG", "warn")
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::inherit())
+            .stdout(Stdio::null())
+            // Logs go to stderr.
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap(),
     );
