@@ -133,6 +133,7 @@ impl Command {
 pub enum TaskCommand {
     /// Create a task (dispatched at once unless --draft).
     Add {
+        /// A one-line title (the agent receives it with the spec).
         title: String,
         /// The spec, as markdown text.
         #[arg(long, conflicts_with = "spec_file")]
@@ -140,15 +141,19 @@ pub enum TaskCommand {
         /// Read the spec from a file (`-` for stdin).
         #[arg(long)]
         spec_file: Option<PathBuf>,
+        /// The task's id (default: one is generated).
         #[arg(long)]
         vtid: Option<String>,
+        /// Higher runs first; negative is allowed.
         #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
         priority: i64,
         /// Required capability (repeatable).
         #[arg(long = "capability", short = 'c')]
         capabilities: Vec<String>,
+        /// The agent that runs it (an `[agents.*]` name).
         #[arg(long)]
         agent: Option<String>,
+        /// The channel (resource) it belongs to.
         #[arg(long)]
         channel: Option<String>,
         /// simple (default) or autopilot.
@@ -167,10 +172,13 @@ pub enum TaskCommand {
     },
     /// List tasks, newest first.
     List {
+        /// Only tasks in this state (e.g. pending, running, done, failed).
         #[arg(long)]
         state: Option<String>,
+        /// Only tasks for this agent.
         #[arg(long)]
         agent: Option<String>,
+        /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: i64,
     },
@@ -181,6 +189,7 @@ pub enum TaskCommand {
     /// Cancel a task (the worker holding it is told at once).
     Cancel {
         vtid: String,
+        /// Why, recorded with the cancel and shown to the worker.
         #[arg(long)]
         reason: Option<String>,
     },
@@ -194,20 +203,25 @@ pub enum TaskCommand {
 pub enum RunsCommand {
     /// List runs, newest first.
     List {
+        /// Only runs of this agent.
         #[arg(long)]
         agent: Option<String>,
+        /// Only runs with this status: running, done, failed or cancelled.
         #[arg(long)]
         status: Option<String>,
+        /// Only runs of this task.
         #[arg(long)]
         vtid: Option<String>,
         /// Search task titles.
         #[arg(long)]
         search: Option<String>,
+        /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: i64,
     },
     /// Show a run and its transcript.
     Show {
+        /// The run's id, or a unique prefix of it.
         id: String,
         /// Do not cut long output.
         #[arg(long)]
@@ -223,12 +237,16 @@ pub struct EventsArgs {
     /// Start after this cursor (default: the last 20 events, or now with --follow).
     #[arg(long)]
     pub after: Option<i64>,
+    /// Only events of this task (vtid).
     #[arg(long)]
     pub task: Option<String>,
+    /// Only events of this worker.
     #[arg(long)]
     pub worker: Option<String>,
+    /// Only events of this run.
     #[arg(long)]
     pub run: Option<String>,
+    /// Only events that name this agent.
     #[arg(long)]
     pub agent: Option<String>,
     /// Comma-separated types; `worker.*` matches a prefix.
