@@ -11,37 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{Env, Kind, Server};
-
-async fn wait_for<F, Fut>(what: &str, within: Duration, mut f: F) -> Value
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<Value>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn task_in(s: &Server, vtid: &str, states: &[&str], within: Duration) -> Value {
-    wait_for(&format!("{vtid} to reach {states:?}"), within, || async {
-        let (_, t) = s.get(&format!("/api/v1/tasks/{vtid}"), None).await;
-        states
-            .contains(&t["state"].as_str().unwrap_or(""))
-            .then_some(t)
-    })
-    .await
-}
-
-async fn runs_of(s: &Server, vtid: &str) -> Vec<Value> {
-    let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
-    runs["runs"].as_array().cloned().unwrap_or_default()
-}
+use common::{runs_of, task_in, wait_for, Env, Kind, Server};
 
 async fn step_texts(s: &Server, run_id: &str) -> Vec<String> {
     let (_, page) = s

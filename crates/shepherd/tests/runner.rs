@@ -6,37 +6,12 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{Env, Kind, Server};
-
-async fn wait_for<F, Fut>(what: &str, within: Duration, mut f: F) -> Value
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<Value>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn task_in(s: &Server, vtid: &str, states: &[&str], within: Duration) -> Value {
-    wait_for(&format!("{vtid} to reach {states:?}"), within, || async {
-        let (_, t) = s.get(&format!("/api/v1/tasks/{vtid}"), None).await;
-        states
-            .contains(&t["state"].as_str().unwrap_or(""))
-            .then_some(t)
-    })
-    .await
-}
+use common::{task_in, wait_for, Env, Kind, Proc, Server};
 
 async fn last_run(s: &Server, vtid: &str) -> Value {
     let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
@@ -285,15 +260,6 @@ echo '{"type":"result","text":"Opened PR #42"}'
         assert!(types.contains(&e), "{e} missing from {types:?}");
     }
     s.stop().await;
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn spawn_runner(env: &Env, server: &str, data: &std::path::Path) -> Proc {

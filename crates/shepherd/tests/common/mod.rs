@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -279,4 +279,50 @@ macro_rules! e2e {
             }
         }
     };
+}
+
+// Polling helpers shared by the end-to-end tests: wait for what a test
+// expects, with a deadline, instead of sleeping a fixed time.
+
+/// Calls `f` until it returns `Some`, at most `within`; panics naming `what`.
+pub async fn wait_for<F, Fut>(what: &str, within: Duration, mut f: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<Value>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until task `vtid` is in one of `states`; returns the task.
+pub async fn task_in(s: &Server, vtid: &str, states: &[&str], within: Duration) -> Value {
+    wait_for(&format!("{vtid} to reach {states:?}"), within, || async {
+        let (_, t) = s.get(&format!("/api/v1/tasks/{vtid}"), None).await;
+        states
+            .contains(&t["state"].as_str().unwrap_or(""))
+            .then_some(t)
+    })
+    .await
+}
+
+/// The runs of task `vtid`, newest first.
+pub async fn runs_of(s: &Server, vtid: &str) -> Vec<Value> {
+    let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
+    runs["runs"].as_array().cloned().unwrap_or_default()
+}
+
+/// A child process killed and reaped when the test ends, even on panic.
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
