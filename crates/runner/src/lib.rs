@@ -359,6 +359,54 @@ async fn register(
     }
 }
 
+/// What a run holds while it runs: a place in the agent's slots and the
+/// token that cancels it.
+struct Slot {
+    cancels: Cancels,
+    running: Arc<std::sync::atomic::AtomicUsize>,
+    freed: Arc<Notify>,
+    detached: Arc<std::sync::atomic::AtomicUsize>,
+    tracker: TaskTracker,
+}
+
+impl Slot {
+    /// Runs `run` (a new or an adopted run) in a slot: registers its cancel
+    /// token, counts it while it runs, and frees the slot (waking the claim
+    /// loop) when it ends. The token is not a child of the runner's
+    /// shutdown: stopping the runner is not a cancel.
+    fn start<F, Fut>(&self, run_id: String, run: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = Ending> + Send + 'static,
+    {
+        let token = CancellationToken::new();
+        self.cancels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(run_id.clone(), token.clone());
+        self.running
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let fut = run(token);
+        let (cancels, running, freed, detached) = (
+            self.cancels.clone(),
+            self.running.clone(),
+            self.freed.clone(),
+            self.detached.clone(),
+        );
+        self.tracker.spawn(async move {
+            if fut.await == Ending::Detached {
+                detached.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            cancels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&run_id);
+            running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            freed.notify_one();
+        });
+    }
+}
+
 /// Polls for work and claims it while slots are free.
 #[allow(clippy::too_many_arguments)]
 async fn claim_loop(
@@ -375,33 +423,18 @@ async fn claim_loop(
     let slots = ctx.agent.slots() as usize;
     let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let freed = Arc::new(Notify::new());
+    let slot = Slot {
+        cancels: cancels.clone(),
+        running: running.clone(),
+        freed: freed.clone(),
+        detached,
+        tracker,
+    };
     for saved in adopted {
-        // Not a child of `shutdown`: stopping the runner is not a cancel.
-        let token = CancellationToken::new();
-        cancels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(saved.assignment.run_id.clone(), token.clone());
-        running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let (ctx, cancels, running, freed, stop, detached) = (
-            ctx.clone(),
-            cancels.clone(),
-            running.clone(),
-            freed.clone(),
-            shutdown.clone(),
-            detached.clone(),
-        );
-        tracker.spawn(async move {
-            let run_id = saved.assignment.run_id.clone();
-            if execution::adopt(ctx, saved, token, stop).await == Ending::Detached {
-                detached.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-            cancels
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&run_id);
-            running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-            freed.notify_one();
+        let (ctx, stop) = (ctx.clone(), shutdown.clone());
+        let run_id = saved.assignment.run_id.clone();
+        slot.start(run_id, move |token| {
+            execution::adopt(ctx, saved, token, stop)
         });
     }
     loop {
@@ -430,33 +463,8 @@ async fn claim_loop(
                             conversation: c.conversation,
                             attempt: c.attempt,
                         };
-                        // Not a child of `shutdown`: stopping the runner is not a cancel.
-                        let token = CancellationToken::new();
-                        cancels
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(a.run_id.clone(), token.clone());
-                        running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        let (ctx, cancels, running, freed, stop, detached) = (
-                            ctx.clone(),
-                            cancels.clone(),
-                            running.clone(),
-                            freed.clone(),
-                            shutdown.clone(),
-                            detached.clone(),
-                        );
-                        tracker.spawn(async move {
-                            let run_id = a.run_id.clone();
-                            if execute(ctx, a, token, stop).await == Ending::Detached {
-                                detached.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                            }
-                            cancels
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .remove(&run_id);
-                            running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                            freed.notify_one();
-                        });
+                        let (ctx, stop) = (ctx.clone(), shutdown.clone());
+                        slot.start(a.run_id.clone(), move |token| execute(ctx, a, token, stop));
                     }
                 }
                 // Includes max_above_capacity: a claim the server still
