@@ -39,7 +39,8 @@ pub struct Workspace {
     pub head: Option<String>,
     #[serde(skip)]
     pub path: PathBuf,
-    #[serde(skip)]
+    /// Recorded on the run so that a server on the same host can serve the
+    /// branch's diff.
     pub repo: PathBuf,
 }
 
