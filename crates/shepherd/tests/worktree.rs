@@ -468,3 +468,100 @@ async fn workspace_diff_and_prune_on_sqlite() {
 async fn workspace_diff_and_prune_on_postgres() {
     workspace_diff_and_prune(Kind::Postgres).await;
 }
+
+/// A conversation keeps one branch across its turns: the second turn starts
+/// from the first turn's work (left uncommitted, committed at its end) and
+/// both runs record the same branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_keeps_one_branch_across_its_turns() {
+    let mut env = Env::new(Kind::Sqlite);
+    let repo = make_repo(&env.dir);
+    let marks = env.dir.join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let script = env.script(
+        "agent.sh",
+        &format!(
+            "cat > /dev/null\nn=$(ls | grep -c '^turn-')\nls > {m}/seen-$n\npwd > {m}/pwd-$n\necho \"turn $((n+1))\" > turn-$((n+1)).txt\necho done\n",
+            m = marks.display()
+        ),
+    );
+    env.with_config_file(&format!(
+        "[agents.coder]\ncommand = [\"bash\", \"{script}\"]\nworkspace = \"worktree\"\nrepo = \"{}\"\n",
+        repo.display()
+    ));
+    let s = Server::start(&env).await;
+    let (st, r) = s
+        .post(
+            "/api/v1/resources",
+            None,
+            json!({ "id": "repo-1", "name": "Repo", "agent_id": "coder" }),
+        )
+        .await;
+    assert_eq!(st, 201, "{r}");
+    let (st, c) = s
+        .post("/api/v1/resources/repo-1/conversations", None, json!({}))
+        .await;
+    assert_eq!(st, 201, "{c}");
+    let conv = c["id"].as_str().unwrap().to_owned();
+    let mut run_ids = Vec::new();
+    for (turn, text) in [(1, "first"), (2, "second")] {
+        let (st, b) = s
+            .post(
+                &format!("/api/v1/conversations/{conv}/messages"),
+                None,
+                json!({ "text": text }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let c = wait_for("the reply", Duration::from_secs(60), || async {
+            let (_, c) = s.get(&format!("/api/v1/conversations/{conv}"), None).await;
+            let msgs = c["messages"].as_array().cloned().unwrap_or_default();
+            (c["state"] == "idle" && msgs.len() == turn * 2).then_some(c)
+        })
+        .await;
+        let reply = &c["messages"][turn * 2 - 1];
+        assert_eq!(reply["status"], "done", "{c}");
+        run_ids.push(reply["run_id"].as_str().unwrap().to_owned());
+    }
+    let seen = std::fs::read_to_string(marks.join("seen-1")).unwrap();
+    assert!(
+        seen.contains("turn-1.txt"),
+        "the second turn starts from the first turn's work: {seen}"
+    );
+    let (p0, p1) = (
+        std::fs::read_to_string(marks.join("pwd-0")).unwrap(),
+        std::fs::read_to_string(marks.join("pwd-1")).unwrap(),
+    );
+    assert!(!PathBuf::from(p0.trim()).exists() && !PathBuf::from(p1.trim()).exists());
+    let branch = format!("shepherd/conversation-{conv}");
+    for f in ["turn-1.txt", "turn-2.txt"] {
+        assert!(
+            git(&repo, &["show", &format!("{branch}:{f}")]).is_some(),
+            "{f} is on {branch}"
+        );
+    }
+    let base = git(&repo, &["rev-parse", "main"]).unwrap();
+    for id in &run_ids {
+        let (_, d) = s.get(&format!("/api/v1/runs/{id}"), None).await;
+        assert_eq!(d["run"]["workspace"]["branch"], branch.as_str(), "{d}");
+        assert_eq!(d["run"]["workspace"]["base_commit"], base.as_str());
+    }
+    let (_, diff) = s
+        .get(&format!("/api/v1/runs/{}/diff", run_ids[1]), None)
+        .await;
+    let text = diff["diff"].as_str().unwrap();
+    assert!(
+        text.contains("+turn 1") && text.contains("+turn 2"),
+        "{text}"
+    );
+    assert_eq!(worktrees(&repo), 1);
+    assert_eq!(
+        git(&repo, &["branch", "--list", "shepherd/*"])
+            .unwrap()
+            .lines()
+            .count(),
+        1,
+        "one branch for the whole conversation"
+    );
+    s.stop().await;
+}
