@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod origin;
 pub mod reject;
+pub mod run_diff;
 pub mod runs;
 pub mod scope;
 pub mod session_ws;
@@ -149,6 +150,7 @@ pub fn router(state: AppState) -> Router {
         .merge(channels::router())
         .merge(conversations::router())
         .merge(usage::router())
+        .merge(run_diff::router())
         .merge(sessions::router())
         .merge(session_ws::router())
         .merge(metrics::router())

@@ -22,7 +22,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::runs::seed_list, crate::runs::seed_detail, crate::runs::list_runs, crate::runs::get_run,
         crate::runs::get_steps, crate::runs::append_steps, crate::runs::set_status,
         crate::runs::requeue_run, crate::tasks::retry_task,
-        crate::usage::set_usage,
+        crate::usage::set_usage, crate::usage::usage_report, crate::run_diff::run_diff,
         crate::events::events,
         crate::channels::upsert, crate::channels::list, crate::channels::archive,
         crate::workers::list_workers, crate::workers::worker_events, crate::workers::event_page,

@@ -411,6 +411,17 @@ impl Client {
         self.fetch(&format!("/api/v1/runs/{}", enc(run_id))).await
     }
 
+    /// A worktree run's diff against its base.
+    pub async fn run_diff(&self, run_id: &str) -> Result<p::RunDiff, ClientError> {
+        self.fetch(&format!("/api/v1/runs/{}/diff", enc(run_id)))
+            .await
+    }
+
+    /// Stored usage summed per agent, task or day.
+    pub async fn usage(&self, q: &p::UsageQuery) -> Result<p::UsageReport, ClientError> {
+        self.get("/api/v1/usage", q).await
+    }
+
     pub async fn steps(
         &self,
         run_id: &str,

@@ -199,6 +199,30 @@ pub struct Run {
     /// Tokens and cost the agent reported; `None` until it reports any.
     #[serde(default)]
     pub usage: Option<crate::usage::Usage>,
+    /// The git worktree branch the run worked on (worktree agents only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<RunWorkspace>,
+}
+
+/// Where a worktree run did its work: a branch of `repo` made from `base`.
+/// The branch is kept after the run, so its diff against `base_commit` is
+/// the run's work.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
+pub struct RunWorkspace {
+    pub branch: String,
+    /// The ref the branch was made from, as configured.
+    pub base: String,
+    /// The commit the branch started from.
+    pub base_commit: String,
+    /// The branch's last commit; known once the run has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// The repository on the runner's host; the server reads diffs from it
+    /// when it is on the same host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
 }
 
 /// A channel (seed 002's resource, seed 000's `channel_id`): what runs and

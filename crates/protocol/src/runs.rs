@@ -202,3 +202,18 @@ pub struct RequeueRun {
     #[serde(default)]
     pub reason: Option<String>,
 }
+
+/// `GET /api/v1/runs/{run_id}/diff`: what a worktree run changed, as
+/// `git diff base_commit..branch` (the shape of a session's `git-diff` tab,
+/// with the workspace it came from).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct RunDiff {
+    pub run_id: String,
+    pub workspace: shepherd_core::model::RunWorkspace,
+    /// The branch's commit the diff was taken at.
+    pub head: String,
+    /// `git diff --stat` of the same range.
+    pub stat: String,
+    /// Unified diff, plain text (no colour).
+    pub diff: String,
+}

@@ -509,7 +509,22 @@ pub async fn execute(
     }
     let mut workspace: Option<Workspace> = None;
     if let Some((repo, base)) = ctx.agent.worktree_repo() {
-        match worktree::create(&ctx.data_dir, repo, base, &a.vtid, a.attempt, &a.run_id).await {
+        let made = match &a.conversation {
+            Some(c) => {
+                worktree::create_for_conversation(
+                    &ctx.data_dir,
+                    repo,
+                    base,
+                    &c.conversation_id,
+                    &a.run_id,
+                )
+                .await
+            }
+            None => {
+                worktree::create(&ctx.data_dir, repo, base, &a.vtid, a.attempt, &a.run_id).await
+            }
+        };
+        match made {
             Ok(w) => {
                 cmd.current_dir(&w.path)
                     .env("SHEPHERD_WORKSPACE_BRANCH", &w.branch);

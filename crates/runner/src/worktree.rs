@@ -5,6 +5,10 @@
 //! uncommitted is committed to the branch (nothing is lost), the worktree is
 //! removed and the branch is kept for review.
 //!
+//! A conversation's turns share one branch, `shepherd/conversation-<id>`:
+//! each turn checks it out in a worktree of its own and leaves its commits
+//! there for the next.
+//!
 //! Worktrees live under `<data_dir>/worktrees/<run_id>`; a runner that starts
 //! finds the ones a crashed predecessor left there and finishes them the
 //! same way (commit, remove, keep the branch).
@@ -39,7 +43,8 @@ pub struct Workspace {
     pub head: Option<String>,
     #[serde(skip)]
     pub path: PathBuf,
-    #[serde(skip)]
+    /// Recorded on the run so that a server on the same host can serve the
+    /// branch's diff.
     pub repo: PathBuf,
 }
 
@@ -127,6 +132,81 @@ pub fn branch_name(vtid: &str, attempt: i64) -> String {
         })
         .collect();
     format!("shepherd/{}-{attempt}", safe.trim_matches('.'))
+}
+
+/// The branch every turn of a conversation works on.
+pub fn conversation_branch(conversation_id: &str) -> String {
+    let safe: String = conversation_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("shepherd/conversation-{safe}")
+}
+
+/// Makes the worktree of one turn of a conversation. The first turn makes
+/// the conversation's branch from `base`; later turns check the same branch
+/// out again (the previous turn's worktree was removed when it ended, its
+/// commits are on the branch), so the agent carries on from its own work.
+/// `base_commit` stays where the branch left `base`, so the run's diff is
+/// the whole conversation's work so far.
+pub async fn create_for_conversation(
+    data_dir: &Path,
+    repo: &Path,
+    base: Option<&str>,
+    conversation_id: &str,
+    run_id: &str,
+) -> Result<Workspace, String> {
+    let (base, base_tip) = resolve_base(repo, base).await?;
+    let branch = conversation_branch(conversation_id);
+    let root = root(data_dir);
+    std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let path = root.join(run_id);
+    let path_s = path.to_string_lossy().into_owned();
+    let _guard = GIT_WRITES.lock().await;
+    let existing = git(
+        repo,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}"),
+        ],
+    )
+    .await
+    .ok();
+    let base_commit = match existing {
+        Some(_) => {
+            // A worktree a crashed turn left is finished at start; one still
+            // registered here would hold the branch, so git forgets stale ones.
+            let _ = git(repo, &["worktree", "prune"]).await;
+            git(repo, &["worktree", "add", &path_s, &branch]).await?;
+            git(repo, &["merge-base", &base_tip, &branch])
+                .await
+                .unwrap_or(base_tip)
+        }
+        None => {
+            git(
+                repo,
+                &["worktree", "add", "-b", &branch, &path_s, &base_tip],
+            )
+            .await?;
+            base_tip
+        }
+    };
+    Ok(Workspace {
+        branch,
+        base,
+        base_commit,
+        head: None,
+        path,
+        repo: repo.to_owned(),
+    })
 }
 
 /// Makes the run's worktree on a new branch from `base`.

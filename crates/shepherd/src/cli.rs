@@ -10,8 +10,10 @@ pub mod admin;
 pub mod args;
 pub mod events;
 pub mod output;
+pub mod prune_branches;
 pub mod runs;
 pub mod task;
+pub mod usage;
 pub mod workers;
 
 use std::process::ExitCode;
@@ -66,10 +68,20 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Prune {
             transcripts_older_than,
             events_older_than,
-        } => admin::prune(g, *transcripts_older_than, *events_older_than).await,
+            branches_older_than,
+        } => {
+            admin::prune(
+                g,
+                *transcripts_older_than,
+                *events_older_than,
+                *branches_older_than,
+            )
+            .await
+        }
         Command::Task(t) => task::task(g, t).await,
         Command::Runs(r) => runs::runs(g, r).await,
         Command::Events(e) => events::events(g, e).await,
+        Command::Usage(u) => usage::usage(g, u).await,
         Command::Workers { all } => workers::workers(g, *all).await,
         Command::Chat(a) => crate::chat_cli::chat(g, a).await,
         Command::Conversation(c) => crate::chat_cli::conversation(g, c).await,

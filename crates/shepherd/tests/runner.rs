@@ -2,7 +2,8 @@
 //! mid-run (the process group is gone and the last steps are kept), an
 //! agent driving the autopilot workflow, a runner killed with SIGKILL (the
 //! next one carries its run on), and
-//! a server restarted under a runner that keeps working.
+//! a server restarted under a runner that keeps working; a failed attempt
+//! retried to success, and a cancelled task not retried.
 
 mod common;
 
@@ -534,4 +535,108 @@ async fn a_runner_stopped_while_the_server_is_down_exits_and_says_why() {
         text.contains("server is unreachable"),
         "the log says why the run's end was not reported: {text}"
     );
+}
+
+/// Retries end to end: an agent that fails its first attempt (no marker
+/// file yet) and succeeds on its second ends the task `done` with two runs,
+/// each with its own attempt number; a task cancelled mid-run is not
+/// retried though attempts remain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_is_retried_and_a_cancelled_one_is_not() {
+    let mut env = Env::new(Kind::Sqlite);
+    let marks = env.dir.join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let flaky = env.script(
+        "flaky.sh",
+        &format!(
+            "cat > /dev/null\nm={m}/$SHEPHERD_TASK_ID\nif [ ! -e $m ]; then touch $m; echo 'rate limited' >&2; exit 3; fi\necho 'second time lucky'\n",
+            m = marks.display()
+        ),
+    );
+    let slow = env.script(
+        "slow.sh",
+        &format!(
+            "cat > /dev/null\necho $$ >> {m}/slow-$SHEPHERD_TASK_ID\nsleep 60\n",
+            m = marks.display()
+        ),
+    );
+    env.with_config_file(&format!(
+        "[agents.flaky]\ncommand = [\"bash\", \"{flaky}\"]\n\
+         [agents.slow]\ncommand = [\"bash\", \"{slow}\"]\ncancel_grace_secs = 1\n"
+    ));
+    let s = Server::start(&env).await;
+    let backoff = json!({ "initial_ms": 10, "max_ms": 20 });
+    for (vtid, agent) in [("R-1", "flaky"), ("R-2", "slow")] {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": vtid, "title": vtid, "agent_id": agent,
+                        "max_attempts": 2, "retry_backoff": backoff }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    let t = task_in(&s, "R-1", &["done", "failed"], Duration::from_secs(60)).await;
+    assert_eq!(t["state"], "done", "{t}");
+    let (_, runs) = s.get("/api/v1/runs?vtid=R-1", None).await;
+    let mut runs = runs["runs"].as_array().unwrap().clone();
+    runs.sort_by_key(|r| r["attempt"].as_i64());
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(
+        (runs[0]["attempt"].as_i64(), runs[0]["status"].as_str()),
+        (Some(1), Some("failed"))
+    );
+    assert!(
+        runs[0]["result"]
+            .as_str()
+            .unwrap_or("")
+            .contains("rate limited"),
+        "{:?}",
+        runs[0]
+    );
+    assert_eq!(
+        (runs[1]["attempt"].as_i64(), runs[1]["status"].as_str()),
+        (Some(2), Some("done"))
+    );
+    assert_ne!(runs[0]["id"], runs[1]["id"]);
+
+    // Cancelled while running: no second attempt.
+    let slow_pids = marks.join("slow-R-2");
+    wait_for(
+        "the slow agent to start",
+        Duration::from_secs(20),
+        || async { slow_pids.exists().then_some(Value::Null) },
+    )
+    .await;
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks/R-2/cancel",
+            None,
+            json!({ "reason": "not needed" }),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    task_in(&s, "R-2", &["cancelled"], Duration::from_secs(20)).await;
+    // Give a wrongly scheduled retry its chance: the backoff is 20 ms at most,
+    // so a retry would have been claimed by the time a new task of the same
+    // agent has run to its end.
+    s.post(
+        "/api/v1/tasks",
+        None,
+        json!({ "vtid": "R-3", "title": "R-3", "agent_id": "flaky", "max_attempts": 2, "retry_backoff": backoff }),
+    )
+    .await;
+    task_in(&s, "R-3", &["done"], Duration::from_secs(60)).await;
+    let (_, runs) = s.get("/api/v1/runs?vtid=R-2", None).await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
+    assert_eq!(runs["runs"][0]["status"], "cancelled");
+    let (_, t) = s.get("/api/v1/tasks/R-2", None).await;
+    assert_eq!(t["state"], "cancelled", "{t}");
+    assert_eq!(
+        std::fs::read_to_string(&slow_pids).unwrap().lines().count(),
+        1,
+        "the slow agent started once"
+    );
+    s.stop().await;
 }

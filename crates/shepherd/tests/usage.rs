@@ -1,7 +1,8 @@
 //! Usage and cost end to end, on both stores: a scripted agent replays a
 //! recorded Claude Code stream-json sample and its usage lands on the run;
 //! steps-jsonl `usage` lines add up, and `max_cost_usd` stops a run that
-//! passes it with reason `budget_exceeded`; bad usage reports are refused.
+//! passes it with reason `budget_exceeded`; bad usage reports are refused;
+//! `GET /api/v1/usage` and `shepherd usage` sum what was stored.
 
 mod common;
 
@@ -140,6 +141,71 @@ cancel_grace_secs = 2
         )
         .await;
     assert_eq!(st, 422, "unknown usage fields are refused");
+
+    // The stored usage, summed.
+    let (st, by_agent) = s.get("/api/v1/usage?group_by=agent", None).await;
+    assert_eq!(st, 200, "{by_agent}");
+    assert_eq!(by_agent["runs"], 2, "{by_agent}");
+    assert_eq!(by_agent["total"]["input_tokens"], 52, "{by_agent}");
+    assert_eq!(by_agent["total"]["output_tokens"], 50, "{by_agent}");
+    assert!((by_agent["total"]["cost_usd"].as_f64().unwrap() - 1.2123).abs() < 1e-9);
+    let groups = by_agent["groups"].as_array().unwrap();
+    // The costlier agent first.
+    assert_eq!(groups[0]["key"], "spender", "{by_agent}");
+    assert_eq!(groups[1]["key"], "claude");
+    assert_eq!(groups[1]["usage"]["cache_read_tokens"], 1500);
+    assert_eq!(groups[1]["runs"], 1);
+    let (_, by_task) = s.get("/api/v1/usage?group_by=task&since=7d", None).await;
+    let keys: Vec<&str> = by_task["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["U-2", "U-1"], "{by_task}");
+    assert!(by_task["since"].is_string());
+    let (_, by_day) = s.get("/api/v1/usage?group_by=day", None).await;
+    let day = by_day["groups"][0]["key"].as_str().unwrap().to_owned();
+    assert_eq!(day.len(), 10, "{by_day}");
+    assert_eq!(by_day["groups"][0]["runs"], 2);
+    let (_, later) = s
+        .get("/api/v1/usage?since=2999-01-01T00:00:00Z", None)
+        .await;
+    assert_eq!(
+        later["runs"], 0,
+        "runs before `since` are left out: {later}"
+    );
+    assert_eq!(later["groups"], json!([]));
+    for (q, code) in [
+        ("group_by=week", "invalid_group_by"),
+        ("since=yesterday", "invalid_since"),
+        ("since=7", "invalid_since"),
+    ] {
+        let (st, b) = s.get(&format!("/api/v1/usage?{q}"), None).await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (400, Some(code)),
+            "{q}: {b}"
+        );
+    }
+    // The command line reads the same.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args([
+            "usage", "--by", "task", "--since", "1d", "--server", &s.base,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("U-1") && text.contains("U-2") && text.contains("TOTAL"),
+        "{text}"
+    );
+    assert!(text.contains("$1.21"), "{text}");
     s.stop().await;
 }
 

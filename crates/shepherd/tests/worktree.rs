@@ -3,7 +3,9 @@
 //! do not see each other's files; each branch holds the agent's changes,
 //! uncommitted ones included; the worktree is gone after the run and after
 //! its runner is killed with SIGKILL; a repo that is not a git repository or
-//! a base that does not exist fails the run with its reason.
+//! a base that does not exist fails the run with its reason; the run records
+//! its workspace, the diff route and `shepherd runs diff` serve its branch,
+//! and `shepherd prune --branches-older-than` removes old branches.
 
 mod common;
 
@@ -322,4 +324,244 @@ async fn a_worktree_left_by_a_killed_runner_is_committed_and_removed_at_the_next
     );
     assert_eq!(worktrees(&repo), 1);
     server.stop().await;
+}
+
+/// Runs the `shepherd` binary with the test's environment; (success, stdout).
+fn shepherd(env: &Env, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(args)
+        .envs(&env.vars)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    (out.status.success(), text)
+}
+
+/// The run records its workspace; the diff route and `shepherd runs diff`
+/// serve the branch against its base; `shepherd prune --branches-older-than`
+/// removes the branch of an ended run; each missing piece has its code.
+async fn workspace_diff_and_prune(kind: Kind) {
+    let mut env = Env::new(kind);
+    let repo = make_repo(&env.dir);
+    let script = env.script(
+        "agent.sh",
+        "cat > /dev/null\necho changed > README\necho new > added.txt\n",
+    );
+    env.with_config_file(&format!(
+        "[agents.coder]\ncommand = [\"bash\", \"{script}\"]\nworkspace = \"worktree\"\nrepo = \"{}\"\n\
+         [agents.plain]\ncommand = [\"bash\", \"-c\", \"cat > /dev/null; echo hi\"]\n",
+        repo.display()
+    ));
+    let s = Server::start(&env).await;
+    for (vtid, agent) in [("D-1", "coder"), ("P-1", "plain")] {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    for vtid in ["D-1", "P-1"] {
+        let t = task_in(&s, vtid, &["done", "failed"], Duration::from_secs(60)).await;
+        assert_eq!(t["state"], "done", "{t}");
+    }
+    let run = runs_of(&s, "D-1").await[0].clone();
+    let id = run["id"].as_str().unwrap().to_owned();
+    let base_commit = git(&repo, &["rev-parse", "main"]).unwrap();
+    let head = git(&repo, &["rev-parse", "shepherd/D-1-1"]).unwrap();
+    let (_, detail) = s.get(&format!("/api/v1/runs/{id}"), None).await;
+    assert_eq!(
+        detail["run"]["workspace"],
+        json!({ "branch": "shepherd/D-1-1", "base": "main", "base_commit": base_commit,
+                "head": head, "repo": repo.display().to_string() }),
+        "{detail}"
+    );
+    assert_eq!(
+        run["workspace"]["branch"], "shepherd/D-1-1",
+        "lists carry it too"
+    );
+
+    let (st, d) = s.get(&format!("/api/v1/runs/{id}/diff"), None).await;
+    assert_eq!(st, 200, "{d}");
+    assert_eq!(d["head"], head.as_str());
+    let diff = d["diff"].as_str().unwrap();
+    assert!(
+        diff.contains("+changed") && diff.contains("-base"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("+new") && diff.contains("added.txt"),
+        "{diff}"
+    );
+    assert!(
+        d["stat"].as_str().unwrap().contains("2 files changed"),
+        "{d}"
+    );
+
+    let (ok, text) = shepherd(&env, &["runs", "diff", &id[..24], "--server", &s.base]);
+    assert!(ok);
+    assert!(
+        text.contains("+changed") && text.contains("shepherd/D-1-1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains('\x1b'),
+        "no colour when stdout is not a terminal"
+    );
+    let (_, show) = shepherd(&env, &["runs", "show", &id, "--server", &s.base]);
+    assert!(show.contains("branch:  shepherd/D-1-1"), "{show}");
+
+    let code = |b: &Value| b["error"]["code"].as_str().map(str::to_owned);
+    let plain = runs_of(&s, "P-1").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (st, b) = s.get(&format!("/api/v1/runs/{plain}/diff"), None).await;
+    assert_eq!(
+        (st, code(&b).as_deref()),
+        (422, Some("run_has_no_workspace"))
+    );
+    let (st, b) = s.get("/api/v1/runs/no-such-run/diff", None).await;
+    assert_eq!((st, code(&b).as_deref()), (404, Some("run_not_found")));
+
+    // A branch younger than the retention stays; an older one goes.
+    let (ok, text) = shepherd(&env, &["prune", "--branches-older-than", "1d"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("pruned 0 branches"), "{text}");
+    assert!(git(&repo, &["rev-parse", "--verify", "shepherd/D-1-1"]).is_some());
+    let (ok, text) = shepherd(&env, &["prune", "--branches-older-than", "0s"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("removed branch shepherd/D-1-1") && text.contains("pruned 1 branches"),
+        "{text}"
+    );
+    assert!(git(&repo, &["rev-parse", "--verify", "shepherd/D-1-1"]).is_none());
+    assert!(
+        git(&repo, &["rev-parse", "--verify", "main"]).is_some(),
+        "only shepherd/* goes"
+    );
+    let (st, b) = s.get(&format!("/api/v1/runs/{id}/diff"), None).await;
+    assert_eq!(
+        (st, code(&b).as_deref()),
+        (409, Some("workspace_branch_gone"))
+    );
+    std::fs::remove_dir_all(&repo).unwrap();
+    let (st, b) = s.get(&format!("/api/v1/runs/{id}/diff"), None).await;
+    assert_eq!(
+        (st, code(&b).as_deref()),
+        (409, Some("workspace_repo_gone"))
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_diff_and_prune_on_sqlite() {
+    workspace_diff_and_prune(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_diff_and_prune_on_postgres() {
+    workspace_diff_and_prune(Kind::Postgres).await;
+}
+
+/// A conversation keeps one branch across its turns: the second turn starts
+/// from the first turn's work (left uncommitted, committed at its end) and
+/// both runs record the same branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_keeps_one_branch_across_its_turns() {
+    let mut env = Env::new(Kind::Sqlite);
+    let repo = make_repo(&env.dir);
+    let marks = env.dir.join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let script = env.script(
+        "agent.sh",
+        &format!(
+            "cat > /dev/null\nn=$(ls | grep -c '^turn-')\nls > {m}/seen-$n\npwd > {m}/pwd-$n\necho \"turn $((n+1))\" > turn-$((n+1)).txt\necho done\n",
+            m = marks.display()
+        ),
+    );
+    env.with_config_file(&format!(
+        "[agents.coder]\ncommand = [\"bash\", \"{script}\"]\nworkspace = \"worktree\"\nrepo = \"{}\"\n",
+        repo.display()
+    ));
+    let s = Server::start(&env).await;
+    let (st, r) = s
+        .post(
+            "/api/v1/resources",
+            None,
+            json!({ "id": "repo-1", "name": "Repo", "agent_id": "coder" }),
+        )
+        .await;
+    assert_eq!(st, 201, "{r}");
+    let (st, c) = s
+        .post("/api/v1/resources/repo-1/conversations", None, json!({}))
+        .await;
+    assert_eq!(st, 201, "{c}");
+    let conv = c["id"].as_str().unwrap().to_owned();
+    let mut run_ids = Vec::new();
+    for (turn, text) in [(1, "first"), (2, "second")] {
+        let (st, b) = s
+            .post(
+                &format!("/api/v1/conversations/{conv}/messages"),
+                None,
+                json!({ "text": text }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let c = wait_for("the reply", Duration::from_secs(60), || async {
+            let (_, c) = s.get(&format!("/api/v1/conversations/{conv}"), None).await;
+            let msgs = c["messages"].as_array().cloned().unwrap_or_default();
+            (c["state"] == "idle" && msgs.len() == turn * 2).then_some(c)
+        })
+        .await;
+        let reply = &c["messages"][turn * 2 - 1];
+        assert_eq!(reply["status"], "done", "{c}");
+        run_ids.push(reply["run_id"].as_str().unwrap().to_owned());
+    }
+    let seen = std::fs::read_to_string(marks.join("seen-1")).unwrap();
+    assert!(
+        seen.contains("turn-1.txt"),
+        "the second turn starts from the first turn's work: {seen}"
+    );
+    let (p0, p1) = (
+        std::fs::read_to_string(marks.join("pwd-0")).unwrap(),
+        std::fs::read_to_string(marks.join("pwd-1")).unwrap(),
+    );
+    assert!(!PathBuf::from(p0.trim()).exists() && !PathBuf::from(p1.trim()).exists());
+    let branch = format!("shepherd/conversation-{conv}");
+    for f in ["turn-1.txt", "turn-2.txt"] {
+        assert!(
+            git(&repo, &["show", &format!("{branch}:{f}")]).is_some(),
+            "{f} is on {branch}"
+        );
+    }
+    let base = git(&repo, &["rev-parse", "main"]).unwrap();
+    for id in &run_ids {
+        let (_, d) = s.get(&format!("/api/v1/runs/{id}"), None).await;
+        assert_eq!(d["run"]["workspace"]["branch"], branch.as_str(), "{d}");
+        assert_eq!(d["run"]["workspace"]["base_commit"], base.as_str());
+    }
+    let (_, diff) = s
+        .get(&format!("/api/v1/runs/{}/diff", run_ids[1]), None)
+        .await;
+    let text = diff["diff"].as_str().unwrap();
+    assert!(
+        text.contains("+turn 1") && text.contains("+turn 2"),
+        "{text}"
+    );
+    assert_eq!(worktrees(&repo), 1);
+    assert_eq!(
+        git(&repo, &["branch", "--list", "shepherd/*"])
+            .unwrap()
+            .lines()
+            .count(),
+        1,
+        "one branch for the whole conversation"
+    );
+    s.stop().await;
 }

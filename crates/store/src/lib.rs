@@ -41,6 +41,7 @@ pub use ops::sessions::{
     NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,
 };
 pub use ops::tasks::{Applied, CancelOutcome, NewTask, TaskDetail, TaskFilter};
+pub use ops::usage::UsageRow;
 pub use ops::workers::{Registration, WorkerFilter};
 pub use postgres::PgOptions;
 /// The PostgreSQL advisory lock that orders event-log commits: anything else
@@ -888,6 +889,26 @@ impl Store {
         write_op!(self, |db| async move {
             ops::usage::set_usage(db, now, &id, &token, caller.as_deref(), usage).await
         })
+    }
+
+    /// Runs that recorded a worktree workspace: id, status, end, workspace.
+    pub async fn run_workspaces(
+        &self,
+    ) -> Result<
+        Vec<(
+            String,
+            String,
+            Option<Millis>,
+            shepherd_core::model::RunWorkspace,
+        )>,
+        Error,
+    > {
+        read_op!(self, |db| runs::workspaces(db))
+    }
+
+    /// The stored usage of runs started since `since` (all with `None`).
+    pub async fn usage_rows(&self, since: Option<Millis>) -> Result<Vec<UsageRow>, Error> {
+        read_op!(self, |db| ops::usage::rows(db, since))
     }
 
     /// Nulls transcripts of runs that ended before `cutoff`; returns (runs, bytes freed).

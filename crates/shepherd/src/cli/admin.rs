@@ -91,11 +91,15 @@ pub async fn prune(
     g: &Global,
     transcripts_older_than: Option<Duration>,
     events_older_than: Option<Duration>,
+    branches_older_than: Option<Duration>,
 ) -> Result<()> {
     let config = load_config(g)?;
-    if transcripts_older_than.is_none() && events_older_than.is_none() {
+    if transcripts_older_than.is_none()
+        && events_older_than.is_none()
+        && branches_older_than.is_none()
+    {
         return Err(
-            "nothing to prune: give --transcripts-older-than and/or --events-older-than".into(),
+            "nothing to prune: give --transcripts-older-than, --events-older-than and/or --branches-older-than".into(),
         );
     }
     let store = shepherd_store::Store::open(&config.store_config()).await?;
@@ -112,6 +116,9 @@ pub async fn prune(
     if let Some(age) = events_older_than {
         let n = store.prune_events(now - age.as_millis() as i64).await?;
         println!("pruned {n} events");
+    }
+    if let Some(age) = branches_older_than {
+        super::prune_branches::prune(&store, now - age.as_millis() as i64).await?;
     }
     store.close();
     Ok(())

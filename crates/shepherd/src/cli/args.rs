@@ -73,6 +73,8 @@ pub enum Command {
     Runs(RunsCommand),
     /// Print events; with --follow, keep streaming (resumes after drops).
     Events(EventsArgs),
+    /// Token usage and cost of runs, summed per agent, task or day.
+    Usage(crate::cli::usage::UsageArgs),
     /// Talk to a resource's agent: type a message, watch the steps stream.
     Chat(crate::chat_cli::ChatArgs),
     /// List, show, send to and cancel conversations.
@@ -116,6 +118,9 @@ pub enum Command {
         /// Delete events older than this (e.g. 90d).
         #[arg(long, value_parser = parse_age)]
         events_older_than: Option<Duration>,
+        /// Delete `shepherd/*` branches of worktree runs that ended longer ago than this.
+        #[arg(long, value_parser = parse_age)]
+        branches_older_than: Option<Duration>,
     },
 }
 
@@ -124,7 +129,11 @@ impl Command {
     pub fn is_client(&self) -> bool {
         matches!(
             self,
-            Command::Task(_) | Command::Runs(_) | Command::Events(_) | Command::Workers { .. }
+            Command::Task(_)
+                | Command::Runs(_)
+                | Command::Events(_)
+                | Command::Workers { .. }
+                | Command::Usage(_)
         )
     }
 }
@@ -226,6 +235,11 @@ pub enum RunsCommand {
         /// Do not cut long output.
         #[arg(long)]
         full: bool,
+    },
+    /// Print a worktree run's diff against its base (colour on a terminal).
+    Diff {
+        /// The run's id, or a unique prefix of it.
+        id: String,
     },
 }
 

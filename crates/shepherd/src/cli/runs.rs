@@ -61,6 +61,7 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                                 r.agent_id.clone(),
                                 ago(&shepherd_core::time::to_rfc3339(r.started_at)),
                                 steps,
+                                r.usage.as_ref().map(super::usage::cost).unwrap_or_default(),
                                 cut(&format!("{} {live}", r.task), 50),
                             ]
                         })
@@ -68,7 +69,10 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                     print!(
                         "{}",
                         table(
-                            &["RUN", "STATUS", "TASK", "AGENT", "STARTED", "STEPS", "TITLE"],
+                            &[
+                                "RUN", "STATUS", "TASK", "AGENT", "STARTED", "STEPS", "COST",
+                                "TITLE"
+                            ],
                             &rows
                         )
                     );
@@ -100,6 +104,24 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                     if let Some(r) = &d.result {
                         println!("result:  {}", cut(r, 200));
                     }
+                    if let Some(u) = &v.run.usage {
+                        println!("usage:   {}", super::usage::summary(u));
+                    }
+                    if let Some(w) = &v.run.workspace {
+                        println!(
+                            "branch:  {} (from {} at {}{})",
+                            w.branch,
+                            w.base,
+                            w.base_commit.chars().take(12).collect::<String>(),
+                            w.head
+                                .as_ref()
+                                .map(|h| format!(
+                                    ", head {}",
+                                    h.chars().take(12).collect::<String>()
+                                ))
+                                .unwrap_or_default()
+                        );
+                    }
                     if let Some(l) = d.live_status.as_ref().filter(|_| d.status == "running") {
                         println!("now:     {l}");
                     }
@@ -117,6 +139,7 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                 }
             }
         }
+        RunsCommand::Diff { id } => return diff(g, id).await,
     }
     Ok(())
 }
@@ -161,4 +184,54 @@ pub async fn resolve_run(c: &shepherd_client::Client, id: &str) -> Result<String
         )
         .into()),
     }
+}
+
+/// `shepherd runs diff RUN`: the run's branch against the commit it started
+/// from, printed whole (no pager), coloured only when stdout is a terminal.
+pub async fn diff(g: &Global, id: &str) -> Result<()> {
+    let c = client(g)?;
+    let id = resolve_run(&c, id).await?;
+    let d = c.run_diff(&id).await.map_err(explain)?;
+    if g.output == Output::Json {
+        print_json(&d);
+        return Ok(());
+    }
+    use std::io::{IsTerminal, Write};
+    let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let mut out = std::io::stdout().lock();
+    let w = &d.workspace;
+    let short = |c: &str| c.chars().take(12).collect::<String>();
+    writeln!(
+        out,
+        "# run {}  branch {}  {}..{} (base {})",
+        d.run_id,
+        w.branch,
+        short(&w.base_commit),
+        short(&d.head),
+        w.base
+    )?;
+    if d.diff.is_empty() {
+        writeln!(out, "# no changes")?;
+        return Ok(());
+    }
+    for line in d.diff.lines() {
+        let paint = if !colour {
+            None
+        } else if line.starts_with("+++") || line.starts_with("---") || line.starts_with("diff ") {
+            Some("1")
+        } else if line.starts_with('+') {
+            Some("32")
+        } else if line.starts_with('-') {
+            Some("31")
+        } else if line.starts_with("@@") {
+            Some("36")
+        } else {
+            None
+        };
+        match paint {
+            Some(code) => writeln!(out, "\x1b[{code}m{line}\x1b[0m")?,
+            None => writeln!(out, "{line}")?,
+        }
+    }
+    Ok(())
 }

@@ -732,6 +732,7 @@ pub async fn progress<D: Db>(
         }
     };
     super::conversations::note_agent_session(db, now, &task, &metadata).await?;
+    super::runs::record_workspace(db, &fenced.0.claim.run_id, &metadata);
     apply_event(
         db,
         now,

@@ -23,7 +23,7 @@ use crate::sql::{Db, Row, Value};
 /// table (`run_transcripts`); lists read only the `has_transcript` flag.
 pub(crate) const RUN_COLUMNS: &str = "r.id, r.task_id, r.task, r.channel_id, ch.name, r.worker_id, r.agent_id, r.worker_type, \
     r.attempt, r.purpose, r.status, r.result, r.started_at, r.completed_at, r.live_status, r.tool_calls, \
-    r.active_tool, r.step_count, r.has_transcript, r.cancel_requested_at, r.conversation_id, r.usage";
+    r.active_tool, r.step_count, r.has_transcript, r.cancel_requested_at, r.conversation_id, r.usage, r.workspace";
 pub(crate) const RUN_FROM: &str = "FROM runs r LEFT JOIN channels ch ON ch.id = r.channel_id";
 
 pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
@@ -60,7 +60,37 @@ pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
             })?),
             None => None,
         },
+        // Written only by `record_workspace` from a `RunWorkspace`.
+        workspace: match r.opt_string(22)? {
+            Some(w) => Some(serde_json::from_str(&w).map_err(|e| {
+                Error::internal(format!(
+                    "run {}: stored workspace unreadable: {e}",
+                    r.string(0).unwrap_or_default()
+                ))
+            })?),
+            None => None,
+        },
     })
+}
+
+/// Records the workspace a runner reports in a progress event's metadata
+/// (`metadata.workspace`, sent when the run starts and again with its head
+/// when it ends) on the run. Metadata without a well-formed workspace leaves
+/// the run as it was: a worker's other metadata is none of the store's
+/// business.
+pub(crate) fn record_workspace<D: Db>(db: &mut D, run_id: &str, metadata: &serde_json::Value) {
+    let Some(w) = metadata.get("workspace").filter(|w| !w.is_null()) else {
+        return;
+    };
+    let Ok(w) = serde_json::from_value::<shepherd_core::model::RunWorkspace>(w.clone()) else {
+        return;
+    };
+    if let Ok(text) = serde_json::to_string(&w) {
+        db.defer(
+            "UPDATE runs SET workspace = $2 WHERE id = $1",
+            params![run_id, text],
+        );
+    }
 }
 
 /// The ids an event about this run concerns.
@@ -579,4 +609,33 @@ pub async fn prune_transcripts<D: Db>(db: &mut D, cutoff: Millis) -> Result<(i64
         params![cutoff],
     );
     Ok((n, bytes))
+}
+
+/// Every run that recorded a workspace: id, status, end and workspace.
+/// `shepherd prune --branches-older-than` reads them to find the branches
+/// of runs that ended long ago.
+pub async fn workspaces<D: Db>(
+    db: &mut D,
+) -> Result<
+    Vec<(
+        String,
+        String,
+        Option<Millis>,
+        shepherd_core::model::RunWorkspace,
+    )>,
+    Error,
+> {
+    let rows = db
+        .query(
+            "SELECT id, status, completed_at, workspace FROM runs WHERE workspace IS NOT NULL",
+            vec![],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let w = serde_json::from_str(&r.string(3)?)
+                .map_err(|e| Error::internal(format!("stored workspace unreadable: {e}")))?;
+            Ok((r.string(0)?, r.string(1)?, r.opt_i64(2)?, w))
+        })
+        .collect()
 }

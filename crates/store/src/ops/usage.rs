@@ -44,3 +44,26 @@ pub async fn set_usage<D: Db>(
     .await?;
     require(db, run_id).await
 }
+
+/// One run's stored usage, for aggregation: agent, task, start and usage.
+pub type UsageRow = (String, String, Millis, Usage);
+
+/// The usage of every run started at or after `since` that reported any.
+/// Summing happens in the caller: usage is a JSON column, and reading it
+/// back the one way both stores share keeps the sums exact on each.
+pub async fn rows<D: Db>(db: &mut D, since: Option<Millis>) -> Result<Vec<UsageRow>, Error> {
+    let rows = db
+        .query(
+            "SELECT agent_id, task_id, started_at, usage FROM runs \
+             WHERE usage IS NOT NULL AND started_at >= $1",
+            params![since.unwrap_or(i64::MIN)],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let usage: Usage = serde_json::from_str(&r.string(3)?)
+                .map_err(|e| Error::internal(format!("stored usage unreadable: {e}")))?;
+            Ok((r.string(0)?, r.string(1)?, r.i64(2)?, usage))
+        })
+        .collect()
+}

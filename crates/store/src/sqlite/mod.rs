@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("0003_conversations.sql")),
     (4, include_str!("0004_run_usage.sql")),
     (5, include_str!("0005_retries.sql")),
+    (8, include_str!("0008_run_workspace.sql")),
 ];
 const READERS: usize = 4;
 /// Upper bound of units of work grouped into one commit.

@@ -1,0 +1,103 @@
+//! `GET /api/v1/runs/{run_id}/diff`: what a worktree run changed. The
+//! runner keeps the run's branch after the run, so the diff is
+//! `git diff base_commit..branch` read from the repository the run
+//! recorded; the server can serve it when that repository is on its host.
+
+use std::path::Path as FsPath;
+
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use shepherd_core::Error;
+use shepherd_protocol::RunDiff;
+
+use crate::auth::Caller;
+use crate::error::ApiResult;
+use crate::AppState;
+
+/// Runs git in `repo`; its stdout, or its stderr as the error.
+async fn git(repo: &FsPath, args: &[&str]) -> Result<String, String> {
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
+}
+
+/// The diff of a worktree run's branch against the commit it started from.
+#[utoipa::path(get, path = "/api/v1/runs/{run_id}/diff", tag = "runs", params(("run_id" = String, Path)), responses(
+    (status = 200, body = RunDiff),
+    (status = 404, description = "run_not_found", body = crate::openapi::ErrorBody),
+    (status = 409, description = "workspace_repo_gone, workspace_branch_gone", body = crate::openapi::ErrorBody),
+    (status = 422, description = "run_has_no_workspace, git_failed", body = crate::openapi::ErrorBody)))]
+pub async fn run_diff(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(run_id): Path<String>,
+) -> ApiResult<Json<RunDiff>> {
+    let (run, _) = state.store.run(&run_id).await?;
+    crate::scope::check_run(&caller, &run)?;
+    let ws = run.workspace.clone().ok_or_else(|| {
+        Error::invalid(
+            "run_has_no_workspace",
+            format!("run {run_id} did not run in a worktree (its agent has no workspace = \"worktree\")"),
+        )
+    })?;
+    let repo = ws.repo.clone().unwrap_or_default();
+    let repo_path = FsPath::new(&repo);
+    if repo.is_empty()
+        || !repo_path.is_dir()
+        || git(repo_path, &["rev-parse", "--git-dir"]).await.is_err()
+    {
+        return Err(Error::conflict(
+            "workspace_repo_gone",
+            format!("the repository {repo:?} of run {run_id} is not on this host (moved, deleted, or on another machine)"),
+        )
+        .into());
+    }
+    let branch_ref = format!("refs/heads/{}", ws.branch);
+    let head = git(
+        repo_path,
+        &["rev-parse", "--verify", "--quiet", &branch_ref],
+    )
+    .await
+    .map(|s| s.trim().to_owned())
+    .map_err(|_| {
+        Error::conflict(
+            "workspace_branch_gone",
+            format!(
+                "the branch {} of run {run_id} no longer exists (pruned or deleted)",
+                ws.branch
+            ),
+        )
+    })?;
+    let range = format!("{}..{}", ws.base_commit, head);
+    let failed = |e: String| Error::invalid("git_failed", format!("git diff {range}: {e}"));
+    let diff = git(repo_path, &["diff", "--no-color", "--no-ext-diff", &range])
+        .await
+        .map_err(failed)?;
+    let stat = git(repo_path, &["diff", "--no-color", "--stat", &range])
+        .await
+        .map_err(failed)?;
+    Ok(Json(RunDiff {
+        run_id: run.id,
+        workspace: ws,
+        head,
+        stat,
+        diff,
+    }))
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/runs/{run_id}/diff", get(run_diff))
+}
