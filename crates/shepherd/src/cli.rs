@@ -67,6 +67,11 @@ async fn run(cli: Cli) -> Result<()> {
             transcripts_older_than,
             events_older_than,
         } => admin::prune(g, *transcripts_older_than, *events_older_than).await,
+        Command::Config => admin::config(g),
+        Command::Completion { shell } => {
+            admin::completion(*shell);
+            Ok(())
+        }
         Command::Task(t) => task::task(g, t).await,
         Command::Runs(r) => runs::runs(g, r).await,
         Command::Events(e) => events::events(g, e).await,

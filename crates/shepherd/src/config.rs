@@ -371,7 +371,11 @@ fn explain(e: figment::Error, file: Option<&Path>) -> ConfigError {
     let mut path: Vec<String> = e.path.clone();
     let what = match &e.kind {
         figment::error::Kind::UnknownField(field, _) => {
-            path.push(field.clone());
+            // figment puts the field at the end of the path for some
+            // nestings and not for others.
+            if path.last() != Some(field) {
+                path.push(field.clone());
+            }
             return err(match file {
                 Some(f) => format!("{}: unknown key `{}`", f.display(), path.join(".")),
                 None => format!("unknown configuration key `{}`", path.join(".")),
@@ -398,15 +402,16 @@ fn is_relative_program(p: &str) -> bool {
 /// directory: the file is what names them, and the server may be started
 /// from anywhere (a service manager, another shell's directory).
 fn resolve_agent_paths(a: &mut AgentConfig, base: &Path) {
+    let join = |p: &Path| base.join(p.strip_prefix("./").unwrap_or(p));
     for p in [&mut a.cwd, &mut a.repo].into_iter().flatten() {
         if p.is_relative() {
-            *p = base.join(&*p);
+            *p = join(p);
         }
     }
     for argv in [&mut a.command, &mut a.interactive_command] {
         if let Some(program) = argv.first_mut() {
             if is_relative_program(program) {
-                *program = base.join(&*program).display().to_string();
+                *program = join(Path::new(program)).display().to_string();
             }
         }
     }
@@ -509,15 +514,18 @@ impl Config {
             }
         }
         let mut agents = file.agents;
+        // Absolute, so that the resolved paths do not depend on the
+        // directory the server later runs agents from.
         let base = path.as_deref().and_then(Path::parent).map(|d| {
-            if d.as_os_str().is_empty() {
+            let d = if d.as_os_str().is_empty() {
                 Path::new(".")
             } else {
                 d
-            }
+            };
+            std::path::absolute(d).unwrap_or_else(|_| d.to_owned())
         });
         for (name, agent) in agents.iter_mut() {
-            if let Some(base) = base {
+            if let Some(base) = &base {
                 resolve_agent_paths(agent, base);
             }
             validate_agent(name, agent)?;
@@ -1008,10 +1016,7 @@ mod tests {
         let c = load_file(&path, &[]).unwrap();
         let a = &c.agents["demo"];
         assert_eq!(a.cwd.as_deref(), Some(dir.join("work").as_path()));
-        assert_eq!(
-            a.command[0],
-            dir.join("./bin/agent.sh").display().to_string()
-        );
+        assert_eq!(a.command[0], dir.join("bin/agent.sh").display().to_string());
         assert_eq!(a.command[1], "--flag");
         // A bare program name is looked up in PATH, as before.
         assert_eq!(a.interactive_command[0], "bash");

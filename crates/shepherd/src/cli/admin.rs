@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::config::Config;
 
-use super::{Global, Result};
+use super::output::print_data;
+use super::{Global, Output, Result};
 
 fn init_tracing(config: &Config) {
     let filter =
@@ -87,34 +88,138 @@ pub async fn migrate(g: &Global) -> Result<()> {
     Ok(())
 }
 
+/// What `prune` did, for `-o json|yaml`.
+#[derive(Debug, serde::Serialize)]
+pub struct PruneReport {
+    /// The database pruned (password redacted).
+    pub database: String,
+    /// The data directory of the configuration.
+    pub data_dir: std::path::PathBuf,
+    /// Runs whose transcripts were removed, and the bytes that freed.
+    pub transcripts: Option<PrunedTranscripts>,
+    /// Events deleted.
+    pub events: Option<u64>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct PrunedTranscripts {
+    pub runs: u64,
+    pub bytes: i64,
+}
+
 pub async fn prune(
     g: &Global,
     transcripts_older_than: Option<Duration>,
     events_older_than: Option<Duration>,
 ) -> Result<()> {
+    // Prune works on a database directly (it is an operator's maintenance
+    // verb, like `migrate`); a server elsewhere is pruned where it runs, or
+    // by its own retention settings.
+    if g.server_given {
+        return Err(format!(
+            "prune works on the database of the configuration (--config or SHEPHERD_CONFIG), \
+not through a server: run it on the server's machine without --server {}, or set \
+event_retention_days / transcript_retention_days in that server's configuration",
+            g.server
+        )
+        .into());
+    }
     let config = load_config(g)?;
     if transcripts_older_than.is_none() && events_older_than.is_none() {
         return Err(
             "nothing to prune: give --transcripts-older-than and/or --events-older-than".into(),
         );
     }
+    let database = crate::config::redact_url(&config.database_url);
+    // Opening a SQLite database creates it: pruning a file that is not
+    // there would only make an empty one in the wrong place.
+    if let Ok(shepherd_store::DatabaseUrl::Sqlite(path)) =
+        shepherd_store::parse_database_url(&config.database_url)
+    {
+        if !path.exists() {
+            return Err(format!(
+                "no database at {} (data directory {}): point --config or SHEPHERD_DATA_DIR \
+at the server's data",
+                path.display(),
+                config.data_dir.display()
+            )
+            .into());
+        }
+    }
+    let table = g.output == Output::Table;
+    if table {
+        println!(
+            "pruning {database} (data directory {})",
+            config.data_dir.display()
+        );
+    }
     let store = shepherd_store::Store::open(&config.store_config()).await?;
     let now = shepherd_store::now_ms();
+    let mut report = PruneReport {
+        database,
+        data_dir: config.data_dir.clone(),
+        transcripts: None,
+        events: None,
+    };
     if let Some(age) = transcripts_older_than {
         let (runs, bytes) = store
             .prune_transcripts(now - age.as_millis() as i64)
             .await?;
-        println!(
-            "pruned transcripts of {runs} runs, freeing {} (run rows kept)",
-            human_bytes(bytes)
-        );
+        if table {
+            println!(
+                "pruned transcripts of {runs} runs, freeing {} (run rows kept)",
+                human_bytes(bytes)
+            );
+        }
+        report.transcripts = Some(PrunedTranscripts {
+            runs: runs as u64,
+            bytes,
+        });
     }
     if let Some(age) = events_older_than {
         let n = store.prune_events(now - age.as_millis() as i64).await?;
-        println!("pruned {n} events");
+        if table {
+            println!("pruned {n} events");
+        }
+        report.events = Some(n);
     }
     store.close();
+    if !table {
+        print_data(g.output, &report);
+    }
     Ok(())
+}
+
+/// `shepherd config`: the effective configuration with each value's source.
+pub fn config(g: &Global) -> Result<()> {
+    let config = load_config(g)?;
+    let rows = config.effective();
+    if g.output != Output::Table {
+        print_data(g.output, &rows);
+        return Ok(());
+    }
+    match &config.source {
+        Some(p) => println!("# configuration file: {}", p.display()),
+        None => println!("# no configuration file (defaults and environment)"),
+    }
+    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(0);
+    let vwidth = rows
+        .iter()
+        .map(|r| r.value.chars().count())
+        .filter(|&n| n <= 48)
+        .max()
+        .unwrap_or(0);
+    for r in &rows {
+        println!("{:<width$}  {:<vwidth$}  {}", r.key, r.value, r.source);
+    }
+    Ok(())
+}
+
+/// `shepherd completion SHELL`: the completion script on stdout.
+pub fn completion(shell: clap_complete::Shell) {
+    use clap::CommandFactory;
+    let mut cmd = super::Cli::command();
+    clap_complete::generate(shell, &mut cmd, "shepherd", &mut std::io::stdout());
 }
 
 fn human_bytes(b: i64) -> String {

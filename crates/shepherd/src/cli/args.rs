@@ -38,15 +38,40 @@ pub struct Global {
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// Configuration file (serve, migrate, prune).
+    /// Configuration file (serve, migrate, prune, config).
     #[arg(long, global = true, env = "SHEPHERD_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Whether `--server` was given on the command line (not the default,
+    /// not SHEPHERD_SERVER): the server-side verbs refuse it.
+    #[arg(skip)]
+    pub server_given: bool,
+}
+
+impl Cli {
+    /// Parses the process's arguments, noting where `--server` came from.
+    pub fn parse_args() -> Cli {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().get_matches();
+        let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        // A global option is recorded on the deepest subcommand it reached.
+        let mut m = &matches;
+        while let Some((_, sub)) = m.subcommand() {
+            m = sub;
+        }
+        cli.global.server_given =
+            m.value_source("server") == Some(clap::parser::ValueSource::CommandLine);
+        cli
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
+    /// Columns for people.
     Table,
+    /// JSON, for scripts (one object per line when streaming).
     Json,
+    /// YAML, as `kubectl -o yaml` (one document per event when streaming).
+    Yaml,
 }
 
 #[derive(Debug, Subcommand)]
@@ -108,6 +133,14 @@ pub enum Command {
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
+    /// Print the effective configuration: each setting's value and where it
+    /// came from (file, environment or default), secrets as `***`.
+    Config,
+    /// Print a shell completion script: `shepherd completion bash > ~/.local/share/bash-completion/completions/shepherd`.
+    Completion {
+        /// bash, zsh or fish (elvish and powershell work too).
+        shell: clap_complete::Shell,
+    },
     /// Remove old data on purpose (transcripts, events).
     Prune {
         /// Null transcripts of runs that ended longer ago than this (e.g. 30d, 12h).
@@ -120,6 +153,12 @@ pub enum Command {
 }
 
 impl Command {
+    /// Whether this verb only prints something and exits (so it too should
+    /// end quietly when piped into `head`).
+    pub fn only_prints(&self) -> bool {
+        matches!(self, Command::Config | Command::Completion { .. })
+    }
+
     /// Whether this verb talks to a server (rather than being one).
     pub fn is_client(&self) -> bool {
         matches!(

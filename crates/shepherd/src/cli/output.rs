@@ -4,7 +4,7 @@
 use serde::Serialize;
 use shepherd_client::{Client, ClientError};
 
-use super::{Global, Result};
+use super::{Global, Output, Result};
 
 /// The client the global options describe (`--server`, `--token`).
 pub fn client(g: &Global) -> Result<Client> {
@@ -28,4 +28,12 @@ pub fn explain(e: ClientError) -> Box<dyn std::error::Error + Send + Sync> {
 
 pub fn print_json<T: Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Prints a value as `-o json` or `-o yaml` asks (tables are the verb's own).
+pub fn print_data<T: Serialize>(output: Output, v: &T) {
+    match output {
+        Output::Yaml => print!("{}", serde_norway::to_string(v).unwrap_or_default()),
+        _ => print_json(v),
+    }
 }

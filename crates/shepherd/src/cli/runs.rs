@@ -5,7 +5,7 @@ use shepherd_protocol::{IndexedStep, RunDetail, RunsQuery, StepsQuery};
 
 use crate::render::{ago, cut, table, when};
 
-use super::output::{client, explain, print_json};
+use super::output::{client, explain, print_data};
 use super::{Global, Output, Result, RunsCommand};
 
 /// `runs show -o json`: the run and its steps.
@@ -36,7 +36,7 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
             };
             let v = c.runs(&q).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&v),
+                Output::Json | Output::Yaml => print_data(g.output, &v),
                 Output::Table => {
                     let rows: Vec<Vec<String>> = v
                         .runs
@@ -84,10 +84,13 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                 .await
                 .map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&RunWithSteps {
-                    run: v,
-                    steps: steps.steps,
-                }),
+                Output::Json | Output::Yaml => print_data(
+                    g.output,
+                    &RunWithSteps {
+                        run: v,
+                        steps: steps.steps,
+                    },
+                ),
                 Output::Table => {
                     let d = &v.detail;
                     println!("run {}  ({})", d.id, d.status);

@@ -10,7 +10,7 @@ use shepherd_protocol::{
 use crate::render::{ago, cut, opt, table, when};
 
 use super::events::follow;
-use super::output::{client, explain, print_json};
+use super::output::{client, explain, print_data};
 use super::{Global, Output, Result, TaskCommand};
 
 fn task_rows(tasks: &[Task]) -> Vec<Vec<String>> {
@@ -97,7 +97,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             };
             let t = c.create_task(&body).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&t),
+                Output::Json | Output::Yaml => print_data(g.output, &t),
                 Output::Table => println!("created {} ({}, {})", t.vtid, t.state, t.workflow),
             }
             if !draft && !takers(&c, &t).await.unwrap_or(true) {
@@ -118,7 +118,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             };
             let v = c.tasks(&q).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&v),
+                Output::Json | Output::Yaml => print_data(g.output, &v),
                 Output::Table => {
                     if v.tasks.is_empty() {
                         println!(
@@ -140,7 +140,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
         TaskCommand::Show { vtid } => {
             let (v, _) = c.task(vtid).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&v),
+                Output::Json | Output::Yaml => print_data(g.output, &v),
                 Output::Table => {
                     let t = &v.task;
                     println!("{}  {}", t.vtid, t.title);
@@ -209,7 +209,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
         TaskCommand::Dispatch { vtid } => {
             let t = c.dispatch(vtid).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&t),
+                Output::Json | Output::Yaml => print_data(g.output, &t),
                 Output::Table => println!("dispatched {} ({})", t.vtid, t.state),
             }
         }
@@ -219,7 +219,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             };
             let v = c.cancel(vtid, &body).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&v),
+                Output::Json | Output::Yaml => print_data(g.output, &v),
                 Output::Table => match &v.pending_worker {
                     None => println!("cancelled {vtid}"),
                     Some(p) => println!(
@@ -233,7 +233,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
         TaskCommand::Retry { vtid } => {
             let t = c.retry_task(vtid).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&t),
+                Output::Json | Output::Yaml => print_data(g.output, &t),
                 Output::Table => println!("{vtid} is {} again: back in the queue", t.state),
             }
         }
