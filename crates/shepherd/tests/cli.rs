@@ -204,3 +204,29 @@ fn a_missing_postgres_database_is_named_with_a_fix() {
         "{err}"
     );
 }
+
+#[test]
+fn server_verbs_do_not_offer_client_options() {
+    let dir = scratch();
+    for verb in ["serve", "migrate"] {
+        let (ok, help, err) = shepherd(&dir, &[], &[verb, "--help"]);
+        assert!(ok, "{err}");
+        for flag in ["--server", "--token", "--output"] {
+            assert!(
+                !help.contains(flag),
+                "`{verb} --help` lists {flag}:\n{help}"
+            );
+        }
+    }
+    // Client verbs still have them, after the verb as before it.
+    let (ok, help, _) = shepherd(&dir, &[], &["task", "list", "--help"]);
+    assert!(
+        ok && help.contains("--server") && help.contains("--output"),
+        "{help}"
+    );
+    let (ok, _, err) = shepherd(&dir, &[], &["--server", "http://127.0.0.1:1", "serve"]);
+    assert!(
+        !ok && err.contains("--server is for the verbs that talk to a server"),
+        "{err}"
+    );
+}
