@@ -19,12 +19,45 @@ fn init_tracing(config: &Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogLine(Vec::new()))
         .with_ansi(colour);
     if config.log_json {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+/// The progress display on screen, if any: log lines are written around it
+/// (see [`LogLine`]) instead of through it.
+static ACTIVE_PROGRESS: std::sync::Mutex<Option<indicatif::ProgressBar>> =
+    std::sync::Mutex::new(None);
+
+/// One log event, written to stderr when dropped; while a progress display
+/// is drawn, the display is lifted for the write so the two never share a line.
+struct LogLine(Vec<u8>);
+
+impl std::io::Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let write = || {
+            let _ = std::io::stderr().write_all(&self.0);
+        };
+        let bar = ACTIVE_PROGRESS.lock().ok().and_then(|b| b.clone());
+        match bar {
+            Some(bar) => bar.suspend(write),
+            None => write(),
+        }
     }
 }
 
@@ -78,11 +111,20 @@ pub async fn runner(g: &Global, data_dir: Option<PathBuf>) -> Result<()> {
 pub async fn migrate(g: &Global) -> Result<()> {
     let config = load_config(g)?;
     init_tracing(&config);
-    let store = shepherd_store::Store::open(&config.store_config()).await?;
+    let spinner = progress(
+        format!(
+            "applying migrations to {}",
+            crate::config::redact_url(&config.database_url)
+        ),
+        true,
+    );
+    let store = shepherd_store::Store::open(&config.store_config()).await;
+    spinner.finish_and_clear();
+    let store = store?;
     println!(
         "migrations applied ({}: {})",
         store.backend_name(),
-        store.url()
+        crate::config::redact_url(store.url())
     );
     store.close();
     Ok(())
@@ -162,9 +204,10 @@ at the server's data",
         events: None,
     };
     if let Some(age) = transcripts_older_than {
-        let (runs, bytes) = store
-            .prune_transcripts(now - age.as_millis() as i64)
-            .await?;
+        let spinner = progress("pruning transcripts".into(), table);
+        let pruned = store.prune_transcripts(now - age.as_millis() as i64).await;
+        spinner.finish_and_clear();
+        let (runs, bytes) = pruned?;
         if table {
             println!(
                 "pruned transcripts of {runs} runs, freeing {} (run rows kept)",
@@ -177,7 +220,15 @@ at the server's data",
         });
     }
     if let Some(age) = events_older_than {
-        let n = store.prune_events(now - age.as_millis() as i64).await?;
+        let spinner = progress("pruning events".into(), table);
+        let counter = spinner.clone();
+        let pruned = store
+            .prune_events_with(now - age.as_millis() as i64, move |n| {
+                counter.set_message(format!("pruning events: {n} deleted"))
+            })
+            .await;
+        spinner.finish_and_clear();
+        let n = pruned?;
         if table {
             println!("pruned {n} events");
         }
@@ -220,6 +271,25 @@ pub fn completion(shell: clap_complete::Shell) {
     use clap::CommandFactory;
     let mut cmd = super::Cli::command();
     clap_complete::generate(shell, &mut cmd, "shepherd", &mut std::io::stdout());
+}
+
+/// A spinner with a message and the elapsed time on stderr, for operations
+/// that can take minutes on a large database. indicatif draws nothing when
+/// stderr is not a terminal, so scripts and logs see only the result.
+fn progress(message: String, show: bool) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(message);
+    bar.enable_steady_tick(Duration::from_millis(120));
+    if let Ok(mut active) = ACTIVE_PROGRESS.lock() {
+        *active = Some(bar.clone());
+    }
+    bar
 }
 
 fn human_bytes(b: i64) -> String {
