@@ -230,3 +230,57 @@ fn server_verbs_do_not_offer_client_options() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_list_watch_redraws_when_an_event_arrives() {
+    use std::io::BufRead;
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["task", "list", "--watch", "-o", "json", "--server", &s.base])
+        .env_remove("SHEPHERD_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(|l| l.ok())
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Duration::from_secs(30);
+    // The first drawing: an empty list (a pretty JSON object ends with `}`).
+    let mut first = Vec::new();
+    loop {
+        let line =
+            tokio::task::block_in_place(|| rx.recv_timeout(deadline)).expect("the first drawing");
+        let end = line == "}";
+        first.push(line);
+        if end {
+            break;
+        }
+    }
+    let first: Value = serde_json::from_str(&first.join("\n")).unwrap();
+    assert_eq!(first["tasks"].as_array().map(Vec::len), Some(0), "{first}");
+    // A new task is an event: the list is drawn again, with it.
+    let (st, b) = s
+        .post("/api/v1/tasks", None, common::task("W-1", "simple"))
+        .await;
+    assert!(st < 300, "{st} {b}");
+    loop {
+        let line = tokio::task::block_in_place(|| rx.recv_timeout(deadline))
+            .expect("a drawing with the new task");
+        if line.contains("\"W-1\"") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

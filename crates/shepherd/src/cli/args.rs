@@ -375,6 +375,10 @@ pub enum TaskCommand {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: i64,
+        /// Keep the list on screen and redraw it whenever an event arrives
+        /// (from the event stream, not by polling); Ctrl-C ends it.
+        #[arg(short, long)]
+        watch: bool,
     },
     /// Show one task with its claims and recent events.
     Show { vtid: String },
@@ -412,6 +416,10 @@ pub enum RunsCommand {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: i64,
+        /// Keep the list on screen and redraw it whenever an event arrives
+        /// (from the event stream, not by polling); Ctrl-C ends it.
+        #[arg(short, long)]
+        watch: bool,
     },
     /// Show a run and its transcript.
     Show {

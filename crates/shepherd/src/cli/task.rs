@@ -10,7 +10,7 @@ use shepherd_protocol::{
 use crate::render::{ago, cut, opt, table, when};
 
 use super::events::follow;
-use super::output::{client, explain, print_data};
+use super::output::{client, explain, print_data, watch_redraw};
 use super::{Global, Output, Result, TaskCommand};
 
 fn task_rows(tasks: &[Task]) -> Vec<Vec<String>> {
@@ -108,6 +108,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             state,
             agent,
             limit,
+            watch,
         } => {
             let q = TaskListQuery {
                 state: state.clone(),
@@ -116,25 +117,34 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
                 offset: None,
                 ..Default::default()
             };
-            let v = c.tasks(&q).await.map_err(explain)?;
-            match g.output {
-                Output::Json | Output::Yaml => print_data(g.output, &v),
-                Output::Table => {
-                    if v.tasks.is_empty() {
-                        println!(
+            let (c, q) = (&c, &q);
+            let draw = move || async move {
+                let v = c.tasks(q).await.map_err(explain)?;
+                match g.output {
+                    Output::Json | Output::Yaml => print_data(g.output, &v),
+                    Output::Table => {
+                        if v.tasks.is_empty() {
+                            println!(
                             "No tasks. Create one with: shepherd task add \"TITLE\" --spec \"...\""
                         );
-                    } else {
-                        print!(
-                            "{}",
-                            table(
-                                &["VTID", "STATE", "PRIO", "AGENT", "CREATED", "TITLE"],
-                                &task_rows(&v.tasks)
-                            )
-                        );
-                        println!("{} of {} shown", v.tasks.len(), v.total);
+                        } else {
+                            print!(
+                                "{}",
+                                table(
+                                    &["VTID", "STATE", "PRIO", "AGENT", "CREATED", "TITLE"],
+                                    &task_rows(&v.tasks)
+                                )
+                            );
+                            println!("{} of {} shown", v.tasks.len(), v.total);
+                        }
                     }
                 }
+                Ok(())
+            };
+            if *watch {
+                watch_redraw(c, draw).await?;
+            } else {
+                draw().await?;
             }
         }
         TaskCommand::Show { vtid } => {
