@@ -52,6 +52,9 @@ pub struct Settings {
     pub heartbeat_timeout: Duration,
     pub claim_ttl: Duration,
     pub cancel_grace: Duration,
+    /// Agents' own grace (`[agents.NAME] cancel_grace_secs`), which the
+    /// runner gives their processes instead of `cancel_grace`.
+    pub agent_cancel_grace: std::collections::BTreeMap<String, Duration>,
     pub sse_keepalive: Duration,
     /// A busy SSE stream writes at most once per this interval, carrying
     /// every event of the interval in one write.
@@ -75,6 +78,7 @@ impl Default for Settings {
             heartbeat_timeout: Duration::from_secs(300),
             claim_ttl: Duration::from_secs(3600),
             cancel_grace: Duration::from_secs(30),
+            agent_cancel_grace: Default::default(),
             sse_keepalive: Duration::from_secs(15),
             sse_coalesce: Duration::from_millis(25),
             allowed_origins: Vec::new(),

@@ -172,12 +172,19 @@ pub async fn cancel_task(
             .reason
     };
     let (task, outcome) = state.store.cancel_task(&vtid, reason).await?;
+    // The grace the worker's process gets: its agent's, where configured.
+    let grace = task
+        .agent_id
+        .as_deref()
+        .and_then(|a| state.settings.agent_cancel_grace.get(a))
+        .copied()
+        .unwrap_or(state.settings.cancel_grace);
     let pending_worker = match outcome {
         CancelOutcome::Cancelled => None,
         CancelOutcome::Requested { worker_id, run_id } => Some(PendingWorker {
             worker_id,
             run_id,
-            grace_secs: state.settings.cancel_grace.as_secs(),
+            grace_secs: grace.as_secs(),
         }),
     };
     Ok(Json(CancelResponse {

@@ -16,7 +16,7 @@ use shepherd_protocol::{
     SendBody, WireEvent,
 };
 
-use crate::cli::output::{explain, print_json};
+use crate::cli::output::{explain, print_data};
 use crate::cli::{Global, Output};
 use crate::render::{cut, table};
 use crate::server::anyhow_like::Result;
@@ -88,16 +88,16 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
                 .conversations(resource, &page(*limit))
                 .await
                 .map_err(explain)?;
-            if g.output == Output::Json {
-                print_json(&p);
+            if g.output != Output::Table {
+                print_data(g.output, &p);
                 return Ok(());
             }
             print!("{}", history_table(&p.conversations));
         }
         ConversationCommand::Show { id, full } => {
             let d = load(&c, id).await?;
-            if g.output == Output::Json {
-                print_json(&d);
+            if g.output != Output::Table {
+                print_data(g.output, &d);
                 return Ok(());
             }
             println!(
@@ -127,8 +127,8 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
                 },
             };
             let sent = c.send_message(id, &body).await.map_err(explain)?;
-            if g.output == Output::Json && !wait {
-                print_json(&sent);
+            if g.output != Output::Table && !wait {
+                print_data(g.output, &sent);
                 return Ok(());
             }
             if g.output == Output::Table {
@@ -146,8 +146,8 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
                 .cancel_conversation(id, &CancelBody::default())
                 .await
                 .map_err(explain)?;
-            if g.output == Output::Json {
-                print_json(&after);
+            if g.output != Output::Table {
+                print_data(g.output, &after);
                 return Ok(());
             }
             println!("conversation {} is {}", after.id, after.state);

@@ -61,14 +61,25 @@ pub(crate) type Result<T> = crate::server::anyhow_like::Result<T>;
 
 async fn run(cli: Cli) -> Result<()> {
     let g = &cli.global;
+    // A server named on the command line means nothing to the verbs that
+    // work on this machine's configuration; say so instead of ignoring it.
+    if g.server_given && cli.command.client_flags().is_none() {
+        if let Command::Serve { .. } | Command::Migrate | Command::Config { .. } = &cli.command {
+            return Err(
+                "--server is for the verbs that talk to a server; this one reads the configuration (--config)"
+                    .into(),
+            );
+        }
+    }
     match &cli.command {
         Command::Serve { listen } => admin::serve(g, listen.as_deref()).await,
-        Command::Runner { data_dir } => admin::runner(g, data_dir.clone()).await,
+        Command::Runner { data_dir, .. } => admin::runner(g, data_dir.clone()).await,
         Command::Migrate => admin::migrate(g).await,
         Command::Prune {
             transcripts_older_than,
             events_older_than,
             branches_older_than,
+            ..
         } => {
             admin::prune(
                 g,
@@ -78,16 +89,21 @@ async fn run(cli: Cli) -> Result<()> {
             )
             .await
         }
-        Command::Task(t) => task::task(g, t).await,
-        Command::Runs(r) => runs::runs(g, r).await,
-        Command::Events(e) => events::events(g, e).await,
-        Command::Usage(u) => usage::usage(g, u).await,
-        Command::Workers { all } => workers::workers(g, *all).await,
-        Command::Chat(a) => crate::chat_cli::chat(g, a).await,
-        Command::Conversation(c) => crate::chat_cli::conversation(g, c).await,
-        Command::Session(c) => crate::session_cli::session(g, c).await,
-        Command::Attach(a) => crate::session_cli::attach(g, a).await,
-        Command::Mcp => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
+        Command::Config { .. } => admin::config(g),
+        Command::Completion { shell } => {
+            admin::completion(*shell);
+            Ok(())
+        }
+        Command::Task { cmd, .. } => task::task(g, cmd).await,
+        Command::Runs { cmd, .. } => runs::runs(g, cmd).await,
+        Command::Events { args, .. } => events::events(g, args).await,
+        Command::Usage { args, .. } => usage::usage(g, args).await,
+        Command::Workers { all, .. } => workers::workers(g, *all).await,
+        Command::Chat { args, .. } => crate::chat_cli::chat(g, args).await,
+        Command::Conversation { cmd, .. } => crate::chat_cli::conversation(g, cmd).await,
+        Command::Session { cmd, .. } => crate::session_cli::session(g, cmd).await,
+        Command::Attach { args, .. } => crate::session_cli::attach(g, args).await,
+        Command::Mcp { .. } => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
         Command::Shim { .. } => Err("the shim runs before the runtime starts".into()),
     }
 }

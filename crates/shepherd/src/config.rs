@@ -1,21 +1,61 @@
 //! Configuration: `shepherd.toml` (optional) overridden by `SHEPHERD_*`
-//! environment variables. Every key is documented in the README; a bad value
-//! is a start-up error that names the key.
+//! environment variables, layered with `figment` so that every value
+//! remembers where it came from (`shepherd config` prints that). Every key
+//! is documented in the README; a bad value is a start-up error that names
+//! the key and, for the file, the file; an unknown key in the file is an
+//! error too, so a typo never silently falls back to a default.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use figment::value::{Dict, Map, Num, Tag, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde::{Deserialize, Serialize};
 use shepherd_store::{StoreConfig, SyncMode};
 
 pub use shepherd_runner::AgentConfig;
 
-/// The file's shape: every key optional.
+/// The durations: a humantime value (`"5m"`, `"90s"`) under the key, or
+/// (the older form, still read) whole seconds under `KEY_secs`.
+const DURATIONS: &[&str] = &[
+    "heartbeat_timeout",
+    "claim_ttl",
+    "sweep_interval",
+    "cancel_grace",
+    "snapshot_interval",
+    "runner_heartbeat",
+];
+
+/// Keys whose environment value is a number.
+const NUMBERS: &[&str] = &[
+    "body_limit_bytes",
+    "event_retention_days",
+    "transcript_retention_days",
+    "pg_pool_size",
+    "max_requests",
+    "max_streams",
+];
+
+/// Keys read from `SHEPHERD_<KEY>` as they are (strings).
+const STRINGS: &[&str] = &[
+    "listen",
+    "data_dir",
+    "database_url",
+    "log",
+    "log_format",
+    "sqlite_sync",
+    "pg_schema",
+    "sessions_root",
+    "node_id",
+    "advertise_url",
+];
+
+/// The layered shape: every key optional (defaults are applied after).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FileConfig {
+struct RawConfig {
     listen: Option<String>,
     data_dir: Option<PathBuf>,
     database_url: Option<String>,
@@ -24,16 +64,22 @@ struct FileConfig {
     auth_token: Option<String>,
     sqlite_sync: Option<String>,
     body_limit_bytes: Option<u64>,
-    heartbeat_timeout_secs: Option<u64>,
-    claim_ttl_secs: Option<u64>,
-    sweep_interval_secs: Option<u64>,
-    cancel_grace_secs: Option<u64>,
-    snapshot_interval_secs: Option<u64>,
+    #[serde(default, with = "humantime_serde")]
+    heartbeat_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    claim_ttl: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    sweep_interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    cancel_grace: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    snapshot_interval: Option<Duration>,
     event_retention_days: Option<u64>,
     transcript_retention_days: Option<u64>,
     pg_pool_size: Option<u64>,
     pg_schema: Option<String>,
-    runner_heartbeat_secs: Option<u64>,
+    #[serde(default, with = "humantime_serde")]
+    runner_heartbeat: Option<Duration>,
     allowed_origins: Option<Vec<String>>,
     sessions_root: Option<PathBuf>,
     node_id: Option<String>,
@@ -72,6 +118,8 @@ pub struct Config {
     pub runner_heartbeat: Duration,
     /// Origins besides the server's own that browsers may call from.
     pub allowed_origins: Vec<String>,
+    /// Relative paths in them (`cwd`, `repo`, a `command` program such as
+    /// `./agent.sh`) are already resolved against the file's directory.
     pub agents: BTreeMap<String, AgentConfig>,
     /// When set, sessions may only live in directories under it.
     pub sessions_root: Option<PathBuf>,
@@ -85,6 +133,18 @@ pub struct Config {
     /// Open streams (SSE, WebSockets, MCP) at once, outside the request
     /// cap; more answer 503 `too_many_streams` (0: no cap).
     pub max_streams: usize,
+    /// Where each top-level key's value came from (absent: the default).
+    pub origins: BTreeMap<String, Origin>,
+}
+
+/// Where a configuration value came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Origin {
+    /// The configuration file.
+    File { path: PathBuf },
+    /// An environment variable.
+    Env { var: String },
 }
 
 /// Requests in flight before shedding. Past a few hundred, a queue only adds
@@ -122,26 +182,238 @@ pub const DEPRECATED_TOKEN_ENV: &str = "SHEPHERD_AUTH_TOKEN";
 /// deprecated `SHEPHERD_AUTH_TOKEN`, which says it is deprecated on stderr
 /// (logging is not set up yet when the configuration is read).
 pub fn token_from_env(vars: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    token_var(vars).map(|(_, t)| t)
+}
+
+fn token_var(vars: &dyn Fn(&str) -> Option<String>) -> Option<(&'static str, String)> {
     if let Some(t) = env(vars, TOKEN_ENV) {
-        return Some(t);
+        return Some((TOKEN_ENV, t));
     }
     let old = env(vars, DEPRECATED_TOKEN_ENV)?;
     eprintln!("warning: {DEPRECATED_TOKEN_ENV} is deprecated; set {TOKEN_ENV} instead");
-    Some(old)
+    Some((DEPRECATED_TOKEN_ENV, old))
 }
 
-fn env_u64(
-    vars: &dyn Fn(&str) -> Option<String>,
-    key: &str,
-    file: Option<u64>,
-) -> Result<Option<u64>, ConfigError> {
-    match env(vars, key) {
-        Some(v) => v.trim().parse::<u64>().map(Some).map_err(|_| {
+/// The environment variable a key is read from.
+fn env_name(key: &str) -> String {
+    if key == "auth_token" {
+        return TOKEN_ENV.into();
+    }
+    format!("SHEPHERD_{}", key.to_ascii_uppercase())
+}
+
+/// Moves `KEY_secs = N` to `KEY = "Ns"`, so the older form keeps working
+/// and later layers override it as they override the new form. `name` says
+/// how to name a key in an error (the file's key or the variable).
+fn fold_legacy_secs(
+    dict: &mut Dict,
+    name: &dyn Fn(&str) -> String,
+    where_: &str,
+) -> Result<(), ConfigError> {
+    for key in DURATIONS {
+        let legacy = format!("{key}_secs");
+        let Some(v) = dict.remove(&legacy) else {
+            continue;
+        };
+        if dict.contains_key(*key) {
+            return Err(err(format!(
+                "{where_}{} and {} both set; keep {} (a duration such as \"5m\")",
+                name(&legacy),
+                name(key),
+                name(key)
+            )));
+        }
+        let secs = match &v {
+            Value::Num(_, n) => n
+                .to_u128()
+                .and_then(|n| u64::try_from(n).ok())
+                .or_else(|| n.to_i128().and_then(|n| u64::try_from(n).ok())),
+            Value::String(_, s) => s.trim().parse::<u64>().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| {
             err(format!(
-                "{key}: expected a non-negative whole number, got {v:?}"
+                "{where_}{}: expected a non-negative whole number of seconds, got {}",
+                name(&legacy),
+                describe(&v)
             ))
-        }),
-        None => Ok(file),
+        })?;
+        dict.insert(
+            (*key).to_owned(),
+            Value::String(v.tag(), format!("{secs}s")),
+        );
+    }
+    Ok(())
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::String(_, s) => format!("{s:?}"),
+        Value::Num(_, n) => n
+            .to_i128()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| format!("{n:?}")),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The configuration file as a figment layer; values carry its path.
+struct FileLayer {
+    path: PathBuf,
+    dict: Dict,
+}
+
+impl FileLayer {
+    fn read(path: &Path) -> Result<FileLayer, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            err(format!(
+                "SHEPHERD_CONFIG: cannot read {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut dict: Dict =
+            toml::from_str(&text).map_err(|e| err(format!("{}: {e}", path.display())))?;
+        let shown = path.display().to_string();
+        fold_legacy_secs(&mut dict, &|k| k.to_owned(), &format!("{shown}: "))?;
+        Ok(FileLayer {
+            path: path.to_owned(),
+            dict,
+        })
+    }
+}
+
+impl Provider for FileLayer {
+    fn metadata(&self) -> Metadata {
+        Metadata::from(
+            "configuration file",
+            figment::Source::File(self.path.clone()),
+        )
+    }
+    fn data(&self) -> figment::Result<Map<Profile, Dict>> {
+        Ok(Profile::Default.collect(self.dict.clone()))
+    }
+}
+
+/// The `SHEPHERD_*` variables as a figment layer. Only the known names are
+/// read (other `SHEPHERD_*` variables belong to the CLI or the runner).
+struct EnvLayer {
+    dict: Dict,
+}
+
+/// The metadata name of [`EnvLayer`]; [`origin_of`] looks for it.
+const ENV_LAYER: &str = "environment";
+
+impl EnvLayer {
+    fn read(vars: &dyn Fn(&str) -> Option<String>) -> Result<EnvLayer, ConfigError> {
+        let mut dict = Dict::new();
+        let tag = Tag::Default;
+        for key in STRINGS {
+            if let Some(v) = env(vars, &env_name(key)) {
+                dict.insert((*key).into(), Value::String(tag, v));
+            }
+        }
+        for key in NUMBERS {
+            let name = env_name(key);
+            if let Some(v) = env(vars, &name) {
+                let n = v.trim().parse::<u64>().map_err(|_| {
+                    err(format!(
+                        "{name}: expected a non-negative whole number, got {v:?}"
+                    ))
+                })?;
+                dict.insert((*key).into(), Value::Num(tag, Num::U64(n)));
+            }
+        }
+        for key in DURATIONS {
+            for k in [key.to_string(), format!("{key}_secs")] {
+                if let Some(v) = env(vars, &env_name(&k)) {
+                    dict.insert(k, Value::String(tag, v));
+                }
+            }
+        }
+        if let Some(v) = env(vars, "SHEPHERD_ALLOWED_ORIGINS") {
+            let list = v
+                .split(',')
+                .map(|o| o.trim())
+                .filter(|o| !o.is_empty())
+                .map(|o| Value::String(tag, o.to_owned()))
+                .collect();
+            dict.insert("allowed_origins".into(), Value::Array(tag, list));
+        }
+        if let Some((_, t)) = token_var(vars) {
+            dict.insert("auth_token".into(), Value::String(tag, t));
+        }
+        fold_legacy_secs(&mut dict, &env_name, "")?;
+        Ok(EnvLayer { dict })
+    }
+}
+
+impl Provider for EnvLayer {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(ENV_LAYER).interpolater(|_, keys| env_name(&keys.join("_")))
+    }
+    fn data(&self) -> figment::Result<Map<Profile, Dict>> {
+        Ok(Profile::Default.collect(self.dict.clone()))
+    }
+}
+
+/// Where the value at `key` came from, per the layers' metadata.
+fn origin_of(fig: &Figment, key: &str) -> Option<Origin> {
+    let md = fig.find_metadata(key)?;
+    if let Some(figment::Source::File(path)) = &md.source {
+        return Some(Origin::File { path: path.clone() });
+    }
+    (md.name == ENV_LAYER).then(|| Origin::Env { var: env_name(key) })
+}
+
+/// A figment error as one line naming the key, and the file or variable.
+fn explain(e: figment::Error, file: Option<&Path>) -> ConfigError {
+    let from_env = e.metadata.as_ref().is_some_and(|m| m.name == ENV_LAYER);
+    let mut path: Vec<String> = e.path.clone();
+    let what = match &e.kind {
+        figment::error::Kind::UnknownField(field, _) => {
+            // figment puts the field at the end of the path for some
+            // nestings and not for others.
+            if path.last() != Some(field) {
+                path.push(field.clone());
+            }
+            return err(match file {
+                Some(f) => format!("{}: unknown key `{}`", f.display(), path.join(".")),
+                None => format!("unknown configuration key `{}`", path.join(".")),
+            });
+        }
+        kind => kind.to_string(),
+    };
+    if from_env {
+        return err(format!("{}: {what}", env_name(&path.join("_"))));
+    }
+    match file {
+        Some(f) => err(format!("{}: {}: {what}", f.display(), path.join("."))),
+        None => err(format!("{}: {what}", path.join("."))),
+    }
+}
+
+/// A program given as a path (`./agent.sh`, `bin/agent`) rather than a
+/// name looked up in `PATH` (`claude`).
+fn is_relative_program(p: &str) -> bool {
+    p.contains('/') && Path::new(p).is_relative()
+}
+
+/// Resolves an agent's relative paths against the configuration file's
+/// directory: the file is what names them, and the server may be started
+/// from anywhere (a service manager, another shell's directory).
+fn resolve_agent_paths(a: &mut AgentConfig, base: &Path) {
+    let join = |p: &Path| base.join(p.strip_prefix("./").unwrap_or(p));
+    for p in [&mut a.cwd, &mut a.repo].into_iter().flatten() {
+        if p.is_relative() {
+            *p = join(p);
+        }
+    }
+    for argv in [&mut a.command, &mut a.interactive_command] {
+        if let Some(program) = argv.first_mut() {
+            if is_relative_program(program) {
+                *program = join(Path::new(program)).display().to_string();
+            }
+        }
     }
 }
 
@@ -163,35 +435,29 @@ impl Config {
                 None => Some(PathBuf::from("shepherd.toml")).filter(|p| p.exists()),
             },
         };
-        let file: FileConfig = match &path {
-            Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| {
-                    err(format!("SHEPHERD_CONFIG: cannot read {}: {e}", p.display()))
-                })?;
-                toml::from_str(&text).map_err(|e| err(format!("{}: {e}", p.display())))?
-            }
-            None => FileConfig::default(),
-        };
-        let listen_s = env(vars, "SHEPHERD_LISTEN")
-            .or(file.listen)
-            .unwrap_or_else(|| "127.0.0.1:7700".into());
+        let mut fig = Figment::new();
+        if let Some(p) = &path {
+            fig = fig.merge(FileLayer::read(p)?);
+        }
+        fig = fig.merge(EnvLayer::read(vars)?);
+        let file: RawConfig = fig.extract().map_err(|e| explain(e, path.as_deref()))?;
+        let origins: BTreeMap<String, Origin> = KEYS
+            .iter()
+            .filter_map(|k| origin_of(&fig, k).map(|o| ((*k).to_owned(), o)))
+            .collect();
+        let listen_s = file.listen.unwrap_or_else(|| "127.0.0.1:7700".into());
         let listen = resolve_listen(&listen_s).map_err(|e| err(format!("SHEPHERD_LISTEN: {e}")))?;
-        let data_dir = env(vars, "SHEPHERD_DATA_DIR")
-            .map(PathBuf::from)
-            .or(file.data_dir)
+        let data_dir = file
+            .data_dir
             .unwrap_or_else(|| PathBuf::from("./shepherd-data"));
-        let database_url = env(vars, "SHEPHERD_DATABASE_URL")
-            .or(file.database_url)
+        let database_url = file
+            .database_url
             .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("shepherd.db").display()));
         shepherd_store::parse_database_url(&database_url).map_err(|e| err(e.message))?;
-        let log = env(vars, "SHEPHERD_LOG")
-            .or(file.log)
-            .unwrap_or_else(|| "info".into());
+        let log = file.log.unwrap_or_else(|| "info".into());
         tracing_subscriber::EnvFilter::try_new(&log)
             .map_err(|e| err(format!("SHEPHERD_LOG: not a valid filter ({e}): {log:?}")))?;
-        let log_format = env(vars, "SHEPHERD_LOG_FORMAT")
-            .or(file.log_format)
-            .unwrap_or_else(|| "text".into());
+        let log_format = file.log_format.unwrap_or_else(|| "text".into());
         let log_json = match log_format.as_str() {
             "text" => false,
             "json" => true,
@@ -201,17 +467,13 @@ impl Config {
                 )))
             }
         };
-        let auth_token = token_from_env(vars).or(file.auth_token);
+        let auth_token = file.auth_token;
         if let Some(t) = &auth_token {
             if t.len() < 16 {
                 return Err(err("SHEPHERD_TOKEN: use at least 16 characters"));
             }
         }
-        let sqlite_sync = match env(vars, "SHEPHERD_SQLITE_SYNC")
-            .or(file.sqlite_sync)
-            .unwrap_or_else(|| "normal".into())
-            .as_str()
-        {
+        let sqlite_sync = match file.sqlite_sync.as_deref().unwrap_or("normal") {
             "normal" => SyncMode::Normal,
             "full" => SyncMode::Full,
             other => {
@@ -220,30 +482,26 @@ impl Config {
                 )))
             }
         };
-        let secs = |key: &str,
-                    file: Option<u64>,
-                    default: u64,
-                    min: u64|
+        let dur = |key: &str,
+                   v: Option<Duration>,
+                   default: u64,
+                   min: u64|
          -> Result<Duration, ConfigError> {
-            let v = env_u64(vars, key, file)?.unwrap_or(default);
-            if v < min {
-                return Err(err(format!("{key}: must be at least {min}, got {v}")));
+            let v = v.unwrap_or(Duration::from_secs(default));
+            if v < Duration::from_secs(min) {
+                return Err(err(format!(
+                    "{}: must be at least {min}s, got {}",
+                    env_name(key),
+                    humantime::format_duration(v)
+                )));
             }
-            Ok(Duration::from_secs(v))
+            Ok(v)
         };
-        let body_limit = env_u64(vars, "SHEPHERD_BODY_LIMIT_BYTES", file.body_limit_bytes)?
-            .unwrap_or(8 * 1024 * 1024);
+        let body_limit = file.body_limit_bytes.unwrap_or(8 * 1024 * 1024);
         if body_limit < 1024 {
             return Err(err("SHEPHERD_BODY_LIMIT_BYTES: must be at least 1024"));
         }
-        let allowed_origins = match env(vars, "SHEPHERD_ALLOWED_ORIGINS") {
-            Some(v) => v
-                .split(',')
-                .map(|o| o.trim().to_owned())
-                .filter(|o| !o.is_empty())
-                .collect(),
-            None => file.allowed_origins.unwrap_or_default(),
-        };
+        let allowed_origins = file.allowed_origins.unwrap_or_default();
         for o in &allowed_origins {
             let authority = o
                 .strip_prefix("http://")
@@ -255,7 +513,21 @@ impl Config {
                 )));
             }
         }
-        for (name, agent) in &file.agents {
+        let mut agents = file.agents;
+        // Absolute, so that the resolved paths do not depend on the
+        // directory the server later runs agents from.
+        let base = path.as_deref().and_then(Path::parent).map(|d| {
+            let d = if d.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                d
+            };
+            std::path::absolute(d).unwrap_or_else(|_| d.to_owned())
+        });
+        for (name, agent) in agents.iter_mut() {
+            if let Some(base) = &base {
+                resolve_agent_paths(agent, base);
+            }
             validate_agent(name, agent)?;
         }
         Ok(Config {
@@ -268,62 +540,106 @@ impl Config {
             auth_token,
             sqlite_sync,
             body_limit_bytes: body_limit as usize,
-            heartbeat_timeout: secs(
-                "SHEPHERD_HEARTBEAT_TIMEOUT_SECS",
-                file.heartbeat_timeout_secs,
-                300,
-                1,
-            )?,
-            claim_ttl: secs("SHEPHERD_CLAIM_TTL_SECS", file.claim_ttl_secs, 3600, 1)?,
-            sweep_interval: secs(
-                "SHEPHERD_SWEEP_INTERVAL_SECS",
-                file.sweep_interval_secs,
-                15,
-                1,
-            )?,
-            cancel_grace: secs("SHEPHERD_CANCEL_GRACE_SECS", file.cancel_grace_secs, 30, 0)?,
-            snapshot_interval: secs(
-                "SHEPHERD_SNAPSHOT_INTERVAL_SECS",
-                file.snapshot_interval_secs,
-                300,
-                1,
-            )?,
-            event_retention_days: env_u64(
-                vars,
-                "SHEPHERD_EVENT_RETENTION_DAYS",
-                file.event_retention_days,
-            )?
-            .unwrap_or(30),
-            transcript_retention_days: env_u64(
-                vars,
-                "SHEPHERD_TRANSCRIPT_RETENTION_DAYS",
-                file.transcript_retention_days,
-            )?
-            .unwrap_or(0),
-            pg_pool_size: env_u64(vars, "SHEPHERD_PG_POOL_SIZE", file.pg_pool_size)?
-                .unwrap_or(16)
-                .clamp(2, 512) as usize,
-            pg_schema: env(vars, "SHEPHERD_PG_SCHEMA").or(file.pg_schema),
-            runner_heartbeat: secs(
-                "SHEPHERD_RUNNER_HEARTBEAT_SECS",
-                file.runner_heartbeat_secs,
-                30,
-                1,
-            )?,
+            heartbeat_timeout: dur("heartbeat_timeout", file.heartbeat_timeout, 300, 1)?,
+            claim_ttl: dur("claim_ttl", file.claim_ttl, 3600, 1)?,
+            sweep_interval: dur("sweep_interval", file.sweep_interval, 15, 1)?,
+            cancel_grace: dur("cancel_grace", file.cancel_grace, 30, 0)?,
+            snapshot_interval: dur("snapshot_interval", file.snapshot_interval, 300, 1)?,
+            event_retention_days: file.event_retention_days.unwrap_or(30),
+            transcript_retention_days: file.transcript_retention_days.unwrap_or(0),
+            pg_pool_size: file.pg_pool_size.unwrap_or(16).clamp(2, 512) as usize,
+            pg_schema: file.pg_schema,
+            runner_heartbeat: dur("runner_heartbeat", file.runner_heartbeat, 30, 1)?,
             allowed_origins,
-            agents: file.agents,
-            sessions_root: env(vars, "SHEPHERD_SESSIONS_ROOT")
-                .map(PathBuf::from)
-                .or(file.sessions_root),
-            node_id: env(vars, "SHEPHERD_NODE_ID").or(file.node_id),
-            advertise_url: env(vars, "SHEPHERD_ADVERTISE_URL").or(file.advertise_url),
-            max_requests: env_u64(vars, "SHEPHERD_MAX_REQUESTS", file.max_requests)?
-                .unwrap_or(DEFAULT_MAX_REQUESTS) as usize,
-            max_streams: env_u64(vars, "SHEPHERD_MAX_STREAMS", file.max_streams)?
-                .unwrap_or(DEFAULT_MAX_STREAMS) as usize,
+            agents,
+            sessions_root: file.sessions_root,
+            node_id: file.node_id,
+            advertise_url: file.advertise_url,
+            max_requests: file.max_requests.unwrap_or(DEFAULT_MAX_REQUESTS) as usize,
+            max_streams: file.max_streams.unwrap_or(DEFAULT_MAX_STREAMS) as usize,
+            origins,
         })
     }
 
+    /// The effective configuration as rows of key, value and source, with
+    /// secrets (the token, a database password, agents' environment values)
+    /// replaced by `***`, for `shepherd config`.
+    pub fn effective(&self) -> Vec<Setting> {
+        let secs = |d: &Duration| humantime::format_duration(*d).to_string();
+        let opt = |v: &Option<String>| v.clone().unwrap_or_default();
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let rows: Vec<(&str, String)> = vec![
+            ("listen", self.listen.to_string()),
+            ("data_dir", self.data_dir.display().to_string()),
+            ("database_url", redact_url(&self.database_url)),
+            ("log", self.log.clone()),
+            (
+                "log_format",
+                if self.log_json { "json" } else { "text" }.into(),
+            ),
+            (
+                "auth_token",
+                self.auth_token
+                    .as_ref()
+                    .map(|_| "***".into())
+                    .unwrap_or_default(),
+            ),
+            (
+                "sqlite_sync",
+                match self.sqlite_sync {
+                    SyncMode::Normal => "normal",
+                    SyncMode::Full => "full",
+                }
+                .into(),
+            ),
+            ("body_limit_bytes", self.body_limit_bytes.to_string()),
+            ("heartbeat_timeout", secs(&self.heartbeat_timeout)),
+            ("claim_ttl", secs(&self.claim_ttl)),
+            ("sweep_interval", secs(&self.sweep_interval)),
+            ("cancel_grace", secs(&self.cancel_grace)),
+            ("snapshot_interval", secs(&self.snapshot_interval)),
+            (
+                "event_retention_days",
+                self.event_retention_days.to_string(),
+            ),
+            (
+                "transcript_retention_days",
+                self.transcript_retention_days.to_string(),
+            ),
+            ("pg_pool_size", self.pg_pool_size.to_string()),
+            ("pg_schema", opt(&self.pg_schema)),
+            ("runner_heartbeat", secs(&self.runner_heartbeat)),
+            ("allowed_origins", self.allowed_origins.join(",")),
+            (
+                "sessions_root",
+                path(&self.sessions_root).unwrap_or_default(),
+            ),
+            ("node_id", opt(&self.node_id)),
+            ("advertise_url", opt(&self.advertise_url)),
+            ("max_requests", self.max_requests.to_string()),
+            ("max_streams", self.max_streams.to_string()),
+        ];
+        let mut out: Vec<Setting> = rows
+            .into_iter()
+            .map(|(key, value)| Setting {
+                key: key.to_owned(),
+                value,
+                source: self.origins.get(key).cloned().into(),
+            })
+            .collect();
+        for (name, a) in &self.agents {
+            let mut shown = a.clone();
+            for v in shown.env.values_mut() {
+                *v = "***".into();
+            }
+            out.push(Setting {
+                key: format!("agents.{name}"),
+                value: describe_agent(&shown),
+                source: self.origins.get("agents").cloned().into(),
+            });
+        }
+        out
+    }
     /// The store settings this configuration names.
     pub fn store_config(&self) -> StoreConfig {
         let mut c = StoreConfig::new(self.database_url.clone());
@@ -343,6 +659,113 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Every top-level key, for the origins map.
+const KEYS: &[&str] = &[
+    "listen",
+    "data_dir",
+    "database_url",
+    "log",
+    "log_format",
+    "auth_token",
+    "sqlite_sync",
+    "body_limit_bytes",
+    "heartbeat_timeout",
+    "claim_ttl",
+    "sweep_interval",
+    "cancel_grace",
+    "snapshot_interval",
+    "event_retention_days",
+    "transcript_retention_days",
+    "pg_pool_size",
+    "pg_schema",
+    "runner_heartbeat",
+    "allowed_origins",
+    "sessions_root",
+    "node_id",
+    "advertise_url",
+    "max_requests",
+    "max_streams",
+    "agents",
+];
+
+/// One row of `shepherd config`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Setting {
+    pub key: String,
+    /// The value as it would be written (secrets as `***`); empty: unset.
+    pub value: String,
+    pub source: SettingSource,
+}
+
+/// Where a setting's value came from, as `shepherd config` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SettingSource {
+    File { path: PathBuf },
+    Env { var: String },
+    Default,
+}
+
+impl From<Option<Origin>> for SettingSource {
+    fn from(o: Option<Origin>) -> Self {
+        match o {
+            Some(Origin::File { path }) => SettingSource::File { path },
+            Some(Origin::Env { var }) => SettingSource::Env { var },
+            None => SettingSource::Default,
+        }
+    }
+}
+
+impl std::fmt::Display for SettingSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SettingSource::File { path } => write!(f, "file {}", path.display()),
+            SettingSource::Env { var } => write!(f, "env {var}"),
+            SettingSource::Default => f.write_str("default"),
+        }
+    }
+}
+
+/// A URL with its password (`postgres://user:secret@host/db`) as `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?', '#']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        None => url.to_owned(),
+    }
+}
+
+/// An agent on one line: its command and the settings it has.
+fn describe_agent(a: &AgentConfig) -> String {
+    let mut parts = vec![format!("command={:?}", a.command)];
+    if let Some(c) = &a.cwd {
+        parts.push(format!("cwd={}", c.display()));
+    }
+    if let Some(r) = &a.repo {
+        parts.push(format!("repo={}", r.display()));
+    }
+    if !a.capabilities.is_empty() {
+        parts.push(format!("capabilities={:?}", a.capabilities));
+    }
+    if let Some(g) = a.cancel_grace_secs {
+        parts.push(format!("cancel_grace_secs={g}"));
+    }
+    if !a.env.is_empty() {
+        let env: Vec<String> = a.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        parts.push(format!("env=[{}]", env.join(",")));
+    }
+    parts.join(" ")
 }
 
 fn validate_agent(name: &str, a: &AgentConfig) -> Result<(), ConfigError> {
@@ -461,5 +884,141 @@ mod tests {
     fn data_dir_moves_the_default_database() {
         let c = load(&[("SHEPHERD_DATA_DIR", "/var/lib/shepherd")]).unwrap();
         assert_eq!(c.database_url, "sqlite:///var/lib/shepherd/shepherd.db");
+    }
+
+    /// A fresh directory holding `shepherd.toml` with these contents.
+    fn file(name: &str, toml: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("shepherd-config-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("shepherd.toml");
+        std::fs::write(&path, toml).unwrap();
+        path
+    }
+
+    fn load_file(path: &Path, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let owned: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::load_with(Some(path), &move |k| {
+            owned
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn an_unknown_key_names_the_key_and_the_file() {
+        let path = file(
+            "unknown",
+            "listen = \"127.0.0.1:7701\"\nheartbeat_timeot = \"5m\"\n",
+        );
+        let e = load_file(&path, &[]).unwrap_err().to_string();
+        assert!(e.contains("heartbeat_timeot"), "{e}");
+        assert!(e.contains(&path.display().to_string()), "{e}");
+        let path = file(
+            "unknown-agent",
+            "[agents.demo]\ncommand = [\"true\"]\ncomand = [\"x\"]\n",
+        );
+        let e = load_file(&path, &[]).unwrap_err().to_string();
+        assert!(e.contains("agents.demo.comand"), "{e}");
+        assert!(e.contains(&path.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn durations_take_both_forms_and_env_wins() {
+        // The older whole-seconds keys still work, in the file and the environment.
+        let path = file(
+            "durations",
+            "heartbeat_timeout_secs = 120\nclaim_ttl = \"2h\"\n",
+        );
+        let c = load_file(&path, &[]).unwrap();
+        assert_eq!(c.heartbeat_timeout, Duration::from_secs(120));
+        assert_eq!(c.claim_ttl, Duration::from_secs(7200));
+        let c = load_file(
+            &path,
+            &[
+                ("SHEPHERD_HEARTBEAT_TIMEOUT", "5m"),
+                ("SHEPHERD_CLAIM_TTL_SECS", "60"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.heartbeat_timeout, Duration::from_secs(300));
+        assert_eq!(c.claim_ttl, Duration::from_secs(60));
+        assert_eq!(
+            c.origins.get("heartbeat_timeout"),
+            Some(&Origin::Env {
+                var: "SHEPHERD_HEARTBEAT_TIMEOUT".into()
+            })
+        );
+        let e = load(&[("SHEPHERD_SWEEP_INTERVAL", "soon")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SHEPHERD_SWEEP_INTERVAL"), "{e}");
+        let path = file("both", "claim_ttl_secs = 60\nclaim_ttl = \"1m\"\n");
+        let e = load_file(&path, &[]).unwrap_err().to_string();
+        assert!(e.contains("claim_ttl_secs") && e.contains("both"), "{e}");
+    }
+
+    #[test]
+    fn effective_settings_say_where_each_came_from_and_hide_secrets() {
+        let path = file(
+            "effective",
+            "database_url = \"postgres://app:hunter2@db.example.com:5432/shepherd\"\n\
+             [agents.demo]\ncommand = [\"true\"]\nenv = { API_KEY = \"sk-secret\" }\n",
+        );
+        let c = load_file(
+            &path,
+            &[
+                ("SHEPHERD_TOKEN", "0123456789abcdef-secret"),
+                ("SHEPHERD_LISTEN", "127.0.0.1:7705"),
+            ],
+        )
+        .unwrap();
+        let rows = c.effective();
+        let row = |k: &str| rows.iter().find(|r| r.key == k).unwrap().clone();
+        assert_eq!(row("listen").value, "127.0.0.1:7705");
+        assert_eq!(
+            row("listen").source,
+            SettingSource::Env {
+                var: "SHEPHERD_LISTEN".into()
+            }
+        );
+        assert_eq!(row("auth_token").value, "***");
+        assert_eq!(
+            row("database_url").value,
+            "postgres://app:***@db.example.com:5432/shepherd"
+        );
+        assert_eq!(
+            row("database_url").source,
+            SettingSource::File { path: path.clone() }
+        );
+        assert_eq!(row("claim_ttl").source, SettingSource::Default);
+        let all = format!("{rows:?}");
+        for secret in ["hunter2", "sk-secret", "0123456789abcdef-secret"] {
+            assert!(!all.contains(secret), "{secret} shown: {all}");
+        }
+    }
+
+    #[test]
+    fn agent_paths_resolve_against_the_file_not_the_working_directory() {
+        let path = file(
+            "agent-paths",
+            "[agents.demo]\ncommand = [\"./bin/agent.sh\", \"--flag\"]\ncwd = \"work\"\n\
+             interactive_command = [\"bash\"]\n",
+        );
+        let dir = path.parent().unwrap();
+        std::fs::create_dir_all(dir.join("work")).unwrap();
+        // The test process's working directory is the crate, which has no `work`.
+        let c = load_file(&path, &[]).unwrap();
+        let a = &c.agents["demo"];
+        assert_eq!(a.cwd.as_deref(), Some(dir.join("work").as_path()));
+        assert_eq!(a.command[0], dir.join("bin/agent.sh").display().to_string());
+        assert_eq!(a.command[1], "--flag");
+        // A bare program name is looked up in PATH, as before.
+        assert_eq!(a.interactive_command[0], "bash");
     }
 }

@@ -1,10 +1,8 @@
 //! The `shepherd` command.
 
-use clap::Parser;
-
 fn main() -> std::process::ExitCode {
-    let cli = shepherd::cli::Cli::parse();
-    if cli.command.is_client() {
+    let cli = shepherd::cli::Cli::parse_args();
+    if cli.command.is_client() || cli.command.only_prints() {
         // A client verb piped into `head` should end quietly when the pipe
         // closes, as `ls` does, not panic on "failed printing to stdout".
         // (The server keeps Rust's default, SIGPIPE ignored.)

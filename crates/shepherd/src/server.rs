@@ -5,6 +5,7 @@
 //! real server on `127.0.0.1:0`.
 
 use std::future::Future;
+use std::time::Duration;
 
 use shepherd_api::{AppState, Settings};
 use shepherd_store::Store;
@@ -42,6 +43,14 @@ pub fn settings(config: &Config) -> Settings {
         heartbeat_timeout: config.heartbeat_timeout,
         claim_ttl: config.claim_ttl,
         cancel_grace: config.cancel_grace,
+        agent_cancel_grace: config
+            .agents
+            .iter()
+            .filter_map(|(name, a)| {
+                a.cancel_grace_secs
+                    .map(|s| (name.clone(), Duration::from_secs(s)))
+            })
+            .collect(),
         allowed_origins: config.allowed_origins.clone(),
         max_requests: config.max_requests,
         max_streams: config.max_streams,

@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::cli::output::{client, explain, print_json};
+use crate::cli::output::{client, explain, print_data};
 use crate::cli::{Global, Output, Result};
 use crate::render::table;
 
@@ -121,7 +121,7 @@ pub async fn session(g: &Global, cmd: &SessionCommand) -> Result<()> {
                         .collect();
                     print!("{}", table(&["SESSION", "NAME", "TABS", "PATH"], &rows));
                 }
-                Output::Json => print_json(&v),
+                Output::Json | Output::Yaml => print_data(g.output, &v),
             }
             return Ok(());
         }
@@ -143,7 +143,7 @@ pub async fn session(g: &Global, cmd: &SessionCommand) -> Result<()> {
                 .await
                 .map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&w),
+                Output::Json | Output::Yaml => print_data(g.output, &w),
                 Output::Table => println!(
                     "added {} {} (attach: shepherd attach {session} {})",
                     w.kind, w.id, w.id
@@ -153,7 +153,7 @@ pub async fn session(g: &Global, cmd: &SessionCommand) -> Result<()> {
         }
     };
     match g.output {
-        Output::Json => print_json(&v),
+        Output::Json | Output::Yaml => print_data(g.output, &v),
         Output::Table => print_session(&v),
     }
     Ok(())

@@ -193,6 +193,8 @@ wait
         )
         .await;
     assert_eq!((st, b["cancelled"].as_bool()), (200, Some(false)), "{b}");
+    // The grace told is the agent's own, not the server's default of 30 s.
+    assert_eq!(b["pending_worker"]["grace_secs"], 5, "{b}");
     task_in(&s, "C-1", &["cancelled"], Duration::from_secs(10)).await;
     assert!(
         started.elapsed() < Duration::from_secs(4),

@@ -489,10 +489,21 @@ impl Store {
 
     /// Deletes events older than `cutoff`, in chunks so writers never wait long.
     pub async fn prune_events(&self, cutoff: Millis) -> Result<u64, Error> {
+        self.prune_events_with(cutoff, |_| {}).await
+    }
+
+    /// [`Store::prune_events`], telling `progress` the running total after
+    /// each chunk (for a progress display on a large log).
+    pub async fn prune_events_with(
+        &self,
+        cutoff: Millis,
+        mut progress: impl FnMut(u64) + Send,
+    ) -> Result<u64, Error> {
         let mut total = 0;
         loop {
             let n = write_op!(self, |db| log::prune_chunk(db, cutoff, 5000))?;
             total += n;
+            progress(total);
             if n == 0 {
                 return Ok(total);
             }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::config::Config;
 
-use super::{Global, Result};
+use super::output::print_data;
+use super::{Global, Output, Result};
 
 fn init_tracing(config: &Config) {
     let filter =
@@ -18,12 +19,45 @@ fn init_tracing(config: &Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogLine(Vec::new()))
         .with_ansi(colour);
     if config.log_json {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+/// The progress display on screen, if any: log lines are written around it
+/// (see [`LogLine`]) instead of through it.
+static ACTIVE_PROGRESS: std::sync::Mutex<Option<indicatif::ProgressBar>> =
+    std::sync::Mutex::new(None);
+
+/// One log event, written to stderr when dropped; while a progress display
+/// is drawn, the display is lifted for the write so the two never share a line.
+struct LogLine(Vec<u8>);
+
+impl std::io::Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let write = || {
+            let _ = std::io::stderr().write_all(&self.0);
+        };
+        let bar = ACTIVE_PROGRESS.lock().ok().and_then(|b| b.clone());
+        match bar {
+            Some(bar) => bar.suspend(write),
+            None => write(),
+        }
     }
 }
 
@@ -77,14 +111,42 @@ pub async fn runner(g: &Global, data_dir: Option<PathBuf>) -> Result<()> {
 pub async fn migrate(g: &Global) -> Result<()> {
     let config = load_config(g)?;
     init_tracing(&config);
-    let store = shepherd_store::Store::open(&config.store_config()).await?;
+    let spinner = progress(
+        format!(
+            "applying migrations to {}",
+            crate::config::redact_url(&config.database_url)
+        ),
+        true,
+    );
+    let store = shepherd_store::Store::open(&config.store_config()).await;
+    spinner.finish_and_clear();
+    let store = store?;
     println!(
         "migrations applied ({}: {})",
         store.backend_name(),
-        store.url()
+        crate::config::redact_url(store.url())
     );
     store.close();
     Ok(())
+}
+
+/// What `prune` did, for `-o json|yaml`.
+#[derive(Debug, serde::Serialize)]
+pub struct PruneReport {
+    /// The database pruned (password redacted).
+    pub database: String,
+    /// The data directory of the configuration.
+    pub data_dir: std::path::PathBuf,
+    /// Runs whose transcripts were removed, and the bytes that freed.
+    pub transcripts: Option<PrunedTranscripts>,
+    /// Events deleted.
+    pub events: Option<u64>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct PrunedTranscripts {
+    pub runs: u64,
+    pub bytes: i64,
 }
 
 pub async fn prune(
@@ -93,6 +155,18 @@ pub async fn prune(
     events_older_than: Option<Duration>,
     branches_older_than: Option<Duration>,
 ) -> Result<()> {
+    // Prune works on a database directly (it is an operator's maintenance
+    // verb, like `migrate`); a server elsewhere is pruned where it runs, or
+    // by its own retention settings.
+    if g.server_given {
+        return Err(format!(
+            "prune works on the database of the configuration (--config or SHEPHERD_CONFIG), \
+not through a server: run it on the server's machine without --server {}, or set \
+event_retention_days / transcript_retention_days in that server's configuration",
+            g.server
+        )
+        .into());
+    }
     let config = load_config(g)?;
     if transcripts_older_than.is_none()
         && events_older_than.is_none()
@@ -102,26 +176,127 @@ pub async fn prune(
             "nothing to prune: give --transcripts-older-than, --events-older-than and/or --branches-older-than".into(),
         );
     }
-    let store = shepherd_store::Store::open(&config.store_config()).await?;
-    let now = shepherd_store::now_ms();
-    if let Some(age) = transcripts_older_than {
-        let (runs, bytes) = store
-            .prune_transcripts(now - age.as_millis() as i64)
-            .await?;
+    let database = crate::config::redact_url(&config.database_url);
+    // Opening a SQLite database creates it: pruning a file that is not
+    // there would only make an empty one in the wrong place.
+    if let Ok(shepherd_store::DatabaseUrl::Sqlite(path)) =
+        shepherd_store::parse_database_url(&config.database_url)
+    {
+        if !path.exists() {
+            return Err(format!(
+                "no database at {} (data directory {}): point --config or SHEPHERD_DATA_DIR \
+at the server's data",
+                path.display(),
+                config.data_dir.display()
+            )
+            .into());
+        }
+    }
+    let table = g.output == Output::Table;
+    if table {
         println!(
-            "pruned transcripts of {runs} runs, freeing {} (run rows kept)",
-            human_bytes(bytes)
+            "pruning {database} (data directory {})",
+            config.data_dir.display()
         );
     }
+    let store = shepherd_store::Store::open(&config.store_config()).await?;
+    let now = shepherd_store::now_ms();
+    let mut report = PruneReport {
+        database,
+        data_dir: config.data_dir.clone(),
+        transcripts: None,
+        events: None,
+    };
+    if let Some(age) = transcripts_older_than {
+        let spinner = progress("pruning transcripts".into(), table);
+        let pruned = store.prune_transcripts(now - age.as_millis() as i64).await;
+        spinner.finish_and_clear();
+        let (runs, bytes) = pruned?;
+        if table {
+            println!(
+                "pruned transcripts of {runs} runs, freeing {} (run rows kept)",
+                human_bytes(bytes)
+            );
+        }
+        report.transcripts = Some(PrunedTranscripts {
+            runs: runs as u64,
+            bytes,
+        });
+    }
     if let Some(age) = events_older_than {
-        let n = store.prune_events(now - age.as_millis() as i64).await?;
-        println!("pruned {n} events");
+        let spinner = progress("pruning events".into(), table);
+        let counter = spinner.clone();
+        let pruned = store
+            .prune_events_with(now - age.as_millis() as i64, move |n| {
+                counter.set_message(format!("pruning events: {n} deleted"))
+            })
+            .await;
+        spinner.finish_and_clear();
+        let n = pruned?;
+        if table {
+            println!("pruned {n} events");
+        }
+        report.events = Some(n);
     }
     if let Some(age) = branches_older_than {
         super::prune_branches::prune(&store, now - age.as_millis() as i64).await?;
     }
     store.close();
+    if !table {
+        print_data(g.output, &report);
+    }
     Ok(())
+}
+
+/// `shepherd config`: the effective configuration with each value's source.
+pub fn config(g: &Global) -> Result<()> {
+    let config = load_config(g)?;
+    let rows = config.effective();
+    if g.output != Output::Table {
+        print_data(g.output, &rows);
+        return Ok(());
+    }
+    match &config.source {
+        Some(p) => println!("# configuration file: {}", p.display()),
+        None => println!("# no configuration file (defaults and environment)"),
+    }
+    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(0);
+    let vwidth = rows
+        .iter()
+        .map(|r| r.value.chars().count())
+        .filter(|&n| n <= 48)
+        .max()
+        .unwrap_or(0);
+    for r in &rows {
+        println!("{:<width$}  {:<vwidth$}  {}", r.key, r.value, r.source);
+    }
+    Ok(())
+}
+
+/// `shepherd completion SHELL`: the completion script on stdout.
+pub fn completion(shell: clap_complete::Shell) {
+    use clap::CommandFactory;
+    let mut cmd = super::Cli::command();
+    clap_complete::generate(shell, &mut cmd, "shepherd", &mut std::io::stdout());
+}
+
+/// A spinner with a message and the elapsed time on stderr, for operations
+/// that can take minutes on a large database. indicatif draws nothing when
+/// stderr is not a terminal, so scripts and logs see only the result.
+fn progress(message: String, show: bool) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(message);
+    bar.enable_steady_tick(Duration::from_millis(120));
+    if let Ok(mut active) = ACTIVE_PROGRESS.lock() {
+        *active = Some(bar.clone());
+    }
+    bar
 }
 
 fn human_bytes(b: i64) -> String {

@@ -18,12 +18,48 @@ shepherd task list\n  shepherd task watch VTID-00001\n  shepherd events --follow
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// The client options in their older place, before the verb
+    /// (`shepherd --server URL task list`); they apply to client verbs only.
     #[command(flatten)]
+    pub before_verb: BeforeVerb,
+    /// What the verb runs with: the options wherever they were given.
+    #[arg(skip)]
     pub global: Global,
 }
 
-#[derive(Debug, Args)]
+/// The options every verb runs with, gathered from wherever they were given.
+#[derive(Debug, Clone, Default)]
 pub struct Global {
+    /// The server a client verb talks to.
+    pub server: String,
+    /// Bearer token (the operator token, or a worker token).
+    pub token: Option<String>,
+    pub output: Output,
+    /// Configuration file (server-side verbs).
+    pub config: Option<PathBuf>,
+    /// Whether a server was named on the command line (not the default,
+    /// not SHEPHERD_SERVER): the server-side verbs refuse it.
+    pub server_given: bool,
+}
+
+/// `--server`, `--token` and `-o` given before the verb. Hidden: the help
+/// shows them on the client verbs, where they belong.
+#[derive(Debug, Args)]
+pub struct BeforeVerb {
+    #[arg(long, hide = true)]
+    pub server: Option<String>,
+    #[arg(long, hide = true)]
+    pub token: Option<String>,
+    #[arg(short = 'o', long, value_enum, hide = true)]
+    pub output: Option<Output>,
+    /// Configuration file (serve, migrate, runner, prune, config).
+    #[arg(long, global = true, env = "SHEPHERD_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// The options of every verb that talks to a server.
+#[derive(Debug, Args, Clone)]
+pub struct ClientFlags {
     /// Server to talk to.
     #[arg(
         long,
@@ -38,15 +74,85 @@ pub struct Global {
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// Configuration file (serve, migrate, prune).
-    #[arg(long, global = true, env = "SHEPHERD_CONFIG")]
-    pub config: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// `-o` for the server-side verbs that print a result.
+#[derive(Debug, Args, Clone)]
+pub struct OutputFlag {
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+impl Cli {
+    /// Parses the process's arguments and gathers the options (see [`Global`]).
+    pub fn parse_args() -> Cli {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().get_matches();
+        let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        // A global option is recorded on the deepest subcommand it reached.
+        let mut m = &matches;
+        while let Some((_, sub)) = m.subcommand() {
+            m = sub;
+        }
+        // (`value_source` panics for an option the verb does not have.)
+        let after_verb = m.try_get_raw("server").is_ok_and(|v| v.is_some())
+            && m.value_source("server") == Some(clap::parser::ValueSource::CommandLine);
+        cli.gather(after_verb);
+        cli
+    }
+
+    /// Fills [`Cli::global`]: options after the verb win over the same
+    /// options before it, which win over the environment and defaults.
+    pub fn gather(&mut self, server_after_verb: bool) {
+        let b = &self.before_verb;
+        let mut g = Global {
+            server: "http://127.0.0.1:7700".into(),
+            config: b.config.clone(),
+            server_given: server_after_verb || b.server.is_some(),
+            ..Global::default()
+        };
+        if let Some(c) = self.command.client_flags() {
+            g.server = c.server.clone();
+            g.token = c.token.clone();
+            g.output = c.output;
+        }
+        if let Some(o) = self.command.output_flag() {
+            g.output = o.output;
+        }
+        if !server_after_verb {
+            if let Some(s) = &b.server {
+                g.server = s.clone();
+            }
+        }
+        if g.token.is_none() {
+            g.token = b.token.clone();
+        }
+        if let Some(o) = b.output {
+            if g.output == Output::Table {
+                g.output = o;
+            }
+        }
+        if let Command::Prune {
+            server: Some(s), ..
+        } = &self.command
+        {
+            g.server = s.clone();
+            g.server_given = true;
+        }
+        self.global = g;
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum Output {
+    /// Columns for people.
+    #[default]
     Table,
+    /// JSON, for scripts (one object per line when streaming).
     Json,
+    /// YAML, as `kubectl -o yaml` (one document per event when streaming).
+    Yaml,
 }
 
 #[derive(Debug, Subcommand)]
@@ -61,39 +167,82 @@ pub enum Command {
     Migrate,
     /// Run the configured agents against a server elsewhere (as workers).
     Runner {
+        #[command(flatten)]
+        client: ClientFlags,
         /// Where process-group records and step spools live (default: SHEPHERD_DATA_DIR).
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
     /// Create, list, inspect, cancel and watch tasks.
-    #[command(subcommand)]
-    Task(TaskCommand),
+    Task {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(subcommand)]
+        cmd: TaskCommand,
+    },
     /// List and inspect runs and their transcripts.
-    #[command(subcommand)]
-    Runs(RunsCommand),
+    Runs {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(subcommand)]
+        cmd: RunsCommand,
+    },
     /// Print events; with --follow, keep streaming (resumes after drops).
-    Events(EventsArgs),
+    Events {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(flatten)]
+        args: EventsArgs,
+    },
     /// Token usage and cost of runs, summed per agent, task or day.
-    Usage(crate::cli::usage::UsageArgs),
+    Usage {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(flatten)]
+        args: crate::cli::usage::UsageArgs,
+    },
     /// Talk to a resource's agent: type a message, watch the steps stream.
-    Chat(crate::chat_cli::ChatArgs),
+    Chat {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(flatten)]
+        args: crate::chat_cli::ChatArgs,
+    },
     /// List, show, send to and cancel conversations.
-    #[command(subcommand)]
-    Conversation(crate::chat_cli::ConversationCommand),
+    Conversation {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(subcommand)]
+        cmd: crate::chat_cli::ConversationCommand,
+    },
     /// List workers (live and recovered).
     Workers {
+        #[command(flatten)]
+        client: ClientFlags,
         /// Include workers that have closed.
         #[arg(long)]
         all: bool,
     },
     /// Sessions: workspaces with terminal, agent and git-diff tabs.
-    #[command(subcommand)]
-    Session(crate::session_cli::SessionCommand),
+    Session {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(subcommand)]
+        cmd: crate::session_cli::SessionCommand,
+    },
     /// Attach this terminal to a session's tab (detach: Ctrl-] then d).
-    Attach(crate::session_cli::AttachArgs),
+    Attach {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(flatten)]
+        args: crate::session_cli::AttachArgs,
+    },
     /// Serve MCP on stdin/stdout for an agent, as a client of the server
     /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
-    Mcp,
+    Mcp {
+        #[command(flatten)]
+        client: ClientFlags,
+    },
     /// Supervise one agent process for a runner (started by the runner).
     #[command(hide = true)]
     Shim {
@@ -110,6 +259,17 @@ pub enum Command {
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
+    /// Print the effective configuration: each setting's value and where it
+    /// came from (file, environment or default), secrets as `***`.
+    Config {
+        #[command(flatten)]
+        output: OutputFlag,
+    },
+    /// Print a shell completion script: `shepherd completion bash > ~/.local/share/bash-completion/completions/shepherd`.
+    Completion {
+        /// bash, zsh or fish (elvish and powershell work too).
+        shell: clap_complete::Shell,
+    },
     /// Remove old data on purpose (transcripts, events).
     Prune {
         /// Null transcripts of runs that ended longer ago than this (e.g. 30d, 12h).
@@ -121,20 +281,57 @@ pub enum Command {
         /// Delete `shepherd/*` branches of worktree runs that ended longer ago than this.
         #[arg(long, value_parser = parse_age)]
         branches_older_than: Option<Duration>,
+        #[command(flatten)]
+        output: OutputFlag,
+        /// Accepted only to refuse it clearly: prune works on a database.
+        #[arg(long, hide = true)]
+        server: Option<String>,
     },
 }
 
 impl Command {
+    /// Whether this verb only prints something and exits (so it too should
+    /// end quietly when piped into `head`).
+    pub fn only_prints(&self) -> bool {
+        matches!(self, Command::Config { .. } | Command::Completion { .. })
+    }
+
     /// Whether this verb talks to a server (rather than being one).
     pub fn is_client(&self) -> bool {
         matches!(
             self,
-            Command::Task(_)
-                | Command::Runs(_)
-                | Command::Events(_)
+            Command::Task { .. }
+                | Command::Runs { .. }
+                | Command::Events { .. }
                 | Command::Workers { .. }
-                | Command::Usage(_)
+                | Command::Usage { .. }
         )
+    }
+
+    /// The client options of a verb that talks to a server.
+    pub fn client_flags(&self) -> Option<&ClientFlags> {
+        match self {
+            Command::Runner { client, .. }
+            | Command::Task { client, .. }
+            | Command::Runs { client, .. }
+            | Command::Events { client, .. }
+            | Command::Chat { client, .. }
+            | Command::Conversation { client, .. }
+            | Command::Workers { client, .. }
+            | Command::Usage { client, .. }
+            | Command::Session { client, .. }
+            | Command::Attach { client, .. }
+            | Command::Mcp { client } => Some(client),
+            _ => None,
+        }
+    }
+
+    /// `-o` of a server-side verb that has one.
+    pub fn output_flag(&self) -> Option<&OutputFlag> {
+        match self {
+            Command::Config { output } | Command::Prune { output, .. } => Some(output),
+            _ => None,
+        }
     }
 }
 
@@ -190,6 +387,10 @@ pub enum TaskCommand {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: i64,
+        /// Keep the list on screen and redraw it whenever an event arrives
+        /// (from the event stream, not by polling); Ctrl-C ends it.
+        #[arg(short, long)]
+        watch: bool,
     },
     /// Show one task with its claims and recent events.
     Show { vtid: String },
@@ -227,6 +428,10 @@ pub enum RunsCommand {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: i64,
+        /// Keep the list on screen and redraw it whenever an event arrives
+        /// (from the event stream, not by polling); Ctrl-C ends it.
+        #[arg(short, long)]
+        watch: bool,
     },
     /// Show a run and its transcript.
     Show {

@@ -37,6 +37,12 @@ pub fn print_event(g: &Global, name: &str, e: &WireEvent) {
             serde_json::to_string(&serde_json::json!({ "event": name, "data": e }))
                 .unwrap_or_default()
         ),
+        // One YAML document per event, so a stream parses as a multi-document file.
+        Output::Yaml => print!(
+            "---\n{}",
+            serde_norway::to_string(&serde_json::json!({ "event": name, "data": e }))
+                .unwrap_or_default()
+        ),
         Output::Table => {
             let r = &e.event.refs;
             let ids: Vec<String> = [

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use shepherd_client::{Client, ClientError};
 
-use super::{Global, Result};
+use super::{Global, Output, Result};
 
 /// The client the global options describe (`--server`, `--token`).
 pub fn client(g: &Global) -> Result<Client> {
@@ -28,4 +28,66 @@ pub fn explain(e: ClientError) -> Box<dyn std::error::Error + Send + Sync> {
 
 pub fn print_json<T: Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Prints a value as `-o json` or `-o yaml` asks (tables are the verb's own).
+pub fn print_data<T: Serialize>(output: Output, v: &T) {
+    match output {
+        Output::Yaml => print!("{}", serde_norway::to_string(v).unwrap_or_default()),
+        _ => print_json(v),
+    }
+}
+
+/// `--watch`: draws, then draws again after each batch of events from the
+/// server's event stream (a burst of events costs one redraw: the notify
+/// keeps one wake-up, not a count). On a terminal each drawing replaces the
+/// last; piped, drawings follow one another, separated by a blank line.
+pub async fn watch_redraw<F, Fut>(c: &Client, mut draw: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    use std::io::{IsTerminal, Write};
+    use std::sync::Arc;
+    // Events after this head are news to the first drawing.
+    let head = c.head().await.map_err(explain)?;
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let mut follower = {
+        let (c, changed) = (c.clone(), changed.clone());
+        tokio::spawn(async move {
+            c.follow(
+                &shepherd_protocol::EventStreamQuery::default(),
+                shepherd_client::Start::After(head),
+                |_| {
+                    changed.notify_one();
+                    true
+                },
+                |why| eprintln!("watch: {why}"),
+            )
+            .await
+        })
+    };
+    let tty = std::io::stdout().is_terminal();
+    let mut first = true;
+    loop {
+        if tty {
+            // Home and clear, as `watch(1)` does.
+            print!("\x1b[H\x1b[2J");
+        } else if !first {
+            println!();
+        }
+        first = false;
+        draw().await?;
+        let _ = std::io::stdout().flush();
+        tokio::select! {
+            _ = changed.notified() => {}
+            r = &mut follower => {
+                return match r {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(explain(e)),
+                    Err(e) => Err(format!("watch: {e}").into()),
+                };
+            }
+        }
+    }
 }

@@ -5,7 +5,7 @@ use shepherd_protocol::{IndexedStep, RunDetail, RunsQuery, StepsQuery};
 
 use crate::render::{ago, cut, table, when};
 
-use super::output::{client, explain, print_json};
+use super::output::{client, explain, print_data, watch_redraw};
 use super::{Global, Output, Result, RunsCommand};
 
 /// `runs show -o json`: the run and its steps.
@@ -24,6 +24,7 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
             vtid,
             search,
             limit,
+            watch,
         } => {
             let q = RunsQuery {
                 agent_id: agent.clone(),
@@ -34,50 +35,61 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                 offset: None,
                 ..Default::default()
             };
-            let v = c.runs(&q).await.map_err(explain)?;
-            match g.output {
-                Output::Json => print_json(&v),
-                Output::Table => {
-                    let rows: Vec<Vec<String>> = v
-                        .runs
-                        .iter()
-                        .map(|r| {
-                            let live = match (&r.live_status, r.status.as_str()) {
-                                (Some(l), "running") => l.as_str(),
-                                _ => "",
-                            };
-                            // Once pruned, the steps are gone: say so rather
-                            // than show a count nobody can read.
-                            let steps =
-                                if r.step_count > 0 && !r.has_transcript && r.status != "running" {
+            let (c, q) = (&c, &q);
+            let draw = move || async move {
+                let v = c.runs(q).await.map_err(explain)?;
+                match g.output {
+                    Output::Json | Output::Yaml => print_data(g.output, &v),
+                    Output::Table => {
+                        let rows: Vec<Vec<String>> = v
+                            .runs
+                            .iter()
+                            .map(|r| {
+                                let live = match (&r.live_status, r.status.as_str()) {
+                                    (Some(l), "running") => l.as_str(),
+                                    _ => "",
+                                };
+                                // Once pruned, the steps are gone: say so rather
+                                // than show a count nobody can read.
+                                let steps = if r.step_count > 0
+                                    && !r.has_transcript
+                                    && r.status != "running"
+                                {
                                     "pruned".to_owned()
                                 } else {
                                     r.step_count.to_string()
                                 };
-                            vec![
-                                r.id.clone(),
-                                r.status.clone(),
-                                r.vtid.clone(),
-                                r.agent_id.clone(),
-                                ago(&shepherd_core::time::to_rfc3339(r.started_at)),
-                                steps,
-                                r.usage.as_ref().map(super::usage::cost).unwrap_or_default(),
-                                cut(&format!("{} {live}", r.task), 50),
-                            ]
-                        })
-                        .collect();
-                    print!(
-                        "{}",
-                        table(
-                            &[
-                                "RUN", "STATUS", "TASK", "AGENT", "STARTED", "STEPS", "COST",
-                                "TITLE"
-                            ],
-                            &rows
-                        )
-                    );
-                    println!("{} of {} shown", v.runs.len(), v.total);
+                                vec![
+                                    r.id.clone(),
+                                    r.status.clone(),
+                                    r.vtid.clone(),
+                                    r.agent_id.clone(),
+                                    ago(&shepherd_core::time::to_rfc3339(r.started_at)),
+                                    steps,
+                                    r.usage.as_ref().map(super::usage::cost).unwrap_or_default(),
+                                    cut(&format!("{} {live}", r.task), 50),
+                                ]
+                            })
+                            .collect();
+                        print!(
+                            "{}",
+                            table(
+                                &[
+                                    "RUN", "STATUS", "TASK", "AGENT", "STARTED", "STEPS", "COST",
+                                    "TITLE"
+                                ],
+                                &rows
+                            )
+                        );
+                        println!("{} of {} shown", v.runs.len(), v.total);
+                    }
                 }
+                Ok(())
+            };
+            if *watch {
+                watch_redraw(c, draw).await?;
+            } else {
+                draw().await?;
             }
         }
         RunsCommand::Show { id, full } => {
@@ -88,10 +100,13 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                 .await
                 .map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&RunWithSteps {
-                    run: v,
-                    steps: steps.steps,
-                }),
+                Output::Json | Output::Yaml => print_data(
+                    g.output,
+                    &RunWithSteps {
+                        run: v,
+                        steps: steps.steps,
+                    },
+                ),
                 Output::Table => {
                     let d = &v.detail;
                     println!("run {}  ({})", d.id, d.status);
@@ -192,8 +207,8 @@ pub async fn diff(g: &Global, id: &str) -> Result<()> {
     let c = client(g)?;
     let id = resolve_run(&c, id).await?;
     let d = c.run_diff(&id).await.map_err(explain)?;
-    if g.output == Output::Json {
-        print_json(&d);
+    if g.output != Output::Table {
+        print_data(g.output, &d);
         return Ok(());
     }
     use std::io::{IsTerminal, Write};

@@ -10,7 +10,7 @@ use shepherd_protocol::{
 use crate::render::{ago, cut, opt, table, when};
 
 use super::events::follow;
-use super::output::{client, explain, print_json};
+use super::output::{client, explain, print_data, watch_redraw};
 use super::{Global, Output, Result, TaskCommand};
 
 fn task_rows(tasks: &[Task]) -> Vec<Vec<String>> {
@@ -97,7 +97,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             };
             let t = c.create_task(&body).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&t),
+                Output::Json | Output::Yaml => print_data(g.output, &t),
                 Output::Table => println!("created {} ({}, {})", t.vtid, t.state, t.workflow),
             }
             if !draft && !takers(&c, &t).await.unwrap_or(true) {
@@ -108,6 +108,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             state,
             agent,
             limit,
+            watch,
         } => {
             let q = TaskListQuery {
                 state: state.clone(),
@@ -116,31 +117,40 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
                 offset: None,
                 ..Default::default()
             };
-            let v = c.tasks(&q).await.map_err(explain)?;
-            match g.output {
-                Output::Json => print_json(&v),
-                Output::Table => {
-                    if v.tasks.is_empty() {
-                        println!(
+            let (c, q) = (&c, &q);
+            let draw = move || async move {
+                let v = c.tasks(q).await.map_err(explain)?;
+                match g.output {
+                    Output::Json | Output::Yaml => print_data(g.output, &v),
+                    Output::Table => {
+                        if v.tasks.is_empty() {
+                            println!(
                             "No tasks. Create one with: shepherd task add \"TITLE\" --spec \"...\""
                         );
-                    } else {
-                        print!(
-                            "{}",
-                            table(
-                                &["VTID", "STATE", "PRIO", "AGENT", "CREATED", "TITLE"],
-                                &task_rows(&v.tasks)
-                            )
-                        );
-                        println!("{} of {} shown", v.tasks.len(), v.total);
+                        } else {
+                            print!(
+                                "{}",
+                                table(
+                                    &["VTID", "STATE", "PRIO", "AGENT", "CREATED", "TITLE"],
+                                    &task_rows(&v.tasks)
+                                )
+                            );
+                            println!("{} of {} shown", v.tasks.len(), v.total);
+                        }
                     }
                 }
+                Ok(())
+            };
+            if *watch {
+                watch_redraw(c, draw).await?;
+            } else {
+                draw().await?;
             }
         }
         TaskCommand::Show { vtid } => {
             let (v, _) = c.task(vtid).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&v),
+                Output::Json | Output::Yaml => print_data(g.output, &v),
                 Output::Table => {
                     let t = &v.task;
                     println!("{}  {}", t.vtid, t.title);
@@ -209,7 +219,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
         TaskCommand::Dispatch { vtid } => {
             let t = c.dispatch(vtid).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&t),
+                Output::Json | Output::Yaml => print_data(g.output, &t),
                 Output::Table => println!("dispatched {} ({})", t.vtid, t.state),
             }
         }
@@ -219,7 +229,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
             };
             let v = c.cancel(vtid, &body).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&v),
+                Output::Json | Output::Yaml => print_data(g.output, &v),
                 Output::Table => match &v.pending_worker {
                     None => println!("cancelled {vtid}"),
                     Some(p) => println!(
@@ -233,7 +243,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
         TaskCommand::Retry { vtid } => {
             let t = c.retry_task(vtid).await.map_err(explain)?;
             match g.output {
-                Output::Json => print_json(&t),
+                Output::Json | Output::Yaml => print_data(g.output, &t),
                 Output::Table => println!("{vtid} is {} again: back in the queue", t.state),
             }
         }

@@ -8,7 +8,7 @@ use shepherd_protocol::UsageQuery;
 
 use crate::render::table;
 
-use super::output::{client, explain, print_json};
+use super::output::{client, explain, print_data};
 use super::{Global, Output, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -79,7 +79,7 @@ pub async fn usage(g: &Global, a: &UsageArgs) -> Result<()> {
     };
     let v = c.usage(&q).await.map_err(explain)?;
     match g.output {
-        Output::Json => print_json(&v),
+        Output::Json | Output::Yaml => print_data(g.output, &v),
         Output::Table => {
             let row = |key: &str, runs: i64, u: &Usage| {
                 vec![

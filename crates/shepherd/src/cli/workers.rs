@@ -4,7 +4,7 @@ use shepherd_protocol::WorkersQuery;
 
 use crate::render::{ago, opt, table};
 
-use super::output::{client, explain, print_json};
+use super::output::{client, explain, print_data};
 use super::{Global, Output, Result};
 
 pub async fn workers(g: &Global, all: bool) -> Result<()> {
@@ -15,7 +15,7 @@ pub async fn workers(g: &Global, all: bool) -> Result<()> {
     };
     let v = c.workers(&q).await.map_err(explain)?;
     match g.output {
-        Output::Json => print_json(&v),
+        Output::Json | Output::Yaml => print_data(g.output, &v),
         Output::Table => {
             let rows: Vec<Vec<String>> = v
                 .workers

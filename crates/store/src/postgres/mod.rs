@@ -132,6 +132,9 @@ pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
         {
             return Error::conflict(CONSTRAINT_VIOLATION, db.message().to_owned());
         }
+        if *code == SqlState::INVALID_CATALOG_NAME {
+            return missing_database(db.message());
+        }
         if *code == SqlState::ADMIN_SHUTDOWN || *code == SqlState::CANNOT_CONNECT_NOW {
             return Error::unavailable(DB_UNAVAILABLE, db.message().to_owned());
         }
@@ -143,7 +146,31 @@ pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
     Error::unavailable(DB_UNAVAILABLE, format!("postgres: {e}"))
 }
 
+/// A database that does not exist: name it and say how to create it,
+/// rather than the driver's bare "db error".
+fn missing_database(message: &str) -> Error {
+    // PostgreSQL says: database "NAME" does not exist.
+    let name = message.split('"').nth(1).unwrap_or("NAME");
+    Error::unavailable(
+        DB_UNAVAILABLE,
+        format!(
+            "{message}: create it with `createdb {name}`, or point SHEPHERD_DATABASE_URL at an existing database"
+        ),
+    )
+}
+
 fn pool_err(e: deadpool_postgres::PoolError) -> Error {
+    // The connection's own error (a missing database, a refused password)
+    // says more than the pool's wrapper around it.
+    if let deadpool_postgres::PoolError::Backend(e) = e {
+        if e.as_db_error().is_some() {
+            return map_err(e);
+        }
+        return Error::unavailable(
+            DB_UNAVAILABLE,
+            format!("cannot get a PostgreSQL connection: {e}"),
+        );
+    }
     Error::unavailable(
         DB_UNAVAILABLE,
         format!("cannot get a PostgreSQL connection: {e}"),

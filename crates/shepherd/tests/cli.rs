@@ -1,0 +1,286 @@
+//! The command line as a person meets it, driving the real binary: shell
+//! completion, `-o yaml`, `shepherd config`, `prune`'s refusals and
+//! report, and the message for a PostgreSQL database that does not exist.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use common::{pg_url, unique, Env, Kind, Server};
+
+/// Runs the binary in `dir` with only the given `SHEPHERD_*` variables.
+fn shepherd(dir: &Path, vars: &[(&str, &str)], args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shepherd"));
+    cmd.args(args).current_dir(dir);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SHEPHERD_") {
+            cmd.env_remove(k);
+        }
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn scratch() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("shepherd-cli-{}", unique()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn completion_scripts_for_each_shell() {
+    let dir = scratch();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef shepherd"),
+        ("fish", "complete -c shepherd"),
+    ] {
+        let (ok, out, err) = shepherd(&dir, &[], &["completion", shell]);
+        assert!(ok, "{shell}: {err}");
+        assert!(out.contains(marker), "{shell} script lacks {marker:?}");
+        // The verbs are in it.
+        assert!(out.contains("prune") && out.contains("task"), "{shell}");
+    }
+    let (ok, _, err) = shepherd(&dir, &[], &["completion", "tcsh"]);
+    assert!(!ok && err.contains("tcsh"), "{err}");
+}
+
+#[test]
+fn config_prints_sources_hides_secrets_and_refuses_unknown_keys() {
+    let dir = scratch();
+    std::fs::write(
+        dir.join("shepherd.toml"),
+        "database_url = \"postgres://app:hunter2@db.example.com/shepherd\"\nclaim_ttl_secs = 90\n",
+    )
+    .unwrap();
+    let (ok, out, err) = shepherd(
+        &dir,
+        &[("SHEPHERD_TOKEN", "a-secret-token-0123456789")],
+        &["config"],
+    );
+    assert!(ok, "{err}");
+    let line = |k: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{k} ")))
+            .unwrap_or_else(|| panic!("no {k} in {out}"))
+            .to_owned()
+    };
+    assert!(
+        line("claim_ttl").contains("1m 30s") && line("claim_ttl").contains("file shepherd.toml")
+    );
+    assert!(line("auth_token").contains("env SHEPHERD_TOKEN"));
+    assert!(line("listen").ends_with("default"));
+    assert!(
+        !out.contains("hunter2") && !out.contains("a-secret-token"),
+        "{out}"
+    );
+    // The same as data, in both formats.
+    let (ok, json_out, _) = shepherd(&dir, &[], &["config", "-o", "json"]);
+    assert!(ok);
+    let rows: Vec<Value> = serde_json::from_str(&json_out).unwrap();
+    let ttl = rows.iter().find(|r| r["key"] == "claim_ttl").unwrap();
+    assert_eq!(ttl["source"]["kind"], "file");
+    let (ok, yaml_out, _) = shepherd(&dir, &[], &["config", "-o", "yaml"]);
+    assert!(ok);
+    let from_yaml: Vec<Value> = serde_norway::from_str(&yaml_out).unwrap();
+    assert_eq!(from_yaml, rows);
+
+    std::fs::write(dir.join("typo.toml"), "claim_tll = \"5m\"\n").unwrap();
+    let (ok, _, err) = shepherd(&dir, &[], &["config", "--config", "typo.toml"]);
+    assert!(!ok);
+    assert!(
+        err.contains("unknown key `claim_tll`") && err.contains("typo.toml"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_shows_parse_back_from_yaml() {
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let mut body = common::task("Y-1", "simple");
+    // A title YAML would misread if it were not quoted.
+    body["title"] = json!("yes: a title with: colons # and a hash");
+    let (st, b) = s.post("/api/v1/tasks", None, body).await;
+    assert!(st < 300, "{st} {b}");
+    let dir = env.dir.clone();
+    let base = s.base.clone();
+    tokio::task::block_in_place(|| {
+        let vars = [("SHEPHERD_SERVER", base.as_str())];
+        for args in [
+            &["task", "list"][..],
+            &["task", "show", "Y-1"],
+            &["runs", "list"],
+        ] {
+            let all: Vec<&str> = args.iter().copied().chain(["-o", "json"]).collect();
+            let (ok, json_out, err) = shepherd(&dir, &vars, &all);
+            assert!(ok, "{args:?}: {err}");
+            let all: Vec<&str> = args.iter().copied().chain(["-o", "yaml"]).collect();
+            let (ok, yaml_out, err) = shepherd(&dir, &vars, &all);
+            assert!(ok, "{args:?}: {err}");
+            let from_json: Value = serde_json::from_str(&json_out).unwrap();
+            let from_yaml: Value = serde_norway::from_str(&yaml_out)
+                .unwrap_or_else(|e| panic!("{args:?}: {e}\n{yaml_out}"));
+            assert_eq!(from_yaml, from_json, "{args:?}");
+        }
+    });
+}
+
+#[test]
+fn prune_names_its_database_and_refuses_what_it_cannot_do() {
+    let dir = scratch();
+    let data = dir.join("data");
+    let data_s = data.display().to_string();
+    let vars = [("SHEPHERD_DATA_DIR", data_s.as_str())];
+    // No database there: say so rather than create an empty one.
+    let (ok, _, err) = shepherd(&dir, &vars, &["prune", "--events-older-than", "30d"]);
+    assert!(!ok && err.contains("no database at"), "{err}");
+    assert!(!data.join("shepherd.db").exists());
+    // A server is not something prune can act through.
+    let (ok, _, err) = shepherd(
+        &dir,
+        &vars,
+        &[
+            "prune",
+            "--events-older-than",
+            "30d",
+            "--server",
+            "http://127.0.0.1:1",
+        ],
+    );
+    assert!(!ok && err.contains("not through a server"), "{err}");
+    // A bare number could be seconds or days.
+    let (ok, _, err) = shepherd(&dir, &vars, &["prune", "--transcripts-older-than", "30"]);
+    assert!(!ok && err.contains("no unit"), "{err}");
+
+    let (ok, _, err) = shepherd(&dir, &vars, &["migrate"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = shepherd(&dir, &vars, &["prune", "--events-older-than", "30d"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&data.join("shepherd.db").display().to_string()),
+        "{out}"
+    );
+    let (ok, out, err) = shepherd(
+        &dir,
+        &vars,
+        &[
+            "prune",
+            "--events-older-than",
+            "30d",
+            "--transcripts-older-than",
+            "1d",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}"));
+    assert_eq!(report["events"], 0);
+    assert_eq!(report["transcripts"]["runs"], 0);
+    assert!(report["database"].as_str().unwrap().contains("shepherd.db"));
+}
+
+#[test]
+fn a_missing_postgres_database_is_named_with_a_fix() {
+    let dir = scratch();
+    let name = format!("shepherd_missing_{}", unique());
+    let base = pg_url();
+    let url = format!("{}/{name}", base.rsplit_once('/').unwrap().0);
+    let (ok, _, err) = shepherd(&dir, &[("SHEPHERD_DATABASE_URL", &url)], &["migrate"]);
+    assert!(!ok);
+    assert!(
+        err.contains(&name) && err.contains(&format!("createdb {name}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn server_verbs_do_not_offer_client_options() {
+    let dir = scratch();
+    for verb in ["serve", "migrate"] {
+        let (ok, help, err) = shepherd(&dir, &[], &[verb, "--help"]);
+        assert!(ok, "{err}");
+        for flag in ["--server", "--token", "--output"] {
+            assert!(
+                !help.contains(flag),
+                "`{verb} --help` lists {flag}:\n{help}"
+            );
+        }
+    }
+    // Client verbs still have them, after the verb as before it.
+    let (ok, help, _) = shepherd(&dir, &[], &["task", "list", "--help"]);
+    assert!(
+        ok && help.contains("--server") && help.contains("--output"),
+        "{help}"
+    );
+    let (ok, _, err) = shepherd(&dir, &[], &["--server", "http://127.0.0.1:1", "serve"]);
+    assert!(
+        !ok && err.contains("--server is for the verbs that talk to a server"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_list_watch_redraws_when_an_event_arrives() {
+    use std::io::BufRead;
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["task", "list", "--watch", "-o", "json", "--server", &s.base])
+        .env_remove("SHEPHERD_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(|l| l.ok())
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Duration::from_secs(30);
+    // The first drawing: an empty list (a pretty JSON object ends with `}`).
+    let mut first = Vec::new();
+    loop {
+        let line =
+            tokio::task::block_in_place(|| rx.recv_timeout(deadline)).expect("the first drawing");
+        let end = line == "}";
+        first.push(line);
+        if end {
+            break;
+        }
+    }
+    let first: Value = serde_json::from_str(&first.join("\n")).unwrap();
+    assert_eq!(first["tasks"].as_array().map(Vec::len), Some(0), "{first}");
+    // A new task is an event: the list is drawn again, with it.
+    let (st, b) = s
+        .post("/api/v1/tasks", None, common::task("W-1", "simple"))
+        .await;
+    assert!(st < 300, "{st} {b}");
+    loop {
+        let line = tokio::task::block_in_place(|| rx.recv_timeout(deadline))
+            .expect("a drawing with the new task");
+        if line.contains("\"W-1\"") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
