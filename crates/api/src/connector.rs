@@ -53,7 +53,9 @@ pub async fn register(
         .register_worker(Registration {
             worker_id: b.worker_id,
             agent_id: b.agent_id.unwrap_or_else(|| "default".into()),
-            worker_type: b.worker_type.unwrap_or_else(|| "builtin".into()),
+            worker_type: b
+                .worker_type
+                .unwrap_or_else(|| shepherd_core::status::WorkerType::Builtin.to_string()),
             name: b.name,
             project_path: b.project_path,
             session_id: b.session_id,
@@ -131,6 +133,19 @@ pub async fn pending(
         })
         .collect();
     Ok(Json(PendingResponse { ok: true, tasks }))
+}
+
+/// The claims a worker has lost track of, judged from seed 003's
+/// `active_vtid` in its heartbeat: when it names no task (empty) or a task
+/// it holds no claim on, every claim it holds is one it no longer works on.
+/// A worker that leaves the field out says nothing, and one that names one
+/// of its claims is believed (a worker with several slots names one).
+pub fn lost_claims<'a>(active_vtid: Option<&str>, held: &[&'a str]) -> Vec<&'a str> {
+    match active_vtid {
+        None => Vec::new(),
+        Some(v) if held.contains(&v) => Vec::new(),
+        Some(_) => held.to_vec(),
+    }
 }
 
 /// Claim a task atomically; at most one active claim per task.
@@ -382,6 +397,19 @@ pub async fn heartbeat(
         .heartbeat(&worker, state.lease_rules())
         .await
         .map_err(|e| seed_error(e, false))?;
+    let held: Vec<&str> = claims.iter().map(|c| c.vtid.as_str()).collect();
+    let lost = lost_claims(b.active_vtid.as_deref(), &held);
+    if !lost.is_empty() {
+        // The claims stay until they end or lapse as seed 003 says; the
+        // answer below lists them, which is how the worker learns what it
+        // still holds. The operator learns it from this line.
+        tracing::warn!(
+            worker = %w.worker_id,
+            active_vtid = b.active_vtid.as_deref().unwrap_or(""),
+            vtid = %lost.join(","),
+            "worker heartbeat names a task other than the one(s) it holds a claim on: it has lost track of its claim"
+        );
+    }
     let claims = claims
         .into_iter()
         .map(|c| HeartbeatClaim {
@@ -442,4 +470,18 @@ pub fn router() -> Router<AppState> {
         )
         .route("/api/v1/worker/orchestrator/heartbeat", post(heartbeat))
         .route("/api/v1/worker/orchestrator/deregister", post(deregister))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lost_claims;
+
+    #[test]
+    fn a_heartbeat_naming_another_or_no_task_loses_the_claims_held() {
+        assert_eq!(lost_claims(Some("VTID-2"), &["VTID-1"]), ["VTID-1"]);
+        assert_eq!(lost_claims(Some(""), &["VTID-1"]), ["VTID-1"]);
+        assert!(lost_claims(Some("VTID-1"), &["VTID-1", "VTID-3"]).is_empty());
+        assert!(lost_claims(None, &["VTID-1"]).is_empty());
+        assert!(lost_claims(Some("VTID-9"), &[]).is_empty());
+    }
 }

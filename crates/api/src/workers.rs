@@ -37,11 +37,13 @@ pub fn event_state(w: &Worker) -> EventState {
     }
 }
 
-/// Seed 001's session status: ready (idle), busy (active), closed.
+/// Seed 001's session status: spawning (registered, not heard from since:
+/// no poll, claim or heartbeat yet), ready (idle), busy (active), closed.
 pub fn session_status(w: &Worker) -> SessionStatus {
     match event_state(w) {
         EventState::Closed => SessionStatus::Closed,
         EventState::Active => SessionStatus::Busy,
+        EventState::Idle if w.last_activity_at.is_none() => SessionStatus::Spawning,
         EventState::Idle => SessionStatus::Ready,
     }
 }

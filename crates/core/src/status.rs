@@ -21,7 +21,7 @@ macro_rules! vocabulary {
             /// Every value, in the order the seed lists them.
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self { $($name::$variant => $text),+ }
             }
         }
@@ -100,6 +100,20 @@ vocabulary!(
         Ready = "ready",
         Busy = "busy",
         Closed = "closed",
+    }
+);
+
+vocabulary!(
+    /// The kinds of worker Shepherd itself starts. The wire's `worker_type`
+    /// stays an open string (an external worker names its own kind), but
+    /// every layer that fills it in for Shepherd's own workers (the
+    /// configured agents, the built-in runner, the registration default, PTY
+    /// tabs) takes the word from here, so runs and `/api/v1/agents` agree.
+    WorkerType {
+        /// Started by the built-in runner (`shepherd runner`).
+        Builtin = "builtin",
+        /// An interactive terminal tab.
+        Pty = "pty",
     }
 );
 

@@ -166,8 +166,12 @@ impl AgentConfig {
             .unwrap_or(TranscriptFormat::Text)
     }
 
+    /// The configured kind, or `builtin`: the word `open_store` records for
+    /// the same agent, so its runs and `/api/v1/agents` say the same.
     pub fn worker_type(&self) -> &str {
-        self.worker_type.as_deref().unwrap_or("process")
+        self.worker_type
+            .as_deref()
+            .unwrap_or(shepherd_core::status::WorkerType::Builtin.as_str())
     }
 
     pub fn slots(&self) -> i64 {

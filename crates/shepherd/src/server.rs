@@ -23,7 +23,10 @@ pub async fn open_store(config: &Config) -> anyhow_like::Result<Store> {
         store
             .upsert_agent(
                 name,
-                agent.worker_type.as_deref().unwrap_or("builtin"),
+                agent
+                    .worker_type
+                    .as_deref()
+                    .unwrap_or(shepherd_core::status::WorkerType::Builtin.as_str()),
                 agent.capabilities.clone(),
                 agent.max_concurrent,
             )

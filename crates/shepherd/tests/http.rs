@@ -850,3 +850,52 @@ e2e!(
         s.stop().await;
     }
 );
+
+e2e!(
+    a_worker_is_spawning_until_it_polls_or_heartbeats,
+    |kind: Kind| async move {
+        let s = Server::start(&Env::new(kind)).await;
+        let status = |id: &'static str| {
+            let s = &s;
+            async move {
+                let (st, list) = s.get("/api/v1/workers", None).await;
+                assert_eq!(st, 200, "{list}");
+                list["workers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|w| w["worker_id"] == id)
+                    .map(|w| w["status"].clone())
+                    .unwrap_or(Value::Null)
+            }
+        };
+        // Registered, not yet heard from: seed 001's `spawning`.
+        let poller = register(&s, "w-poll", &[]).await;
+        let beater = register(&s, "w-beat", &[]).await;
+        assert_eq!(status("w-poll").await, "spawning");
+        assert_eq!(status("w-beat").await, "spawning");
+        // The first poll and the first heartbeat each end it.
+        let (st, b) = s
+            .get(
+                "/api/v1/worker/orchestrator/tasks/pending?worker_id=w-poll",
+                Some(&poller),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        assert_eq!(status("w-poll").await, "ready");
+        assert_eq!(status("w-beat").await, "spawning");
+        let (st, b) = s
+            .post(
+                "/api/v1/worker/orchestrator/heartbeat",
+                Some(&beater),
+                json!({ "worker_id": "w-beat", "active_vtid": "VTID-NONE" }),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        assert_eq!(status("w-beat").await, "ready");
+        // Registering again is a new process: spawning again.
+        register(&s, "w-beat", &[]).await;
+        assert_eq!(status("w-beat").await, "spawning");
+        s.stop().await;
+    }
+);

@@ -72,6 +72,18 @@ command = ["bash", "-c", "cat > /dev/null; printf 'before\\n\\377\\376 junk\\n';
         "the invalid bytes are kept as U+FFFD"
     );
     assert!(transcript.contains("before") && transcript.contains("20000"));
+    // One vocabulary: the run of the built-in runner names the same kind
+    // of worker as the agent list does for the same agent.
+    assert_eq!(run["worker_type"], "builtin", "{run}");
+    let (_, agents) = s.get("/api/v1/agents", None).await;
+    let agent = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == "binary")
+        .expect("the configured agent")
+        .clone();
+    assert_eq!(agent["worker_type"], run["worker_type"], "{agent}");
     s.stop().await;
 }
 

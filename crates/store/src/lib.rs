@@ -682,9 +682,18 @@ impl Store {
 
     pub async fn pending_tasks(&self, worker_id: &str, limit: i64) -> Result<Vec<Task>, Error> {
         let (now, id) = (now_ms(), worker_id.to_owned());
-        read_op!(self, |db| async move {
-            claims::pending(db, now, &id, limit).await
-        })
+        let read_id = id.clone();
+        let (first, tasks) = read_op!(self, |db| async move {
+            claims::pending(db, now, &read_id, limit).await
+        })?;
+        if first {
+            // The worker's first poll ends seed 001's `spawning`.
+            write_op!(
+                self,
+                |db| async move { workers::mark_heard(db, now, &id).await }
+            )?;
+        }
+        Ok(tasks)
     }
 
     pub async fn claim_task(

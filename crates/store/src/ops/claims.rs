@@ -223,15 +223,18 @@ fn capabilities_condition(dialect: Dialect, caps: &str) -> String {
     }
 }
 
-/// Tasks the worker may claim now, best first (priority, then age).
+/// Tasks the worker may claim now, best first (priority, then age), and
+/// whether this is the first the server hears from the worker since it
+/// registered (the caller then records it: see [`workers::mark_heard`]).
 pub async fn pending<D: Db>(
     db: &mut D,
     now: Millis,
     worker_id: &str,
     limit: i64,
-) -> Result<Vec<Task>, Error> {
+) -> Result<(bool, Vec<Task>), Error> {
     let worker = workers::require_live(db, worker_id).await?;
-    eligible(db, now, &worker, limit, false).await
+    let first = worker.last_activity_at.is_none();
+    Ok((first, eligible(db, now, &worker, limit, false).await?))
 }
 
 /// The `limit` best tasks `worker` may claim now. With `lock` (PostgreSQL
@@ -303,6 +306,8 @@ pub async fn claim_next<D: Db>(
     rules: &LeaseRules,
 ) -> Result<Vec<Grant>, Error> {
     let worker = workers::require_live(db, worker_id).await?;
+    // Asking for work ends seed 001's `spawning`, granted or not.
+    db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
     let free = (worker.max_concurrent - worker.active_claims).max(0);
     if max < 1 {
         return Err(Error::invalid(
@@ -1084,6 +1089,8 @@ pub async fn heartbeat<D: Db>(
         "UPDATE workers SET last_heartbeat_at = $2, status = 'active' WHERE id = $1",
         params![worker_id, now],
     );
+    // A heartbeat is hearing from the worker: it is no longer `spawning`.
+    db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
     if worker.status == "inactive" {
         emit(
             db,

@@ -19,7 +19,7 @@ use crate::sql::{Db, Row};
 /// The registry's agent id for terminal tabs (agent tabs use their agent's id).
 pub const TERMINAL_AGENT: &str = "terminal";
 /// The registry's `worker_type` of every PTY tab.
-pub const PTY_WORKER_TYPE: &str = "pty";
+pub const PTY_WORKER_TYPE: &str = shepherd_core::status::WorkerType::Pty.as_str();
 
 /// A session as stored, with its tabs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -306,10 +306,13 @@ async fn register_pty<D: Db>(
     let agent = new.agent_id.as_deref().unwrap_or(TERMINAL_AGENT);
     workers::ensure_agent(db, now, agent, PTY_WORKER_TYPE).await?;
     let token = hash_token(&format!("pty_{}", random_hex(24)));
+    // The tab's process is running when it is recorded (it has a pid), so
+    // it is never seed 001's `spawning`: its activity starts now.
     db.execute(
         "INSERT INTO workers (id, agent_id, worker_type, name, project_path, session_id, terminal_id, \
-         capabilities, max_concurrent, status, token_hash, metadata, registered_at, last_heartbeat_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $1, '[]', 1, 'active', $7, $8, $9, $9)",
+         capabilities, max_concurrent, status, token_hash, metadata, registered_at, last_heartbeat_at, \
+         last_activity_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $1, '[]', 1, 'active', $7, $8, $9, $9, $9)",
         params![
             &new.id,
             agent,

@@ -16,6 +16,16 @@ use crate::sql::{Db, Row};
 pub(crate) const TOUCH_ACTIVITY: &str = "UPDATE workers SET last_activity_at = $2 \
      WHERE id = $1 AND (last_activity_at IS NULL OR last_activity_at + 1000 < $2)";
 
+/// Records that a worker that had not been heard from since registering
+/// polled (the read-only poll cannot write; this runs once per worker).
+pub async fn mark_heard<D: Db>(db: &mut D, now: Millis, worker_id: &str) -> Result<(), Error> {
+    db.defer(
+        "UPDATE workers SET last_activity_at = $2 WHERE id = $1 AND last_activity_at IS NULL",
+        params![worker_id, now],
+    );
+    Ok(())
+}
+
 /// What a worker says about itself when registering.
 #[derive(Debug, Clone, Default)]
 pub struct Registration {
@@ -145,7 +155,9 @@ pub async fn register<D: Db>(
         reg.metadata.to_string()
     };
     // A worker that registers again keeps its id and its registration time;
-    // everything it says about itself, and its token, are replaced.
+    // everything it says about itself, and its token, are replaced. Its
+    // activity starts over: a new process is `spawning` (seed 001) until
+    // it polls or heartbeats.
     db.defer(
         "INSERT INTO workers (id, agent_id, worker_type, name, project_path, session_id, terminal_id, \
          capabilities, max_concurrent, status, token_hash, metadata, registered_at, last_heartbeat_at) \
@@ -154,7 +166,8 @@ pub async fn register<D: Db>(
          name = excluded.name, project_path = excluded.project_path, session_id = excluded.session_id, \
          terminal_id = excluded.terminal_id, capabilities = excluded.capabilities, \
          max_concurrent = excluded.max_concurrent, status = 'active', token_hash = excluded.token_hash, \
-         metadata = excluded.metadata, last_heartbeat_at = excluded.last_heartbeat_at, closed_at = NULL",
+         metadata = excluded.metadata, last_heartbeat_at = excluded.last_heartbeat_at, closed_at = NULL, \
+         last_activity_at = NULL",
         params![
             &worker_id,
             &reg.agent_id,
