@@ -271,6 +271,10 @@ struct ReaderState {
     status: Option<String>,
     out_tail: String,
     err_tail: String,
+    /// Steps the adapter makes again before it reaches new output: those
+    /// already in the spool when the output is read again from its start.
+    #[serde(default)]
+    skip_steps: u64,
 }
 
 /// What a run directory's `run.json` holds: the assignment, and what the
@@ -624,10 +628,15 @@ pub async fn adopt(
 ) -> Ending {
     let run = RunFiles::new(&ctx.data_dir, &saved.assignment.run_id);
     run.touch_lease();
-    let st: ReaderState = std::fs::read_to_string(run.path("reader.json"))
+    let left: Option<ReaderState> = std::fs::read_to_string(run.path("reader.json"))
         .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+        .and_then(|t| serde_json::from_str(&t).ok());
+    // The state describes the moment its runner left; once this runner reads
+    // on, it is stale. Removed, so that if this runner dies without leaving
+    // (SIGKILL, power loss) the next one does not resume from an old offset.
+    let _ = std::fs::remove_file(run.path("reader.json"));
+    let crashed = left.is_none();
+    let mut st = left.unwrap_or_default();
     let a = saved.assignment;
     let spool = match Spool::reopen(&run.dir, "steps", ctx.spool_cap_bytes, st.delivered) {
         Ok(s) => s,
@@ -641,6 +650,14 @@ pub async fn adopt(
             }
         }
     };
+    if crashed {
+        // The runner before died without recording how far it had read: read
+        // the output again from its start. The adapter is deterministic, so
+        // its first steps are those the spool holds; they are skipped, and
+        // the spool is sent again from its start (the server stores each
+        // index once).
+        st.skip_steps = spool.total();
+    }
     let shim_pid = run.live_shim().unwrap_or(0);
     tracing::info!(
         run_id = a.run_id,
@@ -681,6 +698,8 @@ async fn supervise(
 ) -> Ending {
     let format = ctx.agent.format();
     let mut adapter = adapter_for(format);
+    use std::sync::atomic::Ordering::Relaxed;
+    let skip_steps = std::sync::atomic::AtomicU64::new(st.skip_steps);
     let mut outbox = Outbox {
         spool,
         progress: st.progress.into_iter().collect(),
@@ -741,6 +760,9 @@ async fn supervise(
                           result: &mut Option<String>| {
         for o in outputs {
             match o {
+                AdapterOutput::Step(_) if skip_steps.load(Relaxed) > 0 => {
+                    skip_steps.fetch_sub(1, Relaxed);
+                }
                 AdapterOutput::Step(s) => {
                     if let Ok(v) = serde_json::to_value(&s) {
                         if let Err(e) = outbox.spool.push(&v) {
@@ -947,6 +969,7 @@ async fn supervise(
             status: outbox.status.clone(),
             out_tail,
             err_tail,
+            skip_steps: skip_steps.load(Relaxed),
         };
         let saved = serde_json::to_vec(&state)
             .map_err(std::io::Error::other)
