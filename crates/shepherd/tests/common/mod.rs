@@ -210,6 +210,37 @@ impl SseClient {
         token: Option<&str>,
         last_event_id: Option<i64>,
     ) -> SseClient {
+        let res = Self::request(base, path, token, last_event_id)
+            .await
+            .expect("sse connect");
+        assert_eq!(res.status().as_u16(), 200, "SSE status");
+        SseClient {
+            stream: res.bytes_stream().boxed(),
+            buf: String::new(),
+        }
+    }
+
+    /// Like [`SseClient::connect`], but `None` when the node cannot be
+    /// reached or does not answer 200 (a client failing over to another node).
+    pub async fn try_connect(
+        base: &str,
+        path: &str,
+        token: Option<&str>,
+        last_event_id: Option<i64>,
+    ) -> Option<SseClient> {
+        let res = Self::request(base, path, token, last_event_id).await.ok()?;
+        (res.status().as_u16() == 200).then(|| SseClient {
+            stream: res.bytes_stream().boxed(),
+            buf: String::new(),
+        })
+    }
+
+    async fn request(
+        base: &str,
+        path: &str,
+        token: Option<&str>,
+        last_event_id: Option<i64>,
+    ) -> reqwest::Result<reqwest::Response> {
         let mut req = reqwest::Client::new().get(format!("{base}{path}"));
         if let Some(t) = token {
             req = req.bearer_auth(t);
@@ -217,12 +248,7 @@ impl SseClient {
         if let Some(id) = last_event_id {
             req = req.header("Last-Event-ID", id.to_string());
         }
-        let res = req.send().await.expect("sse connect");
-        assert_eq!(res.status().as_u16(), 200, "SSE status");
-        SseClient {
-            stream: res.bytes_stream().boxed(),
-            buf: String::new(),
-        }
+        req.send().await
     }
 
     /// The next frame that carries data (comments are skipped), or None on timeout/end.

@@ -913,10 +913,21 @@ impl PgBackend {
             }
             let (client, conn) = config.connect(NoTls).await.map_err(map_err)?;
             let driver = tokio::spawn(conn);
-            client
+            // `IF NOT EXISTS` does not cover a concurrent creator: of nodes
+            // started together on a fresh schema, all but one get a unique
+            // violation (or "duplicate schema") once the first commits. The
+            // schema is there either way.
+            if let Err(e) = client
                 .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
                 .await
-                .map_err(map_err)?;
+            {
+                let raced = e.code().is_some_and(|c| {
+                    *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_SCHEMA
+                });
+                if !raced {
+                    return Err(map_err(e));
+                }
+            }
             drop(client);
             let _ = driver.await;
             config.options(format!("-c search_path={schema}"));
