@@ -296,6 +296,70 @@ pub fn decompress_with_limit(
     blob: &[u8],
     limit: usize,
 ) -> Result<Vec<TranscriptStep>, TranscriptError> {
+    let json = inflate(blob, limit)?;
+    serde_json::from_slice(&json).map_err(|e| TranscriptError::Json(e.to_string()))
+}
+
+/// Steps kept as the JSON array text they are stored in, so that a long
+/// conversation is sent to a client without parsing and re-serialising
+/// every step: a finished reply's blob inflates straight into this. It
+/// serialises as that text, byte for byte what serialising the parsed
+/// `Vec<TranscriptStep>` gives, because [`compress`] wrote it that way.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StepsJson(Box<serde_json::value::RawValue>);
+
+impl StepsJson {
+    /// The JSON of typed steps.
+    pub fn from_steps(steps: &[TranscriptStep]) -> Self {
+        let text = serde_json::to_string(steps).expect("serialising steps cannot fail");
+        Self::from_json(text).expect("serialised steps are a JSON array")
+    }
+
+    /// Wraps JSON text that must be an array. Its syntax is checked (a
+    /// scan, no allocation per step); the shape of each step is not, which
+    /// is why only text made from typed steps should come here.
+    pub fn from_json(text: String) -> Result<Self, TranscriptError> {
+        let raw = serde_json::value::RawValue::from_string(text)
+            .map_err(|e| TranscriptError::Json(e.to_string()))?;
+        if !raw.get().starts_with('[') {
+            return Err(TranscriptError::Json("steps are not a JSON array".into()));
+        }
+        Ok(Self(raw))
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Parses the steps (clients that show them).
+    pub fn parse(&self) -> Result<Vec<TranscriptStep>, TranscriptError> {
+        serde_json::from_str(self.0.get()).map_err(|e| TranscriptError::Json(e.to_string()))
+    }
+}
+
+impl Default for StepsJson {
+    fn default() -> Self {
+        Self::from_steps(&[])
+    }
+}
+
+impl PartialEq for StepsJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+/// [`decompress`] without parsing: the blob's JSON as [`StepsJson`], with
+/// the same size limit.
+pub fn decompress_json(blob: &[u8]) -> Result<StepsJson, TranscriptError> {
+    let json = inflate(blob, MAX_DECOMPRESSED_BYTES)?;
+    let text = String::from_utf8(json).map_err(|e| TranscriptError::Json(e.to_string()))?;
+    StepsJson::from_json(text)
+}
+
+fn inflate(blob: &[u8], limit: usize) -> Result<Vec<u8>, TranscriptError> {
     if blob.is_empty() {
         return Err(TranscriptError::Gzip("empty blob".into()));
     }
@@ -310,7 +374,7 @@ pub fn decompress_with_limit(
     if json.len() > limit {
         return Err(TranscriptError::TooLarge { limit });
     }
-    serde_json::from_slice(&json).map_err(|e| TranscriptError::Json(e.to_string()))
+    Ok(json)
 }
 
 /// Appends a synthetic result for every tool call that has no later result,

@@ -4,8 +4,8 @@
 use std::borrow::Cow;
 
 use shepherd_core::transcript::{
-    close_dangling_tool_calls, compress, decompress, decompress_with_limit, truncate_utf8,
-    ActionContent, StepSummary, TranscriptError, TranscriptStep, MAX_DECOMPRESSED_BYTES,
+    self, close_dangling_tool_calls, compress, decompress, decompress_with_limit, truncate_utf8,
+    ActionContent, StepSummary, StepsJson, TranscriptError, TranscriptStep, MAX_DECOMPRESSED_BYTES,
     MAX_TOOL_ARGS_BYTES, MAX_TOOL_RESULT_BYTES, PREVIEW_MAX_BYTES,
 };
 
@@ -394,4 +394,41 @@ fn a_well_formed_transcript_is_left_alone() {
     let mut empty = Vec::new();
     close_dangling_tool_calls(&mut empty, "unused");
     assert!(empty.is_empty());
+}
+
+#[test]
+fn a_blob_inflates_to_the_json_serialising_its_steps_gives() {
+    let steps = vec![
+        TranscriptStep::Action {
+            content: vec![
+                ActionContent::Text {
+                    text: "quote \" newline \n tab \t é ✓".into(),
+                },
+                ActionContent::ToolCall {
+                    id: "c1".into(),
+                    name: "grep".into(),
+                    args: r#"{"q":"x"}"#.into(),
+                },
+            ],
+        },
+        TranscriptStep::ToolResult {
+            call_id: "c1".into(),
+            name: "grep".into(),
+            text: "\u{1}control\u{7f}".into(),
+        },
+    ];
+    let raw = transcript::decompress_json(&transcript::compress(&steps)).unwrap();
+    // The wire: embedding the raw text gives the bytes the typed steps give.
+    assert_eq!(raw.as_str(), serde_json::to_string(&steps).unwrap());
+    assert_eq!(
+        serde_json::to_string(&raw).unwrap(),
+        serde_json::to_string(&steps).unwrap()
+    );
+    assert_eq!(raw.parse().unwrap(), steps);
+    assert_eq!(StepsJson::from_steps(&steps), raw);
+    assert_eq!(StepsJson::default().as_str(), "[]");
+    // Not an array, not JSON, not gzip: refused, never passed on.
+    assert!(StepsJson::from_json("{}".into()).is_err());
+    assert!(StepsJson::from_json("[1,".into()).is_err());
+    assert!(transcript::decompress_json(b"nope").is_err());
 }

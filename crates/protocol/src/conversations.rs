@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use shepherd_core::transcript::TranscriptStep;
+use shepherd_core::transcript::{StepsJson, TranscriptStep};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -80,8 +80,11 @@ pub struct MessageInfo {
     pub run_id: Option<String>,
     /// User: `queued | sent | dropped`; agent: `running | done | failed | cancelled`.
     pub status: String,
-    /// The reply's steps (seed 000's `TranscriptStep`).
-    pub steps: Vec<TranscriptStep>,
+    /// The reply's steps (seed 000's `TranscriptStep`), carried as JSON
+    /// text: a long conversation is sent without re-serialising each step.
+    #[schema(value_type = Vec<TranscriptStep>)]
+    #[schemars(with = "Vec<TranscriptStep>")]
+    pub steps: StepsJson,
     pub created_at: String,
 }
 

@@ -33,6 +33,34 @@ pub struct AgentSpec {
     pub env: Vec<(String, String)>,
 }
 
+/// Placeholder in `continue_args` for the agent's own conversation id.
+pub const AGENT_SESSION_PLACEHOLDER: &str = "{agent_session_id}";
+
+impl AgentSpec {
+    /// The arguments that continue the agent's earlier conversation in a
+    /// tab. `{agent_session_id}` is filled from the id the tab knows; when it
+    /// knows none, none of `continue_args` is used (the agent starts afresh):
+    /// dropping only the placeholder would leave a flag such as `--resume`
+    /// without its value, and passing it through would hand the agent a
+    /// literal `{agent_session_id}`. The same rule as follow-up runs of a
+    /// conversation.
+    pub fn continue_args_for(&self, agent_session_id: Option<&str>) -> Vec<String> {
+        let needs_id = self
+            .continue_args
+            .iter()
+            .any(|a| a.contains(AGENT_SESSION_PLACEHOLDER));
+        match agent_session_id.filter(|id| !id.is_empty()) {
+            Some(id) => self
+                .continue_args
+                .iter()
+                .map(|a| a.replace(AGENT_SESSION_PLACEHOLDER, id))
+                .collect(),
+            None if needs_id => Vec::new(),
+            None => self.continue_args.clone(),
+        }
+    }
+}
+
 /// The node's session settings.
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
@@ -412,7 +440,18 @@ impl SessionManager {
                 env.extend(a.env.iter().cloned());
                 let mut args = a.interactive_command[1..].to_vec();
                 if continue_ {
-                    args.extend(a.continue_args.iter().cloned());
+                    // A tab stores no agent conversation id (yet), so
+                    // arguments naming one are left out rather than
+                    // passed with the placeholder unfilled.
+                    let extra = a.continue_args_for(None);
+                    if extra.len() < a.continue_args.len() {
+                        tracing::info!(
+                            session_id = %s.id,
+                            agent_id = id,
+                            "continue_args name {AGENT_SESSION_PLACEHOLDER} and this tab knows none: the agent starts a new conversation"
+                        );
+                    }
+                    args.extend(extra);
                 }
                 (a.interactive_command[0].clone(), args)
             }
@@ -764,4 +803,32 @@ async fn git(dir: &str, args: &[&str]) -> Result<String, Error> {
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(args: &[&str]) -> AgentSpec {
+        AgentSpec {
+            interactive_command: vec!["claude".into()],
+            continue_args: args.iter().map(|a| a.to_string()).collect(),
+            env: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn continue_args_fill_or_drop_the_agent_session_placeholder() {
+        let resume = spec(&["--resume", "{agent_session_id}"]);
+        assert_eq!(
+            resume.continue_args_for(Some("abc-123")),
+            vec!["--resume", "abc-123"]
+        );
+        // No id known: no half-filled `--resume`, no literal placeholder.
+        assert!(resume.continue_args_for(None).is_empty());
+        assert!(resume.continue_args_for(Some("")).is_empty());
+        let plain = spec(&["--continue"]);
+        assert_eq!(plain.continue_args_for(None), vec!["--continue"]);
+        assert_eq!(plain.continue_args_for(Some("x")), vec!["--continue"]);
+    }
 }

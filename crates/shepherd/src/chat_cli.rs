@@ -197,12 +197,16 @@ fn print_message(m: &MessageInfo, full: bool) {
         println!("\nyou{mark}: {}", m.text.as_deref().unwrap_or(""));
         return;
     }
-    let shown = if full { m.steps.len() } else { 5 };
-    let skip = m.steps.len().saturating_sub(shown);
+    let steps = m.steps.parse().unwrap_or_else(|e| {
+        eprintln!("  · (the server sent steps that cannot be read: {e})");
+        Vec::new()
+    });
+    let shown = if full { steps.len() } else { 5 };
+    let skip = steps.len().saturating_sub(shown);
     if skip > 0 {
         println!("  · … {skip} earlier steps");
     }
-    for s in m.steps.iter().skip(skip) {
+    for s in steps.iter().skip(skip) {
         println!("  · {}", step_line(s));
     }
     match m.status.as_str() {

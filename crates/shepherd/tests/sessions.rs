@@ -315,9 +315,19 @@ e2e!(
                 argv.display()
             ),
         );
+        let resumed_argv = env.dir.join("resumed-argv.txt");
+        let resumer = env.script(
+            "resumer.sh",
+            &format!(
+                "printf '%s\\n' \"start:$*\" >> {}\necho resumer-ready\nexec cat\n",
+                resumed_argv.display()
+            ),
+        );
         env.with_config_file(&format!(
         "[agents.talker]\ncommand = [\"sh\", \"-c\", \"true\"]\ninteractive_command = [\"sh\", \"{script}\"]\n\
-         continue_args = [\"--continue\"]\n\n[agents.oneshot]\ncommand = [\"true\"]\n"
+         continue_args = [\"--continue\"]\n\n[agents.oneshot]\ncommand = [\"true\"]\n\n\
+         [agents.resumer]\ncommand = [\"true\"]\ninteractive_command = [\"sh\", \"{resumer}\"]\n\
+         continue_args = [\"--resume\", \"{{agent_session_id}}\"]\n"
     ));
         let s = Server::start(&env).await;
         let dir = workdir(&env, "work");
@@ -351,6 +361,40 @@ e2e!(
             std::fs::read_to_string(&argv).unwrap_or_default() == "start:\nstart:--continue\n"
         })
         .await;
+        // A tab knows no agent conversation id: continue_args that need one
+        // are left out, never passed with the placeholder unfilled.
+        let (st, w) = add(
+            &s,
+            None,
+            &sid,
+            json!({ "type": "agent", "agent_id": "resumer" }),
+        )
+        .await;
+        assert_eq!(st, 201, "{w}");
+        let rid = w["id"].as_str().unwrap().to_owned();
+        let mut r = connect(&s.base, &sid, &rid, None).await;
+        r.wait_for("resumer-ready", WAIT).await;
+        let (st, body) = s
+            .post(
+                &format!("/api/v1/sessions/{sid}/workers/{rid}/restart"),
+                None,
+                json!({"mode": "continue"}),
+            )
+            .await;
+        assert_eq!(st, 200, "{body}");
+        eventually("the resumer restarts", WAIT, || {
+            std::fs::read_to_string(&resumed_argv)
+                .unwrap_or_default()
+                .lines()
+                .count()
+                == 2
+        })
+        .await;
+        assert_eq!(
+            std::fs::read_to_string(&resumed_argv).unwrap(),
+            "start:\nstart:\n",
+            "no unfilled {{agent_session_id}} reaches the agent"
+        );
         let (st, e) = add(
             &s,
             None,

@@ -112,7 +112,7 @@ contract!(send_reply_and_follow_up, |db: TestDb| async move {
     assert_eq!(view.active_run_id.as_deref(), Some(g.claim.run_id.as_str()));
     assert_eq!(view.messages.len(), 2);
     assert_eq!(view.messages[1].role, "agent");
-    assert_eq!(view.messages[1].steps.len(), 2);
+    assert_eq!(view.messages[1].steps.parse().unwrap().len(), 2);
     assert!(cursor > 0);
     finish(
         &store,
@@ -131,7 +131,7 @@ contract!(send_reply_and_follow_up, |db: TestDb| async move {
     assert_eq!(view.active_run_id, None);
     assert_eq!(view.messages[1].status, "done");
     assert_eq!(
-        view.messages[1].steps.len(),
+        view.messages[1].steps.parse().unwrap().len(),
         2,
         "steps from the blob once finished"
     );
@@ -222,7 +222,7 @@ contract!(
         let (view, _) = store.load_conversation(&c.id).await.unwrap();
         assert_eq!(view.conversation.state, "idle");
         assert_eq!(view.messages[1].status, "cancelled");
-        assert_eq!(view.messages[1].steps.len(), 5);
+        assert_eq!(view.messages[1].steps.parse().unwrap().len(), 5);
         // Idle conversations have nothing to cancel.
         let e = store.cancel_conversation(&c.id, None).await.unwrap_err();
         assert_eq!(e.code, "conversation_idle");
@@ -310,7 +310,7 @@ contract!(
         let (old_view, _) = store.load_conversation(&old.id).await.unwrap();
         assert_eq!(old_view.conversation.state, "idle");
         assert_eq!(
-            old_view.messages[1].steps.len(),
+            old_view.messages[1].steps.parse().unwrap().len(),
             1,
             "partial work preserved"
         );
@@ -394,7 +394,7 @@ contract!(enqueue_and_interrupt, |db: TestDb| async move {
         ]
     );
     assert_eq!(
-        view.messages[3].steps.len(),
+        view.messages[3].steps.parse().unwrap().len(),
         1,
         "the interrupted reply keeps its work"
     );

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::{Run, Task};
 use shepherd_core::time::Millis;
-use shepherd_core::transcript::{self, TranscriptStep};
+use shepherd_core::transcript::{self, StepsJson, TranscriptStep};
 use shepherd_core::Error;
 
 use super::runs::{run_from_row, RUN_COLUMNS, RUN_FROM};
@@ -77,7 +77,8 @@ pub struct MessageView {
     /// User messages: `queued | sent | dropped`; agent messages: the run's
     /// `running | done | failed | cancelled`.
     pub status: String,
-    pub steps: Vec<TranscriptStep>,
+    /// As JSON text: a finished reply's blob is inflated, not parsed.
+    pub steps: StepsJson,
     pub created_at: Millis,
 }
 
@@ -996,7 +997,7 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
         .iter()
         .map(run_from_row)
         .collect::<Result<Vec<Run>, _>>()?;
-    let mut finished: std::collections::HashMap<String, Vec<TranscriptStep>> = Default::default();
+    let mut finished: std::collections::HashMap<String, StepsJson> = Default::default();
     if runs.iter().any(|r| r.has_transcript) {
         let rows = db
             .query(
@@ -1008,14 +1009,15 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
         for r in &rows {
             let run_id = r.string(0)?;
             let steps = match r.opt_blob(1)? {
-                Some(blob) => transcript::decompress(&blob).map_err(|e| {
+                // Inflated, not parsed: the client gets this text as is.
+                Some(blob) => transcript::decompress_json(&blob).map_err(|e| {
                     Error::new(
                         shepherd_core::ErrorKind::Internal,
                         "transcript_corrupt",
                         format!("the stored transcript of run {run_id} cannot be read: {e}"),
                     )
                 })?,
-                None => Vec::new(),
+                None => StepsJson::default(),
             };
             finished.insert(run_id, steps);
         }
@@ -1061,12 +1063,14 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
             text: Some(m.text),
             run_id: None,
             status: m.status,
-            steps: Vec::new(),
+            steps: StepsJson::default(),
             created_at: m.created_at,
         });
         for run in replies {
             let steps = if run.status == "running" {
-                live.remove(&run.id).unwrap_or_default()
+                // Step rows are parsed and re-serialised: PostgreSQL's
+                // jsonb does not give back the text that was written.
+                StepsJson::from_steps(&live.remove(&run.id).unwrap_or_default())
             } else {
                 finished.remove(&run.id).unwrap_or_default()
             };
