@@ -30,7 +30,19 @@
 //!
 //! - `claim-next`: in-process, `Store::claim_next` with `max` = 100 from a
 //!   shared queue, then one `progress` completion per run (`claim-next-batch`:
-//!   all of a claim's completions in one `Store::progress_batch`).
+//!   all of a claim's completions in one `Store::progress_batch`);
+//! - `claim-next-http`: the same over the real server:
+//!   `POST …/tasks/claim {"worker_id", "max": 100}`, then one
+//!   `POST …/tasks/{vtid}/progress` per run;
+//! - `baseline-next`: the bare-SQL form of claim-next on the same
+//!   `bench_tasks` table, one autocommit statement per step: `UPDATE … SET
+//!   state = 'claimed' WHERE id IN (SELECT id … WHERE state = 'pending' ORDER
+//!   BY id LIMIT 100 [FOR UPDATE SKIP LOCKED]) RETURNING id`, then one
+//!   `UPDATE … SET state = 'done'` per row (SQLite: each in `BEGIN
+//!   IMMEDIATE` … `COMMIT`). The claim-next rows' "vs baseline" is over it.
+//!
+//! The table also gives the HTTP rows as a ratio of their in-process
+//! counterparts (`http` over `store`, `claim-next-http` over `claim-next`).
 //!
 //! With `SHEPHERD_BENCH_GRAPHILE=/path/to/graphile` (the peer harness's
 //! binary, built on its own, never part of this workspace) the run ends with
@@ -111,6 +123,11 @@ enum Route {
     ClaimNext,
     /// In-process claim-next, each batch's completions in one `progress_batch`.
     ClaimNextBatch,
+    /// Claim-next over HTTP, one progress call per run.
+    ClaimNextHttp,
+    /// Bare-SQL claim-next: one statement claims up to [`CLAIM_NEXT_MAX`]
+    /// rows, one statement completes each.
+    BaselineNext,
 }
 
 impl Route {
@@ -121,6 +138,25 @@ impl Route {
             Route::Http => "http",
             Route::ClaimNext => "claim-next",
             Route::ClaimNextBatch => "claim-next-batch",
+            Route::ClaimNextHttp => "claim-next-http",
+            Route::BaselineNext => "baseline-next",
+        }
+    }
+
+    /// The bare-SQL case this route is compared with.
+    fn baseline(self) -> Route {
+        match self {
+            Route::ClaimNext | Route::ClaimNextBatch | Route::ClaimNextHttp => Route::BaselineNext,
+            _ => Route::Baseline,
+        }
+    }
+
+    /// The in-process case an HTTP route is compared with.
+    fn in_process(self) -> Option<Route> {
+        match self {
+            Route::Http => Some(Route::Store),
+            Route::ClaimNextHttp => Some(Route::ClaimNext),
+            _ => None,
         }
     }
 }
@@ -145,6 +181,10 @@ fn base_cycles(backend: Backend, route: Route, workers: usize) -> f64 {
         (Backend::Postgres, Route::Http, _) => 600.0,
         (Backend::Sqlite, Route::ClaimNext | Route::ClaimNextBatch, _) => 5_000.0,
         (Backend::Postgres, Route::ClaimNext | Route::ClaimNextBatch, _) => 3_000.0,
+        (Backend::Sqlite, Route::ClaimNextHttp, _) => 5_000.0,
+        (Backend::Postgres, Route::ClaimNextHttp, _) => 3_000.0,
+        (Backend::Sqlite, Route::BaselineNext, _) => 50_000.0,
+        (Backend::Postgres, Route::BaselineNext, _) => 20_000.0,
     }
 }
 
@@ -244,6 +284,13 @@ impl Plan {
         let per = (total / workers as u64).max(1);
         let warm = ((per as f64 * WARMUP_FRACTION).round() as u64).max(2);
         (per, warm)
+    }
+}
+
+impl Plan {
+    /// Tasks in the shared queue of a claim-next case.
+    fn total(&self, backend: Backend, route: Route, workers: usize) -> u64 {
+        ((base_cycles(backend, route, workers) * self.scale).round() as u64).max(1)
     }
 }
 
@@ -808,6 +855,120 @@ async fn bench_http(
     Ok(m)
 }
 
+/// [`bench_claim_next`] over HTTP: a shared queue of `total` tasks drained
+/// by `workers` workers, each claiming up to [`CLAIM_NEXT_MAX`] per
+/// `POST …/tasks/claim` and completing each run with its own progress call.
+async fn bench_claim_next_http(
+    backend: Backend,
+    vars: HashMap<String, String>,
+    workers: usize,
+    total: u64,
+) -> BenchResult<Measurement> {
+    use shepherd_protocol::connector::{ClaimNextResponse, EventApplied};
+    let server = Server::start(vars).await?;
+    let base = server.base.clone();
+    let setup = reqwest::Client::new();
+    for w in 0..workers {
+        post_json(
+            &setup,
+            format!("{base}/api/v1/worker/orchestrator/register"),
+            &json!({ "worker_id": worker_id(w), "max_concurrent": CLAIM_NEXT_MAX }),
+            "register",
+        )
+        .await?;
+    }
+    let created: Vec<Result<_, _>> = futures::stream::iter(0..total)
+        .map(|n| {
+            let (setup, url) = (setup.clone(), format!("{base}/api/v1/tasks"));
+            async move {
+                let body = json!({ "vtid": format!("Q-{n}"), "title": format!("bench Q-{n}"), "spec": "claim and complete" });
+                post_json(&setup, url, &body, &format!("create Q-{n}")).await
+            }
+        })
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect()
+        .await;
+    for r in created {
+        r?;
+    }
+    let done_count = Arc::new(AtomicU64::new(0));
+    let (elapsed, tally) = drive(workers, |w, barrier| {
+        let client = reqwest::Client::new();
+        let (base, worker, done_count) = (base.clone(), worker_id(w), done_count.clone());
+        async move {
+            barrier.wait().await;
+            let mut tally = Tally::default();
+            let orchestrator = format!("{base}/api/v1/worker/orchestrator/tasks");
+            loop {
+                let answer = post_json(
+                    &client,
+                    format!("{orchestrator}/claim"),
+                    &json!({ "worker_id": worker, "max": CLAIM_NEXT_MAX }),
+                    "claim-next",
+                )
+                .await
+                .and_then(|v| {
+                    serde_json::from_value::<ClaimNextResponse>(v)
+                        .map_err(|e| format!("claim-next: {e}"))
+                });
+                let claims = match answer {
+                    Ok(a) => a.claims,
+                    Err(e) => {
+                        tally.record(Err(e));
+                        break;
+                    }
+                };
+                if claims.is_empty() {
+                    break;
+                }
+                for c in claims {
+                    let body =
+                        json!({ "worker_id": worker, "event": COMPLETED, "claim_token": c.claim_token });
+                    let r = post_json(
+                        &client,
+                        format!("{orchestrator}/{}/progress", c.vtid),
+                        &body,
+                        &format!("complete {}", c.vtid),
+                    )
+                    .await
+                    .and_then(|v| {
+                        serde_json::from_value::<EventApplied>(v)
+                            .map_err(|e| format!("complete {}: {e}", c.vtid))
+                    });
+                    match r {
+                        Ok(p) if p.state == "done" => {
+                            done_count.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(p) => tally.record(Err(format!("complete {}: ended {:?}", c.vtid, p.state))),
+                        Err(e) => tally.record(Err(e)),
+                    }
+                }
+            }
+            tally
+        }
+    })
+    .await?;
+    let done = http_count(&setup, &base, Some("done")).await?;
+    let all = http_count(&setup, &base, None).await?;
+    drop(setup);
+    server.stop().await?;
+    let m = Measurement {
+        backend,
+        route: Route::ClaimNextHttp,
+        workers,
+        cycles: done_count.load(Ordering::Relaxed),
+        elapsed,
+        errors: tally.errors,
+        error_samples: tally.samples,
+        verified: done == total as i64 && all == total as i64,
+    };
+    if !m.verified {
+        eprintln!("  verify: {done} of {total} tasks done ({all} tasks in all)");
+    }
+    report_case(&m);
+    Ok(m)
+}
+
 // ----- baseline: SQLite through rusqlite -----
 
 const SQLITE_SELECT: &str =
@@ -1088,6 +1249,233 @@ async fn pg_baseline(
     Ok(m)
 }
 
+// ----- baseline-next: bare-SQL claim-next -----
+
+const SQLITE_NEXT: &str = "UPDATE bench_tasks SET state = 'claimed', worker = ?1 WHERE id IN \
+     (SELECT id FROM bench_tasks WHERE state = 'pending' ORDER BY id LIMIT ?2) RETURNING id";
+const PG_NEXT: &str = "UPDATE bench_tasks SET state = 'claimed', worker = $1 WHERE id IN \
+     (SELECT id FROM bench_tasks WHERE state = 'pending' ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+     RETURNING id";
+
+/// Creates `bench_tasks` holding `Q-0 … Q-(total-1)`, all pending.
+fn queue_ids(total: u64) -> Vec<String> {
+    (0..total).map(|n| format!("Q-{n:08}")).collect()
+}
+
+fn sqlite_baseline_next(path: &Path, workers: usize, total: u64) -> BenchResult<Measurement> {
+    let ids = queue_ids(total);
+    {
+        let mut conn = sqlite_open(path)?;
+        conn.execute_batch(
+            "CREATE TABLE bench_tasks (id TEXT PRIMARY KEY, state TEXT NOT NULL, worker TEXT)",
+        )?;
+        let tx = conn.transaction()?;
+        {
+            let mut insert =
+                tx.prepare("INSERT INTO bench_tasks (id, state) VALUES (?1, 'pending')")?;
+            for id in &ids {
+                insert.execute([id])?;
+            }
+        }
+        tx.commit()?;
+    }
+    let conns = (0..workers)
+        .map(|_| sqlite_open(path))
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let barrier = std::sync::Barrier::new(workers + 1);
+    let cycles = AtomicU64::new(0);
+    let (elapsed, tally) = std::thread::scope(|s| {
+        let (barrier, cycles) = (&barrier, &cycles);
+        let handles: Vec<_> = conns
+            .into_iter()
+            .enumerate()
+            .map(|(w, conn)| {
+                s.spawn(move || {
+                    let worker = worker_id(w);
+                    let mut tally = Tally::default();
+                    barrier.wait();
+                    loop {
+                        let claimed = (|| {
+                            conn.execute_batch("BEGIN IMMEDIATE")?;
+                            let ids = conn
+                                .prepare_cached(SQLITE_NEXT)?
+                                .query_map(rusqlite::params![worker, CLAIM_NEXT_MAX], |r| {
+                                    r.get::<_, String>(0)
+                                })?
+                                .collect::<rusqlite::Result<Vec<_>>>();
+                            match ids {
+                                Ok(ids) => {
+                                    conn.execute_batch("COMMIT")?;
+                                    Ok(ids)
+                                }
+                                Err(e) => {
+                                    let _ = conn.execute_batch("ROLLBACK");
+                                    Err(e)
+                                }
+                            }
+                        })();
+                        let ids = match claimed {
+                            Ok(ids) if ids.is_empty() => break,
+                            Ok(ids) => ids,
+                            Err(e) => {
+                                tally.record(Err(format!("claim-next: {e}")));
+                                break;
+                            }
+                        };
+                        for id in ids {
+                            let done = (|| {
+                                conn.execute_batch("BEGIN IMMEDIATE")?;
+                                let n = conn.prepare_cached(SQLITE_DONE)?.execute([&id, &worker]);
+                                match n {
+                                    Ok(n) => {
+                                        conn.execute_batch("COMMIT")?;
+                                        Ok(n == 1)
+                                    }
+                                    Err(e) => {
+                                        let _ = conn.execute_batch("ROLLBACK");
+                                        Err(e)
+                                    }
+                                }
+                            })();
+                            if matches!(done, Ok(true)) {
+                                cycles.fetch_add(1, Ordering::Relaxed);
+                            }
+                            tally.record(sqlite_outcome(done, &id));
+                        }
+                    }
+                    tally
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let mut tally = Tally::default();
+        for h in handles {
+            tally.merge(h.join().map_err(|_| "a baseline thread panicked")?);
+        }
+        Ok::<_, BenchError>((start.elapsed(), tally))
+    })?;
+    let conn = sqlite_open(path)?;
+    let done: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM bench_tasks WHERE state = 'done'",
+        [],
+        |r| r.get(0),
+    )?;
+    let m = Measurement {
+        backend: Backend::Sqlite,
+        route: Route::BaselineNext,
+        workers,
+        cycles: cycles.load(Ordering::Relaxed),
+        elapsed,
+        errors: tally.errors,
+        error_samples: tally.samples,
+        verified: done == total as i64,
+    };
+    if !m.verified {
+        eprintln!("  verify: {done} of {total} rows done");
+    }
+    report_case(&m);
+    Ok(m)
+}
+
+async fn pg_baseline_next(
+    url: &str,
+    schema: &str,
+    workers: usize,
+    total: u64,
+) -> BenchResult<Measurement> {
+    let ids = queue_ids(total);
+    let admin = pg_connect(url, None).await?;
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.bench_tasks \
+             (id TEXT PRIMARY KEY, state TEXT NOT NULL, worker TEXT)"
+        ))
+        .await?;
+    admin
+        .execute(
+            &format!(
+                "INSERT INTO {schema}.bench_tasks (id, state) SELECT unnest($1::text[]), 'pending'"
+            ),
+            &[&ids],
+        )
+        .await?;
+    admin
+        .batch_execute(&format!("ANALYZE {schema}.bench_tasks"))
+        .await?;
+    let mut conns = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let client = pg_connect(url, Some(schema)).await?;
+        let next = client.prepare(PG_NEXT).await?;
+        let done = client.prepare(PG_DONE).await?;
+        conns.push((client, next, done));
+    }
+    let conns: Vec<_> = conns
+        .into_iter()
+        .map(|c| std::sync::Mutex::new(Some(c)))
+        .collect();
+    let cycles = Arc::new(AtomicU64::new(0));
+    let (elapsed, tally) = drive(workers, |w, barrier| {
+        let (client, next, done) = conns[w]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .expect("one connection per worker");
+        let (worker, cycles) = (worker_id(w), cycles.clone());
+        async move {
+            barrier.wait().await;
+            let mut tally = Tally::default();
+            loop {
+                // Autocommit: each statement is its own transaction.
+                let ids = match client.query(&next, &[&worker, &CLAIM_NEXT_MAX]).await {
+                    Ok(rows) if rows.is_empty() => break,
+                    Ok(rows) => rows
+                        .iter()
+                        .map(|r| r.get::<_, String>(0))
+                        .collect::<Vec<_>>(),
+                    Err(e) => {
+                        tally.record(Err(format!("claim-next: {e}")));
+                        break;
+                    }
+                };
+                for id in ids {
+                    match client.execute(&done, &[&id, &worker]).await {
+                        Ok(1) => {
+                            cycles.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(_) => tally.record(Err(format!("{id}: not claimed by this worker"))),
+                        Err(e) => tally.record(Err(format!("{id}: {e}"))),
+                    }
+                }
+            }
+            tally
+        }
+    })
+    .await?;
+    let done: i64 = admin
+        .query_one(
+            &format!("SELECT COUNT(*) FROM {schema}.bench_tasks WHERE state = 'done'"),
+            &[],
+        )
+        .await?
+        .get(0);
+    let m = Measurement {
+        backend: Backend::Postgres,
+        route: Route::BaselineNext,
+        workers,
+        cycles: cycles.load(Ordering::Relaxed),
+        elapsed,
+        errors: tally.errors,
+        error_samples: tally.samples,
+        verified: done == total as i64,
+    };
+    if !m.verified {
+        eprintln!("  verify: {done} of {total} rows done");
+    }
+    report_case(&m);
+    Ok(m)
+}
+
 // ----- the two backends -----
 
 async fn bench_sqlite(plan: &Plan, out: &mut Vec<Measurement>) -> BenchResult<()> {
@@ -1115,13 +1503,29 @@ async fn bench_sqlite(plan: &Plan, out: &mut Vec<Measurement>) -> BenchResult<()
             let vars = server_vars(&dir.0, None)?;
             out.push(bench_http(b, vars, workers, per, warm).await?);
         }
+        if plan.wants(b, Route::BaselineNext, workers) {
+            let total = plan.total(b, Route::BaselineNext, workers);
+            let dir = TempDir::new()?;
+            let path = dir.db_path();
+            let m = tokio::task::spawn_blocking(move || {
+                sqlite_baseline_next(&path, workers, total).map_err(|e| e.to_string())
+            })
+            .await??;
+            out.push(m);
+        }
         for (route, batched) in [(Route::ClaimNext, false), (Route::ClaimNextBatch, true)] {
             if plan.wants(b, route, workers) {
-                let total = (base_cycles(b, route, workers) * plan.scale).round() as u64;
+                let total = plan.total(b, route, workers);
                 let dir = TempDir::new()?;
                 let config = StoreConfig::new(format!("sqlite://{}", dir.db_path().display()));
                 out.push(bench_claim_next(b, config, workers, total, batched).await?);
             }
+        }
+        if plan.wants(b, Route::ClaimNextHttp, workers) {
+            let total = plan.total(b, Route::ClaimNextHttp, workers);
+            let dir = TempDir::new()?;
+            let vars = server_vars(&dir.0, None)?;
+            out.push(bench_claim_next_http(b, vars, workers, total).await?);
         }
         // Let the store's writer thread exit before the next case.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1156,15 +1560,29 @@ async fn bench_pg(url: &str, plan: &Plan, out: &mut Vec<Measurement>) -> BenchRe
                 let vars = server_vars(&dir.0, Some((url, &schema)))?;
                 out.push(bench_http(b, vars, workers, per, warm).await?);
             }
+            if plan.wants(b, Route::BaselineNext, workers) {
+                let total = plan.total(b, Route::BaselineNext, workers);
+                let schema = format!("bench_{}", unique());
+                schemas.push(schema.clone());
+                out.push(pg_baseline_next(url, &schema, workers, total).await?);
+            }
             for (route, batched) in [(Route::ClaimNext, false), (Route::ClaimNextBatch, true)] {
                 if plan.wants(b, route, workers) {
-                    let total = (base_cycles(b, route, workers) * plan.scale).round() as u64;
+                    let total = plan.total(b, route, workers);
                     let schema = format!("bench_{}", unique());
                     schemas.push(schema.clone());
                     let mut config = StoreConfig::new(url);
                     config.pg_schema = Some(schema);
                     out.push(bench_claim_next(b, config, workers, total, batched).await?);
                 }
+            }
+            if plan.wants(b, Route::ClaimNextHttp, workers) {
+                let total = plan.total(b, Route::ClaimNextHttp, workers);
+                let schema = format!("bench_{}", unique());
+                schemas.push(schema.clone());
+                let dir = TempDir::new()?;
+                let vars = server_vars(&dir.0, Some((url, &schema)))?;
+                out.push(bench_claim_next_http(b, vars, workers, total).await?);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -1199,18 +1617,27 @@ async fn drop_schemas(url: &str, schemas: &[String]) {
 
 /// The URL with any password replaced, for printing.
 fn vs_baseline(rows: &[Measurement], m: &Measurement) -> Option<f64> {
-    if m.route == Route::Baseline {
+    if matches!(m.route, Route::Baseline | Route::BaselineNext) {
         return None;
     }
+    let base = m.route.baseline();
     rows.iter()
-        .find(|r| r.route == Route::Baseline && r.backend == m.backend && r.workers == m.workers)
+        .find(|r| r.route == base && r.backend == m.backend && r.workers == m.workers)
         .map(|base| m.rate() / base.rate())
+}
+
+/// An HTTP row's rate over its in-process counterpart's.
+fn vs_in_process(rows: &[Measurement], m: &Measurement) -> Option<f64> {
+    let inner = m.route.in_process()?;
+    rows.iter()
+        .find(|r| r.route == inner && r.backend == m.backend && r.workers == m.workers)
+        .map(|r| m.rate() / r.rate())
 }
 
 fn print_table(rows: &[Measurement]) {
     println!();
     println!(
-        "{:<9} {:<9} {:>7} {:>7} {:>8} {:>9} {:>10} {:>12} {:>7}  verified",
+        "{:<9} {:<16} {:>7} {:>7} {:>8} {:>9} {:>10} {:>12} {:>11} {:>7}  verified",
         "backend",
         "path",
         "workers",
@@ -1219,15 +1646,19 @@ fn print_table(rows: &[Measurement]) {
         "cycles/s",
         "ms/cycle",
         "vs baseline",
+        "vs in-proc",
         "errors"
     );
-    println!("{}", "-".repeat(96));
+    println!("{}", "-".repeat(116));
     for m in rows {
         let ratio = vs_baseline(rows, m)
             .map(|r| format!("{r:.2}x"))
             .unwrap_or_default();
+        let inner = vs_in_process(rows, m)
+            .map(|r| format!("{r:.2}x"))
+            .unwrap_or_default();
         println!(
-            "{:<9} {:<9} {:>7} {:>7} {:>8.3} {:>9.0} {:>10.3} {:>12} {:>7}  {}",
+            "{:<9} {:<16} {:>7} {:>7} {:>8.3} {:>9.0} {:>10.3} {:>12} {:>11} {:>7}  {}",
             m.backend.name(),
             m.route.name(),
             m.workers,
@@ -1236,12 +1667,14 @@ fn print_table(rows: &[Measurement]) {
             m.rate(),
             m.latency_ms(),
             ratio,
+            inner,
             m.errors,
             if m.verified { "ok" } else { "FAILED" }
         );
     }
     println!();
     println!("ms/cycle: mean time one worker spends on one claim+complete cycle (workers × seconds / cycles).");
+    println!("vs baseline: over `baseline` (claim-next rows: over `baseline-next`); vs in-proc: an HTTP row over its in-process row.");
     println!(
         "errors: failed cycles, warm-up included; verified: every task of the case ended `done`."
     );
@@ -1326,8 +1759,16 @@ fn print_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) {
     println!();
     println!("graphile_worker ({bin}), PostgreSQL, same machine, same run:");
     println!(
-        "{:>7} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10}",
-        "workers", "graphile/s", "g-batched/s", "store", "http", "claim-next", "cn-batch"
+        "{:>7} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "workers",
+        "graphile/s",
+        "g-batched/s",
+        "store",
+        "http",
+        "claim-next",
+        "cn-http",
+        "cn-batch",
+        "bare-next"
     );
     for workers in WORKERS {
         let (g, gb) = match (run(workers, false), run(workers, true)) {
@@ -1338,17 +1779,19 @@ fn print_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) {
             }
         };
         println!(
-            "{:>7} {:>12.0} {:>12.0} {:>10} {:>10} {:>10} {:>10}",
+            "{:>7} {:>12.0} {:>12.0} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
             workers,
             g,
             gb,
             ratio(rate(Route::Store, workers), g),
             ratio(rate(Route::Http, workers), g),
             ratio(rate(Route::ClaimNext, workers), g),
+            ratio(rate(Route::ClaimNextHttp, workers), g),
             ratio(rate(Route::ClaimNextBatch, workers), gb),
+            ratio(rate(Route::BaselineNext, workers), g),
         );
     }
-    println!("store, http, claim-next: Shepherd's cycles/s over graphile LocalQueue's jobs/s; cn-batch: over graphile with batched completion.");
+    println!("store, http, claim-next, cn-http, bare-next (the bare-SQL claim-next): cycles/s over graphile LocalQueue's jobs/s; cn-batch: over graphile with batched completion.");
 }
 
 fn main() -> BenchResult<()> {

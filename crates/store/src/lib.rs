@@ -704,8 +704,9 @@ impl Store {
     ) -> Result<Grant, Error> {
         let (now, id, vtid) = (now_ms(), worker_id.to_owned(), vtid.to_owned());
         write_op!(self, |db| async move {
-            claims::claim(db, now, &id, &vtid, &rules).await
+            claims::claim_alone(db, now, &id, &vtid, &rules).await
         })
+        .map_err(claims::lost_race)
     }
 
     /// Claims up to `max` of the best tasks the worker may take now (see
