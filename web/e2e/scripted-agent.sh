@@ -22,4 +22,5 @@ if [ -e "$dir/$id.fail" ]; then
     echo "scripted failure" >&2
     exit 3
 fi
+echo '{"type":"usage","input_tokens":1200,"output_tokens":340,"cost_usd":0.0123}'
 echo '{"type":"result","text":"Scripted run **finished**."}'

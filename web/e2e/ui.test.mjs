@@ -269,6 +269,8 @@ test("a task created from the board moves across columns live", async () => {
   await page.getByTestId("task-detail").waitFor();
   await waitForText(page, '[data-testid="task-timeline"]', "task.state_changed");
   await waitForText(page, '[data-testid="task-detail"]', "Move across the board.");
+  // The agent reported usage on its way out: the run lists it.
+  await waitForText(page, '[data-testid="run-usage"]', "1.2k in · 340 out · $0.0123");
   await expectAccessible("task detail");
   await screenshot("task-detail");
 });

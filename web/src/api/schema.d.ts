@@ -278,6 +278,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The diff of a worktree run's branch against the commit it started from. */
+        get: operations["run_diff"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run_id}/requeue": {
         parameters: {
             query?: never;
@@ -557,6 +574,23 @@ export interface paths {
         put?: never;
         /** Retry a failed task: it goes back to the queue as a new attempt. */
         post: operations["retry_task"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Stored token usage and cost summed per agent, task or day. */
+        get: operations["usage_report"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1265,7 +1299,10 @@ export interface components {
             run_id?: string | null;
             /** @description User: `queued | sent | dropped`; agent: `running | done | failed | cancelled`. */
             status: string;
-            /** @description The reply's steps (seed 000's `TranscriptStep`). */
+            /**
+             * @description The reply's steps (seed 000's `TranscriptStep`), carried as JSON
+             *     text: a long conversation is sent without re-serialising each step.
+             */
             steps: components["schemas"]["TranscriptStep"][];
             /** @description The user's text, or the reply's result text once the run ended. */
             text?: string | null;
@@ -1541,6 +1578,7 @@ export interface components {
             vtid: string;
             worker_id: string;
             worker_type: string;
+            workspace?: null | components["schemas"]["RunWorkspace"];
         };
         /** @description `data` of `run.completed` (SSE `worker_completed`). */
         RunCompleted: {
@@ -1553,6 +1591,21 @@ export interface components {
         /** @description One run: the detail route's fields and the full record under `run`. */
         RunDetail: components["schemas"]["WorkerDetailResponse"] & {
             run: components["schemas"]["Run"];
+        };
+        /**
+         * @description `GET /api/v1/runs/{run_id}/diff`: what a worktree run changed, as
+         *     `git diff base_commit..branch` (the shape of a session's `git-diff` tab,
+         *     with the workspace it came from).
+         */
+        RunDiff: {
+            /** @description Unified diff, plain text (no colour). */
+            diff: string;
+            /** @description The branch's commit the diff was taken at. */
+            head: string;
+            run_id: string;
+            /** @description `git diff --stat` of the same range. */
+            stat: string;
+            workspace: components["schemas"]["RunWorkspace"];
         };
         RunList: {
             runs: components["schemas"]["Run"][];
@@ -1587,6 +1640,25 @@ export interface components {
             kind: string;
             preview: string;
             tool_name?: string | null;
+        };
+        /**
+         * @description Where a worktree run did its work: a branch of `repo` made from `base`.
+         *     The branch is kept after the run, so its diff against `base_commit` is
+         *     the run's work.
+         */
+        RunWorkspace: {
+            /** @description The ref the branch was made from, as configured. */
+            base: string;
+            /** @description The commit the branch started from. */
+            base_commit: string;
+            branch: string;
+            /** @description The branch's last commit; known once the run has ended. */
+            head?: string | null;
+            /**
+             * @description The repository on the runner's host; the server reads diffs from it
+             *     when it is on the same host.
+             */
+            repo?: string | null;
         };
         /**
          * @description A connector (seed 003) error: the standard `error` object with the
@@ -1837,6 +1909,38 @@ export interface components {
             ok: boolean;
             run_id: string;
             usage?: null | components["schemas"]["Usage"];
+        };
+        /** @description The summed usage of one group of runs. */
+        UsageGroup: {
+            /** @description The agent id, task id (vtid) or day (`YYYY-MM-DD`, UTC). */
+            key: string;
+            /**
+             * Format: int64
+             * @description Runs that reported usage.
+             */
+            runs: number;
+            usage: components["schemas"]["Usage"];
+        };
+        /**
+         * @description How `GET /api/v1/usage` groups runs.
+         * @enum {string}
+         */
+        UsageGroupBy: "agent" | "task" | "day";
+        /**
+         * @description `GET /api/v1/usage`: stored usage summed per group, largest cost first
+         *     (days in order).
+         */
+        UsageReport: {
+            group_by: components["schemas"]["UsageGroupBy"];
+            groups: components["schemas"]["UsageGroup"][];
+            /**
+             * Format: int64
+             * @description Runs counted in `total`.
+             */
+            runs: number;
+            /** @description The start of the window, when one was asked for. */
+            since?: string | null;
+            total: components["schemas"]["Usage"];
         };
         /**
          * @description One event as clients see it: the log record with `id` (= `seq`, the
@@ -3093,6 +3197,72 @@ export interface operations {
             };
             /** @description transcript_corrupt */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    run_diff: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunDiff"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description workspace_repo_gone, workspace_branch_gone */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run_has_no_workspace, git_failed */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4443,6 +4613,60 @@ export interface operations {
             };
             /** @description task_not_failed */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    usage_report: {
+        parameters: {
+            query?: {
+                /** @description `agent` (default), `task` or `day`. */
+                group_by?: components["schemas"]["UsageGroupBy"];
+                /**
+                 * @description Only runs started since: an RFC 3339 time or an age such as `7d`,
+                 *     `12h`, `30m` (default: all runs).
+                 */
+                since?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                };
+            };
+            /** @description invalid_group_by, invalid_since */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -7,6 +7,7 @@ import { StatusBadge } from "../../components/StatusBadge";
 import { Markdown } from "../../components/Markdown";
 import { RelativeTime } from "../../components/time";
 import { ApiError } from "../../api/client";
+import { RunUsage } from "./RunUsage";
 import { taskKeys, useTask, useTaskActions, useTaskRuns, useWorkflows } from "./queries";
 
 function summary(data: Record<string, unknown>): string {
@@ -103,6 +104,7 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
                   {r.purpose} #{r.attempt}
                 </Link>{" "}
                 <StatusBadge status={r.status} /> <span className="muted">{r.worker_id}</span> <RelativeTime iso={r.started_at} />
+                <RunUsage usage={r.usage} workspace={r.workspace} />
               </li>
             ))}
           </ul>
