@@ -305,11 +305,15 @@ async fn load_then_tail(name: &str, vars: Vec<(&str, String)>, samples: usize) {
             .await
             .unwrap_or_else(|e| fail(e));
         let t_body = t0.elapsed();
-        let detail: Value = serde_json::from_slice(&body).unwrap_or_else(|e| fail(e));
+        // Parsed as the shipped client parses it: into the protocol's typed
+        // detail, finished replies' steps kept as their JSON text.
+        let detail: shepherd_protocol::ConversationDetail =
+            serde_json::from_slice(&body).unwrap_or_else(|e| fail(e));
         let t_load = t0.elapsed();
-        let cursor = detail["cursor"]
-            .as_i64()
-            .unwrap_or_else(|| fail("no cursor"));
+        if detail.messages.len() < MESSAGES {
+            fail(format!("load returned {} messages", detail.messages.len()));
+        }
+        let cursor = detail.cursor;
         let mut tail = Tail::open(
             &http,
             format!("{b}/api/events?after={cursor}&conversation_id={conv}"),
@@ -434,6 +438,11 @@ async fn send_to_first_step(sends: usize) {
 }
 
 fn main() {
+    // The built-in runner starts each agent under `shepherd shim`, and in
+    // this process the current executable is the bench: name the real binary.
+    if std::env::var_os("SHEPHERD_SHIM_PROGRAM").is_none() {
+        std::env::set_var("SHEPHERD_SHIM_PROGRAM", env!("CARGO_BIN_EXE_shepherd"));
+    }
     let samples = env_usize("SHEPHERD_BENCH_SAMPLES", 200);
     let sends = env_usize("SHEPHERD_BENCH_SENDS", 50);
     let rt = tokio::runtime::Builder::new_multi_thread()

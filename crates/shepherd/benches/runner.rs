@@ -701,6 +701,11 @@ struct Row {
 }
 
 fn main() {
+    // The built-in runner starts each agent under `shepherd shim`, and in
+    // this process the current executable is the bench: name the real binary.
+    if std::env::var_os("SHEPHERD_SHIM_PROGRAM").is_none() {
+        std::env::set_var("SHEPHERD_SHIM_PROGRAM", env!("CARGO_BIN_EXE_shepherd"));
+    }
     let opts = Opts::from_env();
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
     let _ = tracing_subscriber::registry()
