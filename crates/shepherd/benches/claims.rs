@@ -1118,6 +1118,34 @@ const PG_CLAIM: &str = "UPDATE bench_tasks SET state = 'claimed', worker = $2 WH
 const PG_DONE: &str =
     "UPDATE bench_tasks SET state = 'done' WHERE id = $1 AND state = 'claimed' AND worker = $2";
 
+/// The bare baselines' queue: a fresh schema with one `bench_tasks` table
+/// holding `ids` as pending rows, analysed. Returns the admin connection.
+async fn pg_seed_bench_tasks(
+    url: &str,
+    schema: &str,
+    ids: &[String],
+) -> BenchResult<tokio_postgres::Client> {
+    let admin = pg_connect(url, None).await?;
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.bench_tasks \
+             (id TEXT PRIMARY KEY, state TEXT NOT NULL, worker TEXT)"
+        ))
+        .await?;
+    admin
+        .execute(
+            &format!(
+                "INSERT INTO {schema}.bench_tasks (id, state) SELECT unnest($1::text[]), 'pending'"
+            ),
+            &[&ids],
+        )
+        .await?;
+    admin
+        .batch_execute(&format!("ANALYZE {schema}.bench_tasks"))
+        .await?;
+    Ok(admin)
+}
+
 async fn pg_connect(url: &str, schema: Option<&str>) -> BenchResult<tokio_postgres::Client> {
     let mut config: tokio_postgres::Config = url.parse()?;
     config.connect_timeout(Duration::from_secs(5));
@@ -1189,24 +1217,7 @@ async fn pg_baseline(
 ) -> BenchResult<Measurement> {
     let ids = all_task_ids(workers, per, warm);
     let expected = ids.len() as i64;
-    let admin = pg_connect(url, None).await?;
-    admin
-        .batch_execute(&format!(
-            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.bench_tasks \
-             (id TEXT PRIMARY KEY, state TEXT NOT NULL, worker TEXT)"
-        ))
-        .await?;
-    admin
-        .execute(
-            &format!(
-                "INSERT INTO {schema}.bench_tasks (id, state) SELECT unnest($1::text[]), 'pending'"
-            ),
-            &[&ids],
-        )
-        .await?;
-    admin
-        .batch_execute(&format!("ANALYZE {schema}.bench_tasks"))
-        .await?;
+    let admin = pg_seed_bench_tasks(url, schema, &ids).await?;
     let mut conns = Vec::with_capacity(workers);
     for _ in 0..workers {
         conns.push(PgWorker::connect(url, schema).await?);
@@ -1385,24 +1396,7 @@ async fn pg_baseline_next(
     total: u64,
 ) -> BenchResult<Measurement> {
     let ids = queue_ids(total);
-    let admin = pg_connect(url, None).await?;
-    admin
-        .batch_execute(&format!(
-            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.bench_tasks \
-             (id TEXT PRIMARY KEY, state TEXT NOT NULL, worker TEXT)"
-        ))
-        .await?;
-    admin
-        .execute(
-            &format!(
-                "INSERT INTO {schema}.bench_tasks (id, state) SELECT unnest($1::text[]), 'pending'"
-            ),
-            &[&ids],
-        )
-        .await?;
-    admin
-        .batch_execute(&format!("ANALYZE {schema}.bench_tasks"))
-        .await?;
+    let admin = pg_seed_bench_tasks(url, schema, &ids).await?;
     let mut conns = Vec::with_capacity(workers);
     for _ in 0..workers {
         let client = pg_connect(url, Some(schema)).await?;
