@@ -90,6 +90,22 @@ impl Node {
 
 /// Sends until the server answers (it may be down for a restart); returns
 /// the status and body of the first answer.
+/// A run's stored steps (up to 500), as the operator reads them.
+async fn run_steps(http: &reqwest::Client, base: &str, run_id: &str) -> Vec<Value> {
+    let (_, page) = send(
+        http,
+        reqwest::Method::GET,
+        &format!("{base}/api/v1/runs/{run_id}/steps?limit=500"),
+        OPERATOR,
+        None,
+    )
+    .await;
+    match page["steps"].as_array() {
+        Some(steps) => steps.clone(),
+        None => panic!("steps of {run_id}: {page}"),
+    }
+}
+
 async fn send(
     http: &reqwest::Client,
     method: reqwest::Method,
@@ -329,7 +345,7 @@ while [ ! -e {release} ]; do sleep 0.1; done
             release = release.display()
         ),
     );
-    env.set("SHEPHERD_AUTH_TOKEN", OPERATOR)
+    env.set("SHEPHERD_TOKEN", OPERATOR)
         .set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "4")
         .set("SHEPHERD_SWEEP_INTERVAL_SECS", "1")
         .set("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
@@ -488,17 +504,8 @@ while [ ! -e {release} ]; do sleep 0.1; done
     // Every acknowledged completion ended its task (checked above: all
     // done) and acknowledged steps are there exactly once, in order.
     for (run_id, want) in &acks.steps {
-        let (_, page) = send(
-            &http,
-            reqwest::Method::GET,
-            &format!("{base}/api/v1/runs/{run_id}/steps?limit=500"),
-            OPERATOR,
-            None,
-        )
-        .await;
-        let texts: Vec<String> = page["steps"]
-            .as_array()
-            .unwrap_or_else(|| panic!("steps of {run_id}: {page}"))
+        let texts: Vec<String> = run_steps(&http, &base, run_id)
+            .await
             .iter()
             .map(|s| s["step"]["content"][0]["text"].as_str().unwrap().to_owned())
             .collect();
@@ -531,17 +538,8 @@ while [ ! -e {release} ]; do sleep 0.1; done
         assert_eq!(runs.len(), 1, "{vtid}: one run, carried through: {runs:?}");
         let run_id = runs[0]["id"].as_str().unwrap();
         assert_eq!(runs[0]["status"], "done", "{vtid}: {}", runs[0]);
-        let (_, page) = send(
-            &http,
-            reqwest::Method::GET,
-            &format!("{base}/api/v1/runs/{run_id}/steps?limit=500"),
-            OPERATOR,
-            None,
-        )
-        .await;
-        let texts: Vec<String> = page["steps"]
-            .as_array()
-            .unwrap()
+        let texts: Vec<String> = run_steps(&http, &base, run_id)
+            .await
             .iter()
             .filter_map(|s| s["step"]["content"][0]["text"].as_str().map(str::to_owned))
             .collect();
