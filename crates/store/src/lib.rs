@@ -11,6 +11,7 @@
 //! contains SQL.
 
 pub mod hub;
+mod inflated;
 pub mod log;
 pub mod ops;
 mod postgres;

@@ -1009,8 +1009,9 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
         for r in &rows {
             let run_id = r.string(0)?;
             let steps = match r.opt_blob(1)? {
-                // Inflated, not parsed: the client gets this text as is.
-                Some(blob) => transcript::decompress_json(&blob).map_err(|e| {
+                // Inflated (once per blob, see `inflated`), not parsed: the
+                // client gets this text as is.
+                Some(blob) => crate::inflated::steps_json(&run_id, &blob).map_err(|e| {
                     Error::new(
                         shepherd_core::ErrorKind::Internal,
                         "transcript_corrupt",
