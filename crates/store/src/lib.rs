@@ -435,7 +435,8 @@ impl Store {
 
     /// Every event after `after`, oldest first, in one statement: the
     /// event pump's read. Safe without a head bound because events commit
-    /// in `seq` order.
+    /// in `seq` order. On PostgreSQL it runs on the delivery connection, not
+    /// the pool, so that busy requests cannot stall live events.
     pub(crate) async fn read_new_events(
         &self,
         after: i64,
@@ -443,7 +444,7 @@ impl Store {
     ) -> Result<Vec<shepherd_core::event::Event>, Error> {
         match &self.inner.backend {
             Backend::Postgres(b) => {
-                b.read_plain(move |mut db| {
+                b.read_delivery(move |mut db| {
                     Box::pin(async move { log::read_new(&mut db, after, limit).await })
                 })
                 .await
