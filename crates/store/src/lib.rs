@@ -1180,6 +1180,13 @@ mod tests {
             "host=h user=u password=*** dbname=d"
         );
         assert_eq!(redact_url("sqlite://./x.db"), "sqlite://./x.db");
+        // TLS parameters are kept (they say how to connect), secrets are not.
+        assert_eq!(
+            redact_url(
+                "postgres://u:pw@h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&password=pw"
+            ),
+            "postgres://u:***@h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&password=***"
+        );
         for url in [
             "postgres://u:hunter2@h/db",
             "postgres://h/db?password=hunter2",

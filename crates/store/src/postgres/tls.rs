@@ -299,20 +299,19 @@ where
     type Error = io::Error;
 
     fn make_tls_connect(&mut self, domain: &str) -> Result<RustlsConnect, io::Error> {
-        let config = self.config.clone().ok_or_else(|| {
-            io::Error::other("TLS was not configured (sslmode=disable)")
-        })?;
-        let name = ServerName::try_from(domain.to_owned()).map_err(|e| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("host {domain:?}: {e}"))
-        })?;
-        Ok(RustlsConnect { config, name })
+        // The driver asks for a connector for every host, TLS or not (a
+        // Unix socket's path is no server name): problems wait for `connect`.
+        Ok(RustlsConnect {
+            config: self.config.clone(),
+            domain: domain.to_owned(),
+        })
     }
 }
 
 /// One connection's TLS handshake.
 pub struct RustlsConnect {
-    config: Arc<rustls::ClientConfig>,
-    name: ServerName<'static>,
+    config: Option<Arc<rustls::ClientConfig>>,
+    domain: String,
 }
 
 impl<S> TlsConnect<S> for RustlsConnect
@@ -325,8 +324,17 @@ where
 
     fn connect(self, stream: S) -> Self::Future {
         Box::pin(async move {
-            tokio_rustls::TlsConnector::from(self.config)
-                .connect(self.name, stream)
+            let config = self
+                .config
+                .ok_or_else(|| io::Error::other("TLS was not configured (sslmode=disable)"))?;
+            let name = ServerName::try_from(self.domain.clone()).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("host {:?}: {e}", self.domain),
+                )
+            })?;
+            tokio_rustls::TlsConnector::from(config)
+                .connect(name, stream)
                 .await
                 .map(|s| RustlsStream(Box::new(s)))
         })
