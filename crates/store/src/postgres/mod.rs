@@ -439,6 +439,17 @@ async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::St
     client.prepare_cached(sql).await.map_err(map_err)
 }
 
+/// [`map_err`] for a prepared statement's run. A table whose columns
+/// changed under a kept statement (a newer node migrated) makes PostgreSQL
+/// refuse it ("cached plan must not change result type"): the connection
+/// forgets its statements, so that the next use prepares them afresh.
+fn stmt_err(client: &ClientWrapper, e: tokio_postgres::Error) -> Error {
+    if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) {
+        client.statement_cache.clear();
+    }
+    map_err(e)
+}
+
 impl PgDb {
     fn new(client: Conn) -> Self {
         PgDb {
@@ -587,11 +598,14 @@ impl PgDb {
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
             match on_rows {
-                Some(f) => f(client.query(&stmt, &refs).await.map_err(map_err)?),
+                Some(f) => f(client
+                    .query(&stmt, &refs)
+                    .await
+                    .map_err(|e| stmt_err(&client, e))?),
                 None => client
                     .execute(&stmt, &refs)
                     .await
-                    .map_err(map_err)
+                    .map_err(|e| stmt_err(&client, e))
                     .map(|_| ()),
             }
         };
@@ -639,7 +653,11 @@ impl Db for PgDb {
             let stmt = prepare(&self.client, sql).await?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-            let rows = self.client.query(&stmt, &refs).await.map_err(map_err)?;
+            let rows = self
+                .client
+                .query(&stmt, &refs)
+                .await
+                .map_err(|e| stmt_err(&self.client, e))?;
             rows.iter().map(convert_row).collect::<Result<Vec<_>, _>>()
         }
         .await;
@@ -656,7 +674,10 @@ impl Db for PgDb {
             let stmt = prepare(&self.client, sql).await?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-            self.client.execute(&stmt, &refs).await.map_err(map_err)
+            self.client
+                .execute(&stmt, &refs)
+                .await
+                .map_err(|e| stmt_err(&self.client, e))
         }
         .await;
         match result {
@@ -734,7 +755,11 @@ pub struct PgBackend {
 }
 
 /// The delivery connection (see "Delivery" in the module docs), while it is up.
-type DeliverySlot = Arc<std::sync::Mutex<Option<Arc<ClientWrapper>>>>;
+type DeliverySlot = Arc<tokio::sync::watch::Sender<Option<Arc<ClientWrapper>>>>;
+
+/// How long the event pump waits for the delivery connection to come back
+/// before its read fails (and is retried).
+const DELIVERY_WAIT: Duration = Duration::from_secs(5);
 
 /// The node's writer: one connection, shared by the writer task and by
 /// callers that find it idle.
@@ -1010,7 +1035,7 @@ impl PgBackend {
             owed_notify: Notify::new(),
         });
         tokio::spawn(writer_loop(writer.clone(), rx));
-        let delivery = DeliverySlot::default();
+        let delivery = DeliverySlot::new(tokio::sync::watch::Sender::new(None));
         // Named, so that operators can tell it from the pool's connections.
         let mut delivery_config = config.clone();
         delivery_config.application_name(format!(
@@ -1137,26 +1162,26 @@ impl PgBackend {
     }
 
     /// Runs `f` on the store's delivery connection, outside the pool, so
-    /// that the event pump reads the log however busy the pool is. Fails
-    /// while that connection is being re-established (the pump retries
-    /// once it is back).
+    /// that the event pump reads the log however busy the pool is. While
+    /// that connection is being re-established it waits for it, for at most
+    /// [`DELIVERY_WAIT`].
     pub async fn read_delivery<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + 'static,
         F: FnOnce(PgDb) -> BoxFuture<'static, Result<T, Error>> + Send + 'static,
     {
-        let client = self
-            .delivery
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .filter(|c| !c.is_closed())
-            .ok_or_else(|| {
-                Error::unavailable(
-                    DB_UNAVAILABLE,
-                    "the event delivery connection is reconnecting",
-                )
-            })?;
+        let mut up = self.delivery.subscribe();
+        let wait = up.wait_for(|c| c.as_ref().is_some_and(|c| !c.is_closed()));
+        let client = match tokio::time::timeout(DELIVERY_WAIT, wait).await {
+            Ok(Ok(c)) => c.clone(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Error::unavailable(
+                DB_UNAVAILABLE,
+                "the event delivery connection is reconnecting",
+            )
+        })?;
         f(PgDb::new(Conn::Own(client))).await
     }
 
@@ -1454,7 +1479,7 @@ async fn listen_loop(l: Listener, shutdown: CancellationToken) {
                 .batch_execute(&format!("LISTEN {}", l.channel))
                 .await?;
             listened = true;
-            *l.delivery.lock().unwrap_or_else(|p| p.into_inner()) = Some(client.clone());
+            l.delivery.send_replace(Some(client.clone()));
             l.on_commit.notify_one();
             while let Some(m) = notes.recv().await {
                 match m {
@@ -1480,7 +1505,7 @@ async fn listen_loop(l: Listener, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => None,
             r = attempt => Some(r),
         };
-        *l.delivery.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        l.delivery.send_replace(None);
         let Some(outcome) = outcome else { return };
         if listened {
             // It was up: the first retry comes quickly.
@@ -1528,10 +1553,12 @@ mod tests {
         let url = std::env::var("SHEPHERD_TEST_PG_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
         // `t_<unix time>_…`: the test harness drops such schemas once old.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let schema = format!(
-            "t_{}_{}_prep",
+            "t_{}_{}_unit{}",
             chrono::Utc::now().timestamp(),
-            std::process::id()
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
         let shutdown = CancellationToken::new();
         let opts = PgOptions {
@@ -1602,6 +1629,46 @@ mod tests {
             }
         }
         assert!(again.iter().all(|c| c.len() <= 1), "{again:?}");
+        b.close();
+        shutdown.cancel();
+    }
+
+    /// A kept statement whose table changed shape fails once per connection
+    /// that kept it, then is prepared afresh; without that, each of those
+    /// connections would fail the same read until it was closed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_statement_outdated_by_a_migration_is_prepared_again() {
+        const SQL: &str = "SELECT * FROM meta ORDER BY key";
+        let (b, shutdown) = backend(2).await;
+        b.pool
+            .get()
+            .await
+            .unwrap()
+            .batch_execute("INSERT INTO meta (key, value) VALUES ('test.row', 'x')")
+            .await
+            .unwrap();
+        let read = || {
+            b.read(|mut db| Box::pin(async move { db.query(SQL, vec![]).await }))
+        };
+        for _ in 0..4 {
+            read().await.expect("read");
+        }
+        {
+            let c = b.pool.get().await.unwrap();
+            c.batch_execute("ALTER TABLE meta ADD COLUMN added_later TEXT")
+                .await
+                .unwrap();
+        }
+        let mut failures = 0;
+        for _ in 0..8 {
+            if let Err(e) = read().await {
+                assert!(e.message.contains("cached plan"), "{e:?}");
+                failures += 1;
+            }
+        }
+        assert!(failures <= 2, "{failures} of 8 reads failed");
+        let rows = read().await.expect("read after the change");
+        assert!(!rows.is_empty() && rows.iter().all(|r| r.0.len() == 3), "the new column is read");
         b.close();
         shutdown.cancel();
     }
