@@ -968,7 +968,10 @@ impl PgBackend {
     ) -> Result<Self, Error> {
         let (url, tls) = tls::split_url(&opts.url)?;
         let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
-            Error::invalid("bad_database_url", format!("SHEPHERD_DATABASE_URL: {e}"))
+            Error::invalid(
+                "bad_database_url",
+                format!("SHEPHERD_DATABASE_URL: {}", describe(&e)),
+            )
         })?;
         config.ssl_mode(tls.driver_mode());
         let tls = tls.connector()?;
