@@ -58,7 +58,10 @@ async fn live_events_arrive_while_requests_hold_every_pooled_connection() {
 
     let mut tail = node.tail(node.head().await.unwrap(), EventFilter::default());
     other.append_events(vec![event("warmup")]).await.unwrap();
-    assert_eq!(next_kind(&mut tail, "before the pool is busy").await, "warmup");
+    assert_eq!(
+        next_kind(&mut tail, "before the pool is busy").await,
+        "warmup"
+    );
 
     // Every pooled connection of `node` waits for a lock held here.
     let locker = raw().await;
@@ -96,7 +99,10 @@ async fn live_events_arrive_while_requests_hold_every_pooled_connection() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    other.append_events(vec![event("while-busy")]).await.unwrap();
+    other
+        .append_events(vec![event("while-busy")])
+        .await
+        .unwrap();
     assert_eq!(next_kind(&mut tail, "pool busy").await, "while-busy");
 
     // The delivery connection is terminated while the pool is still busy.
@@ -107,8 +113,14 @@ async fn live_events_arrive_while_requests_hold_every_pooled_connection() {
         )
         .await
         .unwrap();
-    assert_eq!(killed, 1, "the delivery connection is named after the pool's");
-    other.append_events(vec![event("after-kill")]).await.unwrap();
+    assert_eq!(
+        killed, 1,
+        "the delivery connection is named after the pool's"
+    );
+    other
+        .append_events(vec![event("after-kill")])
+        .await
+        .unwrap();
     assert_eq!(
         next_kind(&mut tail, "pool busy, delivery reconnecting").await,
         "after-kill"
@@ -117,7 +129,9 @@ async fn live_events_arrive_while_requests_hold_every_pooled_connection() {
 
     locker.batch_execute("ROLLBACK").await.unwrap();
     for h in held {
-        h.await.unwrap().expect("the held reads finish once the lock is gone");
+        h.await
+            .unwrap()
+            .expect("the held reads finish once the lock is gone");
     }
     node.close();
     other.close();
@@ -182,7 +196,10 @@ async fn sslmode_require_encrypts_every_connection() {
         .await
         .expect("sslmode=require connects to a server with TLS, whatever its certificate");
     store.append_events(vec![event("over-tls")]).await.unwrap();
-    let page = store.read_events(0, &EventFilter::default(), 10).await.unwrap();
+    let page = store
+        .read_events(0, &EventFilter::default(), 10)
+        .await
+        .unwrap();
     assert_eq!(page.events.len(), 1);
     let (all, tls) = encrypted(&app).await;
     assert!(all >= 2, "pool and delivery connections: {all}");
@@ -270,4 +287,24 @@ fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into())
+}
+
+/// TLS parameters Shepherd does not support are refused by name, before
+/// anything connects.
+#[tokio::test]
+async fn unsupported_tls_parameters_are_refused_by_name() {
+    for (param, named) in [
+        ("sslmode=allow", "sslmode"),
+        ("sslcert=/etc/client.pem", "sslcert"),
+        (
+            "sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+            "/nonexistent/ca.pem",
+        ),
+    ] {
+        let mut config = StoreConfig::new(with_param(&pg_url(), param));
+        config.pg_schema = Some("t_never_created".into());
+        let e = open_err(&config).await;
+        assert_eq!(e.code, "bad_database_url", "{param}: {e:?}");
+        assert!(e.message.contains(named), "{param}: {}", e.message);
+    }
 }

@@ -289,10 +289,7 @@ fn kick(mut fut: Pending) -> Result<Option<Pending>, Error> {
 }
 
 /// Starts a simple-protocol statement (transaction control) in order.
-fn send_simple(
-    client: &Conn,
-    sql: String,
-) -> Result<Option<Pending>, Error> {
+fn send_simple(client: &Conn, sql: String) -> Result<Option<Pending>, Error> {
     let client = client.clone();
     kick(Box::pin(async move {
         client.batch_execute(&sql).await.map_err(map_err)
@@ -1332,12 +1329,7 @@ async fn writer_loop(writer: Arc<Writer>, mut rx: mpsc::UnboundedReceiver<Job>) 
 
 /// Runs one write transaction; true if it committed something. With
 /// `notify`, the commit carries this node's NOTIFY.
-async fn run_batch(
-    client: &Conn,
-    batch: Vec<Job>,
-    ctx: &WriterContext,
-    notify: bool,
-) -> bool {
+async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: bool) -> bool {
     // Transaction control is pipelined with the units' own statements: a
     // unit costs round trips only for its reads and its final flush.
     let mut control: Vec<Pending> = Vec::new();
@@ -1515,7 +1507,9 @@ async fn listen_loop(l: Listener, shutdown: CancellationToken) {
             backoff = Duration::from_millis(100);
         }
         match outcome {
-            Err(e) => tracing::warn!(error = %describe(&e), "event delivery connection lost; reconnecting"),
+            Err(e) => {
+                tracing::warn!(error = %describe(&e), "event delivery connection lost; reconnecting")
+            }
             Ok(()) => tracing::warn!("event delivery connection closed; reconnecting"),
         }
         tokio::select! {
@@ -1606,11 +1600,8 @@ mod tests {
     async fn reads_reuse_their_connections_prepared_statements() {
         const SQL: &str = "SELECT count(*) FROM events WHERE seq > $1";
         let (b, shutdown) = backend(2).await;
-        let read = || {
-            b.read(|mut db| {
-                Box::pin(async move { db.query(SQL, vec![Value::Int(0)]).await })
-            })
-        };
+        let read =
+            || b.read(|mut db| Box::pin(async move { db.query(SQL, vec![Value::Int(0)]).await }));
         for _ in 0..10 {
             read().await.expect("read");
         }
@@ -1650,9 +1641,7 @@ mod tests {
             .batch_execute("INSERT INTO meta (key, value) VALUES ('test.row', 'x')")
             .await
             .unwrap();
-        let read = || {
-            b.read(|mut db| Box::pin(async move { db.query(SQL, vec![]).await }))
-        };
+        let read = || b.read(|mut db| Box::pin(async move { db.query(SQL, vec![]).await }));
         for _ in 0..4 {
             read().await.expect("read");
         }
@@ -1671,7 +1660,10 @@ mod tests {
         }
         assert!(failures <= 2, "{failures} of 8 reads failed");
         let rows = read().await.expect("read after the change");
-        assert!(!rows.is_empty() && rows.iter().all(|r| r.0.len() == 3), "the new column is read");
+        assert!(
+            !rows.is_empty() && rows.iter().all(|r| r.0.len() == 3),
+            "the new column is read"
+        );
         b.close();
         shutdown.cancel();
     }

@@ -182,10 +182,12 @@ impl TlsSettings {
             (SslMode::VerifyCa, _) | (SslMode::Require, Some(_)) => Check::Chain,
             _ => Check::Nothing,
         };
-        let webpki =
-            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                .build()
-                .map_err(|e| bad(format!("SHEPHERD_DATABASE_URL: sslrootcert: {e}")))?;
+        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| bad(format!("SHEPHERD_DATABASE_URL: sslrootcert: {e}")))?;
         let verifier = Arc::new(Verifier {
             check,
             webpki,
@@ -425,7 +427,11 @@ mod tests {
             "postgres://h/db?sslmode=verify_full",
             "postgres://h/db?sslrootcert=",
         ] {
-            assert_eq!(split_url(bad).unwrap_err().code, "bad_database_url", "{bad}");
+            assert_eq!(
+                split_url(bad).unwrap_err().code,
+                "bad_database_url",
+                "{bad}"
+            );
         }
     }
 
