@@ -436,7 +436,8 @@ impl Store {
 
     /// Every event after `after`, oldest first, in one statement: the
     /// event pump's read. Safe without a head bound because events commit
-    /// in `seq` order.
+    /// in `seq` order. On PostgreSQL it runs on the delivery connection, not
+    /// the pool, so that busy requests cannot stall live events.
     pub(crate) async fn read_new_events(
         &self,
         after: i64,
@@ -444,7 +445,7 @@ impl Store {
     ) -> Result<Vec<shepherd_core::event::Event>, Error> {
         match &self.inner.backend {
             Backend::Postgres(b) => {
-                b.read_plain(move |mut db| {
+                b.read_delivery(move |mut db| {
                     Box::pin(async move { log::read_new(&mut db, after, limit).await })
                 })
                 .await
@@ -1180,6 +1181,13 @@ mod tests {
             "host=h user=u password=*** dbname=d"
         );
         assert_eq!(redact_url("sqlite://./x.db"), "sqlite://./x.db");
+        // TLS parameters are kept (they say how to connect), secrets are not.
+        assert_eq!(
+            redact_url(
+                "postgres://u:pw@h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&password=pw"
+            ),
+            "postgres://u:***@h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&password=***"
+        );
         for url in [
             "postgres://u:hunter2@h/db",
             "postgres://h/db?password=hunter2",

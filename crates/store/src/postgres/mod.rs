@@ -41,12 +41,25 @@
 //! within [`PEER_TTL`]. A node that starts announces itself at once; until
 //! the others hear it (milliseconds), its pump's periodic read of the log
 //! covers what they commit.
+//!
+//! Delivery. The LISTEN connection is also the event pump's: it is not part
+//! of the pool, so requests that hold every pooled connection cannot hold up
+//! live events (see [`PgBackend::read_delivery`]). It reconnects with
+//! backoff when it is lost.
+//!
+//! Prepared statements live with their connection (deadpool's per-client
+//! cache): a pooled connection prepares a statement once, whether the
+//! writer or a reader uses it, and keeps it while the connection lives.
+//! Every connection of a store has the same `search_path`, so a statement
+//! prepared for one use is valid for all.
+
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use shepherd_core::event::Event;
@@ -54,7 +67,7 @@ use shepherd_core::Error;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{IsNull, ToSql, Type};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
 use crate::sql::{Appended, Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNAVAILABLE};
@@ -143,7 +156,27 @@ pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
     if e.is_closed() {
         return Error::unavailable(DB_UNAVAILABLE, format!("connection closed: {e}"));
     }
-    Error::unavailable(DB_UNAVAILABLE, format!("postgres: {e}"))
+    Error::unavailable(DB_UNAVAILABLE, format!("postgres: {}", describe(&e)))
+}
+
+/// An error with its causes: the driver's own text ("error performing TLS
+/// handshake") leaves out the reason, which is in its source.
+fn describe(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    if text.contains("invalid peer certificate") {
+        text.push_str(
+            " (with sslmode=verify-ca or verify-full the server's certificate must chain to \
+             sslrootcert=PATH, or to a public root if none is given; verify-full also checks \
+             that it names the host)",
+        );
+    }
+    text
 }
 
 /// A database that does not exist: name it and say how to create it,
@@ -168,7 +201,7 @@ fn pool_err(e: deadpool_postgres::PoolError) -> Error {
         }
         return Error::unavailable(
             DB_UNAVAILABLE,
-            format!("cannot get a PostgreSQL connection: {e}"),
+            format!("cannot get a PostgreSQL connection: {}", describe(&e)),
         );
     }
     Error::unavailable(
@@ -256,10 +289,7 @@ fn kick(mut fut: Pending) -> Result<Option<Pending>, Error> {
 }
 
 /// Starts a simple-protocol statement (transaction control) in order.
-fn send_simple(
-    client: &Arc<deadpool_postgres::Object>,
-    sql: String,
-) -> Result<Option<Pending>, Error> {
+fn send_simple(client: &Conn, sql: String) -> Result<Option<Pending>, Error> {
     let client = client.clone();
     kick(Box::pin(async move {
         client.batch_execute(&sql).await.map_err(map_err)
@@ -279,9 +309,24 @@ async fn settle(pending: Vec<Pending>, mut first: Option<Error>) -> Result<(), E
     }
 }
 
-/// Prepared statements of one connection, by SQL text.
-type StatementCache =
-    Arc<std::sync::Mutex<std::collections::HashMap<String, tokio_postgres::Statement>>>;
+/// A connection a [`PgDb`] runs on: one of the pool's, or the store's own
+/// delivery connection. Either way it carries its prepared statements.
+#[derive(Clone)]
+enum Conn {
+    Pooled(Arc<deadpool_postgres::Object>),
+    Own(Arc<ClientWrapper>),
+}
+
+impl std::ops::Deref for Conn {
+    type Target = ClientWrapper;
+
+    fn deref(&self) -> &ClientWrapper {
+        match self {
+            Conn::Pooled(c) => c,
+            Conn::Own(c) => c,
+        }
+    }
+}
 
 /// A PostgreSQL connection seen through the portable [`Db`] interface.
 ///
@@ -291,8 +336,7 @@ type StatementCache =
 /// a write whose statement is not prepared yet cannot be sent at once, so it
 /// raises a barrier: it and everything after it wait their turn, in order.
 pub struct PgDb {
-    client: Arc<deadpool_postgres::Object>,
-    cache: StatementCache,
+    client: Conn,
     pending: Vec<Pending>,
     barrier: bool,
     failed: Option<Error>,
@@ -386,31 +430,27 @@ fn autocommit_events_sql(n: usize) -> String {
     )
 }
 
-async fn prepare(
-    client: &deadpool_postgres::Object,
-    cache: &StatementCache,
-    sql: &str,
-) -> Result<tokio_postgres::Statement, Error> {
-    if let Some(stmt) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(sql) {
-        return Ok(stmt.clone());
+/// The connection's prepared statement for `sql`, prepared now if it has
+/// none. A hit answers without waiting.
+async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::Statement, Error> {
+    client.prepare_cached(sql).await.map_err(map_err)
+}
+
+/// [`map_err`] for a prepared statement's run. A table whose columns
+/// changed under a kept statement (a newer node migrated) makes PostgreSQL
+/// refuse it ("cached plan must not change result type"): the connection
+/// forgets its statements, so that the next use prepares them afresh.
+fn stmt_err(client: &ClientWrapper, e: tokio_postgres::Error) -> Error {
+    if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) {
+        client.statement_cache.clear();
     }
-    let stmt = client.prepare(sql).await.map_err(map_err)?;
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(sql.to_owned(), stmt.clone());
-    Ok(stmt)
+    map_err(e)
 }
 
 impl PgDb {
-    fn new(client: Arc<deadpool_postgres::Object>) -> Self {
-        Self::with_cache(client, StatementCache::default())
-    }
-
-    fn with_cache(client: Arc<deadpool_postgres::Object>, cache: StatementCache) -> Self {
+    fn new(client: Conn) -> Self {
         PgDb {
             client,
-            cache,
             pending: Vec::new(),
             barrier: false,
             failed: None,
@@ -548,43 +588,53 @@ impl PgDb {
         }
         self.open();
         let client = self.client.clone();
-        let cached = self
-            .cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(sql)
-            .cloned();
-        let run = |client: Arc<deadpool_postgres::Object>,
+        let run = |client: Conn,
                    stmt: tokio_postgres::Statement,
                    params: Vec<Value>,
                    on_rows: Option<OnRows>| async move {
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
             match on_rows {
-                Some(f) => f(client.query(&stmt, &refs).await.map_err(map_err)?),
+                Some(f) => f(client
+                    .query(&stmt, &refs)
+                    .await
+                    .map_err(|e| stmt_err(&client, e))?),
                 None => client
                     .execute(&stmt, &refs)
                     .await
-                    .map_err(map_err)
+                    .map_err(|e| stmt_err(&client, e))
                     .map(|_| ()),
             }
         };
-        match (cached, self.barrier) {
-            (Some(stmt), false) => match kick(Box::pin(run(client, stmt, params, on_rows))) {
-                Ok(Some(f)) => self.pending.push(f),
-                Ok(None) => {}
-                Err(e) => self.failed = Some(e),
-            },
-            _ => {
-                // Not sendable yet: it runs, in order, when the unit next waits.
-                self.barrier = true;
-                let cache = self.cache.clone();
-                let sql = sql.to_owned();
-                self.pending.push(Box::pin(async move {
-                    let stmt = prepare(&client, &cache, &sql).await?;
-                    run(client, stmt, params, on_rows).await
-                }));
+        // Set once the statement is prepared, that is, once the write
+        // itself has been sent.
+        let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sql = sql.to_owned();
+        let write: Pending = Box::pin({
+            let sent = sent.clone();
+            async move {
+                let stmt = prepare(&client, &sql).await?;
+                sent.store(true, std::sync::atomic::Ordering::Relaxed);
+                run(client, stmt, params, on_rows).await
             }
+        });
+        if self.barrier {
+            // It runs, in order, when the unit next waits.
+            self.pending.push(write);
+            return;
+        }
+        // A prepared statement is sent at once; one that still has to be
+        // prepared raises a barrier: it and everything after it wait their
+        // turn, in order.
+        match kick(write) {
+            Ok(Some(f)) => {
+                if !sent.load(std::sync::atomic::Ordering::Relaxed) {
+                    self.barrier = true;
+                }
+                self.pending.push(f)
+            }
+            Ok(None) => {}
+            Err(e) => self.failed = Some(e),
         }
     }
 }
@@ -597,10 +647,14 @@ impl Db for PgDb {
         self.ready().await?;
         self.open();
         let result = async {
-            let stmt = prepare(&self.client, &self.cache, sql).await?;
+            let stmt = prepare(&self.client, sql).await?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-            let rows = self.client.query(&stmt, &refs).await.map_err(map_err)?;
+            let rows = self
+                .client
+                .query(&stmt, &refs)
+                .await
+                .map_err(|e| stmt_err(&self.client, e))?;
             rows.iter().map(convert_row).collect::<Result<Vec<_>, _>>()
         }
         .await;
@@ -614,10 +668,13 @@ impl Db for PgDb {
         self.ready().await?;
         self.open();
         let result = async {
-            let stmt = prepare(&self.client, &self.cache, sql).await?;
+            let stmt = prepare(&self.client, sql).await?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-            self.client.execute(&stmt, &refs).await.map_err(map_err)
+            self.client
+                .execute(&stmt, &refs)
+                .await
+                .map_err(|e| stmt_err(&self.client, e))
         }
         .await;
         match result {
@@ -691,7 +748,15 @@ pub struct PgBackend {
     jobs: mpsc::UnboundedSender<Job>,
     peers: Arc<Peers>,
     writer: Arc<Writer>,
+    delivery: DeliverySlot,
 }
+
+/// The delivery connection (see "Delivery" in the module docs), while it is up.
+type DeliverySlot = Arc<tokio::sync::watch::Sender<Option<Arc<ClientWrapper>>>>;
+
+/// How long the event pump waits for the delivery connection to come back
+/// before its read fails (and is retried).
+const DELIVERY_WAIT: Duration = Duration::from_secs(5);
 
 /// The node's writer: one connection, shared by the writer task and by
 /// callers that find it idle.
@@ -714,7 +779,7 @@ struct Writer {
 /// The writer's connection and what goes with it.
 #[derive(Default)]
 struct WriterSlot {
-    conn: Option<(Arc<deadpool_postgres::Object>, StatementCache)>,
+    conn: Option<Conn>,
     last_notify: Option<tokio::time::Instant>,
     /// A commit was made without the NOTIFY other nodes are owed.
     owed: bool,
@@ -731,7 +796,7 @@ impl WriterSlot {
         if !self.dirty {
             return;
         }
-        if let Some((client, _)) = &self.conn {
+        if let Some(client) = &self.conn {
             if let Err(e) = client.batch_execute("ROLLBACK").await {
                 tracing::warn!(error = %map_err(e), "writer connection reset failed; replacing it");
                 self.conn = None;
@@ -747,7 +812,7 @@ impl WriterSlot {
             return;
         }
         self.last_notify = Some(tokio::time::Instant::now());
-        if let Some((client, _)) = &self.conn {
+        if let Some(client) = &self.conn {
             if let Err(e) = client.batch_execute(&ctx.notify_sql()).await {
                 // Other nodes still catch up by polling.
                 tracing::warn!(error = %map_err(e), "NOTIFY failed");
@@ -774,10 +839,10 @@ impl Writer {
     }
 
     async fn run_clean(&self, slot: &mut WriterSlot, batch: Vec<Job>) {
-        let (client, cache) = match slot.conn.take() {
-            Some((c, cache)) if !c.is_closed() => (c, cache),
+        let client = match slot.conn.take() {
+            Some(c) if !c.is_closed() => c,
             _ => match self.pool.get().await {
-                Ok(c) => (Arc::new(c), StatementCache::default()),
+                Ok(c) => Conn::Pooled(Arc::new(c)),
                 Err(e) => {
                     let err = pool_err(e);
                     for job in batch {
@@ -788,13 +853,13 @@ impl Writer {
                 }
             },
         };
-        slot.conn = Some((client.clone(), cache.clone()));
+        slot.conn = Some(client.clone());
         let peers = self.ctx.peers.present();
         let notify = peers
             && slot
                 .last_notify
                 .is_none_or(|at| at.elapsed() >= NOTIFY_INTERVAL);
-        if run_batch(&client, &cache, batch, &self.ctx, notify).await && peers {
+        if run_batch(&client, batch, &self.ctx, notify).await && peers {
             if notify {
                 slot.last_notify = Some(tokio::time::Instant::now());
             } else {
@@ -898,9 +963,15 @@ impl PgBackend {
         published: Published,
         shutdown: CancellationToken,
     ) -> Result<Self, Error> {
-        let mut config: tokio_postgres::Config = opts.url.parse().map_err(|e| {
-            Error::invalid("bad_database_url", format!("SHEPHERD_DATABASE_URL: {e}"))
+        let (url, tls) = tls::split_url(&opts.url)?;
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+            Error::invalid(
+                "bad_database_url",
+                format!("SHEPHERD_DATABASE_URL: {}", describe(&e)),
+            )
         })?;
+        config.ssl_mode(tls.driver_mode());
+        let tls = tls.connector()?;
         if let Some(schema) = &opts.schema {
             if !schema
                 .chars()
@@ -911,7 +982,7 @@ impl PgBackend {
                     "schema names are letters, digits and _",
                 ));
             }
-            let (client, conn) = config.connect(NoTls).await.map_err(map_err)?;
+            let (client, conn) = config.connect(tls.clone()).await.map_err(map_err)?;
             let driver = tokio::spawn(conn);
             // `IF NOT EXISTS` does not cover a concurrent creator: of nodes
             // started together on a fresh schema, all but one get a unique
@@ -934,7 +1005,7 @@ impl PgBackend {
         }
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -964,12 +1035,23 @@ impl PgBackend {
             owed_notify: Notify::new(),
         });
         tokio::spawn(writer_loop(writer.clone(), rx));
+        let delivery = DeliverySlot::new(tokio::sync::watch::Sender::new(None));
+        // Named, so that operators can tell it from the pool's connections.
+        let mut delivery_config = config.clone();
+        delivery_config.application_name(format!(
+            "{} events",
+            config.get_application_name().unwrap_or("shepherd")
+        ));
         tokio::spawn(listen_loop(
-            config.clone(),
-            channel.clone(),
-            node.clone(),
-            on_commit,
-            peers.clone(),
+            Listener {
+                config: delivery_config,
+                tls,
+                channel: channel.clone(),
+                node: node.clone(),
+                on_commit,
+                peers: peers.clone(),
+                delivery: delivery.clone(),
+            },
             shutdown.clone(),
         ));
         tokio::spawn(announce_loop(pool.clone(), channel, node, shutdown));
@@ -978,6 +1060,7 @@ impl PgBackend {
             jobs,
             peers,
             writer,
+            delivery,
         })
     }
 
@@ -1070,7 +1153,7 @@ impl PgBackend {
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
             .map_err(map_err)?;
-        let result = f(PgDb::new(client.clone())).await;
+        let result = f(PgDb::new(Conn::Pooled(client.clone()))).await;
         let end = client.batch_execute("COMMIT").await.map_err(map_err);
         open.0 = None;
         let r = result?;
@@ -1078,15 +1161,28 @@ impl PgBackend {
         Ok(r)
     }
 
-    /// Runs `f` on a pooled connection without a transaction: for single
-    /// statements, which see one snapshot anyway.
-    pub async fn read_plain<T, F>(&self, f: F) -> Result<T, Error>
+    /// Runs `f` on the store's delivery connection, outside the pool, so
+    /// that the event pump reads the log however busy the pool is. While
+    /// that connection is being re-established it waits for it, for at most
+    /// [`DELIVERY_WAIT`].
+    pub async fn read_delivery<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + 'static,
         F: FnOnce(PgDb) -> BoxFuture<'static, Result<T, Error>> + Send + 'static,
     {
-        let client = Arc::new(self.pool.get().await.map_err(pool_err)?);
-        f(PgDb::new(client)).await
+        let mut up = self.delivery.subscribe();
+        let wait = up.wait_for(|c| c.as_ref().is_some_and(|c| !c.is_closed()));
+        let client = match tokio::time::timeout(DELIVERY_WAIT, wait).await {
+            Ok(Ok(c)) => c.clone(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Error::unavailable(
+                DB_UNAVAILABLE,
+                "the event delivery connection is reconnecting",
+            )
+        })?;
+        f(PgDb::new(Conn::Own(client))).await
     }
 
     pub async fn ping(&self) -> Result<(), Error> {
@@ -1233,13 +1329,7 @@ async fn writer_loop(writer: Arc<Writer>, mut rx: mpsc::UnboundedReceiver<Job>) 
 
 /// Runs one write transaction; true if it committed something. With
 /// `notify`, the commit carries this node's NOTIFY.
-async fn run_batch(
-    client: &Arc<deadpool_postgres::Object>,
-    cache: &StatementCache,
-    batch: Vec<Job>,
-    ctx: &WriterContext,
-    notify: bool,
-) -> bool {
+async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: bool) -> bool {
     // Transaction control is pipelined with the units' own statements: a
     // unit costs round trips only for its reads and its final flush.
     let mut control: Vec<Pending> = Vec::new();
@@ -1265,7 +1355,7 @@ async fn run_batch(
         if !single {
             send("SAVEPOINT unit".into(), &mut control);
         }
-        let mut db = PgDb::with_cache(client.clone(), cache.clone());
+        let mut db = PgDb::new(client.clone());
         if single {
             // Nothing to roll back to: its answers can wait for the COMMIT's.
             db.lone = Some(lone.clone());
@@ -1344,70 +1434,83 @@ async fn run_batch(
     }
 }
 
-/// Keeps one connection LISTENing, reconnecting with backoff, and wakes the
-/// event pump on every notification (and after every reconnect, to catch up
-/// on whatever was committed while it was away).
-async fn listen_loop(
+/// What the delivery connection's task needs.
+struct Listener {
     config: tokio_postgres::Config,
+    tls: tls::MakeRustls,
     channel: String,
     node: String,
     on_commit: Arc<Notify>,
     peers: Arc<Peers>,
-    shutdown: CancellationToken,
-) {
-    let own_announcement = format!("{ANNOUNCE_PREFIX}{node}");
+    delivery: DeliverySlot,
+}
+
+/// Keeps the delivery connection up, LISTENing, and handed to the event
+/// pump (reconnecting with backoff), and wakes the pump on every
+/// notification (and after every reconnect, to catch up on whatever was
+/// committed while it was away).
+async fn listen_loop(l: Listener, shutdown: CancellationToken) {
+    let own_announcement = format!("{ANNOUNCE_PREFIX}{}", l.node);
     let mut backoff = Duration::from_millis(100);
     loop {
+        let mut listened = false;
         let attempt = async {
-            let (client, mut conn) = config.connect(NoTls).await?;
-            let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
-            let listen_sql = format!("LISTEN {channel}");
-            {
-                let listen = client.batch_execute(&listen_sql);
-                // The connection must be polled for LISTEN to complete.
-                let mut listen = std::pin::pin!(listen);
-                loop {
-                    tokio::select! {
-                        r = &mut listen => { r?; break; }
-                        m = messages.next() => match m {
-                            Some(Ok(_)) => {}
-                            Some(Err(e)) => return Err(e),
-                            None => return Ok(()),
-                        },
+            let (client, mut conn) = l.config.connect(l.tls.clone()).await?;
+            // A task drives the connection (the pump's queries go through
+            // it too) and hands on what the server sends unasked.
+            let (tx, mut notes) = mpsc::unbounded_channel();
+            let driver = tokio::spawn(async move {
+                let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+                while let Some(m) = messages.next().await {
+                    let end = m.is_err();
+                    if tx.send(m).is_err() || end {
+                        break;
                     }
                 }
-            }
-            on_commit.notify_one();
-            while let Some(m) = messages.next().await {
+            });
+            // Dropping the wrapper stops the driver, which closes the connection.
+            let client = Arc::new(ClientWrapper::new(client, driver));
+            client
+                .batch_execute(&format!("LISTEN {}", l.channel))
+                .await?;
+            listened = true;
+            l.delivery.send_replace(Some(client.clone()));
+            l.on_commit.notify_one();
+            while let Some(m) = notes.recv().await {
                 match m {
                     // This node's writer publishes its own commits.
                     Ok(AsyncMessage::Notification(n))
-                        if n.payload() == node || n.payload() == own_announcement => {}
+                        if n.payload() == l.node || n.payload() == own_announcement => {}
                     Ok(AsyncMessage::Notification(n))
                         if n.payload().starts_with(ANNOUNCE_PREFIX) =>
                     {
-                        peers.heard()
+                        l.peers.heard()
                     }
                     Ok(AsyncMessage::Notification(_)) => {
-                        peers.heard();
-                        on_commit.notify_one()
+                        l.peers.heard();
+                        l.on_commit.notify_one()
                     }
                     Ok(_) => {}
                     Err(e) => return Err(e),
                 }
             }
-            drop(client);
             Ok::<(), tokio_postgres::Error>(())
         };
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = attempt => {
-                if let Err(e) = r {
-                    tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
-                } else {
-                    backoff = Duration::from_millis(100);
-                }
+        let outcome = tokio::select! {
+            _ = shutdown.cancelled() => None,
+            r = attempt => Some(r),
+        };
+        l.delivery.send_replace(None);
+        let Some(outcome) = outcome else { return };
+        if listened {
+            // It was up: the first retry comes quickly.
+            backoff = Duration::from_millis(100);
+        }
+        match outcome {
+            Err(e) => {
+                tracing::warn!(error = %describe(&e), "event delivery connection lost; reconnecting")
             }
+            Ok(()) => tracing::warn!("event delivery connection closed; reconnecting"),
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -1440,6 +1543,130 @@ async fn announce_loop(pool: Pool, channel: String, node: String, shutdown: Canc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sql::Db;
+
+    /// A fresh schema on the test database, opened as a store backend.
+    async fn backend(pool_size: usize) -> (PgBackend, CancellationToken) {
+        let url = std::env::var("SHEPHERD_TEST_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        // `t_<unix time>_…`: the test harness drops such schemas once old.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let schema = format!(
+            "t_{}_{}_unit{}",
+            chrono::Utc::now().timestamp(),
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let shutdown = CancellationToken::new();
+        let opts = PgOptions {
+            url,
+            schema: Some(schema),
+            pool_size,
+        };
+        let hub = Arc::new(crate::hub::Hub::new());
+        let b = PgBackend::open(&opts, hub, shutdown.clone())
+            .await
+            .expect("open PostgreSQL");
+        (b, shutdown)
+    }
+
+    /// The statements every pooled connection holds prepared for `sql`, by
+    /// (name, time prepared): all connections are taken at once, so each
+    /// is asked.
+    async fn prepared_on_each_connection(b: &PgBackend, sql: &str) -> Vec<Vec<(String, String)>> {
+        let mut conns = Vec::new();
+        for _ in 0..b.pool.status().max_size {
+            conns.push(b.pool.get().await.expect("pooled connection"));
+        }
+        let mut out = Vec::new();
+        for c in &conns {
+            let rows = c
+                .query(
+                    "SELECT name, prepare_time::text FROM pg_prepared_statements WHERE statement = $1",
+                    &[&sql],
+                )
+                .await
+                .expect("pg_prepared_statements");
+            out.push(rows.iter().map(|r| (r.get(0), r.get(1))).collect());
+        }
+        out
+    }
+
+    /// Reads used to prepare every statement on each call (a fresh cache
+    /// per read, its statements closed when the read ended). Now a pooled
+    /// connection keeps what it prepared: after many reads each connection
+    /// holds the statement at most once, and more reads prepare nothing new.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_reuse_their_connections_prepared_statements() {
+        const SQL: &str = "SELECT count(*) FROM events WHERE seq > $1";
+        let (b, shutdown) = backend(2).await;
+        let read =
+            || b.read(|mut db| Box::pin(async move { db.query(SQL, vec![Value::Int(0)]).await }));
+        for _ in 0..10 {
+            read().await.expect("read");
+        }
+        let first = prepared_on_each_connection(&b, SQL).await;
+        let total: usize = first.iter().map(Vec::len).sum();
+        assert!(total >= 1, "no connection kept the statement: {first:?}");
+        assert!(
+            first.iter().all(|c| c.len() <= 1),
+            "a connection prepared it twice: {first:?}"
+        );
+        for _ in 0..10 {
+            read().await.expect("read");
+        }
+        let again = prepared_on_each_connection(&b, SQL).await;
+        for (before, after) in first.iter().zip(&again) {
+            // A connection that had it still has the very same statement.
+            if !before.is_empty() {
+                assert_eq!(before, after, "re-prepared: {first:?} then {again:?}");
+            }
+        }
+        assert!(again.iter().all(|c| c.len() <= 1), "{again:?}");
+        b.close();
+        shutdown.cancel();
+    }
+
+    /// A kept statement whose table changed shape fails once per connection
+    /// that kept it, then is prepared afresh; without that, each of those
+    /// connections would fail the same read until it was closed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_statement_outdated_by_a_migration_is_prepared_again() {
+        const SQL: &str = "SELECT * FROM meta ORDER BY key";
+        let (b, shutdown) = backend(2).await;
+        b.pool
+            .get()
+            .await
+            .unwrap()
+            .batch_execute("INSERT INTO meta (key, value) VALUES ('test.row', 'x')")
+            .await
+            .unwrap();
+        let read = || b.read(|mut db| Box::pin(async move { db.query(SQL, vec![]).await }));
+        for _ in 0..4 {
+            read().await.expect("read");
+        }
+        {
+            let c = b.pool.get().await.unwrap();
+            c.batch_execute("ALTER TABLE meta ADD COLUMN added_later TEXT")
+                .await
+                .unwrap();
+        }
+        let mut failures = 0;
+        for _ in 0..8 {
+            if let Err(e) = read().await {
+                assert!(e.message.contains("cached plan"), "{e:?}");
+                failures += 1;
+            }
+        }
+        assert!(failures <= 2, "{failures} of 8 reads failed");
+        let rows = read().await.expect("read after the change");
+        assert!(
+            !rows.is_empty() && rows.iter().all(|r| r.0.len() == 3),
+            "the new column is read"
+        );
+        b.close();
+        shutdown.cancel();
+    }
 
     #[test]
     fn notify_channels_fit_and_separate_schemas() {
