@@ -65,6 +65,9 @@ pub struct Settings {
     /// Requests handled at once before more are refused with 503
     /// (`SHEPHERD_MAX_REQUESTS`); 0: no cap.
     pub max_requests: usize,
+    /// Slots kept for workers' reports (heartbeats, claims, progress,
+    /// steps) once `max_requests` is reached (`SHEPHERD_MAX_WORKER_REQUESTS`).
+    pub max_worker_requests: usize,
     /// Open streams (SSE, WebSockets, MCP) before more are refused
     /// (`SHEPHERD_MAX_STREAMS`); 0: no cap.
     pub max_streams: usize,
@@ -83,6 +86,7 @@ impl Default for Settings {
             sse_coalesce: Duration::from_millis(25),
             allowed_origins: Vec::new(),
             max_requests: 0,
+            max_worker_requests: 0,
             max_streams: 0,
         }
     }
@@ -113,6 +117,7 @@ impl AppState {
     pub fn new(store: Store, settings: Settings, shutdown: CancellationToken) -> Self {
         let limits = Arc::new(limits::Limits::new(
             settings.max_requests,
+            settings.max_worker_requests,
             settings.max_streams,
         ));
         AppState {
