@@ -175,7 +175,7 @@ async fn metrics_listener_serves_metrics_without_a_token(kind: Kind) {
         .starts_with("text/plain; version=0.0.4"));
     let text = res.text().await.unwrap();
     let (_, t) = s.get("/api/v1/tasks/M-0", Some(OPERATOR)).await;
-    let state = t["task"]["state"].as_str().expect("a state").to_owned();
+    let state = t["state"].as_str().expect("a state").to_owned();
     for line in [
         "shepherd_http_requests_total{route=\"/api/v1/tasks\",method=\"POST\",status=\"201\"} 5",
         &format!("shepherd_tasks{{state=\"{state}\"}} 5"),
@@ -310,29 +310,47 @@ async fn held_request(s: &Server, path: &str, token: &str) -> tokio::net::TcpStr
     sock
 }
 
-/// Holds requests on `path` until `probe` is shed; returns the sockets.
-async fn fill(s: &Server, n: usize, path: &str, token: &str, probe: (&str, &str)) -> Vec<tokio::net::TcpStream> {
+/// Holds `n` requests on `path` until `probe` is shed; returns the sockets.
+async fn fill(
+    s: &Server,
+    n: usize,
+    path: &str,
+    token: &str,
+    probe: (&str, &str),
+) -> Vec<tokio::net::TcpStream> {
     let mut held = Vec::new();
     for _ in 0..n {
         held.push(held_request(s, path, token).await);
     }
     let (probe_path, probe_token) = probe;
-    wait_for("the slots to be taken", Duration::from_secs(10), || {
-        let (http, url) = (s.http.clone(), s.url(probe_path));
-        let token = probe_token.to_owned();
-        async move {
-            let res = http
-                .post(url)
-                .bearer_auth(token)
-                .json(&json!({}))
-                .send()
-                .await
-                .ok()?;
-            (res.status().as_u16() == 503).then_some(Value::Null)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let res = s
+            .http
+            .post(s.url(probe_path))
+            .bearer_auth(probe_token)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        if res.status().as_u16() == 503 {
+            return held;
         }
-    })
-    .await;
-    held
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slots were never all taken"
+        );
+        // A held request that arrived while the probe held a slot was shed
+        // (it has an answer waiting): hold a new one in its place.
+        for h in held.iter_mut() {
+            let mut byte = [0u8; 1];
+            if !matches!(h.try_read(&mut byte), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            {
+                *h = held_request(s, path, token).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn register(s: &Server, id: &str) -> String {
