@@ -183,7 +183,11 @@ pub async fn shed(State(state): State<AppState>, mut req: Request, next: Next) -
         Some(s) => match s.clone().try_acquire_owned() {
             Ok(p) => Some(p),
             Err(_) if class == Class::Worker && limits.workers.is_some() => {
-                match limits.workers.as_ref().map(|w| w.clone().try_acquire_owned()) {
+                match limits
+                    .workers
+                    .as_ref()
+                    .map(|w| w.clone().try_acquire_owned())
+                {
                     Some(Ok(p)) => {
                         reserve = true;
                         limits.worker_reserve_in_use.fetch_add(1, Ordering::Relaxed);
@@ -276,7 +280,10 @@ mod tests {
     fn workers_reports_are_told_apart() {
         for (m, p) in [
             (Method::POST, "/api/v1/worker/orchestrator/heartbeat"),
-            (Method::POST, "/api/v1/worker/orchestrator/tasks/V-1/progress"),
+            (
+                Method::POST,
+                "/api/v1/worker/orchestrator/tasks/V-1/progress",
+            ),
             (Method::GET, "/api/v1/worker/orchestrator/tasks/pending"),
             (Method::POST, "/api/v1/runs/r-1/steps"),
             (Method::POST, "/api/v1/runs/r-1/status"),

@@ -444,7 +444,10 @@ pub fn metrics_only_router(state: AppState) -> Router {
 
 /// Serves [`metrics_only_router`] on `listener` until the server's
 /// shutdown token is cancelled.
-pub async fn serve_metrics(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+) -> std::io::Result<()> {
     let token = state.shutdown.clone();
     let app = metrics_only_router(state);
     axum::serve(listener, app.into_make_service())

@@ -281,8 +281,9 @@ impl Drop for Server {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Some((url, schema)) = &self.pg {
-            drop_pg_schema(url, schema);
+        if let Some((url, schema)) = self.pg.take() {
+            // On a thread of its own: this may run inside the bench's runtime.
+            let _ = std::thread::spawn(move || drop_pg_schema(&url, &schema)).join();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = std::fs::remove_file(&self.log);
@@ -732,7 +733,9 @@ async fn run_one(bin: &PathBuf, pg_url: Option<&str>, opts: &Opts) -> Result<Row
         served: every.len(),
         p50: percentile(&every, 0.5),
         p99: percentile(&every, 0.99),
-        max: every.last().map_or(Duration::ZERO, |m| Duration::from_micros(*m as u64)),
+        max: every
+            .last()
+            .map_or(Duration::ZERO, |m| Duration::from_micros(*m as u64)),
         per_op,
         shed: all.shed,
         errors: all.errors,

@@ -486,9 +486,9 @@ impl Config {
             }
         };
         let metrics_listen = match &file.metrics_listen {
-            Some(l) => Some(
-                resolve_listen(l).map_err(|e| err(format!("SHEPHERD_METRICS_LISTEN: {e}")))?,
-            ),
+            Some(l) => {
+                Some(resolve_listen(l).map_err(|e| err(format!("SHEPHERD_METRICS_LISTEN: {e}")))?)
+            }
             None => None,
         };
         let listen_backlog = file.listen_backlog.unwrap_or(DEFAULT_LISTEN_BACKLOG);
@@ -653,10 +653,7 @@ impl Config {
             ("advertise_url", opt(&self.advertise_url)),
             ("max_requests", self.max_requests.to_string()),
             ("max_streams", self.max_streams.to_string()),
-            (
-                "max_worker_requests",
-                self.max_worker_requests.to_string(),
-            ),
+            ("max_worker_requests", self.max_worker_requests.to_string()),
             ("listen_backlog", self.listen_backlog.to_string()),
             (
                 "metrics_listen",

@@ -52,7 +52,11 @@ async fn clients_hanging_up_mid_request(kind: Kind) {
     // A list worth reading: the aborted requests ask for all of it.
     for i in 0..SEEDED {
         let (st, b) = s
-            .post("/api/v1/tasks", Some(OPERATOR), task(&format!("A-{i}"), "simple"))
+            .post(
+                "/api/v1/tasks",
+                Some(OPERATOR),
+                task(&format!("A-{i}"), "simple"),
+            )
             .await;
         assert_eq!(st, 201, "{b}");
     }
@@ -124,7 +128,10 @@ async fn clients_hanging_up_mid_request(kind: Kind) {
                             Ok(res) => {
                                 let st = res.status().as_u16();
                                 let body = res.text().await.unwrap_or_default();
-                                failures.lock().unwrap().push(format!("{what}: {st} {body}"));
+                                failures
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("{what}: {st} {body}"));
                             }
                             Err(e) => failures.lock().unwrap().push(format!("{what}: {e}")),
                         }
@@ -161,7 +168,10 @@ async fn clients_hanging_up_mid_request(kind: Kind) {
     s.stop().await;
 }
 
-e2e!(clients_hanging_up_mid_request, clients_hanging_up_mid_request);
+e2e!(
+    clients_hanging_up_mid_request,
+    clients_hanging_up_mid_request
+);
 
 /// Subscribers that stop reading.
 const SLOW: usize = 16;
@@ -348,23 +358,27 @@ async fn slow_sse_consumers(kind: Kind) {
     }
     drop(slow);
     // Their stream slots are given back.
-    wait_for("the stopped streams to be released", Duration::from_secs(20), || {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            let text = http
-                .get(format!("{base}/metrics"))
-                .bearer_auth(OPERATOR)
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            text.lines()
-                .any(|l| l == "shepherd_sse_clients 1")
-                .then_some(Value::Null)
-        }
-    })
+    wait_for(
+        "the stopped streams to be released",
+        Duration::from_secs(20),
+        || {
+            let (http, base) = (http.clone(), base.clone());
+            async move {
+                let text = http
+                    .get(format!("{base}/metrics"))
+                    .bearer_auth(OPERATOR)
+                    .send()
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                text.lines()
+                    .any(|l| l == "shepherd_sse_clients 1")
+                    .then_some(Value::Null)
+            }
+        },
+    )
     .await;
     eprintln!(
         "{kind:?}: {SLOW} stopped subscribers, {} events flooded ({flood_kb} kB): server RSS {rss_before} kB -> peak {peak} kB",

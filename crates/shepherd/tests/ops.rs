@@ -52,11 +52,7 @@ fn stop_and_read_stderr(mut p: Proc) -> String {
         libc::kill(p.0.id() as i32, libc::SIGTERM);
     }
     let mut err = String::new();
-    p.0.stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    p.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     let status = p.0.wait().unwrap();
     assert!(status.success(), "serve exited with {status}: {err}");
     err
@@ -110,7 +106,10 @@ async fn json_logs_are_one_object_per_line_and_text_logs_have_no_colour_off_a_te
             "no {want:?} line in {messages:?}"
         );
     }
-    assert!(!err.contains('\u{1b}'), "escape codes in JSON logs: {err:?}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "escape codes in JSON logs: {err:?}"
+    );
 
     // Text, to a pipe: readable lines without colour codes.
     let mut env = Env::new(Kind::Sqlite);
@@ -127,7 +126,8 @@ async fn json_logs_are_one_object_per_line_and_text_logs_have_no_colour_off_a_te
         "colour codes while stderr is a pipe: {err:?}"
     );
     assert!(
-        err.lines().all(|l| serde_json::from_str::<Value>(l).is_err()),
+        err.lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_err()),
         "text format wrote JSON"
     );
 }
@@ -190,7 +190,10 @@ async fn metrics_listener_serves_metrics_without_a_token(kind: Kind) {
     // The writer's group commits: at least the five creations.
     let batches = sample(&text, "shepherd_writer_batch_units_count").expect("batch count");
     let units = sample(&text, "shepherd_writer_batch_units_sum").expect("batch units");
-    assert!(batches >= 1.0 && units >= 5.0, "{batches} batches, {units} units");
+    assert!(
+        batches >= 1.0 && units >= 5.0,
+        "{batches} batches, {units} units"
+    );
     let commits = sample(&text, "shepherd_writer_commit_seconds_count").expect("commit count");
     assert_eq!(commits, batches);
     assert_eq!(
@@ -215,7 +218,10 @@ async fn metrics_listener_serves_metrics_without_a_token(kind: Kind) {
             .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
             .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
             .collect();
-        assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{name}: {buckets:?}");
+        assert!(
+            buckets.windows(2).all(|w| w[0] <= w[1]),
+            "{name}: {buckets:?}"
+        );
         assert_eq!(
             buckets.last().copied(),
             sample(&text, &format!("{name}_count")),
@@ -263,7 +269,10 @@ fn listen_backlog(port: u16) -> Option<u64> {
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().next().unwrap_or_else(|| panic!("no listener on {port}"));
+    let line = text
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("no listener on {port}"));
     // State Recv-Q Send-Q Local Peer
     line.split_whitespace().nth(2)?.parse().ok()
 }
@@ -366,8 +375,12 @@ async fn register(s: &Server, id: &str) -> String {
 }
 
 async fn heartbeat(s: &Server, tok: &str) -> (u16, Value) {
-    s.post("/api/v1/worker/orchestrator/heartbeat", Some(tok), json!({}))
-        .await
+    s.post(
+        "/api/v1/worker/orchestrator/heartbeat",
+        Some(tok),
+        json!({}),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,7 +392,14 @@ async fn a_worker_heartbeat_gets_through_when_clients_hold_every_request_slot() 
     let s = Server::start(&env).await;
     let w = register(&s, "w-reserve").await;
     // Clients hold the whole general cap.
-    let clients = fill(&s, 2, "/api/v1/tasks", OPERATOR, ("/api/v1/tasks", OPERATOR)).await;
+    let clients = fill(
+        &s,
+        2,
+        "/api/v1/tasks",
+        OPERATOR,
+        ("/api/v1/tasks", OPERATOR),
+    )
+    .await;
     let (st, b) = s
         .post("/api/v1/tasks", Some(OPERATOR), task("T-shed", "simple"))
         .await;
@@ -412,10 +432,14 @@ async fn a_worker_heartbeat_gets_through_when_clients_hold_every_request_slot() 
     assert_eq!(res.headers()["retry-after"], "1");
     drop(workers);
     drop(clients);
-    wait_for("the slots to come back", Duration::from_secs(10), || async {
-        let (st, _) = s.get("/api/v1/tasks", Some(OPERATOR)).await;
-        (st == 200).then_some(Value::Null)
-    })
+    wait_for(
+        "the slots to come back",
+        Duration::from_secs(10),
+        || async {
+            let (st, _) = s.get("/api/v1/tasks", Some(OPERATOR)).await;
+            (st == 200).then_some(Value::Null)
+        },
+    )
     .await;
     s.stop().await;
 }
@@ -430,7 +454,14 @@ async fn without_a_reserve_a_worker_heartbeat_is_shed_like_any_request() {
         .set("SHEPHERD_MAX_WORKER_REQUESTS", "0");
     let s = Server::start(&env).await;
     let w = register(&s, "w-none").await;
-    let held = fill(&s, 2, "/api/v1/tasks", OPERATOR, ("/api/v1/tasks", OPERATOR)).await;
+    let held = fill(
+        &s,
+        2,
+        "/api/v1/tasks",
+        OPERATOR,
+        ("/api/v1/tasks", OPERATOR),
+    )
+    .await;
     let (st, b) = heartbeat(&s, &w).await;
     assert_eq!((st, b["error"]["code"].as_str()), (503, Some("overloaded")));
     drop(held);
