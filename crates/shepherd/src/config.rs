@@ -26,6 +26,7 @@ const DURATIONS: &[&str] = &[
     "cancel_grace",
     "snapshot_interval",
     "runner_heartbeat",
+    "send_timeout",
 ];
 
 /// Keys whose environment value is a number.
@@ -83,6 +84,8 @@ struct RawConfig {
     pg_schema: Option<String>,
     #[serde(default, with = "humantime_serde")]
     runner_heartbeat: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    send_timeout: Option<Duration>,
     allowed_origins: Option<Vec<String>>,
     sessions_root: Option<PathBuf>,
     node_id: Option<String>,
@@ -146,6 +149,9 @@ pub struct Config {
     pub listen_backlog: u32,
     /// A second listener serving only `GET /metrics`, without a token.
     pub metrics_listen: Option<SocketAddr>,
+    /// Connections whose peer takes nothing sent for this long are closed
+    /// (zero: never).
+    pub send_timeout: Duration,
     /// Where each top-level key's value came from (absent: the default).
     pub origins: BTreeMap<String, Origin>,
 }
@@ -592,6 +598,7 @@ impl Config {
                 .unwrap_or(DEFAULT_MAX_WORKER_REQUESTS) as usize,
             listen_backlog: listen_backlog as u32,
             metrics_listen,
+            send_timeout: dur("send_timeout", file.send_timeout, 120, 0)?,
             origins,
         })
     }
@@ -655,6 +662,7 @@ impl Config {
             ("max_streams", self.max_streams.to_string()),
             ("max_worker_requests", self.max_worker_requests.to_string()),
             ("listen_backlog", self.listen_backlog.to_string()),
+            ("send_timeout", secs(&self.send_timeout)),
             (
                 "metrics_listen",
                 self.metrics_listen
@@ -733,6 +741,7 @@ const KEYS: &[&str] = &[
     "max_worker_requests",
     "listen_backlog",
     "metrics_listen",
+    "send_timeout",
     "agents",
 ];
 
@@ -932,12 +941,15 @@ mod tests {
         assert_eq!(c.listen_backlog, 1024);
         assert_eq!(c.max_worker_requests, 32);
         assert_eq!(c.metrics_listen, None);
+        assert_eq!(c.send_timeout, Duration::from_secs(120));
         let c = load(&[
             ("SHEPHERD_LISTEN_BACKLOG", "4096"),
             ("SHEPHERD_MAX_WORKER_REQUESTS", "8"),
             ("SHEPHERD_METRICS_LISTEN", "127.0.0.1:9464"),
+            ("SHEPHERD_SEND_TIMEOUT", "0s"),
         ])
         .unwrap();
+        assert_eq!(c.send_timeout, Duration::ZERO);
         assert_eq!(c.listen_backlog, 4096);
         assert_eq!(c.max_worker_requests, 8);
         assert_eq!(c.metrics_listen.unwrap().to_string(), "127.0.0.1:9464");
@@ -947,6 +959,7 @@ mod tests {
             ("SHEPHERD_LISTEN_BACKLOG", "many"),
             ("SHEPHERD_MAX_WORKER_REQUESTS", "-1"),
             ("SHEPHERD_METRICS_LISTEN", "nowhere"),
+            ("SHEPHERD_SEND_TIMEOUT", "soon"),
         ] {
             let e = load(&[(k, v)]).unwrap_err().to_string();
             assert!(e.contains(k), "{e} should name {k}");

@@ -58,6 +58,7 @@ pub fn settings(config: &Config) -> Settings {
         max_requests: config.max_requests,
         max_streams: config.max_streams,
         max_worker_requests: config.max_worker_requests,
+        send_timeout: config.send_timeout,
         ..Settings::default()
     }
 }

@@ -1,6 +1,9 @@
 //! Fault suite, misbehaving clients (both stores): clients that hang up
 //! mid-request by the hundred while others work normally, and SSE
-//! subscribers that stop reading while the log is flooded.
+//! subscribers that stop reading while the log is flooded (other
+//! subscribers unaffected, server memory bounded, the stopped ones told to
+//! resync when they read again, or dropped after the send timeout if they
+//! never do).
 
 mod common;
 
@@ -389,3 +392,62 @@ async fn slow_sse_consumers(kind: Kind) {
 }
 
 e2e!(slow_sse_consumers, slow_sse_consumers);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_never_reads_again_is_dropped_after_the_send_timeout() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_TOKEN", OPERATOR)
+        .set("SHEPHERD_SEND_TIMEOUT", "2s");
+    let s = Server::start(&env).await;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let stuck = slow_subscriber(&addr).await;
+    let sse_clients = |s: &Server| {
+        let (http, url) = (s.http.clone(), s.url("/metrics"));
+        async move {
+            let text = http
+                .get(url)
+                .bearer_auth(OPERATOR)
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            text.lines()
+                .find_map(|l| l.strip_prefix("shepherd_sse_clients "))
+                .and_then(|v| v.parse::<i64>().ok())
+        }
+    };
+    assert_eq!(sse_clients(&s).await, Some(1));
+    // Enough to fill the server's send buffer and the client's window.
+    let writer = shepherd_store::Store::open(&env.config().store_config())
+        .await
+        .unwrap();
+    let pad = "x".repeat(200);
+    for batch in 0..10 {
+        let events: Vec<NewEvent> = (0..PER_BATCH)
+            .map(|i| {
+                NewEvent::new(
+                    "test.flood",
+                    EventRefs::default(),
+                    json!({ "batch": batch, "i": i, "pad": pad }),
+                )
+            })
+            .collect();
+        writer.append_events(events).await.unwrap();
+    }
+    // The connection stays open on the client's side, but the server gives
+    // up on it and frees its stream.
+    wait_for(
+        "the stuck stream to be dropped",
+        Duration::from_secs(60),
+        || {
+            let n = sse_clients(&s);
+            async move { (n.await == Some(0)).then_some(Value::Null) }
+        },
+    )
+    .await;
+    drop(stuck);
+    writer.close();
+    s.stop().await;
+}
