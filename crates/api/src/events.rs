@@ -218,6 +218,10 @@ struct Feed {
     /// sized too small is grown by doubling, and so holds up to twice the
     /// memory its frames need until the connection has written it.
     frame_size: usize,
+    /// Events after this one were committed after the stream began: their
+    /// delivery lag is recorded (older ones are history the client asked for).
+    live_from: i64,
+    metrics: Arc<crate::metrics::HttpMetrics>,
 }
 
 impl Feed {
@@ -294,7 +298,14 @@ impl Feed {
     /// Appends one item's frame; false once the stream must end after it.
     fn push(&mut self, item: TailItem, out: &mut BytesMut) -> bool {
         match item {
-            TailItem::Event(e) => self.frames.write(&e, out),
+            TailItem::Event(e) => {
+                if e.seq > self.live_from {
+                    self.metrics
+                        .delivery_lag
+                        .observe(shepherd_store::now_ms() - e.ts);
+                }
+                self.frames.write(&e, out)
+            }
             TailItem::Expired => out.extend_from_slice(&resync(
                 "cursor_expired",
                 self.tail.cursor(),
@@ -337,6 +348,8 @@ pub async fn events(
         shutdown: state.shutdown.child_token(),
         ended: false,
         frame_size: FRAME_GUESS,
+        live_from: state.store.published_through(),
+        metrics: state.metrics.clone(),
     };
     let chunks = futures::stream::unfold(feed, |mut feed| async move {
         let chunk = feed.next_chunk().await?;

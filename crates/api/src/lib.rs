@@ -65,9 +65,15 @@ pub struct Settings {
     /// Requests handled at once before more are refused with 503
     /// (`SHEPHERD_MAX_REQUESTS`); 0: no cap.
     pub max_requests: usize,
+    /// Slots kept for workers' reports (heartbeats, claims, progress,
+    /// steps) once `max_requests` is reached (`SHEPHERD_MAX_WORKER_REQUESTS`).
+    pub max_worker_requests: usize,
     /// Open streams (SSE, WebSockets, MCP) before more are refused
     /// (`SHEPHERD_MAX_STREAMS`); 0: no cap.
     pub max_streams: usize,
+    /// A connection whose peer takes nothing the server sends for this long
+    /// is closed (`SHEPHERD_SEND_TIMEOUT`); zero: never.
+    pub send_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -83,7 +89,9 @@ impl Default for Settings {
             sse_coalesce: Duration::from_millis(25),
             allowed_origins: Vec::new(),
             max_requests: 0,
+            max_worker_requests: 0,
             max_streams: 0,
+            send_timeout: Duration::ZERO,
         }
     }
 }
@@ -113,6 +121,7 @@ impl AppState {
     pub fn new(store: Store, settings: Settings, shutdown: CancellationToken) -> Self {
         let limits = Arc::new(limits::Limits::new(
             settings.max_requests,
+            settings.max_worker_requests,
             settings.max_streams,
         ));
         AppState {
@@ -232,12 +241,16 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let token = state.shutdown.clone();
+    let send_timeout = state.settings.send_timeout;
     let app = router(state);
     // Event streams write small frames that must leave at once, not wait for
     // the peer's delayed ACK (Nagle), so every connection sets TCP_NODELAY.
-    let listener = listener.tap_io(|tcp| {
+    let listener = listener.tap_io(move |tcp| {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+        if let Err(e) = set_send_timeout(tcp, send_timeout) {
+            tracing::debug!(error = %e, "could not set TCP_USER_TIMEOUT");
         }
     });
     // A shared make-service: each connection clones a pointer, not the router.
@@ -247,6 +260,42 @@ pub async fn serve(
             token.cancel();
         })
         .await
+}
+
+/// Closes the connection once data the server sent has waited `timeout`
+/// unacknowledged, or untransmitted because the peer's receive window stayed
+/// shut (TCP_USER_TIMEOUT). A stream whose client stopped reading would
+/// otherwise hold its slot and its buffers for as long as the client keeps
+/// the connection open, since the server only learns that a client fell
+/// behind when it can write to it again; the same bound ends connections to
+/// peers that vanished without a FIN. Linux only; elsewhere a no-op.
+#[cfg(target_os = "linux")]
+fn set_send_timeout(tcp: &tokio::net::TcpStream, timeout: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if timeout.is_zero() {
+        return Ok(());
+    }
+    let ms = libc::c_uint::try_from(timeout.as_millis()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: setsockopt on a socket this stream owns, with a pointer to a
+    // live c_uint and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            tcp.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&ms as *const libc::c_uint).cast(),
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_send_timeout(_tcp: &tokio::net::TcpStream, _timeout: Duration) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// Sets the cursor header on a response.

@@ -12,6 +12,12 @@
 //! against the request cap; they have their own, far larger, one. A stream's
 //! slot is held as long as its response body (or, for a WebSocket, the
 //! upgraded socket) lives. Liveness and metrics answer under any load.
+//!
+//! Workers' own reports (heartbeats, claims, progress, steps, run status)
+//! must not be shed because clients flooded the server: a worker that
+//! cannot heartbeat loses its claims, and the work is done twice. Requests
+//! to those routes take a slot of the general cap when one is free, and
+//! otherwise one of a small reserve that only they may use.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,11 +41,16 @@ pub const RETRY_AFTER_SECS: u64 = 1;
 #[derive(Debug)]
 pub struct Limits {
     requests: Option<Arc<Semaphore>>,
+    /// The reserve for workers' routes, used once `requests` is full.
+    workers: Option<Arc<Semaphore>>,
     streams: Option<Arc<Semaphore>>,
     pub max_requests: usize,
+    pub max_worker_requests: usize,
     pub max_streams: usize,
-    /// Ordinary requests being handled now.
+    /// Ordinary requests being handled now (reserve slots included).
     pub requests_in_flight: AtomicI64,
+    /// Workers' requests holding a slot of the reserve now.
+    pub worker_reserve_in_use: AtomicI64,
     /// Open SSE streams of the event log.
     pub sse_clients: AtomicI64,
     /// Other open streams (WebSockets, MCP).
@@ -51,15 +62,19 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// `0` means no cap.
-    pub fn new(max_requests: usize, max_streams: usize) -> Self {
+    /// `0` means no cap (for `max_worker_requests`: no reserve; it has no
+    /// effect without a request cap).
+    pub fn new(max_requests: usize, max_worker_requests: usize, max_streams: usize) -> Self {
         let sem = |n: usize| (n > 0).then(|| Arc::new(Semaphore::new(n)));
         Limits {
             requests: sem(max_requests),
+            workers: sem(max_worker_requests),
             streams: sem(max_streams),
             max_requests,
+            max_worker_requests,
             max_streams,
             requests_in_flight: AtomicI64::new(0),
+            worker_reserve_in_use: AtomicI64::new(0),
             sse_clients: AtomicI64::new(0),
             other_streams: AtomicI64::new(0),
             shed_requests: AtomicU64::new(0),
@@ -70,7 +85,7 @@ impl Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits::new(0, 0)
+        Limits::new(0, 0, 0)
     }
 }
 
@@ -80,6 +95,8 @@ enum Class {
     /// Never refused: probes and metrics must answer when the server is busiest.
     Exempt,
     Request,
+    /// A worker's report: may fall back on the reserve.
+    Worker,
     Sse,
     OtherStream,
 }
@@ -90,7 +107,23 @@ fn classify(method: &Method, path: &str) -> Class {
         "/api/events" if method == Method::GET => Class::Sse,
         "/mcp" if method == Method::GET => Class::OtherStream,
         p if p.starts_with("/ws/") && method == Method::GET => Class::OtherStream,
+        p if p.starts_with("/api/v1/worker/orchestrator/") => Class::Worker,
+        p if method == Method::POST && is_run_report(p) => Class::Worker,
         _ => Class::Request,
+    }
+}
+
+/// `POST /api/v1/runs/{id}/steps|status|usage|requeue`: what a worker sends
+/// about the run it holds.
+fn is_run_report(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("/api/v1/runs/") else {
+        return false;
+    };
+    match rest.split_once('/') {
+        Some((id, tail)) => {
+            !id.is_empty() && matches!(tail, "steps" | "status" | "usage" | "requeue")
+        }
+        None => false,
     }
 }
 
@@ -104,11 +137,17 @@ struct SlotGuard {
     _permit: Option<OwnedSemaphorePermit>,
     state: AppState,
     class: Class,
+    /// The slot is one of the workers' reserve.
+    reserve: bool,
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        gauge(&self.state.limits, self.class).fetch_sub(1, Ordering::Relaxed);
+        let limits = &self.state.limits;
+        gauge(limits, self.class).fetch_sub(1, Ordering::Relaxed);
+        if self.reserve {
+            limits.worker_reserve_in_use.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -135,14 +174,39 @@ pub async fn shed(State(state): State<AppState>, mut req: Request, next: Next) -
     let limits = &state.limits;
     let sem = match class {
         Class::Exempt => return next.run(req).await,
-        Class::Request => &limits.requests,
+        Class::Request | Class::Worker => &limits.requests,
         Class::Sse | Class::OtherStream => &limits.streams,
     };
+    let mut reserve = false;
     let permit = match sem {
         None => None,
         Some(s) => match s.clone().try_acquire_owned() {
             Ok(p) => Some(p),
-            Err(_) if class == Class::Request => {
+            Err(_) if class == Class::Worker && limits.workers.is_some() => {
+                match limits
+                    .workers
+                    .as_ref()
+                    .map(|w| w.clone().try_acquire_owned())
+                {
+                    Some(Ok(p)) => {
+                        reserve = true;
+                        limits.worker_reserve_in_use.fetch_add(1, Ordering::Relaxed);
+                        Some(p)
+                    }
+                    _ => {
+                        limits.shed_requests.fetch_add(1, Ordering::Relaxed);
+                        return refuse(
+                            "overloaded",
+                            format!(
+                                "the server is handling its limit of {} requests and every one \
+                                 of the {} slots reserved for workers; retry shortly",
+                                limits.max_requests, limits.max_worker_requests
+                            ),
+                        );
+                    }
+                }
+            }
+            Err(_) if matches!(class, Class::Request | Class::Worker) => {
                 limits.shed_requests.fetch_add(1, Ordering::Relaxed);
                 return refuse(
                     "overloaded",
@@ -169,8 +233,9 @@ pub async fn shed(State(state): State<AppState>, mut req: Request, next: Next) -
         _permit: permit,
         state: state.clone(),
         class,
+        reserve,
     };
-    if class == Class::Request {
+    if matches!(class, Class::Request | Class::Worker) {
         // The slot ends when the handler has answered; sending a finished
         // body is the kernel's work, not the server's.
         let res = next.run(req).await;
@@ -209,5 +274,30 @@ mod tests {
         );
         assert_eq!(classify(&Method::GET, "/api/v1/tasks"), Class::Request);
         assert_eq!(classify(&Method::GET, "/healthz"), Class::Exempt);
+    }
+
+    #[test]
+    fn workers_reports_are_told_apart() {
+        for (m, p) in [
+            (Method::POST, "/api/v1/worker/orchestrator/heartbeat"),
+            (
+                Method::POST,
+                "/api/v1/worker/orchestrator/tasks/V-1/progress",
+            ),
+            (Method::GET, "/api/v1/worker/orchestrator/tasks/pending"),
+            (Method::POST, "/api/v1/runs/r-1/steps"),
+            (Method::POST, "/api/v1/runs/r-1/status"),
+        ] {
+            assert_eq!(classify(&m, p), Class::Worker, "{m} {p}");
+        }
+        for (m, p) in [
+            (Method::GET, "/api/v1/runs/r-1/steps"),
+            (Method::POST, "/api/v1/runs//steps"),
+            (Method::POST, "/api/v1/runs/r-1/steps/x"),
+            (Method::POST, "/api/v1/tasks"),
+            (Method::GET, "/api/v1/workers"),
+        ] {
+            assert_eq!(classify(&m, p), Class::Request, "{m} {p}");
+        }
     }
 }

@@ -1,5 +1,7 @@
 //! `GET /metrics`: the server's health in Prometheus' text format, for the
-//! operator token only.
+//! operator token only on the main listener; [`serve_metrics`] also serves
+//! it without a token on a listener of its own (`SHEPHERD_METRICS_LISTEN`),
+//! meant for a private interface that Prometheus scrapes.
 //!
 //! Request counts and latencies are recorded by a layer around every route
 //! (labelled by the route's template, never the raw path, so ids cannot
@@ -47,6 +49,8 @@ pub struct HttpMetrics {
     requests: Mutex<BTreeMap<(String, String, u16), u64>>,
     /// route → time to the response's head.
     latency: Mutex<BTreeMap<String, Histogram>>,
+    /// Live SSE deliveries' lag behind their events' timestamps.
+    pub delivery_lag: DeliveryLag,
 }
 
 impl std::fmt::Debug for HttpMetrics {
@@ -165,6 +169,90 @@ fn counter(out: &mut String, name: &str, help: &str, value: impl std::fmt::Displ
     let _ = writeln!(out, "{name} {value}");
 }
 
+/// A histogram from per-bucket counts (one more count than bounds: the
+/// last is above every bound), with its sum.
+fn write_histogram(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    bounds: &[String],
+    counts: &[u64],
+    sum: impl std::fmt::Display,
+) {
+    header_of(out, name, "histogram", help);
+    let mut cumulative = 0;
+    for (b, n) in bounds.iter().zip(counts) {
+        cumulative += n;
+        let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
+    }
+    let total: u64 = counts.iter().sum();
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
+    let _ = writeln!(out, "{name}_sum {sum}");
+    let _ = writeln!(out, "{name}_count {total}");
+}
+
+/// The writer's group commits: units per transaction and time per transaction.
+fn write_writer(out: &mut String, w: &shepherd_store::writer_stats::WriterSnapshot) {
+    use shepherd_store::writer_stats::{BATCH_BUCKETS, COMMIT_BUCKETS};
+    write_histogram(
+        out,
+        "shepherd_writer_batch_units",
+        "Units of work per write transaction (group commit).",
+        &BATCH_BUCKETS.map(|b| b.to_string()),
+        &w.batch_counts,
+        w.units,
+    );
+    write_histogram(
+        out,
+        "shepherd_writer_commit_seconds",
+        "Time of each write transaction, from its first statement to its commit's answer.",
+        &COMMIT_BUCKETS.map(|b| b.to_string()),
+        &w.commit_counts,
+        w.commit_seconds,
+    );
+}
+
+/// Upper bounds (seconds) of the event delivery lag histogram.
+const LAG_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
+
+/// How long live events took from being stamped (when the store call that
+/// appended them began) to being handed to an SSE client's connection.
+#[derive(Debug, Default)]
+pub struct DeliveryLag {
+    counts: [std::sync::atomic::AtomicU64; LAG_BUCKETS.len() + 1],
+    millis: std::sync::atomic::AtomicU64,
+}
+
+impl DeliveryLag {
+    /// One live event handed to a client `lag_ms` after its timestamp.
+    pub fn observe(&self, lag_ms: i64) {
+        let lag_ms = lag_ms.max(0) as u64;
+        let secs = lag_ms as f64 / 1000.0;
+        let i = LAG_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(LAG_BUCKETS.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.millis.fetch_add(lag_ms, Ordering::Relaxed);
+    }
+
+    fn write(&self, out: &mut String) {
+        let counts: Vec<u64> = self
+            .counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        write_histogram(
+            out,
+            "shepherd_sse_delivery_lag_seconds",
+            "Time from a live event's timestamp to its write to an SSE client, per delivery.",
+            &LAG_BUCKETS.map(|b| b.to_string()),
+            &counts,
+            self.millis.load(Ordering::Relaxed) as f64 / 1000.0,
+        );
+    }
+}
+
 /// The whole exposition.
 pub async fn render(state: &AppState) -> Result<String, shepherd_core::Error> {
     let mut out = String::with_capacity(8 * 1024);
@@ -181,6 +269,18 @@ pub async fn render(state: &AppState) -> Result<String, shepherd_core::Error> {
         "shepherd_http_max_requests",
         "The cap on requests in flight (0: none).",
         l.max_requests,
+    );
+    gauge(
+        &mut out,
+        "shepherd_http_worker_reserve_in_use",
+        "Workers' requests holding a slot of the reserve kept for them.",
+        l.worker_reserve_in_use.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "shepherd_http_max_worker_requests",
+        "Slots reserved for workers' reports beyond the request cap.",
+        l.max_worker_requests,
     );
     counter(
         &mut out,
@@ -276,6 +376,21 @@ pub async fn render(state: &AppState) -> Result<String, shepherd_core::Error> {
         "The sequence number of the newest event.",
         head,
     );
+    let published = state.store.published_through();
+    gauge(
+        &mut out,
+        "shepherd_event_published_through",
+        "The newest event this node has handed to its live readers.",
+        published,
+    );
+    gauge(
+        &mut out,
+        "shepherd_event_lag_events",
+        "Events committed that this node has not yet handed to its live readers.",
+        (head - published).max(0),
+    );
+    state.metrics.delivery_lag.write(&mut out);
+    write_writer(&mut out, &state.store.writer_stats());
     Ok(out)
 }
 
@@ -289,7 +404,11 @@ pub async fn metrics(
     Extension(caller): Extension<Caller>,
 ) -> ApiResult<Response> {
     caller.require_operator()?;
-    let body = render(&state).await?;
+    exposition(&state).await
+}
+
+async fn exposition(state: &AppState) -> ApiResult<Response> {
+    let body = render(state).await?;
     Ok((
         [(
             header::CONTENT_TYPE,
@@ -302,4 +421,36 @@ pub async fn metrics(
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(metrics))
+}
+
+/// The metrics listener's whole application: `GET /metrics` without a
+/// token, every other path 404 `not_found` (nothing else of the API is
+/// reachable through it), errors in the standard shape.
+pub fn metrics_only_router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(state): State<AppState>| async move { exposition(&state).await }),
+        )
+        .fallback(|| async {
+            crate::error::ApiError::from(shepherd_core::Error::not_found(
+                "not_found",
+                "this listener serves only GET /metrics",
+            ))
+        })
+        .layer(axum::middleware::from_fn(crate::reject::uniform_errors))
+        .with_state(state)
+}
+
+/// Serves [`metrics_only_router`] on `listener` until the server's
+/// shutdown token is cancelled.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+) -> std::io::Result<()> {
+    let token = state.shutdown.clone();
+    let app = metrics_only_router(state);
+    axum::serve(listener, app.into_make_service())
+        .with_graceful_shutdown(async move { token.cancelled().await })
+        .await
 }

@@ -26,6 +26,7 @@ const DURATIONS: &[&str] = &[
     "cancel_grace",
     "snapshot_interval",
     "runner_heartbeat",
+    "send_timeout",
 ];
 
 /// Keys whose environment value is a number.
@@ -36,6 +37,8 @@ const NUMBERS: &[&str] = &[
     "pg_pool_size",
     "max_requests",
     "max_streams",
+    "max_worker_requests",
+    "listen_backlog",
 ];
 
 /// Keys read from `SHEPHERD_<KEY>` as they are (strings).
@@ -50,6 +53,7 @@ const STRINGS: &[&str] = &[
     "sessions_root",
     "node_id",
     "advertise_url",
+    "metrics_listen",
 ];
 
 /// The layered shape: every key optional (defaults are applied after).
@@ -80,12 +84,17 @@ struct RawConfig {
     pg_schema: Option<String>,
     #[serde(default, with = "humantime_serde")]
     runner_heartbeat: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    send_timeout: Option<Duration>,
     allowed_origins: Option<Vec<String>>,
     sessions_root: Option<PathBuf>,
     node_id: Option<String>,
     advertise_url: Option<String>,
     max_requests: Option<u64>,
     max_streams: Option<u64>,
+    max_worker_requests: Option<u64>,
+    listen_backlog: Option<u64>,
+    metrics_listen: Option<String>,
     #[serde(default)]
     agents: BTreeMap<String, AgentConfig>,
 }
@@ -133,6 +142,16 @@ pub struct Config {
     /// Open streams (SSE, WebSockets, MCP) at once, outside the request
     /// cap; more answer 503 `too_many_streams` (0: no cap).
     pub max_streams: usize,
+    /// Slots kept for workers' reports once `max_requests` is reached.
+    pub max_worker_requests: usize,
+    /// The listen(2) backlog of the main and the metrics listener: how many
+    /// connections the kernel queues before the server accepts them.
+    pub listen_backlog: u32,
+    /// A second listener serving only `GET /metrics`, without a token.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Connections whose peer takes nothing sent for this long are closed
+    /// (zero: never).
+    pub send_timeout: Duration,
     /// Where each top-level key's value came from (absent: the default).
     pub origins: BTreeMap<String, Origin>,
 }
@@ -152,6 +171,11 @@ pub enum Origin {
 pub const DEFAULT_MAX_REQUESTS: u64 = 256;
 /// Open streams; each costs a socket and a little memory, not a request slot.
 pub const DEFAULT_MAX_STREAMS: u64 = 4096;
+/// Workers' reports admitted beyond the request cap: enough for the
+/// heartbeats and progress of a busy fleet, small against the cap.
+pub const DEFAULT_MAX_WORKER_REQUESTS: u64 = 32;
+/// The listen backlog; Linux caps it at `net.core.somaxconn`.
+pub const DEFAULT_LISTEN_BACKLOG: u64 = 1024;
 
 /// A configuration error: which key, and what is wrong with it.
 #[derive(Debug)]
@@ -467,6 +491,18 @@ impl Config {
                 )))
             }
         };
+        let metrics_listen = match &file.metrics_listen {
+            Some(l) => {
+                Some(resolve_listen(l).map_err(|e| err(format!("SHEPHERD_METRICS_LISTEN: {e}")))?)
+            }
+            None => None,
+        };
+        let listen_backlog = file.listen_backlog.unwrap_or(DEFAULT_LISTEN_BACKLOG);
+        if !(1..=65535).contains(&listen_backlog) {
+            return Err(err(format!(
+                "SHEPHERD_LISTEN_BACKLOG: expected 1 to 65535, got {listen_backlog}"
+            )));
+        }
         let auth_token = file.auth_token;
         if let Some(t) = &auth_token {
             if t.len() < 16 {
@@ -557,6 +593,12 @@ impl Config {
             advertise_url: file.advertise_url,
             max_requests: file.max_requests.unwrap_or(DEFAULT_MAX_REQUESTS) as usize,
             max_streams: file.max_streams.unwrap_or(DEFAULT_MAX_STREAMS) as usize,
+            max_worker_requests: file
+                .max_worker_requests
+                .unwrap_or(DEFAULT_MAX_WORKER_REQUESTS) as usize,
+            listen_backlog: listen_backlog as u32,
+            metrics_listen,
+            send_timeout: dur("send_timeout", file.send_timeout, 120, 0)?,
             origins,
         })
     }
@@ -618,6 +660,15 @@ impl Config {
             ("advertise_url", opt(&self.advertise_url)),
             ("max_requests", self.max_requests.to_string()),
             ("max_streams", self.max_streams.to_string()),
+            ("max_worker_requests", self.max_worker_requests.to_string()),
+            ("listen_backlog", self.listen_backlog.to_string()),
+            ("send_timeout", secs(&self.send_timeout)),
+            (
+                "metrics_listen",
+                self.metrics_listen
+                    .map(|a| a.to_string())
+                    .unwrap_or_default(),
+            ),
         ];
         let mut out: Vec<Setting> = rows
             .into_iter()
@@ -687,6 +738,10 @@ const KEYS: &[&str] = &[
     "advertise_url",
     "max_requests",
     "max_streams",
+    "max_worker_requests",
+    "listen_backlog",
+    "metrics_listen",
+    "send_timeout",
     "agents",
 ];
 
@@ -878,6 +933,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("SHEPHERD_TOKEN"), "{e}");
+    }
+
+    #[test]
+    fn operations_settings_are_read_and_checked() {
+        let c = load(&[]).unwrap();
+        assert_eq!(c.listen_backlog, 1024);
+        assert_eq!(c.max_worker_requests, 32);
+        assert_eq!(c.metrics_listen, None);
+        assert_eq!(c.send_timeout, Duration::from_secs(120));
+        let c = load(&[
+            ("SHEPHERD_LISTEN_BACKLOG", "4096"),
+            ("SHEPHERD_MAX_WORKER_REQUESTS", "8"),
+            ("SHEPHERD_METRICS_LISTEN", "127.0.0.1:9464"),
+            ("SHEPHERD_SEND_TIMEOUT", "0s"),
+        ])
+        .unwrap();
+        assert_eq!(c.send_timeout, Duration::ZERO);
+        assert_eq!(c.listen_backlog, 4096);
+        assert_eq!(c.max_worker_requests, 8);
+        assert_eq!(c.metrics_listen.unwrap().to_string(), "127.0.0.1:9464");
+        for (k, v) in [
+            ("SHEPHERD_LISTEN_BACKLOG", "0"),
+            ("SHEPHERD_LISTEN_BACKLOG", "70000"),
+            ("SHEPHERD_LISTEN_BACKLOG", "many"),
+            ("SHEPHERD_MAX_WORKER_REQUESTS", "-1"),
+            ("SHEPHERD_METRICS_LISTEN", "nowhere"),
+            ("SHEPHERD_SEND_TIMEOUT", "soon"),
+        ] {
+            let e = load(&[(k, v)]).unwrap_err().to_string();
+            assert!(e.contains(k), "{e} should name {k}");
+        }
     }
 
     #[test]

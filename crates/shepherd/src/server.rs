@@ -57,8 +57,26 @@ pub fn settings(config: &Config) -> Settings {
         allowed_origins: config.allowed_origins.clone(),
         max_requests: config.max_requests,
         max_streams: config.max_streams,
+        max_worker_requests: config.max_worker_requests,
+        send_timeout: config.send_timeout,
         ..Settings::default()
     }
+}
+
+/// Binds a listening socket with the configured backlog (`listen_backlog`;
+/// `TcpListener::bind` always asks for 1024). Linux silently caps the
+/// backlog at `net.core.somaxconn`.
+pub fn bind(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restart can bind while connections of
+    // the previous process linger in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }
 
 /// Serves until `shutdown` resolves; returns once everything has stopped.
@@ -78,6 +96,18 @@ pub async fn run(
     // Ends every PTY when the server stops (they are restored on attach).
     tracker.spawn(sessions.run(token.clone()));
     maintenance::start(&tracker, &state, &config, token.clone());
+    if let Some(addr) = config.metrics_listen {
+        let metrics = bind(addr, config.listen_backlog)
+            .map_err(|e| format!("SHEPHERD_METRICS_LISTEN: cannot listen on {addr}: {e}"))?;
+        let addr = metrics.local_addr()?;
+        tracing::info!(%addr, "serving /metrics without a token");
+        let state = state.clone();
+        tracker.spawn(async move {
+            if let Err(e) = shepherd_api::metrics::serve_metrics(metrics, state).await {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     tracker.close();
     let addr = listener.local_addr()?;
     tracing::info!(%addr, database = store.url(), backend = store.backend_name(), "shepherd is serving");

@@ -39,6 +39,8 @@ pub(crate) struct Hub {
     /// The last `seq` broadcast; every broadcast happens under this lock.
     /// `None` until the store has read the log's head ([`Hub::start`]).
     last: std::sync::Mutex<Option<i64>>,
+    /// The writer's batch sizes and commit times (it already holds the hub).
+    pub(crate) writer_stats: crate::writer_stats::WriterStats,
 }
 
 impl Hub {
@@ -48,6 +50,7 @@ impl Hub {
             tx,
             wake: Arc::new(Notify::new()),
             last: std::sync::Mutex::new(None),
+            writer_stats: Default::default(),
         }
     }
 

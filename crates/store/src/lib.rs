@@ -17,6 +17,7 @@ pub mod ops;
 mod postgres;
 pub mod sql;
 mod sqlite;
+pub mod writer_stats;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -482,6 +483,11 @@ impl Store {
     /// The last event this node has delivered to its live readers.
     pub fn published_through(&self) -> i64 {
         self.hub().last_published()
+    }
+
+    /// The writer's batch sizes and commit times so far.
+    pub fn writer_stats(&self) -> writer_stats::WriterSnapshot {
+        self.hub().writer_stats.snapshot()
     }
 
     /// A live, gap-free reader starting after `cursor`.

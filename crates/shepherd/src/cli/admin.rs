@@ -72,8 +72,7 @@ pub async fn serve(g: &Global, listen: Option<&str>) -> Result<()> {
     }
     init_tracing(&config);
     config.check_exposure()?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
+    let listener = crate::server::bind(config.listen, config.listen_backlog)
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     crate::server::run(config, listener, crate::server::shutdown_signal()).await
 }

@@ -859,7 +859,11 @@ impl Writer {
             && slot
                 .last_notify
                 .is_none_or(|at| at.elapsed() >= NOTIFY_INTERVAL);
-        if run_batch(&client, batch, &self.ctx, notify).await && peers {
+        let (units, started) = (batch.len(), std::time::Instant::now());
+        let committed = run_batch(&client, batch, &self.ctx, notify).await;
+        let stats = &self.ctx.published.writer_stats;
+        stats.record(units, started.elapsed());
+        if committed && peers {
             if notify {
                 slot.last_notify = Some(tokio::time::Instant::now());
             } else {

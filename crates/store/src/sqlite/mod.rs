@@ -473,7 +473,9 @@ fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Vec<Job>>, pu
                 Err(_) => break,
             }
         }
+        let (units, started) = (batch.len(), std::time::Instant::now());
         run_batch(&mut conn, batch, &publish);
+        publish.writer_stats.record(units, started.elapsed());
     }
     tracing::debug!("SQLite writer stopped");
 }

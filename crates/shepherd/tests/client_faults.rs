@@ -1,0 +1,453 @@
+//! Fault suite, misbehaving clients (both stores): clients that hang up
+//! mid-request by the hundred while others work normally, and SSE
+//! subscribers that stop reading while the log is flooded (other
+//! subscribers unaffected, server memory bounded, the stopped ones told to
+//! resync when they read again, or dropped after the send timeout if they
+//! never do).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use shepherd_core::event::{EventRefs, NewEvent};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use common::{task, wait_for, Env, Kind, Proc, Server, SseClient, OPERATOR};
+
+/// Clients hanging up mid-request, concurrently.
+const ABORTERS: usize = 64;
+/// Clients working normally meanwhile, and their rounds of three requests.
+const NORMAL: usize = 4;
+const ROUNDS: usize = 25;
+/// Tasks in the list the abandoned requests ask for.
+const SEEDED: usize = 400;
+
+/// Sends a heavy list request and hangs up a few milliseconds later,
+/// again and again until `stop`.
+async fn abort_loop(addr: String, i: usize, stop: Arc<AtomicBool>, aborted: Arc<AtomicUsize>) {
+    let req = format!(
+        "GET /api/v1/tasks?limit=500 HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {OPERATOR}\r\n\r\n"
+    );
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let Ok(mut sock) = tokio::net::TcpStream::connect(&addr).await else {
+            continue;
+        };
+        if sock.write_all(req.as_bytes()).await.is_err() {
+            continue;
+        }
+        // 1 to 40 ms: some before the server has read the request, most
+        // while its database read is under way.
+        tokio::time::sleep(Duration::from_millis(((i * 7 + n) % 40 + 1) as u64)).await;
+        drop(sock);
+        aborted.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+async fn clients_hanging_up_mid_request(kind: Kind) {
+    let mut env = Env::new(kind);
+    env.set("SHEPHERD_TOKEN", OPERATOR);
+    let s = Server::start(&env).await;
+    // A list worth reading: the aborted requests ask for all of it.
+    for i in 0..SEEDED {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                Some(OPERATOR),
+                task(&format!("A-{i}"), "simple"),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    let mut tokens = Vec::new();
+    for i in 0..NORMAL {
+        let (st, b) = s
+            .post(
+                "/api/v1/worker/orchestrator/register",
+                Some(OPERATOR),
+                json!({ "worker_id": format!("normal-{i}") }),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        tokens.push(b["worker_token"].as_str().unwrap().to_owned());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let aborted = Arc::new(AtomicUsize::new(0));
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let aborters: Vec<_> = (0..ABORTERS)
+        .map(|i| tokio::spawn(abort_loop(addr.clone(), i, stop.clone(), aborted.clone())))
+        .collect();
+    // The normal clients start once the hang-ups are under way.
+    wait_for("clients to hang up", Duration::from_secs(30), || {
+        let aborted = aborted.clone();
+        async move { (aborted.load(Ordering::Relaxed) >= ABORTERS).then_some(Value::Null) }
+    })
+    .await;
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let normal: Vec<_> = tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, tok)| {
+            let (base, failures, answered) = (s.base.clone(), failures.clone(), answered.clone());
+            tokio::spawn(async move {
+                let http = reqwest::Client::builder()
+                    .timeout(Duration::from_secs(30))
+                    .build()
+                    .unwrap();
+                for r in 0..ROUNDS {
+                    let vtid = format!("N-{i}-{r}");
+                    let calls = [
+                        (
+                            http.post(format!("{base}/api/v1/tasks"))
+                                .bearer_auth(OPERATOR)
+                                .json(&task(&vtid, "simple")),
+                            201,
+                            "create",
+                        ),
+                        (
+                            http.get(format!("{base}/api/v1/tasks?limit=50"))
+                                .bearer_auth(OPERATOR),
+                            200,
+                            "list",
+                        ),
+                        (
+                            http.post(format!("{base}/api/v1/worker/orchestrator/heartbeat"))
+                                .bearer_auth(&tok)
+                                .json(&json!({})),
+                            200,
+                            "heartbeat",
+                        ),
+                    ];
+                    for (req, want, what) in calls {
+                        match req.send().await {
+                            Ok(res) if res.status().as_u16() == want => {
+                                answered.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(res) => {
+                                let st = res.status().as_u16();
+                                let body = res.text().await.unwrap_or_default();
+                                failures
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("{what}: {st} {body}"));
+                            }
+                            Err(e) => failures.lock().unwrap().push(format!("{what}: {e}")),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for n in normal {
+        n.await.unwrap();
+    }
+    let during = aborted.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for a in aborters {
+        a.await.unwrap();
+    }
+    let failures = std::mem::take(&mut *failures.lock().unwrap());
+    assert!(
+        failures.is_empty(),
+        "{} of {} normal requests failed while clients hung up: {:?}",
+        failures.len(),
+        NORMAL * ROUNDS * 3,
+        &failures[..failures.len().min(10)]
+    );
+    assert_eq!(answered.load(Ordering::Relaxed), NORMAL * ROUNDS * 3);
+    // And afterwards.
+    let (st, b) = s.get("/api/v1/tasks?limit=500", Some(OPERATOR)).await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["total"], SEEDED + NORMAL * ROUNDS, "{}", b["total"]);
+    eprintln!(
+        "{kind:?}: {} normal requests answered as expected while {during} requests were abandoned mid-way",
+        NORMAL * ROUNDS * 3
+    );
+    s.stop().await;
+}
+
+e2e!(
+    clients_hanging_up_mid_request,
+    clients_hanging_up_mid_request
+);
+
+/// Subscribers that stop reading.
+const SLOW: usize = 16;
+/// The flood: batches of events, each followed by a marker.
+const BATCHES: usize = 40;
+const PER_BATCH: usize = 2000;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// An SSE subscriber with a tiny receive buffer that reads the response
+/// head and then nothing.
+async fn slow_subscriber(addr: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut sock = socket.connect(addr.parse().unwrap()).await.unwrap();
+    let req = format!(
+        "GET /api/events?after=now HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {OPERATOR}\r\n\r\n"
+    );
+    sock.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = sock.read(&mut byte).await.unwrap();
+        assert_eq!(n, 1, "the stream closed before its head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    sock
+}
+
+/// Reads a stopped subscriber's stream from where it stopped: what the
+/// server had handed to its connection, then a `resync` notice, then the
+/// end of the response. Returns the notice's reason.
+async fn read_to_resync(sock: &mut tokio::net::TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = tokio::time::timeout_at(deadline, sock.read(&mut chunk))
+            .await
+            .expect("the stopped subscriber's stream ends with a resync")
+            .unwrap();
+        assert!(n > 0, "the connection closed without a resync notice");
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if let Some(at) = text.find("event: resync\n") {
+            let rest = &text[at..];
+            // The notice, then the chunked body's last chunk.
+            if let Some(end) = rest.find("\r\n0\r\n\r\n") {
+                let data = rest[..end]
+                    .lines()
+                    .find_map(|l| l.strip_prefix("data: "))
+                    .expect("resync data");
+                let v: Value = serde_json::from_str(data).expect("resync JSON");
+                return v["reason"].as_str().unwrap_or_default().to_owned();
+            }
+        }
+        // Keep the tail only: the marker may straddle reads.
+        if buf.len() > 1 << 20 {
+            buf.drain(..buf.len() - 4096);
+        }
+    }
+}
+
+async fn slow_sse_consumers(kind: Kind) {
+    let mut env = Env::new(kind);
+    env.set("SHEPHERD_TOKEN", OPERATOR);
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let base = format!("http://{addr}");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .arg("serve")
+        .envs(&env.vars)
+        .env("SHEPHERD_LISTEN", &addr)
+        .current_dir(&env.dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("spawn shepherd serve");
+    let server = Proc(child);
+    let pid = server.0.id();
+    wait_for("the server to be ready", Duration::from_secs(30), || {
+        let url = format!("{base}/readyz");
+        async move {
+            let r = reqwest::get(url).await.ok()?;
+            r.status().is_success().then_some(Value::Null)
+        }
+    })
+    .await;
+
+    let mut slow = Vec::new();
+    for _ in 0..SLOW {
+        slow.push(slow_subscriber(&addr).await);
+    }
+    let mut fast = SseClient::connect(
+        &base,
+        "/api/events?after=now&types=test.marker",
+        Some(OPERATOR),
+        None,
+    )
+    .await;
+    let rss_before = rss_kb(pid);
+
+    // Another writer floods the log; the server publishes what it reads.
+    let writer = shepherd_store::Store::open(&env.config().store_config())
+        .await
+        .unwrap();
+    let pad = "x".repeat(200);
+    let mut peak = rss_before;
+    for batch in 0..BATCHES {
+        let events: Vec<NewEvent> = (0..PER_BATCH)
+            .map(|i| {
+                NewEvent::new(
+                    "test.flood",
+                    EventRefs::default(),
+                    json!({ "batch": batch, "i": i, "pad": pad }),
+                )
+            })
+            .collect();
+        writer.append_events(events).await.unwrap();
+        writer
+            .append_events(vec![NewEvent::new(
+                "test.marker",
+                EventRefs::default(),
+                json!({ "batch": batch }),
+            )])
+            .await
+            .unwrap();
+        peak = peak.max(rss_kb(pid));
+    }
+    // The subscriber that reads gets every marker, in order, and no resync.
+    for want in 0..BATCHES {
+        let f = fast
+            .next(Duration::from_secs(30))
+            .await
+            .expect("the reading subscriber keeps receiving");
+        assert_eq!(f.event, "test.marker", "{:?}", f.data);
+        assert_eq!(f.data["data"]["batch"], want, "{:?}", f.data);
+        peak = peak.max(rss_kb(pid));
+    }
+    // Requests are served meanwhile.
+    let http = reqwest::Client::new();
+    let res = http
+        .get(format!("{base}/api/v1/tasks"))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    peak = peak.max(rss_kb(pid));
+
+    // Buffering the flood for each stopped subscriber would cost each of
+    // them the whole flood (tens of MB); the server holds at most a chunk
+    // per connection and the one shared ring.
+    let flood_kb = (BATCHES * PER_BATCH * 300 / 1024) as u64;
+    let growth = peak.saturating_sub(rss_before);
+    assert!(
+        growth < flood_kb * 3,
+        "server memory grew {growth} kB with {SLOW} stopped subscribers and a {flood_kb} kB flood"
+    );
+
+    // Each stopped subscriber, reading again, gets what was already on its
+    // connection, then `resync`, and its stream ends.
+    for sock in slow.iter_mut() {
+        assert_eq!(read_to_resync(sock).await, "slow_consumer");
+    }
+    drop(slow);
+    // Their stream slots are given back.
+    wait_for(
+        "the stopped streams to be released",
+        Duration::from_secs(20),
+        || {
+            let (http, base) = (http.clone(), base.clone());
+            async move {
+                let text = http
+                    .get(format!("{base}/metrics"))
+                    .bearer_auth(OPERATOR)
+                    .send()
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                text.lines()
+                    .any(|l| l == "shepherd_sse_clients 1")
+                    .then_some(Value::Null)
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "{kind:?}: {SLOW} stopped subscribers, {} events flooded ({flood_kb} kB): server RSS {rss_before} kB -> peak {peak} kB",
+        BATCHES * (PER_BATCH + 1)
+    );
+    writer.close();
+    drop(server);
+}
+
+e2e!(slow_sse_consumers, slow_sse_consumers);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_never_reads_again_is_dropped_after_the_send_timeout() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_TOKEN", OPERATOR)
+        .set("SHEPHERD_SEND_TIMEOUT", "2s");
+    let s = Server::start(&env).await;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let stuck = slow_subscriber(&addr).await;
+    let sse_clients = |s: &Server| {
+        let (http, url) = (s.http.clone(), s.url("/metrics"));
+        async move {
+            let text = http
+                .get(url)
+                .bearer_auth(OPERATOR)
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            text.lines()
+                .find_map(|l| l.strip_prefix("shepherd_sse_clients "))
+                .and_then(|v| v.parse::<i64>().ok())
+        }
+    };
+    assert_eq!(sse_clients(&s).await, Some(1));
+    // Enough to fill the server's send buffer and the client's window.
+    let writer = shepherd_store::Store::open(&env.config().store_config())
+        .await
+        .unwrap();
+    let pad = "x".repeat(200);
+    for batch in 0..10 {
+        let events: Vec<NewEvent> = (0..PER_BATCH)
+            .map(|i| {
+                NewEvent::new(
+                    "test.flood",
+                    EventRefs::default(),
+                    json!({ "batch": batch, "i": i, "pad": pad }),
+                )
+            })
+            .collect();
+        writer.append_events(events).await.unwrap();
+    }
+    // The connection stays open on the client's side, but the server gives
+    // up on it and frees its stream.
+    wait_for(
+        "the stuck stream to be dropped",
+        Duration::from_secs(60),
+        || {
+            let n = sse_clients(&s);
+            async move { (n.await == Some(0)).then_some(Value::Null) }
+        },
+    )
+    .await;
+    drop(stuck);
+    writer.close();
+    s.stop().await;
+}
