@@ -292,6 +292,14 @@ impl Feed {
         if largest > 0 {
             self.frame_size = largest;
         }
+        // `pending` counts events before the filter, so a filtered stream's
+        // chunk can be sized for far more than it holds; frozen as is, the
+        // unused capacity would stay allocated until the client has read
+        // the chunk. A copy of a few kilobytes is cheaper than holding that
+        // for a thousand slow-ish clients.
+        if out.capacity() > 2 * out.len() + 1024 {
+            return Some(Bytes::copy_from_slice(&out));
+        }
         Some(out.freeze())
     }
 
