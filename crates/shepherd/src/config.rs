@@ -271,8 +271,13 @@ impl FileLayer {
                 path.display()
             ))
         })?;
+        Self::parse(path, &text)
+    }
+
+    /// The layer of the file at `path`, whose text is `text`.
+    fn parse(path: &Path, text: &str) -> Result<FileLayer, ConfigError> {
         let mut dict: Dict =
-            toml::from_str(&text).map_err(|e| err(format!("{}: {e}", path.display())))?;
+            toml::from_str(text).map_err(|e| err(format!("{}: {e}", path.display())))?;
         let shown = path.display().to_string();
         fold_legacy_secs(&mut dict, &|k| k.to_owned(), &format!("{shown}: "))?;
         Ok(FileLayer {
@@ -435,9 +440,31 @@ impl Config {
                 None => Some(PathBuf::from("shepherd.toml")).filter(|p| p.exists()),
             },
         };
+        let file = path.as_deref().map(FileLayer::read).transpose()?;
+        Self::from_layers(path, file, vars)
+    }
+
+    /// Loads as [`Config::load_with`] does, with the file's text given
+    /// rather than read from `path` (the fuzz targets feed it arbitrary
+    /// text without touching the disk).
+    #[doc(hidden)]
+    pub fn load_text(
+        path: &Path,
+        text: &str,
+        vars: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let file = FileLayer::parse(path, text)?;
+        Self::from_layers(Some(path.to_owned()), Some(file), vars)
+    }
+
+    fn from_layers(
+        path: Option<PathBuf>,
+        file: Option<FileLayer>,
+        vars: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let mut fig = Figment::new();
-        if let Some(p) = &path {
-            fig = fig.merge(FileLayer::read(p)?);
+        if let Some(layer) = file {
+            fig = fig.merge(layer);
         }
         fig = fig.merge(EnvLayer::read(vars)?);
         let file: RawConfig = fig.extract().map_err(|e| explain(e, path.as_deref()))?;
