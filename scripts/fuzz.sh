@@ -3,7 +3,7 @@
 # instrumentation, then runs each for SECONDS (default 20).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     all targets when none is named
-#   FUZZ_RUNS=10000000 scripts/fuzz.sh 0 steps   a fixed number of inputs instead
+#   FUZZ_RUNS=10000000 scripts/fuzz.sh 0 steps   a number of inputs instead (SECONDS 0: no time bound)
 #
 # Needs only the stable toolchain and a C++ compiler (libfuzzer-sys builds
 # libFuzzer itself); `cargo fuzz` is not used. The flags are the ones
@@ -45,7 +45,9 @@ echo "fuzz: built ${#targets[@]} targets in $((SECONDS - started)) s"
 
 limit=(-max_total_time="$secs")
 if [ -n "${FUZZ_RUNS:-}" ]; then
+    # A number of inputs; SECONDS, when not 0, still bounds the time.
     limit=(-runs="$FUZZ_RUNS")
+    [ "$secs" -gt 0 ] && limit+=(-max_total_time="$secs")
 fi
 
 failed=()

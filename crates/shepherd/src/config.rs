@@ -938,6 +938,24 @@ mod tests {
     }
 
     #[test]
+    fn text_loads_as_the_same_file_would() {
+        let toml = "heartbeat_timeout_secs = 90\n[agents.demo]\ncommand = [\"./agent.sh\"]\n";
+        let path = file("text", toml);
+        let vars = [("SHEPHERD_LOG", "debug")];
+        let from_file = load_file(&path, &vars).unwrap();
+        let from_text = Config::load_text(&path, toml, &|k| {
+            vars.iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap();
+        assert_eq!(format!("{from_text:?}"), format!("{from_file:?}"));
+        assert_eq!(from_text.heartbeat_timeout, Duration::from_secs(90));
+        let e = Config::load_text(&path, "listen = ", &|_| None).unwrap_err();
+        assert!(e.0.contains(&path.display().to_string()), "{e}");
+    }
+
+    #[test]
     fn an_unknown_key_names_the_key_and_the_file() {
         let path = file(
             "unknown",
