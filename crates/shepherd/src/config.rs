@@ -482,7 +482,7 @@ impl Config {
             .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("shepherd.db").display()));
         shepherd_store::parse_database_url(&database_url).map_err(|e| err(e.message))?;
         let log = file.log.unwrap_or_else(|| "info".into());
-        tracing_subscriber::EnvFilter::try_new(&log)
+        log_filter(&log)
             .map_err(|e| err(format!("SHEPHERD_LOG: not a valid filter ({e}): {log:?}")))?;
         let log_format = file.log_format.unwrap_or_else(|| "text".into());
         let log_json = match log_format.as_str() {
@@ -799,6 +799,18 @@ fn validate_agent(name: &str, a: &AgentConfig) -> Result<(), ConfigError> {
     a.validate(name).map_err(ConfigError)
 }
 
+/// The log filter `SHEPHERD_LOG` names. A field value in it (`[span{f=v}]`)
+/// matches literally: as a regular expression (the library's default) it
+/// is compiled to a DFA, and a value like `60.....ppp` takes minutes to
+/// compile, hanging the start-up.
+pub fn log_filter(
+    spec: &str,
+) -> Result<tracing_subscriber::EnvFilter, tracing_subscriber::filter::ParseError> {
+    tracing_subscriber::EnvFilter::builder()
+        .with_regex(false)
+        .parse(spec)
+}
+
 /// `HOST:PORT` to an address; a host name (`localhost`) is resolved, the
 /// first address it resolves to is used.
 pub fn resolve_listen(s: &str) -> Result<SocketAddr, String> {
@@ -935,6 +947,19 @@ mod tests {
                 .find(|(key, _)| key == k)
                 .map(|(_, v)| v.clone())
         })
+    }
+
+    #[test]
+    fn a_log_field_value_is_not_compiled_as_a_regex() {
+        // Found by the config fuzz target: compiling the value as a regex
+        // took minutes, so loading never answered.
+        let value = format!("60{}{}", ".".repeat(35), "p".repeat(20));
+        let found = format!("d[{{[= {value}}}#x?xxxxS");
+        let e = load(&[("SHEPHERD_LOG", found.as_str())]).unwrap_err();
+        assert!(e.0.contains("SHEPHERD_LOG"), "{e}");
+        let valid = format!("info,shepherd[run{{f={value}}}]=debug");
+        let c = load(&[("SHEPHERD_LOG", valid.as_str())]).unwrap();
+        assert_eq!(c.log, valid);
     }
 
     #[test]
