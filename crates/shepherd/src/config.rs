@@ -803,12 +803,18 @@ fn validate_agent(name: &str, a: &AgentConfig) -> Result<(), ConfigError> {
 /// matches literally: as a regular expression (the library's default) it
 /// is compiled to a DFA, and a value like `60.....ppp` takes minutes to
 /// compile, hanging the start-up.
-pub fn log_filter(
-    spec: &str,
-) -> Result<tracing_subscriber::EnvFilter, tracing_subscriber::filter::ParseError> {
+///
+/// Only ASCII is accepted: the library's parser panics on some other
+/// characters (cutting inside a multi-byte one), and targets, levels and
+/// span names are ASCII anyway.
+pub fn log_filter(spec: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    if !spec.is_ascii() {
+        return Err("only ASCII characters are allowed".into());
+    }
     tracing_subscriber::EnvFilter::builder()
         .with_regex(false)
         .parse(spec)
+        .map_err(|e| e.to_string())
 }
 
 /// `HOST:PORT` to an address; a host name (`localhost`) is resolved, the
@@ -957,6 +963,10 @@ mod tests {
         let found = format!("d[{{[= {value}}}#x?xxxxS");
         let e = load(&[("SHEPHERD_LOG", found.as_str())]).unwrap_err();
         assert!(e.0.contains("SHEPHERD_LOG"), "{e}");
+        // Also found by it: non-ASCII made the library's parser panic.
+        let odd = "  deys\u{feff} = 30\u{4b75e}nEI = '''' ''''''',m,m,";
+        let e = load(&[("SHEPHERD_LOG", odd)]).unwrap_err();
+        assert!(e.0.contains("ASCII"), "{e}");
         let valid = format!("info,shepherd[run{{f={value}}}]=debug");
         let c = load(&[("SHEPHERD_LOG", valid.as_str())]).unwrap();
         assert_eq!(c.log, valid);
