@@ -27,7 +27,7 @@ use bytes::BytesMut;
 use serde_json::Value;
 use shepherd_core::event::{kind, Event, EventFilter};
 use shepherd_core::Error;
-use shepherd_protocol::{ErrorBody, EventStreamQuery, Resync, WireEvent};
+use shepherd_protocol::{parse_cursor, ErrorBody, EventStreamQuery, Resync, WireEvent};
 use shepherd_store::{Tail, TailItem};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -169,20 +169,12 @@ pub async fn start_cursor(
         )
     };
     if let Some(h) = headers.get("last-event-id") {
-        let v = h.to_str().map_err(|_| bad("?"))?.trim();
-        return v
-            .parse::<i64>()
-            .ok()
-            .filter(|n| *n >= 0)
-            .ok_or_else(|| bad(v));
+        let v = h.to_str().map_err(|_| bad("?"))?;
+        return parse_cursor(v).ok_or_else(|| bad(v.trim()));
     }
     match after {
         None | Some("now") => state.store.head().await,
-        Some(v) => v
-            .parse::<i64>()
-            .ok()
-            .filter(|n| *n >= 0)
-            .ok_or_else(|| bad(v)),
+        Some(v) => parse_cursor(v).ok_or_else(|| bad(v)),
     }
 }
 

@@ -90,7 +90,7 @@ impl Client {
                     while let Some(item) = events.next().await {
                         match item {
                             Ok(ev) => {
-                                let id = ev.id.trim().parse::<i64>().ok();
+                                let id = shepherd_protocol::parse_cursor(&ev.id);
                                 if let Some(i) = id {
                                     cursor = i;
                                 }

@@ -302,7 +302,7 @@ fn cursor_of(headers: &http::HeaderMap) -> Option<i64> {
     headers
         .get(CURSOR_HEADER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.parse().ok())
+        .and_then(shepherd_protocol::parse_cursor)
 }
 
 fn error_of(status: StatusCode, body: &Value) -> ApiError {

@@ -13,6 +13,15 @@ use utoipa::{IntoParams, ToSchema};
 
 use shepherd_core::event::Event;
 
+/// Reads a cursor as a client writes it (`Last-Event-ID`, `?after=`, an SSE
+/// frame's `id:`): a sequence number, 0 or more, surrounding whitespace
+/// ignored. `None` for anything else; the server answers that with 400
+/// `invalid_cursor`. One function for every place a cursor arrives, so the
+/// server and its clients agree on what one is.
+pub fn parse_cursor(text: &str) -> Option<i64> {
+    text.trim().parse::<i64>().ok().filter(|n| *n >= 0)
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -220,4 +229,28 @@ pub struct RetryScheduled {
     /// When the next attempt may be claimed (Unix milliseconds).
     pub run_at: i64,
     pub max_attempts: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cursor;
+
+    #[test]
+    fn a_cursor_is_a_non_negative_integer() {
+        assert_eq!(parse_cursor("0"), Some(0));
+        assert_eq!(parse_cursor(" 42\t"), Some(42));
+        assert_eq!(parse_cursor("9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            "",
+            " ",
+            "-1",
+            "now",
+            "1.5",
+            "0x10",
+            "9223372036854775808",
+            "1 2",
+        ] {
+            assert_eq!(parse_cursor(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -295,8 +295,13 @@ impl FileLayer {
                 path.display()
             ))
         })?;
+        Self::parse(path, &text)
+    }
+
+    /// The layer of the file at `path`, whose text is `text`.
+    fn parse(path: &Path, text: &str) -> Result<FileLayer, ConfigError> {
         let mut dict: Dict =
-            toml::from_str(&text).map_err(|e| err(format!("{}: {e}", path.display())))?;
+            toml::from_str(text).map_err(|e| err(format!("{}: {e}", path.display())))?;
         let shown = path.display().to_string();
         fold_legacy_secs(&mut dict, &|k| k.to_owned(), &format!("{shown}: "))?;
         Ok(FileLayer {
@@ -459,9 +464,31 @@ impl Config {
                 None => Some(PathBuf::from("shepherd.toml")).filter(|p| p.exists()),
             },
         };
+        let file = path.as_deref().map(FileLayer::read).transpose()?;
+        Self::from_layers(path, file, vars)
+    }
+
+    /// Loads as [`Config::load_with`] does, with the file's text given
+    /// rather than read from `path` (the fuzz targets feed it arbitrary
+    /// text without touching the disk).
+    #[doc(hidden)]
+    pub fn load_text(
+        path: &Path,
+        text: &str,
+        vars: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let file = FileLayer::parse(path, text)?;
+        Self::from_layers(Some(path.to_owned()), Some(file), vars)
+    }
+
+    fn from_layers(
+        path: Option<PathBuf>,
+        file: Option<FileLayer>,
+        vars: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let mut fig = Figment::new();
-        if let Some(p) = &path {
-            fig = fig.merge(FileLayer::read(p)?);
+        if let Some(layer) = file {
+            fig = fig.merge(layer);
         }
         fig = fig.merge(EnvLayer::read(vars)?);
         let file: RawConfig = fig.extract().map_err(|e| explain(e, path.as_deref()))?;
@@ -479,7 +506,7 @@ impl Config {
             .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("shepherd.db").display()));
         shepherd_store::parse_database_url(&database_url).map_err(|e| err(e.message))?;
         let log = file.log.unwrap_or_else(|| "info".into());
-        tracing_subscriber::EnvFilter::try_new(&log)
+        log_filter(&log)
             .map_err(|e| err(format!("SHEPHERD_LOG: not a valid filter ({e}): {log:?}")))?;
         let log_format = file.log_format.unwrap_or_else(|| "text".into());
         let log_json = match log_format.as_str() {
@@ -827,6 +854,24 @@ fn validate_agent(name: &str, a: &AgentConfig) -> Result<(), ConfigError> {
     a.validate(name).map_err(ConfigError)
 }
 
+/// The log filter `SHEPHERD_LOG` names. A field value in it (`[span{f=v}]`)
+/// matches literally: as a regular expression (the library's default) it
+/// is compiled to a DFA, and a value like `60.....ppp` takes minutes to
+/// compile, hanging the start-up.
+///
+/// Only ASCII is accepted: the library's parser panics on some other
+/// characters (cutting inside a multi-byte one), and targets, levels and
+/// span names are ASCII anyway.
+pub fn log_filter(spec: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    if !spec.is_ascii() {
+        return Err("only ASCII characters are allowed".into());
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .with_regex(false)
+        .parse(spec)
+        .map_err(|e| e.to_string())
+}
+
 /// `HOST:PORT` to an address; a host name (`localhost`) is resolved, the
 /// first address it resolves to is used.
 pub fn resolve_listen(s: &str) -> Result<SocketAddr, String> {
@@ -994,6 +1039,41 @@ mod tests {
                 .find(|(key, _)| key == k)
                 .map(|(_, v)| v.clone())
         })
+    }
+
+    #[test]
+    fn a_log_field_value_is_not_compiled_as_a_regex() {
+        // Found by the config fuzz target: compiling the value as a regex
+        // took minutes, so loading never answered.
+        let value = format!("60{}{}", ".".repeat(35), "p".repeat(20));
+        let found = format!("d[{{[= {value}}}#x?xxxxS");
+        let e = load(&[("SHEPHERD_LOG", found.as_str())]).unwrap_err();
+        assert!(e.0.contains("SHEPHERD_LOG"), "{e}");
+        // Also found by it: non-ASCII made the library's parser panic.
+        let odd = "  deys\u{feff} = 30\u{4b75e}nEI = '''' ''''''',m,m,";
+        let e = load(&[("SHEPHERD_LOG", odd)]).unwrap_err();
+        assert!(e.0.contains("ASCII"), "{e}");
+        let valid = format!("info,shepherd[run{{f={value}}}]=debug");
+        let c = load(&[("SHEPHERD_LOG", valid.as_str())]).unwrap();
+        assert_eq!(c.log, valid);
+    }
+
+    #[test]
+    fn text_loads_as_the_same_file_would() {
+        let toml = "heartbeat_timeout_secs = 90\n[agents.demo]\ncommand = [\"./agent.sh\"]\n";
+        let path = file("text", toml);
+        let vars = [("SHEPHERD_LOG", "debug")];
+        let from_file = load_file(&path, &vars).unwrap();
+        let from_text = Config::load_text(&path, toml, &|k| {
+            vars.iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap();
+        assert_eq!(format!("{from_text:?}"), format!("{from_file:?}"));
+        assert_eq!(from_text.heartbeat_timeout, Duration::from_secs(90));
+        let e = Config::load_text(&path, "listen = ", &|_| None).unwrap_err();
+        assert!(e.0.contains(&path.display().to_string()), "{e}");
     }
 
     #[test]

@@ -10,8 +10,7 @@ use super::output::print_data;
 use super::{Global, Output, Result};
 
 fn init_tracing(config: &Config) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(&config.log).unwrap_or_else(|_| "info".into());
+    let filter = crate::config::log_filter(&config.log).unwrap_or_else(|_| "info".into());
     // Logs go to stderr (stdout is for a command's output); colour codes
     // only when a person is watching it, never into files or collectors.
     use std::io::IsTerminal;
