@@ -551,19 +551,24 @@ impl EventFamily {
         }
     }
 
+    /// The envelope, then `type` (this family's names) and `data` (its payload).
     fn schema(&self) -> RefOr<Schema> {
         let names = self.types.join("`, `");
-        ObjectBuilder::new()
+        AllOfBuilder::new()
             .description(Some(format!("An event of type `{names}`.")))
-            .property(
-                "type",
+            .item(Ref::from_schema_name(ENVELOPE))
+            .item(
                 ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .enum_values(Some(self.types.iter().copied())),
+                    .property(
+                        "type",
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .enum_values(Some(self.types.iter().copied())),
+                    )
+                    .required("type")
+                    .property("data", Ref::from_schema_name(self.payload.clone()))
+                    .required("data"),
             )
-            .required("type")
-            .property("data", Ref::from_schema_name(self.payload.clone()))
-            .required("data")
             .into()
     }
 }
@@ -635,59 +640,60 @@ pub fn event_families() -> Vec<EventFamily> {
     ]
 }
 
-/// The component holding the one-of over every event type.
-const EVENT_DATA: &str = "EventData";
+/// The component holding what every event has besides `type` and `data`.
+const ENVELOPE: &str = "EventEnvelope";
 
-fn event_data_schema(families: &[EventFamily]) -> RefOr<Schema> {
-    let refs = |f: &EventFamily| format!("#/components/schemas/{}", f.component);
-    let mapping = families
-        .iter()
-        .flat_map(|f| f.types.iter().map(move |t| (t.to_string(), refs(f))));
-    let mut one_of = OneOfBuilder::new()
+fn envelope_schema() -> RefOr<Schema> {
+    let int64 = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+    };
+    AllOfBuilder::new()
         .description(Some(
-            "`type` and `data` of an event: `type` says which schema `data` follows.",
+            "What every event has: its cursor, its time and the ids it concerns.",
         ))
-        .discriminator(Some(Discriminator::with_mapping("type", mapping)));
-    for f in families {
-        one_of = one_of.item(Ref::from_schema_name(f.component));
-    }
-    one_of.into()
+        .item(
+            ObjectBuilder::new()
+                .property(
+                    "id",
+                    int64().description(Some("The cursor; equal to `seq`.")),
+                )
+                .required("id")
+                .property("seq", int64())
+                .required("seq")
+                .property(
+                    "ts",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+                )
+                .required("ts"),
+        )
+        .item(Ref::from_schema_name(
+            <shepherd_core::event::EventRefs as ToSchema>::name(),
+        ))
+        .into()
 }
 
 impl utoipa::PartialSchema for WireEvent {
+    /// One of the event families, told apart by `type`.
     fn schema() -> RefOr<Schema> {
-        let int64 = || {
-            ObjectBuilder::new()
-                .schema_type(Type::Integer)
-                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
-        };
-        AllOfBuilder::new()
+        let families = event_families();
+        let target = |f: &EventFamily| format!("#/components/schemas/{}", f.component);
+        let mapping = families
+            .iter()
+            .flat_map(|f| f.types.iter().map(move |t| (t.to_string(), target(f))));
+        let mut one_of = OneOfBuilder::new()
             .description(Some(
-                "One event of the log: its cursor, time and the ids it concerns, then `type` \
-                 and the `data` that type carries.",
+                "One event of the log: the envelope (cursor, time, ids), `type`, and the `data` \
+                 that type carries.",
             ))
-            .item(
-                ObjectBuilder::new()
-                    .property(
-                        "id",
-                        int64().description(Some("The cursor; equal to `seq`.")),
-                    )
-                    .required("id")
-                    .property("seq", int64())
-                    .required("seq")
-                    .property(
-                        "ts",
-                        ObjectBuilder::new()
-                            .schema_type(Type::String)
-                            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
-                    )
-                    .required("ts"),
-            )
-            .item(Ref::from_schema_name(
-                shepherd_core::event::EventRefs::name(),
-            ))
-            .item(Ref::from_schema_name(EVENT_DATA))
-            .into()
+            .discriminator(Some(Discriminator::with_mapping("type", mapping)));
+        for f in &families {
+            one_of = one_of.item(Ref::from_schema_name(f.component));
+        }
+        one_of.into()
     }
 }
 
@@ -703,9 +709,8 @@ impl ToSchema for WireEvent {
             <EventRefs as utoipa::PartialSchema>::schema(),
         ));
         EventRefs::schemas(out);
-        let families = event_families();
-        out.push((EVENT_DATA.to_owned(), event_data_schema(&families)));
-        for f in &families {
+        out.push((ENVELOPE.to_owned(), envelope_schema()));
+        for f in &event_families() {
             out.push((f.component.to_owned(), f.schema()));
             (f.collect)(out);
         }
