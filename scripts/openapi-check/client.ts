@@ -55,3 +55,30 @@ export function recovered(w: Workers): string[] {
 export function started(e: WorkerEvents): number[] {
     return e.events.filter((x) => x.type === "worker_started").map((x) => x.id);
 }
+
+// Events: `type` narrows `data` to that type's payload, on the JSON page and
+// in each SSE frame's data.
+type EventPage = Json<paths["/api/v1/events"]["get"]["responses"][200]>;
+type StreamData = components["schemas"]["StreamData"];
+
+export function describe(e: EventPage["events"][number]): string {
+    switch (e.type) {
+        case "task.state_changed":
+            return `${e.task_id ?? ""} ${e.data.from} -> ${e.data.to} (${e.data.cause})`;
+        case "run.step":
+            return `${e.run_id ?? ""} #${e.seq} step ${e.data.index} ${e.data.tool_name ?? ""}`;
+        case "worker.claim.expired":
+        case "worker.claim.released":
+            return `${e.data.claim_id} ${e.data.purpose}: ${e.data.reason}`;
+        case "worker.execution.failed":
+            return `failed: ${e.data.message ?? ""} (${e.data.external ? "outside" : "worker"})`;
+        case "run.usage":
+            return `${e.data.usage.input_tokens} in, ${e.data.usage.output_tokens} out`;
+        default:
+            return e.type;
+    }
+}
+
+export function frame(d: StreamData): string {
+    return "type" in d ? describe(d) : `resync after ${d.cursor}: ${d.reason}`;
+}

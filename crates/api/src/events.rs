@@ -27,7 +27,7 @@ use bytes::BytesMut;
 use serde_json::Value;
 use shepherd_core::event::{kind, Event, EventFilter};
 use shepherd_core::Error;
-use shepherd_protocol::{parse_cursor, ErrorBody, EventStreamQuery, Resync, WireEvent};
+use shepherd_protocol::{parse_cursor, ErrorBody, EventStreamQuery, Resync, StreamData, WireEvent};
 use shepherd_store::{Tail, TailItem};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -328,7 +328,13 @@ impl Feed {
 /// Every event, live, resumable.
 #[utoipa::path(get, path = "/api/events", tag = "events", params(EventStreamQuery,
     ("Last-Event-ID" = Option<String>, Header, description = "resume after this sequence number")),
-    responses((status = 200, description = "text/event-stream of `id: seq`, `event: type`, `data: json`"),
+    responses((status = 200, content_type = "text/event-stream", body = StreamData,
+        description = "Server-sent events: `id: <seq>`, `event: <name>`, `data: <json>`. \
+        Each `data:` line is one `StreamData`: a `WireEvent` (its `type` says what its `data` holds), \
+        or under `event: resync` a `Resync`. The `event:` name is the event's `type`, except seed 000's \
+        run activity: `run.started` is `worker_started`, `run.status` is `worker_status`, \
+        `run.completed` is `worker_completed`, and `run.step` is `tool_started` (an action with a tool call) \
+        or `tool_completed` (a tool result), else `run.step`."),
               (status = 400, description = "invalid_cursor", body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,

@@ -37,10 +37,9 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
     ),
     components(schemas(
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,
-        p::WireEvent, p::Resync, p::TaskStateChanged, p::ProgressRecorded, p::RunStarted,
-        p::RunStatusChanged, p::RunStep, p::RunCompleted, p::ClaimGranted, p::ClaimReleased,
-        p::CancelRequested, p::ConversationStateChanged,
-        p::RetryScheduled,
+        // Every event type's schema comes along with `WireEvent` (see
+        // `shepherd_protocol::events::event_families`).
+        p::WireEvent, p::Resync, p::StreamData,
         shepherd_sessions::ServerMessage, shepherd_sessions::ClientMessage,
     )),
     modifiers(&BearerAuth, &CommonErrors)
@@ -150,5 +149,52 @@ mod tests {
             schemas["WorkerSource"]["enum"],
             serde_json::json!(["registry", "event_log"])
         );
+    }
+
+    /// Every event type the server writes has a schema for its `data` in the
+    /// document, exactly one: the log's type names (`kind::ALL`, which every
+    /// new constant joins) and the workflows' progress events. A new type
+    /// without a schema fails here.
+    #[test]
+    fn every_event_type_has_a_data_schema() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let events = &schemas["WireEvent"];
+        let mapping = events["discriminator"]["mapping"].as_object().unwrap();
+        let own = |name: &str| schemas[name]["allOf"][1]["properties"].clone();
+        let mut want: Vec<&str> = shepherd_core::event::kind::ALL.to_vec();
+        want.extend(shepherd_core::workflow::event_types());
+        for t in &want {
+            let target = mapping
+                .get(*t)
+                .and_then(|v| v.as_str())
+                .unwrap_or_else(|| panic!("no schema for event type {t:?}"));
+            let name = target.rsplit('/').next().unwrap();
+            let branch = own(name);
+            let types = branch["type"]["enum"].as_array().unwrap();
+            assert!(types.iter().any(|v| v == t), "{name} does not list {t:?}");
+            let payload = branch["data"]["$ref"].as_str().unwrap();
+            let payload = payload.rsplit('/').next().unwrap();
+            assert!(
+                schemas[payload].is_object(),
+                "{payload} is not in the document"
+            );
+        }
+        // Nothing documented that the server does not write, and no type twice.
+        let mut listed: Vec<String> = Vec::new();
+        for item in events["oneOf"].as_array().unwrap() {
+            let name = item["$ref"].as_str().unwrap().rsplit('/').next().unwrap();
+            for t in own(name)["type"]["enum"].as_array().unwrap() {
+                let t = t.as_str().unwrap().to_owned();
+                assert!(!listed.contains(&t), "{t:?} has two schemas");
+                assert!(
+                    want.contains(&t.as_str()),
+                    "{t:?} is documented but never written"
+                );
+                listed.push(t);
+            }
+        }
+        assert_eq!(listed.len(), want.len());
+        assert_eq!(mapping.len(), want.len());
     }
 }

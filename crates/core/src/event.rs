@@ -11,54 +11,67 @@ use serde_json::Value;
 
 use crate::time::Millis;
 
+/// Declares each type name as a constant and lists them all in `ALL`, so a
+/// new type cannot be added without appearing there (the OpenAPI document
+/// must describe every one of them; `api`'s tests check it).
+macro_rules! kinds {
+    ($($(#[$doc:meta])* $name:ident = $value:literal;)*) => {
+        $($(#[$doc])* pub const $name: &str = $value;)*
+        /// Every type name above.
+        pub const ALL: &[&str] = &[$($name),*];
+    };
+}
+
 /// Event type names as stored in the log.
 pub mod kind {
-    // Workers (seed 001 surface: worker_started / worker_active / worker_idle / worker_closed / snapshot).
-    pub const WORKER_REGISTERED: &str = "worker.registered";
-    pub const WORKER_ACTIVE: &str = "worker.active";
-    pub const WORKER_IDLE: &str = "worker.idle";
-    pub const WORKER_INACTIVE: &str = "worker.inactive";
-    pub const WORKER_CLOSED: &str = "worker.closed";
-    pub const WORKERS_SNAPSHOT: &str = "workers.snapshot";
-    pub const RECOVERY_REPORT: &str = "server.recovered";
-    // Tasks.
-    pub const TASK_CREATED: &str = "task.created";
-    pub const TASK_DISPATCHED: &str = "task.dispatched";
-    pub const TASK_STATE_CHANGED: &str = "task.state_changed";
-    pub const TASK_CANCEL_REQUESTED: &str = "task.cancel_requested";
-    pub const TASK_TRANSITION_REJECTED: &str = "task.transition_rejected";
-    /// An attempt failed and another is scheduled (data: attempt, run_id,
-    /// reason, run_at, max_attempts).
-    pub const TASK_RETRY_SCHEDULED: &str = "task.retry_scheduled";
-    // Claims (seed 003 names the expiry event).
-    pub const CLAIM_GRANTED: &str = "worker.claim.granted";
-    pub const CLAIM_RELEASED: &str = "worker.claim.released";
-    pub const CLAIM_EXPIRED: &str = "worker.claim.expired";
-    // Runs (seed 000 surface: worker_started / worker_status / tool_started / tool_completed / worker_completed).
-    pub const RUN_STARTED: &str = "run.started";
-    pub const RUN_STATUS: &str = "run.status";
-    pub const RUN_USAGE: &str = "run.usage";
-    pub const RUN_STEP: &str = "run.step";
-    pub const RUN_COMPLETED: &str = "run.completed";
-    // Channels (seed 002's resources).
-    pub const CHANNEL_CREATED: &str = "channel.created";
-    pub const CHANNEL_ARCHIVED: &str = "channel.archived";
-    pub const AGENT_UPSERTED: &str = "agent.upserted";
-    pub const CHANNEL_UPDATED: &str = "channel.updated";
-    // Conversations on resources (seed 002).
-    pub const CONVERSATION_CREATED: &str = "conversation.created";
-    pub const CONVERSATION_STATE_CHANGED: &str = "conversation.state_changed";
-    pub const CONVERSATION_MESSAGE: &str = "conversation.message";
-    pub const CONVERSATION_ACTIVATED: &str = "conversation.activated";
-    pub const CONVERSATION_AGENT_SESSION: &str = "conversation.agent_session";
-    // Sessions (seed 004): workspaces and their tabs.
-    pub const SESSION_CREATED: &str = "session.created";
-    pub const SESSION_DELETED: &str = "session.deleted";
-    pub const SESSION_WORKER_ADDED: &str = "session.worker.added";
-    pub const SESSION_WORKER_RESTORED: &str = "session.worker.restored";
-    pub const SESSION_WORKER_RESTARTED: &str = "session.worker.restarted";
-    pub const SESSION_WORKER_EXITED: &str = "session.worker.exited";
-    pub const SESSION_WORKER_REMOVED: &str = "session.worker.removed";
+    kinds! {
+        // Workers (seed 001 surface: worker_started / worker_active / worker_idle / worker_closed / snapshot).
+        WORKER_REGISTERED = "worker.registered";
+        WORKER_ACTIVE = "worker.active";
+        WORKER_IDLE = "worker.idle";
+        WORKER_INACTIVE = "worker.inactive";
+        WORKER_CLOSED = "worker.closed";
+        WORKERS_SNAPSHOT = "workers.snapshot";
+        RECOVERY_REPORT = "server.recovered";
+        // Tasks.
+        TASK_CREATED = "task.created";
+        TASK_DISPATCHED = "task.dispatched";
+        TASK_STATE_CHANGED = "task.state_changed";
+        TASK_CANCEL_REQUESTED = "task.cancel_requested";
+        TASK_TRANSITION_REJECTED = "task.transition_rejected";
+        /// An attempt failed and another is scheduled (data: attempt, run_id,
+        /// reason, run_at, max_attempts).
+        TASK_RETRY_SCHEDULED = "task.retry_scheduled";
+        // Claims (seed 003 names the expiry event).
+        CLAIM_GRANTED = "worker.claim.granted";
+        CLAIM_RELEASED = "worker.claim.released";
+        CLAIM_EXPIRED = "worker.claim.expired";
+        // Runs (seed 000 surface: worker_started / worker_status / tool_started / tool_completed / worker_completed).
+        RUN_STARTED = "run.started";
+        RUN_STATUS = "run.status";
+        RUN_USAGE = "run.usage";
+        RUN_STEP = "run.step";
+        RUN_COMPLETED = "run.completed";
+        // Channels (seed 002's resources).
+        CHANNEL_CREATED = "channel.created";
+        CHANNEL_ARCHIVED = "channel.archived";
+        AGENT_UPSERTED = "agent.upserted";
+        CHANNEL_UPDATED = "channel.updated";
+        // Conversations on resources (seed 002).
+        CONVERSATION_CREATED = "conversation.created";
+        CONVERSATION_STATE_CHANGED = "conversation.state_changed";
+        CONVERSATION_MESSAGE = "conversation.message";
+        CONVERSATION_ACTIVATED = "conversation.activated";
+        CONVERSATION_AGENT_SESSION = "conversation.agent_session";
+        // Sessions (seed 004): workspaces and their tabs.
+        SESSION_CREATED = "session.created";
+        SESSION_DELETED = "session.deleted";
+        SESSION_WORKER_ADDED = "session.worker.added";
+        SESSION_WORKER_RESTORED = "session.worker.restored";
+        SESSION_WORKER_RESTARTED = "session.worker.restarted";
+        SESSION_WORKER_EXITED = "session.worker.exited";
+        SESSION_WORKER_REMOVED = "session.worker.removed";
+    }
 }
 
 /// The ids an event concerns. Each is optional; filters match on them.

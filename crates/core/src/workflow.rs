@@ -184,6 +184,21 @@ pub static AUTOPILOT: Workflow = Workflow {
 
 pub static ALL: [&Workflow; 2] = [&SIMPLE, &AUTOPILOT];
 
+/// Every event type some workflow knows (progress from workers, events from
+/// outside), each once, in table order: the types a progress event may have
+/// in the log.
+pub fn event_types() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for t in ALL.iter().flat_map(|w| w.transitions) {
+        for e in t.event_types {
+            if !out.contains(e) {
+                out.push(e);
+            }
+        }
+    }
+    out
+}
+
 /// Finds a workflow by name.
 pub fn by_name(name: &str) -> Option<&'static Workflow> {
     ALL.iter().copied().find(|w| w.name == name)

@@ -600,8 +600,7 @@ async fn claim_inner<D: Db>(
             refs.clone(),
             json!({ "claim_id": claim_id, "purpose": purpose, "attempt": attempt, "expires_at": expires_at }),
         ),
-    )
-    .await?;
+    );
     if worker.active_claims == 0 {
         emit(
             db,
@@ -614,8 +613,7 @@ async fn claim_inner<D: Db>(
                     .session(worker.session_id.clone()),
                 json!({ "vtid": vtid, "run_id": run_id }),
             ),
-        )
-        .await?;
+        );
     }
     if new_state != task.state {
         let mut r = refs.clone();
@@ -628,8 +626,7 @@ async fn claim_inner<D: Db>(
                 r,
                 json!({ "from": task.state, "to": new_state, "cause": "claimed" }),
             ),
-        )
-        .await?;
+        );
     }
     // The unique index has the last word on "one active claim per task".
     if confirm {
@@ -804,7 +801,7 @@ async fn claims_held_on<D: Db>(db: &mut D, worker_id: &str, vtid: &str) -> Resul
 /// has committed. That saves a round trip on every progress report.
 async fn emit_first<D: Db>(db: &mut D, now: Millis, e: NewEvent) -> Result<i64, Error> {
     if db.appended_later().is_some() {
-        emit(db, now, e).await?;
+        emit(db, now, e);
         Ok(SEQ_AFTER_COMMIT)
     } else {
         emit_returning(db, now, e).await
@@ -1013,8 +1010,7 @@ pub(crate) async fn release<D: Db>(
             refs,
             json!({ "claim_id": claim.id, "reason": reason, "purpose": claim.purpose }),
         ),
-    )
-    .await?;
+    );
     runs::finish(db, now, &claim.run_id, run_status, result, reason, run).await?;
     if remaining == 0 {
         emit(
@@ -1028,8 +1024,7 @@ pub(crate) async fn release<D: Db>(
                     .session(session_id),
                 json!({ "released": claim.vtid }),
             ),
-        )
-        .await?;
+        );
     }
     Ok(true)
 }
@@ -1138,8 +1133,7 @@ pub async fn heartbeat<D: Db>(
                     .agent(&worker.agent_id),
                 json!({ "resumed": true }),
             ),
-        )
-        .await?;
+        );
     }
     // A lapsed lease is lapsed whoever touches it first: a heartbeat that
     // arrives after the timeout (or the TTL) but before the sweeper ends the
@@ -1208,11 +1202,13 @@ pub async fn deregister<D: Db>(
         now,
         NewEvent::new(
             kind::WORKER_CLOSED,
-            EventRefs::default().worker(worker_id).agent(&worker.agent_id).session(worker.session_id.clone()),
+            EventRefs::default()
+                .worker(worker_id)
+                .agent(&worker.agent_id)
+                .session(worker.session_id.clone()),
             json!({ "reason": reason.unwrap_or_else(|| "deregistered".into()), "released_claims": held.len() }),
         ),
-    )
-    .await?;
+    );
     workers::require(db, worker_id).await
 }
 
@@ -1300,8 +1296,7 @@ pub async fn sweep<D: Db>(
                         EventRefs::default().worker(&id).agent(r.string(1)?),
                         json!({ "reason": "heartbeats lapsed" }),
                     ),
-                )
-                .await?;
+                );
                 report.workers_inactive += 1;
             }
         }

@@ -245,8 +245,7 @@ pub async fn resource_upsert<D: Db>(
                 .agent(agent_id),
             json!({ "name": name, "agent_id": agent_id }),
         ),
-    )
-    .await?;
+    );
     Ok((resource_require(db, id).await?, !existed))
 }
 
@@ -364,8 +363,7 @@ pub async fn create<D: Db>(
             json!({ "resource_id": resource_id, "state": "idle", "active": true,
                     "previous_active": previous, "cancelled": cancelled }),
         ),
-    )
-    .await?;
+    );
     Ok(c)
 }
 
@@ -415,8 +413,8 @@ async fn make_active<D: Db>(db: &mut D, now: Millis, c: &Conversation) -> Result
             refs(c),
             json!({ "previous_active": previous }),
         ),
-    )
-    .await
+    );
+    Ok(())
 }
 
 fn busy(c: &Conversation) -> Error {
@@ -574,8 +572,7 @@ async fn insert_message<D: Db>(
             json!({ "message_id": id, "ordinal": ordinal, "status": status,
                     "preview": transcript::truncate_utf8(text, 200) }),
         ),
-    )
-    .await?;
+    );
     Ok(Message {
         id,
         conversation_id: c.id.clone(),
@@ -609,8 +606,7 @@ async fn drop_queued<D: Db>(
                 refs(c),
                 json!({ "status": "dropped", "count": n, "reason": why }),
             ),
-        )
-        .await?;
+        );
     }
     Ok(())
 }
@@ -680,8 +676,7 @@ async fn start_message<D: Db>(
             refs(c).task(&task.vtid),
             json!({ "from": "idle", "to": "processing", "message_id": m.id, "task_id": task.vtid }),
         ),
-    )
-    .await?;
+    );
     let fresh = require(db, &c.id).await?;
     make_active(db, now, &fresh).await?;
     // The partial unique index has the last word on "one processing
@@ -811,8 +806,7 @@ async fn cancel_loaded<D: Db>(
             refs(&c),
             json!({ "from": "processing", "to": "cancelled", "reason": reason, "task_id": c.current_task_id }),
         ),
-    )
-    .await?;
+    );
     let Some(vtid) = c.current_task_id.clone() else {
         return settle(db, now, &c.id, "cancelled", "no task was running").await;
     };
@@ -877,8 +871,7 @@ async fn settle<D: Db>(
             json!({ "from": c.state, "to": "idle", "task_id": c.current_task_id,
                     "task_state": task_state, "reason": why }),
         ),
-    )
-    .await?;
+    );
     start_queued(db, now, &c.resource_id).await
 }
 
@@ -942,8 +935,8 @@ pub(crate) async fn note_agent_session<D: Db>(
             refs(&c).task(&task.vtid),
             json!({ "agent_session_id": sid, "previous": c.agent_session_id }),
         ),
-    )
-    .await
+    );
+    Ok(())
 }
 
 /// What the worker claiming a conversation's task needs to continue it.

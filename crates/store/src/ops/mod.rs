@@ -26,10 +26,10 @@ use crate::sql::Db;
 use shepherd_core::model::Agent;
 
 /// Appends one event inside the current unit of work (pipelined: its
-/// sequence number is not needed).
-pub(crate) async fn emit<D: Db>(db: &mut D, now: Millis, e: NewEvent) -> Result<(), Error> {
+/// sequence number is not needed). Nothing to wait for: the row goes out
+/// with the unit's other deferred writes, and a failure fails the unit.
+pub(crate) fn emit<D: Db>(db: &mut D, now: Millis, e: NewEvent) {
     log::append_deferred(db, now, &e);
-    Ok(())
 }
 
 /// Appends one event and returns its sequence number.
@@ -164,8 +164,7 @@ pub async fn agents_upsert<D: Db>(
             shepherd_core::event::EventRefs::default().agent(id),
             serde_json::json!({ "source": "config", "worker_type": worker_type, "max_concurrent": max_concurrent }),
         ),
-    )
-    .await?;
+    );
     Ok(())
 }
 

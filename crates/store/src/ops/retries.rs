@@ -131,8 +131,7 @@ pub(crate) async fn record<D: Db>(
                     "run_at": run_at, "max_attempts": task.max_attempts.unwrap_or(1),
                 }),
             ),
-        )
-        .await?;
+        );
     }
     Ok(())
 }

@@ -159,8 +159,7 @@ pub(crate) async fn create<D: Db>(
                 "worker_type": worker.worker_type, "purpose": purpose, "attempt": attempt,
             }),
         ),
-    )
-    .await?;
+    );
     Ok(id)
 }
 
@@ -343,8 +342,7 @@ pub async fn append_steps<D: Db>(
                     "call_ids": summary.call_ids, "preview": summary.preview,
                 }),
             ),
-        )
-        .await?;
+        );
         accepted += 1;
     }
     let next_index = stored + accepted;
@@ -401,8 +399,7 @@ pub async fn set_status<D: Db>(
         db,
         now,
         NewEvent::new(kind::RUN_STATUS, refs, json!({ "status": text })),
-    )
-    .await?;
+    );
     require(db, run_id).await
 }
 
@@ -501,8 +498,7 @@ pub(crate) async fn finish<D: Db>(
             info.refs,
             json!({ "status": status, "result": result, "reason": reason, "steps": steps.len() }),
         ),
-    )
-    .await?;
+    );
     Ok(())
 }
 

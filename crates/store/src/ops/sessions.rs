@@ -233,8 +233,7 @@ pub async fn create<D: Db>(
             EventRefs::default().session(Some(new.id.clone())),
             json!({ "name": new.name, "location_path": new.location_path, "node_id": new.node_id }),
         ),
-    )
-    .await?;
+    );
     require(db, &new.id).await
 }
 
@@ -286,8 +285,7 @@ pub async fn add_worker<D: Db>(
                 .worker(&new.id),
             json!({ "type": new.kind, "name": new.name, "agent_id": new.agent_id, "pid": new.pid, "epoch": epoch }),
         ),
-    )
-    .await?;
+    );
     if pty {
         register_pty(db, now, &session, &new).await?;
     }
@@ -345,8 +343,8 @@ async fn register_pty<D: Db>(
                 "max_concurrent": 1,
             }),
         ),
-    )
-    .await
+    );
+    Ok(())
 }
 
 /// Why a new process started for an existing tab.
@@ -401,8 +399,7 @@ pub async fn process_started<D: Db>(
                 .worker(worker_id),
             json!({ "pid": pid, "epoch": epoch, "previous_pid": before.pid, "mode": mode }),
         ),
-    )
-    .await?;
+    );
     let (_, w) = require_worker(db, session_id, worker_id).await?;
     Ok(w)
 }
@@ -438,8 +435,7 @@ pub async fn process_exited<D: Db>(
                 .worker(worker_id),
             json!({ "epoch": epoch, "exitCode": exit_code, "signal": signal }),
         ),
-    )
-    .await?;
+    );
     Ok(true)
 }
 
@@ -467,8 +463,7 @@ pub async fn remove_worker<D: Db>(
                 .worker(worker_id),
             json!({ "type": w.kind, "reason": reason }),
         ),
-    )
-    .await?;
+    );
     if w.is_pty() {
         let closed = db
             .execute(
@@ -489,8 +484,7 @@ pub async fn remove_worker<D: Db>(
                         .session(Some(session_id.to_owned())),
                     json!({ "reason": reason }),
                 ),
-            )
-            .await?;
+            );
         }
     }
     Ok(w)
@@ -512,8 +506,7 @@ pub async fn delete<D: Db>(db: &mut D, now: Millis, id: &str) -> Result<SessionR
             EventRefs::default().session(Some(id.to_owned())),
             json!({ "workers": s.workers.len() }),
         ),
-    )
-    .await?;
+    );
     Ok(s)
 }
 
@@ -553,6 +546,6 @@ pub async fn restore_failed<D: Db>(
                 .worker(worker_id),
             json!({ "restore_failed": true, "reason": reason, "exitCode": 1, "signal": null }),
         ),
-    )
-    .await
+    );
+    Ok(())
 }

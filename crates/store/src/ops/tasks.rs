@@ -133,8 +133,7 @@ pub(crate) async fn set_state<D: Db>(
             refs,
             json!({ "from": task.state, "to": to, "cause": cause }),
         ),
-    )
-    .await?;
+    );
     task.state = to.to_owned();
     task.updated_at = now;
     if task.conversation_id.is_some() && workflow_of(task)?.is_final(to) {
@@ -189,8 +188,7 @@ pub(crate) async fn ensure_channel<D: Db>(
                 EventRefs::default().channel(Some(channel_id.to_owned())),
                 json!({ "name": channel_id }),
             ),
-        )
-        .await?;
+        );
     }
     Ok(())
 }
@@ -273,8 +271,7 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
                 "capabilities": task.capabilities, "state": task.state,
             }),
         ),
-    )
-    .await?;
+    );
     if new.dispatch {
         dispatch_loaded(db, now, &mut task).await?;
     }
@@ -362,8 +359,7 @@ async fn dispatch_loaded<D: Db>(db: &mut D, now: Millis, task: &mut Task) -> Res
             task_refs(task),
             json!({ "spec_snapshot_id": snapshot, "priority": task.priority }),
         ),
-    )
-    .await?;
+    );
     set_state(
         db,
         now,
@@ -488,8 +484,7 @@ pub async fn cancel<D: Db>(
                         refs,
                         json!({ "reason": reason }),
                     ),
-                )
-                .await?;
+                );
             }
             Ok((
                 task,
@@ -513,8 +508,7 @@ pub async fn cancel<D: Db>(
                     task_refs(&task),
                     json!({ "reason": reason }),
                 ),
-            )
-            .await?;
+            );
             set_state(
                 db,
                 now,

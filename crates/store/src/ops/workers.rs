@@ -120,8 +120,7 @@ pub async fn ensure_agent<D: Db>(
                 EventRefs::default().agent(agent_id),
                 json!({ "source": "registration", "worker_type": worker_type }),
             ),
-        )
-        .await?;
+        );
     }
     Ok(())
 }
@@ -203,8 +202,7 @@ pub async fn register<D: Db>(
                 "max_concurrent": reg.max_concurrent,
             }),
         ),
-    )
-    .await?;
+    );
     Ok((worker, token))
 }
 
