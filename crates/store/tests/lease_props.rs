@@ -85,6 +85,10 @@ enum Ev {
     Cancelled,
     ValidatorPassed,
     ValidatorFailed,
+    /// One of the events that move the task on from where it is (not a
+    /// failure nor a cancel): without it the workflows' later states
+    /// (review, validation, rework) are almost never reached.
+    Next(u8),
 }
 
 impl Ev {
@@ -98,6 +102,30 @@ impl Ev {
             Ev::Cancelled => workflow::EXECUTION_CANCELLED,
             Ev::ValidatorPassed => workflow::VALIDATOR_PASSED,
             Ev::ValidatorFailed => workflow::VALIDATOR_FAILED,
+            Ev::Next(_) => unreachable!("resolved by Ev::resolve"),
+        }
+    }
+
+    /// `Next` as the event it stands for in a task's state.
+    fn resolve(self, wf: &Workflow, state: &str) -> Ev {
+        let Ev::Next(i) = self else {
+            return self;
+        };
+        let onward: Vec<Ev> = [
+            Ev::Started,
+            Ev::Building,
+            Ev::PrCreated,
+            Ev::Completed,
+            Ev::ValidatorPassed,
+            Ev::ValidatorFailed,
+        ]
+        .into_iter()
+        .filter(|e| matches!(wf.apply(state, e.name()), Outcome::Move { to, .. } if to != state))
+        .collect();
+        if onward.is_empty() {
+            Ev::Started
+        } else {
+            onward[i as usize % onward.len()]
         }
     }
 }
@@ -201,6 +229,7 @@ fn ev() -> impl Strategy<Value = Ev> {
         1 => Just(Ev::Cancelled),
         2 => Just(Ev::ValidatorPassed),
         1 => Just(Ev::ValidatorFailed),
+        10 => any::<u8>().prop_map(Ev::Next),
     ]
 }
 
@@ -224,18 +253,19 @@ fn op() -> impl Strategy<Value = Op> {
             |(autopilot, dispatch, max_attempts)| Op::Create { autopilot, dispatch, max_attempts }
         ),
         1 => t.prop_map(|task| Op::Dispatch { task }),
-        6 => (w, t).prop_map(|(worker, task)| Op::Claim { worker, task }),
-        2 => (w, 0u8..3).prop_map(|(worker, max)| Op::ClaimNext { worker, max }),
+        9 => (w, t).prop_map(|(worker, task)| Op::Claim { worker, task }),
+        3 => (w, prop_oneof![1 => Just(0u8), 6 => Just(1), 2 => Just(2)])
+            .prop_map(|(worker, max)| Op::ClaimNext { worker, max }),
         4 => w.prop_map(|worker| Op::Heartbeat { worker }),
-        10 => (by(), t, tok(), ev()).prop_map(|(by, task, token, event)| Op::Progress { by, task, token, event }),
+        12 => (by(), t, tok(), ev()).prop_map(|(by, task, token, event)| Op::Progress { by, task, token, event }),
         3 => (by(), t, tok()).prop_map(|(by, task, token)| Op::Step { by, task, token }),
-        2 => t.prop_map(|task| Op::Cancel { task }),
+        1 => t.prop_map(|task| Op::Cancel { task }),
         1 => t.prop_map(|task| Op::Retry { task }),
         1 => w.prop_map(|worker| Op::Deregister { worker }),
         1 => w.prop_map(|worker| Op::Register { worker }),
         1 => t.prop_map(|task| Op::External { task }),
         5 => adv().prop_map(Op::Advance),
-        3 => Just(Op::Sweep),
+        2 => Just(Op::Sweep),
     ]
 }
 
@@ -621,6 +651,10 @@ impl Model {
         };
         if let (Some(_), Some(status)) = (active, ending) {
             self.release(t, false, status);
+            // The run ended with a cancel pending: the cancel takes effect.
+            if self.tasks[t].cancel_at.is_some() && !wf.is_final(&self.tasks[t].state) {
+                self.set_state(t, workflow::CANCELLED);
+            }
         }
     }
 
@@ -1018,6 +1052,28 @@ impl Case {
         (!self.model.tasks.is_empty()).then(|| i as usize % self.model.tasks.len())
     }
 
+    /// Task `i` among those `pick` prefers, if there are any; else among all.
+    /// Random indexes alone mostly hit tasks nobody holds, and the deep
+    /// paths (validation, retries, cancel while held) would rarely run.
+    fn task_among(&self, i: u8, pick: impl Fn(&MTask) -> bool) -> Option<usize> {
+        let preferred: Vec<usize> = (0..self.model.tasks.len())
+            .filter(|&t| pick(&self.model.tasks[t]))
+            .collect();
+        if preferred.is_empty() {
+            self.task_ix(i)
+        } else {
+            Some(preferred[i as usize % preferred.len()])
+        }
+    }
+
+    /// The task a report is about: for the holder, a held one.
+    fn report_task(&self, by: By, i: u8) -> Option<usize> {
+        match by {
+            By::Holder => self.task_among(i, |t| t.active.is_some()),
+            By::Worker(_) => self.task_ix(i),
+        }
+    }
+
     fn worker_ix(&self, i: u8) -> usize {
         i as usize % self.model.workers.len()
     }
@@ -1109,7 +1165,9 @@ impl Case {
                     (expect, outcome(code(got), |_| Done::Nothing))
                 }
             },
-            Op::Claim { worker, task } => match self.task_ix(task) {
+            Op::Claim { worker, task } => match self
+                .task_among(task, |t| t.active.is_none() && t.wf.is_claimable(&t.state))
+            {
                 None => (Ok(()), Got::Skipped),
                 Some(t) => {
                     let w = self.worker_ix(worker);
@@ -1155,9 +1213,10 @@ impl Case {
                 task,
                 token,
                 event,
-            } => match self.task_ix(task) {
+            } => match self.report_task(by, task) {
                 None => (Ok(()), Got::Skipped),
                 Some(t) => {
+                    let event = event.resolve(m.tasks[t].wf, &m.tasks[t].state);
                     let w = sender(&m, t, by);
                     let tok = resolve_token(&m, t, token);
                     must_be_stale = surely_stale(&m, t, tok.as_deref())
@@ -1183,7 +1242,7 @@ impl Case {
                     )
                 }
             },
-            Op::Step { by, task, token } => match self.task_ix(task) {
+            Op::Step { by, task, token } => match self.report_task(by, task) {
                 None => (Ok(()), Got::Skipped),
                 Some(t) => {
                     // Which run the step names: a released one for an old
@@ -1227,14 +1286,19 @@ impl Case {
                     (m.step(&run_id, &tok, w), outcome(code(got), |_| Done::Nothing))
                 }
             },
-            Op::Cancel { task } => match self.task_ix(task) {
+            // Half the cancels are of a held task (the grace period path).
+            Op::Cancel { task } => match if task % 2 == 0 {
+                self.task_among(task / 2, |t| t.active.is_some())
+            } else {
+                self.task_ix(task / 2)
+            } {
                 None => (Ok(()), Got::Skipped),
                 Some(t) => {
                     let got = store.cancel_task(&m.tasks[t].vtid, None).await;
                     (m.cancel(t), outcome(code(got), |_| Done::Nothing))
                 }
             },
-            Op::Retry { task } => match self.task_ix(task) {
+            Op::Retry { task } => match self.task_among(task, |t| t.state == workflow::FAILED) {
                 None => (Ok(()), Got::Skipped),
                 Some(t) => {
                     let got = store.retry_task(&m.tasks[t].vtid).await;
@@ -1349,6 +1413,10 @@ impl Case {
                         );
                     }
                     Done::Nothing => {}
+                }
+                for (t, from, to) in &m.fx.transitions {
+                    let name = format!("~ {} {from} -> {to}", m.tasks[*t].wf.name);
+                    *TALLY.lock().unwrap().entry(name).or_default() += 1;
                 }
                 self.model = m;
             }
@@ -1740,6 +1808,39 @@ fn regression_steps_from_another_worker_are_claim_stale() {
                 task: 0,
                 token: Tok::Current,
             },
+        ],
+    });
+}
+
+/// An autopilot builder asked to cancel finished instead: its completion
+/// moved the task to review and ended the run, and the task then waited
+/// there for good (a task being cancelled may not be claimed, and the
+/// sweeper ends only cancels a worker holds). The cancel now takes effect
+/// when the run ends.
+#[test]
+fn regression_a_run_that_ends_during_a_cancel_cancels_the_task() {
+    let next = |token| Op::Progress {
+        by: By::Holder,
+        task: 0,
+        token,
+        event: Ev::Next(0),
+    };
+    replay(Scenario {
+        ttl_ms: 1_000,
+        heartbeat_timeout_ms: 2_000,
+        start_grace: false,
+        workers: plain_workers(),
+        ops: vec![
+            Op::Create {
+                autopilot: true,
+                dispatch: true,
+                max_attempts: None,
+            },
+            Op::Claim { worker: 0, task: 0 },
+            next(Tok::Current),
+            Op::Cancel { task: 0 },
+            next(Tok::Missing),
+            next(Tok::Missing),
         ],
     });
 }
