@@ -17,7 +17,11 @@ use shepherd_core::workflow::{self, Outcome, Workflow, ALL};
 fn events() -> Vec<&'static str> {
     let mut all: BTreeSet<&'static str> = ALL
         .iter()
-        .flat_map(|w| w.transitions.iter().flat_map(|t| t.event_types.iter().copied()))
+        .flat_map(|w| {
+            w.transitions
+                .iter()
+                .flat_map(|t| t.event_types.iter().copied())
+        })
         .collect();
     all.extend(["worker.dance", "", "*", "done"]);
     all.into_iter().collect()
@@ -83,7 +87,12 @@ fn every_table_is_well_formed() {
             assert!(states.contains(f), "{}: final {f:?} not a state", wf.name);
         }
         for t in wf.transitions {
-            assert!(states.contains(t.to_state), "{}: to {:?}", wf.name, t.to_state);
+            assert!(
+                states.contains(t.to_state),
+                "{}: to {:?}",
+                wf.name,
+                t.to_state
+            );
             for f in t.from_states {
                 assert!(*f == "*" || states.contains(f), "{}: from {f:?}", wf.name);
             }
