@@ -6,7 +6,7 @@ use shepherd_core::Error;
 use crate::ops::conversations::{
     self, Conversation, ConversationView, Multitask, Resource, SendOutcome,
 };
-use crate::{log, now_ms, postgres, sqlite, Backend, Store};
+use crate::{log, postgres, sqlite, Backend, Store};
 
 impl Store {
     /// Creates a resource (a channel with an agent) or updates it; says
@@ -18,7 +18,7 @@ impl Store {
         agent_id: &str,
     ) -> Result<(Resource, bool), Error> {
         let (now, id, name, agent) = (
-            now_ms(),
+            self.now(),
             id.to_owned(),
             name.to_owned(),
             agent_id.to_owned(),
@@ -38,7 +38,7 @@ impl Store {
 
     /// A new active conversation on a resource (cancelling one processing there).
     pub async fn create_conversation(&self, resource_id: &str) -> Result<Conversation, Error> {
-        let (now, id) = (now_ms(), resource_id.to_owned());
+        let (now, id) = (self.now(), resource_id.to_owned());
         write_op!(self, |db| async move {
             conversations::create(db, now, &id).await
         })
@@ -75,7 +75,7 @@ impl Store {
         text: &str,
         multitask: Multitask,
     ) -> Result<SendOutcome, Error> {
-        let (now, id, text) = (now_ms(), conversation_id.to_owned(), text.to_owned());
+        let (now, id, text) = (self.now(), conversation_id.to_owned(), text.to_owned());
         write_op!(self, |db| async move {
             conversations::send(db, now, &id, &text, multitask).await
         })
@@ -86,7 +86,7 @@ impl Store {
         conversation_id: &str,
         reason: Option<String>,
     ) -> Result<Conversation, Error> {
-        let (now, id) = (now_ms(), conversation_id.to_owned());
+        let (now, id) = (self.now(), conversation_id.to_owned());
         write_op!(self, |db| async move {
             conversations::cancel(db, now, &id, reason).await
         })
@@ -96,7 +96,7 @@ impl Store {
         &self,
         conversation_id: &str,
     ) -> Result<Conversation, Error> {
-        let (now, id) = (now_ms(), conversation_id.to_owned());
+        let (now, id) = (self.now(), conversation_id.to_owned());
         write_op!(self, |db| async move {
             conversations::activate(db, now, &id).await
         })

@@ -121,6 +121,37 @@ struct Inner {
     hub: Arc<hub::Hub>,
     shutdown: CancellationToken,
     url: String,
+    /// What every operation takes as "now" (see [`Store::now`]).
+    clock: Clock,
+}
+
+/// The store's clock: the system clock unless a test set it.
+///
+/// Lease rules (TTLs, heartbeat timeouts, start grace, cancel grace,
+/// retry backoff) are all decided against the `now` each operation reads
+/// here. A property test of those rules sets the clock and moves it by
+/// hand, so that a claim lapses exactly when the rules say rather than
+/// when a sleep happens to end, and so a failing case replays the same.
+struct Clock {
+    /// Milliseconds since the epoch, or [`Clock::SYSTEM`].
+    fixed: std::sync::atomic::AtomicI64,
+}
+
+impl Clock {
+    const SYSTEM: i64 = i64::MIN;
+
+    fn system() -> Clock {
+        Clock {
+            fixed: std::sync::atomic::AtomicI64::new(Clock::SYSTEM),
+        }
+    }
+
+    fn now(&self) -> Millis {
+        match self.fixed.load(std::sync::atomic::Ordering::SeqCst) {
+            Clock::SYSTEM => now_ms(),
+            fixed => fixed,
+        }
+    }
 }
 
 /// One progress report of a batch (see [`Store::progress_batch`]).
@@ -260,6 +291,7 @@ impl Store {
                 hub,
                 shutdown: shutdown.clone(),
                 url: redact_url(&config.url),
+                clock: Clock::system(),
             }),
         };
         // Before the store is handed out, so before anything can be written
@@ -274,6 +306,24 @@ impl Store {
         store.hub().start(head);
         tokio::spawn(hub::pump(store.clone(), shutdown));
         Ok(store)
+    }
+
+    /// "Now" for this store's operations: the system clock, unless a test
+    /// fixed it with [`Store::set_clock`].
+    pub fn now(&self) -> Millis {
+        self.inner.clock.now()
+    }
+
+    /// Tests only: fixes the clock every operation of this store (and its
+    /// clones) reads at `at`, or gives it back to the system with `None`.
+    /// Nothing in the store waits on this clock; it only stamps and
+    /// compares times, so moving it is how a test lets leases lapse.
+    #[doc(hidden)]
+    pub fn set_clock(&self, at: Option<Millis>) {
+        self.inner.clock.fixed.store(
+            at.unwrap_or(Clock::SYSTEM),
+            std::sync::atomic::Ordering::SeqCst,
+        );
     }
 
     pub(crate) fn hub(&self) -> &hub::Hub {
@@ -322,7 +372,7 @@ impl Store {
 
     /// Appends events in one unit of work; returns their sequence numbers.
     pub async fn append_events(&self, events: Vec<NewEvent>) -> Result<Vec<i64>, Error> {
-        let now = now_ms();
+        let now = self.now();
         let seqs = write_op!(self, |db| async move {
             if let Some(appended) = sql::Db::appended_later(db) {
                 // Pipelined: the sequence numbers are read once committed.
@@ -358,7 +408,7 @@ impl Store {
         events: Vec<NewEvent>,
         hold_ms: i64,
     ) -> Result<Vec<i64>, Error> {
-        let now = now_ms();
+        let now = self.now();
         write_op!(self, |db| async move {
             let mut seqs = Vec::with_capacity(events.len());
             for e in &events {
@@ -397,7 +447,7 @@ impl Store {
     /// writer carries on.
     #[doc(hidden)]
     pub async fn append_events_then_fail(&self, events: Vec<NewEvent>) -> Result<(), Error> {
-        let now = now_ms();
+        let now = self.now();
         write_op!(self, |db| async move {
             for e in &events {
                 log::append_deferred(db, now, e);
@@ -523,7 +573,7 @@ impl Store {
     // ----- workers -----
 
     pub async fn register_worker(&self, reg: Registration) -> Result<(Worker, String), Error> {
-        let now = now_ms();
+        let now = self.now();
         write_op!(self, |db| workers::register(db, now, reg))
     }
 
@@ -532,7 +582,7 @@ impl Store {
         worker_id: &str,
         reason: Option<String>,
     ) -> Result<Worker, Error> {
-        let (now, id) = (now_ms(), worker_id.to_owned());
+        let (now, id) = (self.now(), worker_id.to_owned());
         write_op!(self, |db| async move {
             claims::deregister(db, now, &id, reason).await
         })
@@ -543,7 +593,7 @@ impl Store {
         worker_id: &str,
         rules: LeaseRules,
     ) -> Result<(Worker, Vec<HeldClaim>), Error> {
-        let (now, id) = (now_ms(), worker_id.to_owned());
+        let (now, id) = (self.now(), worker_id.to_owned());
         write_op!(self, |db| async move {
             claims::heartbeat(db, now, &id, &rules).await
         })
@@ -583,7 +633,7 @@ impl Store {
         capabilities: Vec<String>,
         max_concurrent: Option<i64>,
     ) -> Result<(), Error> {
-        let (now, id, wt) = (now_ms(), id.to_owned(), worker_type.to_owned());
+        let (now, id, wt) = (self.now(), id.to_owned(), worker_type.to_owned());
         write_op!(self, |db| async move {
             ops::agents_upsert(db, now, &id, &wt, &capabilities, max_concurrent).await
         })
@@ -605,12 +655,12 @@ impl Store {
     // ----- tasks and claims -----
 
     pub async fn create_task(&self, new: NewTask) -> Result<Task, Error> {
-        let now = now_ms();
+        let now = self.now();
         write_op!(self, |db| tasks::create(db, now, new))
     }
 
     pub async fn dispatch_task(&self, vtid: &str) -> Result<Task, Error> {
-        let (now, vtid) = (now_ms(), vtid.to_owned());
+        let (now, vtid) = (self.now(), vtid.to_owned());
         write_op!(
             self,
             |db| async move { tasks::dispatch(db, now, &vtid).await }
@@ -638,7 +688,7 @@ impl Store {
         vtid: &str,
         reason: Option<String>,
     ) -> Result<(Task, CancelOutcome), Error> {
-        let (now, vtid) = (now_ms(), vtid.to_owned());
+        let (now, vtid) = (self.now(), vtid.to_owned());
         write_op!(self, |db| async move {
             tasks::cancel(db, now, &vtid, reason).await
         })
@@ -654,7 +704,7 @@ impl Store {
         reason: &str,
     ) -> Result<Task, Error> {
         let (now, id, token, reason) = (
-            now_ms(),
+            self.now(),
             run_id.to_owned(),
             claim_token.to_owned(),
             reason.to_owned(),
@@ -666,7 +716,7 @@ impl Store {
 
     /// Makes a failed task runnable again (409 `task_not_failed` otherwise).
     pub async fn retry_task(&self, vtid: &str) -> Result<Task, Error> {
-        let (now, vtid) = (now_ms(), vtid.to_owned());
+        let (now, vtid) = (self.now(), vtid.to_owned());
         write_op!(self, |db| async move {
             ops::restart::retry_task(db, now, &vtid).await
         })
@@ -679,7 +729,7 @@ impl Store {
         message: Option<String>,
         metadata: serde_json::Value,
     ) -> Result<Applied, Error> {
-        let (now, vtid, event) = (now_ms(), vtid.to_owned(), event.to_owned());
+        let (now, vtid, event) = (self.now(), vtid.to_owned(), event.to_owned());
         let (applied, appended) = write_op!(self, |db| async move {
             let appended = sql::Db::appended_later(db);
             let applied = tasks::external_event(db, now, &vtid, &event, message, metadata).await?;
@@ -689,7 +739,7 @@ impl Store {
     }
 
     pub async fn pending_tasks(&self, worker_id: &str, limit: i64) -> Result<Vec<Task>, Error> {
-        let (now, id) = (now_ms(), worker_id.to_owned());
+        let (now, id) = (self.now(), worker_id.to_owned());
         let read_id = id.clone();
         let (first, tasks) = read_op!(self, |db| async move {
             claims::pending(db, now, &read_id, limit).await
@@ -710,7 +760,7 @@ impl Store {
         vtid: &str,
         rules: LeaseRules,
     ) -> Result<Grant, Error> {
-        let (now, id, vtid) = (now_ms(), worker_id.to_owned(), vtid.to_owned());
+        let (now, id, vtid) = (self.now(), worker_id.to_owned(), vtid.to_owned());
         write_op!(self, |db| async move {
             claims::claim_alone(db, now, &id, &vtid, &rules).await
         })
@@ -725,7 +775,7 @@ impl Store {
         max: i64,
         rules: LeaseRules,
     ) -> Result<Vec<Grant>, Error> {
-        let (now, id) = (now_ms(), worker_id.to_owned());
+        let (now, id) = (self.now(), worker_id.to_owned());
         write_op!(self, |db| async move {
             claims::claim_next(db, now, &id, max, &rules).await
         })
@@ -740,7 +790,7 @@ impl Store {
         worker_id: &str,
         reports: Vec<ProgressReport>,
     ) -> Result<Vec<Result<Applied, Error>>, Error> {
-        let now = now_ms();
+        let now = self.now();
         match &self.inner.backend {
             Backend::Sqlite(b) => {
                 let units: Vec<_> = reports
@@ -793,7 +843,7 @@ impl Store {
         result: Option<String>,
     ) -> Result<Applied, Error> {
         let (now, id, vtid, event) = (
-            now_ms(),
+            self.now(),
             worker_id.to_owned(),
             vtid.to_owned(),
             event.to_owned(),
@@ -819,7 +869,7 @@ impl Store {
 
     /// Expires lapsed claims and ends runs whose cancel grace has passed.
     pub async fn sweep(&self, rules: LeaseRules) -> Result<SweepReport, Error> {
-        let now = now_ms();
+        let now = self.now();
         write_op!(
             self,
             |db| async move { claims::sweep(db, now, &rules).await }
@@ -882,7 +932,7 @@ impl Store {
         start_index: i64,
         steps: Vec<TranscriptStep>,
     ) -> Result<StepsAck, Error> {
-        let (now, id, token) = (now_ms(), run_id.to_owned(), claim_token.to_owned());
+        let (now, id, token) = (self.now(), run_id.to_owned(), claim_token.to_owned());
         write_op!(self, |db| async move {
             runs::append_steps(db, now, &id, &token, caller.as_deref(), start_index, steps).await
         })
@@ -896,7 +946,7 @@ impl Store {
         text: &str,
     ) -> Result<Run, Error> {
         let (now, id, token, text) = (
-            now_ms(),
+            self.now(),
             run_id.to_owned(),
             claim_token.to_owned(),
             text.to_owned(),
@@ -914,7 +964,7 @@ impl Store {
         caller: Option<String>,
         usage: shepherd_core::usage::Usage,
     ) -> Result<Run, Error> {
-        let (now, id, token) = (now_ms(), run_id.to_owned(), claim_token.to_owned());
+        let (now, id, token) = (self.now(), run_id.to_owned(), claim_token.to_owned());
         write_op!(self, |db| async move {
             ops::usage::set_usage(db, now, &id, &token, caller.as_deref(), usage).await
         })
@@ -953,7 +1003,7 @@ impl Store {
         id: &str,
         name: &str,
     ) -> Result<shepherd_core::model::Channel, Error> {
-        let (now, id, name) = (now_ms(), id.to_owned(), name.to_owned());
+        let (now, id, name) = (self.now(), id.to_owned(), name.to_owned());
         write_op!(self, |db| async move {
             ops::validate_id("channel id", "invalid_channel_id", &id)?;
             if name.trim().is_empty() || name.len() > 200 {
@@ -980,7 +1030,7 @@ impl Store {
 
     /// Archives a channel: it stays, with its runs; it is only hidden from lists.
     pub async fn archive_channel(&self, id: &str) -> Result<shepherd_core::model::Channel, Error> {
-        let (now, id) = (now_ms(), id.to_owned());
+        let (now, id) = (self.now(), id.to_owned());
         write_op!(self, |db| async move {
             let n = db
                 .execute(
@@ -1047,7 +1097,7 @@ impl Store {
 
     /// Records a `workers.snapshot` event of every worker not closed.
     pub async fn snapshot_workers(&self, reason: &str) -> Result<i64, Error> {
-        let (now, reason) = (now_ms(), reason.to_owned());
+        let (now, reason) = (self.now(), reason.to_owned());
         write_op!(self, |db| async move {
             let list = workers::list(db, &WorkerFilter::default()).await?;
             let entries: Vec<serde_json::Value> = list
@@ -1076,7 +1126,7 @@ impl Store {
 
     /// Records a free-form event (server notices such as the recovery report).
     pub async fn record_event(&self, e: NewEvent) -> Result<i64, Error> {
-        let now = now_ms();
+        let now = self.now();
         write_op!(self, |db| async move { log::append(db, now, &e).await })
     }
 

@@ -6,11 +6,11 @@ use shepherd_core::Error;
 use crate::ops::sessions::{
     self, NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,
 };
-use crate::{log, now_ms, postgres, sqlite, Backend, Store};
+use crate::{log, postgres, sqlite, Backend, Store};
 
 impl Store {
     pub async fn create_session(&self, new: NewSession) -> Result<SessionRecord, Error> {
-        let now = now_ms();
+        let now = self.now();
         write_op!(self, |db| sessions::create(db, now, new))
     }
 
@@ -44,7 +44,7 @@ impl Store {
         session_id: &str,
         new: NewSessionWorker,
     ) -> Result<SessionWorkerRecord, Error> {
-        let (now, s) = (now_ms(), session_id.to_owned());
+        let (now, s) = (self.now(), session_id.to_owned());
         write_op!(self, |db| async move {
             sessions::add_worker(db, now, &s, new).await
         })
@@ -59,7 +59,7 @@ impl Store {
         mode: &str,
     ) -> Result<SessionWorkerRecord, Error> {
         let (now, s, w, mode) = (
-            now_ms(),
+            self.now(),
             session_id.to_owned(),
             worker_id.to_owned(),
             mode.to_owned(),
@@ -77,7 +77,7 @@ impl Store {
         exit_code: Option<i64>,
         signal: Option<String>,
     ) -> Result<bool, Error> {
-        let (now, s, w) = (now_ms(), session_id.to_owned(), worker_id.to_owned());
+        let (now, s, w) = (self.now(), session_id.to_owned(), worker_id.to_owned());
         write_op!(self, |db| async move {
             sessions::process_exited(db, now, &s, &w, epoch, exit_code, signal).await
         })
@@ -90,7 +90,7 @@ impl Store {
         reason: &str,
     ) -> Result<(), Error> {
         let (now, s, w, r) = (
-            now_ms(),
+            self.now(),
             session_id.to_owned(),
             worker_id.to_owned(),
             reason.to_owned(),
@@ -105,14 +105,14 @@ impl Store {
         session_id: &str,
         worker_id: &str,
     ) -> Result<SessionWorkerRecord, Error> {
-        let (now, s, w) = (now_ms(), session_id.to_owned(), worker_id.to_owned());
+        let (now, s, w) = (self.now(), session_id.to_owned(), worker_id.to_owned());
         write_op!(self, |db| async move {
             sessions::remove_worker(db, now, &s, &w, "removed").await
         })
     }
 
     pub async fn delete_session(&self, id: &str) -> Result<SessionRecord, Error> {
-        let (now, id) = (now_ms(), id.to_owned());
+        let (now, id) = (self.now(), id.to_owned());
         write_op!(
             self,
             |db| async move { sessions::delete(db, now, &id).await }
@@ -121,7 +121,7 @@ impl Store {
 
     /// Keeps the registry rows of this node's live PTY tabs fresh.
     pub async fn touch_session_workers(&self, worker_ids: Vec<String>) -> Result<(), Error> {
-        let now = now_ms();
+        let now = self.now();
         write_op!(self, |db| async move {
             sessions::touch_live(db, now, &worker_ids).await
         })

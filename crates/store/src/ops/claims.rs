@@ -925,12 +925,14 @@ pub(crate) async fn apply_event<D: Db>(
             } else {
                 None
             };
+            let mut ended = false;
             if let Some((a, holder)) = active {
                 if !external {
                     db.defer(workers::TOUCH_ACTIVITY, params![&a.claim.worker_id, now]);
                 }
                 match ending {
                     Some((status, reason)) => {
+                        ended = true;
                         // A run that did not succeed keeps the worker's own
                         // account of why (seed 000 shows the failure's text).
                         let result = result.clone().or_else(|| {
@@ -958,6 +960,13 @@ pub(crate) async fn apply_event<D: Db>(
                     }
                     None => {}
                 }
+            }
+            // A run that ends while a cancel is pending (its worker finished
+            // instead of stopping) must not leave the task waiting where
+            // nobody can move it: a task being cancelled is not claimable,
+            // and the sweeper only ends cancels that a worker still holds.
+            if ended && task.cancel_requested_at.is_some() && !wf.is_final(&task.state) {
+                set_state(db, now, &mut task, workflow::CANCELLED, "cancelled", refs).await?;
             }
             Ok(Applied::Moved { task, from, seq })
         }

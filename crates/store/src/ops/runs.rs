@@ -262,16 +262,11 @@ pub(crate) async fn fence_run<D: Db>(
     let active = claims::active_for_run(db, &run.id)
         .await?
         .ok_or_else(stale)?;
-    if !super::claim_token_matches(claim_token, &active.token) {
+    // A caller that is not the holder gets the same answer as a wrong
+    // token: a distinct one would tell it that the token it guessed is right.
+    let holder = caller.is_none_or(|w| w == active.claim.worker_id);
+    if !super::claim_token_matches(claim_token, &active.token) || !holder {
         return Err(stale());
-    }
-    if let Some(w) = caller {
-        if w != active.claim.worker_id {
-            return Err(Error::forbidden(
-                "not_your_claim",
-                "this run belongs to another worker",
-            ));
-        }
     }
     Ok(active)
 }
