@@ -129,8 +129,21 @@ fn every_waiting_state_can_still_end_done() {
     }
 }
 
+/// 256 cases each, or `PROPTEST_CASES`.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    // No seed files: a failure is kept as a named test instead.
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// Any sequence of claims and events keeps a task among its workflow's
     /// states, never moves it once final, and only the catch-all rows
