@@ -905,6 +905,29 @@ export interface components {
         AgentList: {
             agents: components["schemas"]["Agent"][];
         };
+        /** @description `data` of `agent.upserted`. */
+        AgentUpserted: {
+            /**
+             * Format: int64
+             * @description Only for agents from the configuration (`null` when not set there).
+             */
+            max_concurrent?: number | null;
+            /** @description `config` or `registration`. */
+            source: string;
+            worker_type: string;
+        };
+        /** @description An event of type `agent.upserted`. */
+        AgentUpsertedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["AgentUpserted"];
+            /** @enum {string} */
+            type: "agent.upserted";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "agent.upserted";
+        };
         AppendAck: {
             /** Format: int64 */
             accepted: number;
@@ -968,10 +991,42 @@ export interface components {
              */
             runs: number;
         };
+        /** @description `data` of `channel.archived`: nothing (the channel is in `channel_id`). */
+        ChannelArchived: Record<string, never>;
+        /** @description An event of type `channel.archived`. */
+        ChannelArchivedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ChannelArchived"];
+            /** @enum {string} */
+            type: "channel.archived";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "channel.archived";
+        };
         ChannelBody: {
             id: string;
             /** @description Display name, e.g. `#general`. */
             name: string;
+        };
+        /** @description `data` of `channel.created` and `channel.updated`. */
+        ChannelChanged: {
+            /** @description Set when the channel is a resource with an agent (seed 002). */
+            agent_id?: string | null;
+            name: string;
+        };
+        /** @description An event of type `channel.created`, `channel.updated`. */
+        ChannelChangedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ChannelChanged"];
+            /** @enum {string} */
+            type: "channel.created" | "channel.updated";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "channel.created" | "channel.updated";
         };
         ChannelList: {
             channels: components["schemas"]["Channel"][];
@@ -1021,6 +1076,18 @@ export interface components {
             expires_at: number;
             purpose: components["schemas"]["ClaimPurpose"];
         };
+        /** @description An event of type `worker.claim.granted`. */
+        ClaimGrantedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ClaimGranted"];
+            /** @enum {string} */
+            type: "worker.claim.granted";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "worker.claim.granted";
+        };
         /**
          * @description Claim the next tasks: the best eligible ones (priority, then age), as
          *     many as `max`.
@@ -1051,6 +1118,18 @@ export interface components {
             claim_id: string;
             purpose: components["schemas"]["ClaimPurpose"];
             reason: string;
+        };
+        /** @description An event of type `worker.claim.released`, `worker.claim.expired`. */
+        ClaimReleasedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ClaimReleased"];
+            /** @enum {string} */
+            type: "worker.claim.released" | "worker.claim.expired";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "worker.claim.expired" | "worker.claim.released";
         };
         ClaimResponse: {
             /**
@@ -1087,6 +1166,61 @@ export interface components {
             /** @enum {string} */
             type: "resize";
         };
+        /** @description `data` of `conversation.activated`. */
+        ConversationActivated: {
+            previous_active?: string | null;
+        };
+        /** @description An event of type `conversation.activated`. */
+        ConversationActivatedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ConversationActivated"];
+            /** @enum {string} */
+            type: "conversation.activated";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "conversation.activated";
+        };
+        /** @description `data` of `conversation.agent_session`: the agent's own session id, to continue it. */
+        ConversationAgentSession: {
+            agent_session_id: string;
+            previous?: string | null;
+        };
+        /** @description An event of type `conversation.agent_session`. */
+        ConversationAgentSessionEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ConversationAgentSession"];
+            /** @enum {string} */
+            type: "conversation.agent_session";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "conversation.agent_session";
+        };
+        /** @description `data` of `conversation.created`. */
+        ConversationCreated: {
+            active: boolean;
+            /** @description A conversation that was processing and was cancelled for this one. */
+            cancelled?: string | null;
+            /** @description The conversation that was active on the resource before. */
+            previous_active?: string | null;
+            resource_id: string;
+            state: string;
+        };
+        /** @description An event of type `conversation.created`. */
+        ConversationCreatedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ConversationCreated"];
+            /** @enum {string} */
+            type: "conversation.created";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "conversation.created";
+        };
         ConversationDetail: {
             active: boolean;
             /** @description The run replying now, while processing. */
@@ -1122,6 +1256,20 @@ export interface components {
             state: string;
             updated_at: string;
         };
+        /** @description `data` of `conversation.message`. */
+        ConversationMessageData: components["schemas"]["MessagePosted"] | components["schemas"]["MessagesDropped"];
+        /** @description An event of type `conversation.message`. */
+        ConversationMessageEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ConversationMessageData"];
+            /** @enum {string} */
+            type: "conversation.message";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "conversation.message";
+        };
         ConversationPage: {
             conversations: components["schemas"]["ConversationInfo"][];
             /** @description Pass as `page` for the next (older) page; null on the last. */
@@ -1140,6 +1288,18 @@ export interface components {
             /** @description On `idle`: the final state of the task that answered. */
             task_state?: string | null;
             to: string;
+        };
+        /** @description An event of type `conversation.state_changed`. */
+        ConversationStateChangedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ConversationStateChanged"];
+            /** @enum {string} */
+            type: "conversation.state_changed";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "conversation.state_changed";
         };
         CreateSession: {
             /** @description An existing directory on the host, inside `SHEPHERD_SESSIONS_ROOT` when set. */
@@ -1224,6 +1384,18 @@ export interface components {
             state: string;
             vtid: string;
         };
+        /** @description What every event has: its cursor, its time and the ids it concerns. */
+        EventEnvelope: {
+            /**
+             * Format: int64
+             * @description The cursor; equal to `seq`.
+             */
+            id: number;
+            /** Format: int64 */
+            seq: number;
+            /** Format: date-time */
+            ts: string;
+        } & components["schemas"]["EventRefs"];
         EventPage: {
             /** @description The cursor was below what retention kept: reload state. */
             cursor_expired: boolean;
@@ -1307,6 +1479,16 @@ export interface components {
             /** @description The user's text, or the reply's result text once the run ended. */
             text?: string | null;
         };
+        /** @description `data` of `conversation.message` when a message is posted. */
+        MessagePosted: {
+            message_id: string;
+            /** Format: int64 */
+            ordinal: number;
+            /** @description The first 200 bytes of the text. */
+            preview: string;
+            /** @description `queued`, `processing`, … */
+            status: string;
+        };
         /** @description A user message as stored. */
         MessageRecord: {
             conversation_id: string;
@@ -1322,6 +1504,14 @@ export interface components {
             /** @description The task answering it, once sent. */
             task_id?: string | null;
             text: string;
+        };
+        /** @description `data` of `conversation.message` when queued messages are dropped. */
+        MessagesDropped: {
+            /** Format: int64 */
+            count: number;
+            reason: string;
+            /** @description Always `dropped`. */
+            status: string;
         };
         /**
          * @description What to do with a message sent while the conversation is busy.
@@ -1386,13 +1576,26 @@ export interface components {
             result?: string | null;
             worker_id?: string | null;
         };
+        /** @description An event of type `worker.execution.started`, `worker.building`, `worker.execution.building`, `worker.pr.created`, `worker.execution.completed`, `worker.execution.failed`, `worker.execution.cancelled`, `github.pull_request.opened`, `validator.passed`, `validator.failed`. */
+        ProgressEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ProgressRecorded"];
+            /** @enum {string} */
+            type: "worker.execution.started" | "worker.building" | "worker.execution.building" | "worker.pr.created" | "worker.execution.completed" | "worker.execution.failed" | "worker.execution.cancelled" | "github.pull_request.opened" | "validator.passed" | "validator.failed";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "github.pull_request.opened" | "validator.failed" | "validator.passed" | "worker.building" | "worker.execution.building" | "worker.execution.cancelled" | "worker.execution.completed" | "worker.execution.failed" | "worker.execution.started" | "worker.pr.created";
+        };
         /** @description `data` of a progress event (`worker.*`, `validator.*`) or an outside event. */
         ProgressRecorded: {
             /** @description True for events from outside any worker. */
             external: boolean;
             from: string;
             message?: string | null;
-            metadata: Record<string, never>;
+            /** @description What the worker sent along (any JSON; `null` when nothing). */
+            metadata: unknown;
             result?: string | null;
             to: string;
         };
@@ -1503,7 +1706,7 @@ export interface components {
             /** Format: int64 */
             cursor: number;
             message: string;
-            /** @description `cursor_expired` or `too_slow`. */
+            /** @description `cursor_expired` or `slow_consumer`. */
             reason: string;
         };
         /**
@@ -1588,6 +1791,18 @@ export interface components {
             /** Format: int64 */
             steps: number;
         };
+        /** @description An event of type `run.completed`. */
+        RunCompletedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["RunCompleted"];
+            /** @enum {string} */
+            type: "run.completed";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "run.completed";
+        };
         /** @description One run: the detail route's fields and the full record under `run`. */
         RunDetail: components["schemas"]["WorkerDetailResponse"] & {
             run: components["schemas"]["Run"];
@@ -1622,6 +1837,18 @@ export interface components {
             task: string;
             worker_type: string;
         };
+        /** @description An event of type `run.started`. */
+        RunStartedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["RunStarted"];
+            /** @enum {string} */
+            type: "run.started";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "run.started";
+        };
         /**
          * @description A run's status (seed 000's `worker_runs.status`).
          * @enum {string}
@@ -1630,6 +1857,18 @@ export interface components {
         /** @description `data` of `run.status` (SSE `worker_status`). */
         RunStatusChanged: {
             status: string;
+        };
+        /** @description An event of type `run.status`. */
+        RunStatusEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["RunStatusChanged"];
+            /** @enum {string} */
+            type: "run.status";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "run.status";
         };
         /** @description `data` of `run.step` (SSE `tool_started`, `tool_completed` or `run.step`). */
         RunStep: {
@@ -1640,6 +1879,34 @@ export interface components {
             kind: string;
             preview: string;
             tool_name?: string | null;
+        };
+        /** @description An event of type `run.step`. */
+        RunStepEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["RunStep"];
+            /** @enum {string} */
+            type: "run.step";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "run.step";
+        };
+        /** @description `data` of `run.usage`: the run's running total. */
+        RunUsage: {
+            usage: components["schemas"]["Usage"];
+        };
+        /** @description An event of type `run.usage`. */
+        RunUsageEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["RunUsage"];
+            /** @enum {string} */
+            type: "run.usage";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "run.usage";
         };
         /**
          * @description Where a worktree run did its work: a branch of `repo` made from `base`.
@@ -1718,6 +1985,29 @@ export interface components {
             /** @enum {string} */
             type: "error";
         };
+        /** @description `data` of `server.recovered`: workers found in storage at start-up. */
+        ServerRecovered: {
+            /** Format: int64 */
+            added: number;
+            /** Format: int64 */
+            ignored: number;
+            /** @description RFC 3339. */
+            timestamp: string;
+            /** Format: int64 */
+            updated: number;
+        };
+        /** @description An event of type `server.recovered`. */
+        ServerRecoveredEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["ServerRecovered"];
+            /** @enum {string} */
+            type: "server.recovered";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "server.recovered";
+        };
         /** @description A workspace with its tabs. */
         Session: {
             created_at: string;
@@ -1728,6 +2018,44 @@ export interface components {
             /** @description The node that hosts the session's processes. */
             node_id: string;
             workers: components["schemas"]["SessionWorker"][];
+        };
+        /** @description `data` of `session.created`. */
+        SessionCreated: {
+            location_path: string;
+            name: string;
+            node_id: string;
+        };
+        /** @description An event of type `session.created`. */
+        SessionCreatedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["SessionCreated"];
+            /** @enum {string} */
+            type: "session.created";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "session.created";
+        };
+        /** @description `data` of `session.deleted`. */
+        SessionDeleted: {
+            /**
+             * Format: int64
+             * @description How many tabs it had.
+             */
+            workers: number;
+        };
+        /** @description An event of type `session.deleted`. */
+        SessionDeletedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["SessionDeleted"];
+            /** @enum {string} */
+            type: "session.deleted";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "session.deleted";
         };
         SessionList: {
             count: number;
@@ -1765,6 +2093,96 @@ export interface components {
             /** @description `agent`, `terminal` or `git-diff`. */
             type: string;
         };
+        /** @description `data` of `session.worker.added`. */
+        SessionWorkerAdded: {
+            agent_id?: string | null;
+            /** Format: int64 */
+            epoch: number;
+            name: string;
+            /** Format: int64 */
+            pid?: number | null;
+            /** @description The tab's type (`terminal`, `agent`, `git-diff`). */
+            type: string;
+        };
+        /** @description An event of type `session.worker.added`. */
+        SessionWorkerAddedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["SessionWorkerAdded"];
+            /** @enum {string} */
+            type: "session.worker.added";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "session.worker.added";
+        };
+        /** @description `data` of `session.worker.exited`: the tab's process ended, or could not be restored. */
+        SessionWorkerExited: {
+            /**
+             * Format: int64
+             * @description The process that ended (absent when a restore failed).
+             */
+            epoch?: number | null;
+            /** Format: int64 */
+            exitCode?: number | null;
+            /** @description Why the restore failed. */
+            reason?: string | null;
+            /** @description Present (`true`) when a restore failed. */
+            restore_failed?: boolean | null;
+            signal?: string | null;
+        };
+        /** @description An event of type `session.worker.exited`. */
+        SessionWorkerExitedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["SessionWorkerExited"];
+            /** @enum {string} */
+            type: "session.worker.exited";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "session.worker.exited";
+        };
+        /** @description `data` of `session.worker.removed`. */
+        SessionWorkerRemoved: {
+            reason: string;
+            type: string;
+        };
+        /** @description An event of type `session.worker.removed`. */
+        SessionWorkerRemovedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["SessionWorkerRemoved"];
+            /** @enum {string} */
+            type: "session.worker.removed";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "session.worker.removed";
+        };
+        /** @description `data` of `session.worker.restored` and `session.worker.restarted`: a new process. */
+        SessionWorkerStarted: {
+            /** Format: int64 */
+            epoch: number;
+            /** @description `continue` or `fresh`. */
+            mode: string;
+            /** Format: int64 */
+            pid: number;
+            /** Format: int64 */
+            previous_pid?: number | null;
+        };
+        /** @description An event of type `session.worker.restored`, `session.worker.restarted`. */
+        SessionWorkerStartedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["SessionWorkerStarted"];
+            /** @enum {string} */
+            type: "session.worker.restored" | "session.worker.restarted";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "session.worker.restarted" | "session.worker.restored";
+        };
         SetStatus: {
             claim_token: string;
             status: string;
@@ -1776,6 +2194,24 @@ export interface components {
         SetUsage: {
             claim_token: string;
             usage: components["schemas"]["Usage"];
+        };
+        /** @description One worker in a `workers.snapshot` (seed 001's fields). */
+        SnapshotWorker: {
+            agent_type: string;
+            created_at: string;
+            last_activity?: string | null;
+            last_heartbeat_at: string;
+            name?: string | null;
+            project_path?: string | null;
+            registry_status: string;
+            session_id?: string | null;
+            /** @description `active` or `idle`. */
+            state: string;
+            /** @description `busy` or `ready`. */
+            status: string;
+            terminal_id?: string | null;
+            worker_id: string;
+            worker_type: string;
         };
         StatusAck: {
             live_status?: string | null;
@@ -1792,6 +2228,8 @@ export interface components {
             status: components["schemas"]["RunStatus"];
             steps: components["schemas"]["IndexedStep"][];
         };
+        /** @description What an SSE frame's `data:` line holds: an event, or a `resync` notice. */
+        StreamData: components["schemas"]["WireEvent"] | components["schemas"]["Resync"];
         /** @description A unit of work (seed 003's VTID). */
         Task: {
             agent_id?: string | null;
@@ -1835,15 +2273,79 @@ export interface components {
             vtid: string;
             workflow: string;
         };
+        /** @description An event of type `task.cancel_requested`. */
+        TaskCancelRequestedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["CancelRequested"];
+            /** @enum {string} */
+            type: "task.cancel_requested";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "task.cancel_requested";
+        };
+        /** @description `data` of `task.created`. */
+        TaskCreated: {
+            capabilities: string[];
+            /** Format: int64 */
+            priority: number;
+            state: string;
+            title: string;
+            workflow: string;
+        };
+        /** @description An event of type `task.created`. */
+        TaskCreatedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["TaskCreated"];
+            /** @enum {string} */
+            type: "task.created";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "task.created";
+        };
         /** @description A task with its claims and its latest events. */
         TaskDetail: components["schemas"]["Task"] & {
             claims: components["schemas"]["Claim"][];
             events: components["schemas"]["Event"][];
         };
+        /** @description `data` of `task.dispatched`. */
+        TaskDispatched: {
+            /** Format: int64 */
+            priority: number;
+            /** @description The frozen copy of the spec the workers get. */
+            spec_snapshot_id: string;
+        };
+        /** @description An event of type `task.dispatched`. */
+        TaskDispatchedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["TaskDispatched"];
+            /** @enum {string} */
+            type: "task.dispatched";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "task.dispatched";
+        };
         TaskList: {
             tasks: components["schemas"]["Task"][];
             /** Format: int64 */
             total: number;
+        };
+        /** @description An event of type `task.retry_scheduled`. */
+        TaskRetryScheduledEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["RetryScheduled"];
+            /** @enum {string} */
+            type: "task.retry_scheduled";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "task.retry_scheduled";
         };
         /** @description `data` of `task.state_changed`. */
         TaskStateChanged: {
@@ -1851,6 +2353,30 @@ export interface components {
             cause: string;
             from: string;
             to: string;
+        };
+        /** @description An event of type `task.state_changed`. */
+        TaskStateChangedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["TaskStateChanged"];
+            /** @enum {string} */
+            type: "task.state_changed";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "task.state_changed";
+        };
+        /** @description An event of type `task.transition_rejected`. */
+        TaskTransitionRejectedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["TransitionRejected"];
+            /** @enum {string} */
+            type: "task.transition_rejected";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "task.transition_rejected";
         };
         /**
          * @description One step of a run: either something the agent did, or what a tool
@@ -1876,6 +2402,14 @@ export interface components {
             to_state: string;
             /** @description An action the server performs on entering `to_state`. */
             trigger_action?: string | null;
+        };
+        /** @description `data` of `task.transition_rejected`: a known event the task's state does not take. */
+        TransitionRejected: {
+            event: string;
+            message?: string | null;
+            /** @description What the reporter sent along (any JSON; `null` when nothing). */
+            metadata: unknown;
+            state: string;
         };
         /**
          * @description An event that does not apply in the task's state: it is recorded (with
@@ -1942,20 +2476,49 @@ export interface components {
             since?: string | null;
             total: components["schemas"]["Usage"];
         };
-        /**
-         * @description One event as clients see it: the log record with `id` (= `seq`, the
-         *     SSE id) and the ids it concerns at the top level.
-         */
-        WireEvent: components["schemas"]["Event"] & {
+        /** @description One event of the log: the envelope (cursor, time, ids), `type`, and the `data` that type carries. */
+        WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["ProgressEvent"];
+        /** @description `data` of `worker.active`: the worker took a claim. */
+        WorkerActive: {
+            run_id: string;
+            vtid: string;
+        };
+        /** @description An event of type `worker.active`. */
+        WorkerActiveEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["WorkerActive"];
+            /** @enum {string} */
+            type: "worker.active";
+        } & {
             /**
-             * Format: int64
-             * @description The cursor; equal to `seq`.
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
              */
-            id: number;
+            type: "worker.active";
         };
         /** @description Names the acting worker; optional with a worker token. */
         WorkerBody: {
             worker_id?: string | null;
+        };
+        /** @description `data` of `worker.closed`. */
+        WorkerClosed: {
+            reason: string;
+            /**
+             * Format: int64
+             * @description Claims released by a deregistration (absent when a PTY tab closes).
+             */
+            released_claims?: number | null;
+        };
+        /** @description An event of type `worker.closed`. */
+        WorkerClosedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["WorkerClosed"];
+            /** @enum {string} */
+            type: "worker.closed";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "worker.closed";
         };
         /** @description Seed 000's worker detail (a run) with its decompressed transcript. */
         WorkerDetailResponse: {
@@ -2011,6 +2574,39 @@ export interface components {
          * @enum {string}
          */
         WorkerEventType: "worker_started" | "worker_active" | "worker_idle" | "worker_closed" | "snapshot" | "unknown";
+        /** @description `data` of `worker.idle`: the worker's last claim ended. */
+        WorkerIdle: {
+            /** @description The task whose claim ended. */
+            released: string;
+        };
+        /** @description An event of type `worker.idle`. */
+        WorkerIdleEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["WorkerIdle"];
+            /** @enum {string} */
+            type: "worker.idle";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "worker.idle";
+        };
+        /** @description `data` of `worker.inactive`: its heartbeats lapsed. */
+        WorkerInactive: {
+            reason: string;
+        };
+        /** @description An event of type `worker.inactive`. */
+        WorkerInactiveEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["WorkerInactive"];
+            /** @enum {string} */
+            type: "worker.inactive";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "worker.inactive";
+        };
         /** @description A worker as seed 001's `list_workers` shows it. */
         WorkerInfo: {
             /** Format: int64 */
@@ -2047,6 +2643,37 @@ export interface components {
             total: number;
             workers: components["schemas"]["WorkerRunInfo"][];
         };
+        /** @description `data` of `worker.registered` when a worker registers (or a PTY tab does). */
+        WorkerRegistered: {
+            capabilities: string[];
+            /** Format: int64 */
+            max_concurrent: number;
+            name?: string | null;
+            project_path?: string | null;
+            /** @description The worker id was registered before (a restart of the same worker). */
+            re_registered: boolean;
+            terminal_id?: string | null;
+            worker_type: string;
+        };
+        /** @description `data` of `worker.registered`: a registration, or a lapsed worker back. */
+        WorkerRegisteredData: components["schemas"]["WorkerRegistered"] | components["schemas"]["WorkerResumed"];
+        /** @description An event of type `worker.registered`. */
+        WorkerRegisteredEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["WorkerRegisteredData"];
+            /** @enum {string} */
+            type: "worker.registered";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "worker.registered";
+        };
+        /** @description `data` of `worker.registered` when an inactive worker is heard from again. */
+        WorkerResumed: {
+            /** @description Always `true`. */
+            resumed: boolean;
+        };
         /** @description Seed 000's worker list item (a run), with the live overlay. */
         WorkerRunInfo: {
             active_tool?: string | null;
@@ -2081,6 +2708,25 @@ export interface components {
          * @enum {string}
          */
         WorkerSource: "registry" | "event_log";
+        /** @description `data` of `workers.snapshot`: every worker not closed, at start-up and on a timer. */
+        WorkersSnapshot: {
+            /** Format: int64 */
+            count: number;
+            reason: string;
+            workers: components["schemas"]["SnapshotWorker"][];
+        };
+        /** @description An event of type `workers.snapshot`. */
+        WorkersSnapshotEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["WorkersSnapshot"];
+            /** @enum {string} */
+            type: "workers.snapshot";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "workers.snapshot";
+        };
         /**
          * @description A worker's registry status (seed 003).
          * @enum {string}
@@ -2266,12 +2912,14 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description text/event-stream of `id: seq`, `event: type`, `data: json` */
+            /** @description Server-sent events: `id: <seq>`, `event: <name>`, `data: <json>`. Each `data:` line is one `StreamData`: a `WireEvent` (its `type` says what its `data` holds), or under `event: resync` a `Resync`. The `event:` name is the event's `type`, except seed 000's run activity: `run.started` is `worker_started`, `run.status` is `worker_status`, `run.completed` is `worker_completed`, and `run.step` is `tool_started` (an action with a tool call) or `tool_completed` (a tool result), else `run.step`. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "text/event-stream": components["schemas"]["StreamData"];
+                };
             };
             /** @description invalid_cursor */
             400: {
