@@ -306,16 +306,7 @@ async fn slow_sse_consumers(kind: Kind) {
     let pad = "x".repeat(200);
     let mut peak = rss_before;
     for batch in 0..BATCHES {
-        let events: Vec<NewEvent> = (0..PER_BATCH)
-            .map(|i| {
-                NewEvent::new(
-                    "test.flood",
-                    EventRefs::default(),
-                    json!({ "batch": batch, "i": i, "pad": pad }),
-                )
-            })
-            .collect();
-        writer.append_events(events).await.unwrap();
+        flood(&writer, batch, &pad).await;
         writer
             .append_events(vec![NewEvent::new(
                 "test.marker",
@@ -428,16 +419,7 @@ async fn a_subscriber_that_never_reads_again_is_dropped_after_the_send_timeout()
         .unwrap();
     let pad = "x".repeat(200);
     for batch in 0..10 {
-        let events: Vec<NewEvent> = (0..PER_BATCH)
-            .map(|i| {
-                NewEvent::new(
-                    "test.flood",
-                    EventRefs::default(),
-                    json!({ "batch": batch, "i": i, "pad": pad }),
-                )
-            })
-            .collect();
-        writer.append_events(events).await.unwrap();
+        flood(&writer, batch, &pad).await;
     }
     // The connection stays open on the client's side, but the server gives
     // up on it and frees its stream.
@@ -453,4 +435,19 @@ async fn a_subscriber_that_never_reads_again_is_dropped_after_the_send_timeout()
     drop(stuck);
     writer.close();
     s.stop().await;
+}
+
+/// Appends one batch of `PER_BATCH` padded `test.flood` events through
+/// another store on the same database.
+async fn flood(writer: &shepherd_store::Store, batch: usize, pad: &str) {
+    let events: Vec<NewEvent> = (0..PER_BATCH)
+        .map(|i| {
+            NewEvent::new(
+                "test.flood",
+                EventRefs::default(),
+                json!({ "batch": batch, "i": i, "pad": pad }),
+            )
+        })
+        .collect();
+    writer.append_events(events).await.unwrap();
 }
