@@ -33,12 +33,15 @@
 //! skipped if it is unreachable), `SHEPHERD_BENCH_ONLY=sqlite|postgres`.
 //! The open-files limit is raised for the bench and the server it starts.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{raise_nofile, server_binary};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -129,42 +132,6 @@ impl Opts {
 fn fail(e: &str) -> ! {
     eprintln!("load bench failed: {e}");
     std::process::exit(1)
-}
-
-/// Raises the soft open-files limit (inherited by the server) to at least `want`.
-fn raise_nofile(want: libc::rlim_t) -> libc::rlim_t {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid, owned struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
-            return 0;
-        }
-        if r.rlim_cur < want {
-            r.rlim_cur = if r.rlim_max == libc::RLIM_INFINITY {
-                want
-            } else {
-                want.min(r.rlim_max)
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
-                libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-            }
-        }
-    }
-    r.rlim_cur
-}
-
-/// `SHEPHERD_BENCH_BIN`, else the `shepherd` binary of this bench's own
-/// profile directory (`<target>/release/deps/load-…` → `<target>/release/shepherd`).
-fn server_binary() -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("SHEPHERD_BENCH_BIN").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(bin));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("shepherd");
-    bin.is_file().then_some(bin)
 }
 
 fn free_port() -> u16 {

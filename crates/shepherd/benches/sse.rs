@@ -65,12 +65,15 @@
 //! a copy of an older build to compare with).
 
 use std::net::SocketAddr;
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::{raise_nofile, server_binary};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -175,31 +178,6 @@ fn now_us() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0)
-}
-
-/// Raises the soft open-files limit (inherited by the server) to at least `want`.
-fn raise_nofile(want: libc::rlim_t) -> libc::rlim_t {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid, owned struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
-            return 0;
-        }
-        if r.rlim_cur < want {
-            r.rlim_cur = if r.rlim_max == libc::RLIM_INFINITY {
-                want
-            } else {
-                want.min(r.rlim_max)
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
-                libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-            }
-        }
-    }
-    r.rlim_cur
 }
 
 // ---------------------------------------------------------------------------
@@ -382,18 +360,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
-}
-
-/// `SHEPHERD_BENCH_BIN`, else `<target>/release/shepherd`, next to this
-/// bench's `<target>/release/deps/`.
-fn server_binary() -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("SHEPHERD_BENCH_BIN").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(bin));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let release = exe.parent()?.parent()?;
-    let bin = release.join("shepherd");
-    bin.is_file().then_some(bin)
 }
 
 impl Server {
