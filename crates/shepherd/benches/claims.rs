@@ -44,6 +44,13 @@
 //! The table also gives the HTTP rows as a ratio of their in-process
 //! counterparts (`http` over `store`, `claim-next-http` over `claim-next`).
 //!
+//! - `claim-next-far` (PostgreSQL, 16 workers): `claim-next` with the store
+//!   connected through a delaying TCP proxy (`delay_proxy`, 1 ms per round
+//!   trip, half each way; `SHEPHERD_BENCH_FAR_MS` changes it), compared with
+//!   graphile_worker behind the same proxy.
+//!
+//! The run ends with the write path's goals, each a ratio from this run.
+//!
 //! With `SHEPHERD_BENCH_GRAPHILE=/path/to/graphile` (the peer harness's
 //! binary, built on its own, never part of this workspace) the run ends with
 //! graphile_worker's LocalQueue at the same worker counts and Shepherd's
@@ -76,6 +83,9 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use shepherd_store::{Applied, LeaseRules, NewTask, Registration, Store, StoreConfig, TaskFilter};
 use tokio::sync::{oneshot, Barrier};
+
+mod delay_proxy;
+use delay_proxy::{upstream_of, url_via, DelayProxy};
 
 type BenchError = Box<dyn std::error::Error + Send + Sync>;
 type BenchResult<T> = Result<T, BenchError>;
@@ -128,6 +138,9 @@ enum Route {
     /// Bare-SQL claim-next: one statement claims up to [`CLAIM_NEXT_MAX`]
     /// rows, one statement completes each.
     BaselineNext,
+    /// In-process claim-next (as [`Route::ClaimNext`]) with PostgreSQL
+    /// behind a [`DelayProxy`] that adds [`far_round_trip`] to every round trip.
+    ClaimNextFar,
 }
 
 impl Route {
@@ -140,13 +153,17 @@ impl Route {
             Route::ClaimNextBatch => "claim-next-batch",
             Route::ClaimNextHttp => "claim-next-http",
             Route::BaselineNext => "baseline-next",
+            Route::ClaimNextFar => "claim-next-far",
         }
     }
 
     /// The bare-SQL case this route is compared with.
     fn baseline(self) -> Route {
         match self {
-            Route::ClaimNext | Route::ClaimNextBatch | Route::ClaimNextHttp => Route::BaselineNext,
+            Route::ClaimNext
+            | Route::ClaimNextBatch
+            | Route::ClaimNextHttp
+            | Route::ClaimNextFar => Route::BaselineNext,
             _ => Route::Baseline,
         }
     }
@@ -185,6 +202,8 @@ fn base_cycles(backend: Backend, route: Route, workers: usize) -> f64 {
         (Backend::Postgres, Route::ClaimNextHttp, _) => 3_000.0,
         (Backend::Sqlite, Route::BaselineNext, _) => 50_000.0,
         (Backend::Postgres, Route::BaselineNext, _) => 20_000.0,
+        (Backend::Sqlite, Route::ClaimNextFar, _) => 0.0,
+        (Backend::Postgres, Route::ClaimNextFar, _) => 3_000.0,
     }
 }
 
@@ -515,13 +534,9 @@ async fn bench_claim_next(
     config: StoreConfig,
     workers: usize,
     total: u64,
-    batched: bool,
+    route: Route,
 ) -> BenchResult<Measurement> {
-    let route = if batched {
-        Route::ClaimNextBatch
-    } else {
-        Route::ClaimNext
-    };
+    let batched = route == Route::ClaimNextBatch;
     let store = Store::open(&config).await?;
     for w in 0..workers {
         store
@@ -1507,12 +1522,12 @@ async fn bench_sqlite(plan: &Plan, out: &mut Vec<Measurement>) -> BenchResult<()
             .await??;
             out.push(m);
         }
-        for (route, batched) in [(Route::ClaimNext, false), (Route::ClaimNextBatch, true)] {
+        for route in [Route::ClaimNext, Route::ClaimNextBatch] {
             if plan.wants(b, route, workers) {
                 let total = plan.total(b, route, workers);
                 let dir = TempDir::new()?;
                 let config = StoreConfig::new(format!("sqlite://{}", dir.db_path().display()));
-                out.push(bench_claim_next(b, config, workers, total, batched).await?);
+                out.push(bench_claim_next(b, config, workers, total, route).await?);
             }
         }
         if plan.wants(b, Route::ClaimNextHttp, workers) {
@@ -1560,15 +1575,25 @@ async fn bench_pg(url: &str, plan: &Plan, out: &mut Vec<Measurement>) -> BenchRe
                 schemas.push(schema.clone());
                 out.push(pg_baseline_next(url, &schema, workers, total).await?);
             }
-            for (route, batched) in [(Route::ClaimNext, false), (Route::ClaimNextBatch, true)] {
+            for route in [Route::ClaimNext, Route::ClaimNextBatch] {
                 if plan.wants(b, route, workers) {
                     let total = plan.total(b, route, workers);
                     let schema = format!("bench_{}", unique());
                     schemas.push(schema.clone());
                     let mut config = StoreConfig::new(url);
                     config.pg_schema = Some(schema);
-                    out.push(bench_claim_next(b, config, workers, total, batched).await?);
+                    out.push(bench_claim_next(b, config, workers, total, route).await?);
                 }
+            }
+            // The goal is set at 16 workers; the far case runs only there.
+            if workers == 16 && plan.wants(b, Route::ClaimNextFar, workers) {
+                let total = plan.total(b, Route::ClaimNextFar, workers);
+                let schema = format!("bench_{}", unique());
+                schemas.push(schema.clone());
+                let proxy = DelayProxy::start(upstream_of(url)?, far_round_trip() / 2)?;
+                let mut config = StoreConfig::new(&url_via(url, proxy.addr())?);
+                config.pg_schema = Some(schema);
+                out.push(bench_claim_next(b, config, workers, total, Route::ClaimNextFar).await?);
             }
             if plan.wants(b, Route::ClaimNextHttp, workers) {
                 let total = plan.total(b, Route::ClaimNextHttp, workers);
@@ -1611,7 +1636,10 @@ async fn drop_schemas(url: &str, schemas: &[String]) {
 
 /// The URL with any password replaced, for printing.
 fn vs_baseline(rows: &[Measurement], m: &Measurement) -> Option<f64> {
-    if matches!(m.route, Route::Baseline | Route::BaselineNext) {
+    if matches!(
+        m.route,
+        Route::Baseline | Route::BaselineNext | Route::ClaimNextFar
+    ) {
         return None;
     }
     let base = m.route.baseline();
@@ -1684,30 +1712,101 @@ fn print_table(rows: &[Measurement]) {
     }
 }
 
-fn print_goals(rows: &[Measurement]) {
+/// Graphile rates of this run (jobs/s), when its binary was given.
+#[derive(Default)]
+struct Graphile {
+    /// (workers, LocalQueue, LocalQueue with batched completion).
+    near: Vec<(usize, f64, f64)>,
+    /// LocalQueue at 16 workers behind the same delay as `claim-next-far`.
+    far: Option<f64>,
+}
+
+/// The write-path goals, each a ratio from this run (absolute figures
+/// drift by 2x from day to day on the machines this runs on).
+fn print_goals(rows: &[Measurement], graphile: &Graphile) {
+    let rate = |backend: Backend, route: Route| {
+        rows.iter()
+            .find(|m| m.backend == backend && m.route == route && m.workers == 16)
+            .filter(|m| m.verified && m.errors == 0)
+            .map(Measurement::rate)
+    };
+    let pg = |route| rate(Backend::Postgres, route);
+    let g16 = graphile.near.iter().find(|(w, _, _)| *w == 16);
+    let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    let goals: [(&str, Option<f64>, f64, &str); 7] = [
+        (
+            "postgres store (claim-by-vtid + complete) over bare two-transaction baseline",
+            div(pg(Route::Store), pg(Route::Baseline)),
+            0.6,
+            "x",
+        ),
+        (
+            "postgres claim-next (max 100) over graphile LocalQueue",
+            div(pg(Route::ClaimNext), g16.map(|g| g.1)),
+            1.0,
+            "x",
+        ),
+        (
+            "postgres claim-next-batch over graphile with batched completion",
+            div(pg(Route::ClaimNextBatch), g16.map(|g| g.2)),
+            0.5,
+            "x",
+        ),
+        (
+            "postgres http over store",
+            div(pg(Route::Http), pg(Route::Store)),
+            0.7,
+            "x",
+        ),
+        (
+            "postgres claim-next-http over claim-next",
+            div(pg(Route::ClaimNextHttp), pg(Route::ClaimNext)),
+            0.7,
+            "x",
+        ),
+        (
+            "sqlite store cycles/s",
+            rate(Backend::Sqlite, Route::Store),
+            10_000.0,
+            "/s",
+        ),
+        (
+            "postgres claim-next-far over graphile LocalQueue, same delay",
+            div(pg(Route::ClaimNextFar), graphile.far),
+            0.5,
+            "x",
+        ),
+    ];
     println!();
-    println!("goals (in-process store path):");
-    for (backend, goal) in [(Backend::Postgres, 3_000.0), (Backend::Sqlite, 10_000.0)] {
-        for m in rows
-            .iter()
-            .filter(|m| m.backend == backend && m.route == Route::Store)
-        {
-            println!(
-                "  {:<8} store {:>2} workers >= {:>6} cycles/s: {:>8.0}/s  {}",
-                backend.name(),
-                m.workers,
-                goal,
-                m.rate(),
-                if !m.verified || m.errors > 0 {
-                    "INVALID (failed cycles)"
-                } else if m.rate() >= goal {
-                    "met"
-                } else {
-                    "NOT met"
-                }
-            );
-        }
+    println!(
+        "goals at 16 workers (far: {:.1} ms added per round trip to PostgreSQL):",
+        far_round_trip().as_secs_f64() * 1000.0
+    );
+    for (name, value, goal, unit) in goals {
+        let (shown, verdict) = match value {
+            Some(v) if unit == "x" => (format!("{v:.2}x"), if v >= goal { "met" } else { "NOT met" }),
+            Some(v) => (format!("{v:.0}/s"), if v >= goal { "met" } else { "NOT met" }),
+            None => ("-".to_owned(), "not measured in this run"),
+        };
+        let want = if unit == "x" {
+            format!(">= {goal}x")
+        } else {
+            format!(">= {goal:.0}/s")
+        };
+        println!("  {name:<78} {want:>10} {shown:>9}  {verdict}");
     }
+}
+
+/// What the far cases add to every round trip to PostgreSQL: 1 ms, or
+/// `SHEPHERD_BENCH_FAR_MS` (half of it in each direction).
+fn far_round_trip() -> Duration {
+    std::env::var("SHEPHERD_BENCH_FAR_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map_or(Duration::from_millis(1), |ms| {
+            Duration::from_secs_f64(ms / 1000.0)
+        })
 }
 
 /// Runs the peer queue `graphile_worker` (a separate binary, built outside
@@ -1716,8 +1815,10 @@ fn print_goals(rows: &[Measurement]) {
 /// `--local-queue` claims up to 100 jobs per query and completes each job
 /// on its own; `--complete-batch-ms 1` batches completions (not durable:
 /// a crash loses them).
-fn print_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) {
-    let run = |workers: usize, batched: bool| -> Result<f64, String> {
+fn run_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) -> Graphile {
+    let default_db = "postgres://postgres@127.0.0.1:5432/postgres".to_owned();
+    let db = std::env::var("SHEPHERD_BENCH_GRAPHILE_DB").unwrap_or(default_db);
+    let run = |workers: usize, batched: bool, db: &str| -> Result<f64, String> {
         let jobs = ((20_000.0 * plan.scale).round() as u64)
             .max(100)
             .to_string();
@@ -1727,9 +1828,7 @@ fn print_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) {
         if batched {
             cmd.args(["--complete-batch-ms", "1"]);
         }
-        if let Ok(db) = std::env::var("SHEPHERD_BENCH_GRAPHILE_DB") {
-            cmd.args(["--db", &db]);
-        }
+        cmd.args(["--db", db]);
         let out = cmd.output().map_err(|e| format!("{bin}: {e}"))?;
         let text = String::from_utf8_lossy(&out.stdout);
         text.split_whitespace()
@@ -1764,8 +1863,9 @@ fn print_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) {
         "cn-batch",
         "bare-next"
     );
+    let mut graphile = Graphile::default();
     for workers in WORKERS {
-        let (g, gb) = match (run(workers, false), run(workers, true)) {
+        let (g, gb) = match (run(workers, false, &db), run(workers, true, &db)) {
             (Ok(g), Ok(gb)) => (g, gb),
             (Err(e), _) | (_, Err(e)) => {
                 println!("{workers:>7} graphile failed: {e}");
@@ -1784,8 +1884,34 @@ fn print_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) {
             ratio(rate(Route::ClaimNextBatch, workers), gb),
             ratio(rate(Route::BaselineNext, workers), g),
         );
+        graphile.near.push((workers, g, gb));
+    }
+    // The far comparison: graphile behind the same kind of delay as
+    // Shepherd's `claim-next-far` row.
+    if rate(Route::ClaimNextFar, 16).is_some() {
+        let far = upstream_of(&db)
+            .and_then(|up| DelayProxy::start(up, far_round_trip() / 2).map_err(|e| e.to_string()))
+            .and_then(|proxy| {
+                let r = run(16, false, &url_via(&db, proxy.addr())?);
+                drop(proxy);
+                r
+            });
+        match far {
+            Ok(g) => {
+                println!(
+                    "{:>7} {:>12.0} (far: {:.1} ms added per round trip) claim-next-far: {}",
+                    16,
+                    g,
+                    far_round_trip().as_secs_f64() * 1000.0,
+                    ratio(rate(Route::ClaimNextFar, 16), g)
+                );
+                graphile.far = Some(g);
+            }
+            Err(e) => println!("     16 graphile (far) failed: {e}"),
+        }
     }
     println!("store, http, claim-next, cn-http, bare-next (the bare-SQL claim-next): cycles/s over graphile LocalQueue's jobs/s; cn-batch: over graphile with batched completion.");
+    graphile
 }
 
 fn main() -> BenchResult<()> {
@@ -1847,10 +1973,15 @@ fn main() -> BenchResult<()> {
     })?;
 
     print_table(&rows);
-    print_goals(&rows);
-    if let Ok(bin) = std::env::var("SHEPHERD_BENCH_GRAPHILE") {
-        print_graphile(&bin, &plan, &rows);
-    }
+    let graphile = match std::env::var("SHEPHERD_BENCH_GRAPHILE") {
+        Ok(bin) => run_graphile(&bin, &plan, &rows),
+        Err(_) => {
+            println!();
+            println!("graphile_worker: not run (set SHEPHERD_BENCH_GRAPHILE to the peer harness's binary)");
+            Graphile::default()
+        }
+    };
+    print_goals(&rows, &graphile);
     if rows.iter().any(|m| !m.verified || m.errors > 0) {
         return Err("some cycles failed or did not verify (see above)".into());
     }
