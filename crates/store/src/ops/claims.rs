@@ -35,8 +35,10 @@ pub struct LeaseRules {
     pub cancel_grace_ms: i64,
 }
 
+/// A claim's columns, read from its run row (aliased `c`): a run is one
+/// claim attempt, and the claim's time is the run's start.
 const CLAIM_COLUMNS: &str =
-    "c.id, c.task_id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.released_at, c.release_reason";
+    "c.claim_id, c.task_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.released_at, c.release_reason";
 
 fn claim_from_row(r: &Row) -> Result<Claim, Error> {
     Ok(Claim {
@@ -61,7 +63,8 @@ pub struct ActiveClaim {
 
 pub async fn for_task<D: Db>(db: &mut D, vtid: &str) -> Result<Vec<Claim>, Error> {
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims c WHERE c.task_id = $1 ORDER BY c.claimed_at, c.id"
+        "SELECT {CLAIM_COLUMNS} FROM runs c WHERE c.task_id = $1 AND c.claim_id IS NOT NULL \
+         ORDER BY c.started_at, c.claim_id"
     );
     db.query(&sql, params![vtid])
         .await?
@@ -78,7 +81,7 @@ pub(crate) async fn active_with_token<D: Db>(
     db: &mut D,
     vtid: &str,
 ) -> Result<Option<ActiveClaim>, Error> {
-    let sql = format!("SELECT {CLAIM_COLUMNS}, c.token FROM claims c WHERE c.task_id = $1 AND c.released_at IS NULL");
+    let sql = format!("SELECT {CLAIM_COLUMNS}, c.claim_token FROM runs c WHERE c.task_id = $1 AND c.released_at IS NULL");
     match db.query_opt(&sql, params![vtid]).await? {
         Some(r) => Ok(Some(ActiveClaim {
             claim: claim_from_row(&r)?,
@@ -93,7 +96,7 @@ pub(crate) async fn active_for_run<D: Db>(
     db: &mut D,
     run_id: &str,
 ) -> Result<Option<ActiveClaim>, Error> {
-    let sql = format!("SELECT {CLAIM_COLUMNS}, c.token FROM claims c WHERE c.run_id = $1 AND c.released_at IS NULL");
+    let sql = format!("SELECT {CLAIM_COLUMNS}, c.claim_token FROM runs c WHERE c.id = $1 AND c.released_at IS NULL");
     match db.query_opt(&sql, params![run_id]).await? {
         Some(r) => Ok(Some(ActiveClaim {
             claim: claim_from_row(&r)?,
@@ -262,7 +265,7 @@ async fn eligible<D: Db>(
          AND (t.agent_id IS NULL OR t.agent_id = $1) \
          AND {} \
          AND (t.builder_worker_id IS NULL OR t.builder_worker_id <> $4 OR t.state IN ({})) \
-         AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.task_id = t.id AND c.released_at IS NULL) \
+         AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.task_id = t.id AND c.released_at IS NULL) \
          AND (t.run_at IS NULL OR t.run_at <= $5) \
          ORDER BY t.priority DESC, t.dispatched_at, t.id LIMIT $2{locking}",
         claimable_condition(can_validate),
@@ -365,12 +368,12 @@ pub struct Grant {
 fn claim_context_sql() -> String {
     format!(
         "SELECT {TASK_COLUMNS}, {WORKER_COLUMNS}, \
-         c.id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.token, \
+         c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
          cw.last_heartbeat_at, cw.status, a.max_concurrent, \
          COALESCE((SELECT rc.n FROM run_counts rc WHERE rc.agent_id = w.agent_id AND rc.status = 'running'), 0), \
          s.spec \
          FROM tasks t JOIN workers w ON w.id = $2 \
-         LEFT JOIN claims c ON c.task_id = t.id AND c.released_at IS NULL \
+         LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
          LEFT JOIN workers cw ON cw.id = c.worker_id \
          LEFT JOIN agents a ON a.id = w.agent_id \
          LEFT JOIN spec_snapshots s ON s.id = t.spec_snapshot_id \
@@ -558,17 +561,17 @@ async fn claim_inner<D: Db>(
         "build"
     };
     let attempt = task.attempts + 1;
-    let run_id = runs::create(db, now, &task, &worker, purpose, attempt).await?;
     let claim_id = new_uuid();
     let token = format!("sct_{}", random_hex(16));
     let expires_at = now + rules.ttl_ms;
-    db.defer(
-        "INSERT INTO claims (id, task_id, worker_id, run_id, token, purpose, claimed_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    let lease = runs::Lease {
+        claim_id: &claim_id,
         // Stored hashed, like worker tokens: a database dump or backup
         // does not hand out the right to report on a running claim.
-        params![&claim_id, vtid, worker_id, &run_id, super::hash_token(&token), purpose, now, expires_at],
-    );
+        token_hash: super::hash_token(&token),
+        expires_at,
+    };
+    let run_id = runs::create(db, now, &task, &worker, purpose, attempt, lease).await?;
     let builder = if purpose == "build" {
         Some(worker_id.to_owned())
     } else {
@@ -672,12 +675,12 @@ pub(crate) struct Holder {
 /// The task with its active claim, holder and run, in one statement.
 fn progress_context_sql() -> String {
     format!(
-        "SELECT {TASK_COLUMNS}, c.id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.token, \
-         w.last_heartbeat_at, w.status, r.status, r.step_count, r.agent_id, r.channel_id, w.agent_id, w.session_id, \
-         (SELECT COUNT(*) FROM claims c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
-         r.conversation_id \
-         FROM tasks t LEFT JOIN claims c ON c.task_id = t.id AND c.released_at IS NULL \
-         LEFT JOIN runs r ON r.id = c.run_id LEFT JOIN workers w ON w.id = c.worker_id \
+        "SELECT {TASK_COLUMNS}, c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
+         w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, w.session_id, \
+         (SELECT COUNT(*) FROM runs c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
+         c.conversation_id \
+         FROM tasks t LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
+         LEFT JOIN workers w ON w.id = c.worker_id \
          WHERE t.id = $1"
     )
 }
@@ -787,7 +790,7 @@ pub async fn progress<D: Db>(
 /// How many claims (active or not) `worker_id` has held on `vtid`.
 async fn claims_held_on<D: Db>(db: &mut D, worker_id: &str, vtid: &str) -> Result<i64, Error> {
     db.query_one(
-        "SELECT COUNT(*) FROM claims WHERE task_id = $1 AND worker_id = $2",
+        "SELECT COUNT(*) FROM runs WHERE task_id = $1 AND worker_id = $2 AND claim_id IS NOT NULL",
         params![vtid, worker_id],
     )
     .await?
@@ -988,14 +991,19 @@ pub(crate) async fn release<D: Db>(
     holder: Option<Holder>,
 ) -> Result<bool, Error> {
     const RELEASE: &str =
-        "UPDATE claims SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL";
+        "UPDATE runs SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL";
     let (agent_id, session_id, remaining, run) = match holder {
-        Some(h) => {
-            db.defer(RELEASE, params![&claim.id, now, reason]);
-            (h.agent_id, h.session_id, h.active_claims - 1, Some(h.run))
-        }
+        // Known active in this transaction: the run's final update releases
+        // the claim too (one row, one statement).
+        Some(h) => (h.agent_id, h.session_id, h.active_claims - 1, Some(h.run)),
         None => {
-            if db.execute(RELEASE, params![&claim.id, now, reason]).await? == 0 {
+            // Conditional, so that two sweepers (or a sweeper and a
+            // heartbeat) end a claim once.
+            if db
+                .execute(RELEASE, params![&claim.run_id, now, reason])
+                .await?
+                == 0
+            {
                 return Ok(false);
             }
             let w = workers::require(db, &claim.worker_id).await?;
@@ -1149,7 +1157,7 @@ pub async fn heartbeat<D: Db>(
     // claim, as the sweeper would have, instead of reviving it. Whether a
     // late worker keeps its work must not depend on sweep timing.
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims c WHERE c.worker_id = $1 AND c.released_at IS NULL"
+        "SELECT {CLAIM_COLUMNS} FROM runs c WHERE c.worker_id = $1 AND c.released_at IS NULL"
     );
     for r in &db.query(&sql, params![worker_id]).await? {
         let claim = claim_from_row(r)?;
@@ -1160,13 +1168,13 @@ pub async fn heartbeat<D: Db>(
         }
     }
     db.defer(
-        "UPDATE claims SET expires_at = $2 WHERE worker_id = $1 AND released_at IS NULL AND expires_at < $2",
+        "UPDATE runs SET expires_at = $2 WHERE worker_id = $1 AND released_at IS NULL AND expires_at < $2",
         params![worker_id, now + rules.ttl_ms],
     );
     let rows = db
         .query(
-            "SELECT c.task_id, c.run_id, c.expires_at, r.cancel_requested_at FROM claims c \
-             JOIN runs r ON r.id = c.run_id WHERE c.worker_id = $1 AND c.released_at IS NULL ORDER BY c.claimed_at",
+            "SELECT c.task_id, c.id, c.expires_at, c.cancel_requested_at FROM runs c \
+             WHERE c.worker_id = $1 AND c.released_at IS NULL ORDER BY c.started_at, c.id",
             params![worker_id],
         )
         .await?;
@@ -1195,7 +1203,7 @@ pub async fn deregister<D: Db>(
 ) -> Result<Worker, Error> {
     let worker = workers::require_live(db, worker_id).await?;
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims c WHERE c.worker_id = $1 AND c.released_at IS NULL"
+        "SELECT {CLAIM_COLUMNS} FROM runs c WHERE c.worker_id = $1 AND c.released_at IS NULL"
     );
     let held = db.query(&sql, params![worker_id]).await?;
     db.defer(
@@ -1239,10 +1247,10 @@ pub async fn sweep<D: Db>(
 ) -> Result<SweepReport, Error> {
     let mut report = SweepReport::default();
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS}, r.cancel_requested_at FROM claims c \
-         JOIN workers w ON w.id = c.worker_id JOIN runs r ON r.id = c.run_id \
-         WHERE c.released_at IS NULL AND (c.expires_at < $1 OR w.last_heartbeat_at < $2 OR r.cancel_requested_at < $3) \
-         ORDER BY c.claimed_at LIMIT 500"
+        "SELECT {CLAIM_COLUMNS}, c.cancel_requested_at FROM runs c \
+         JOIN workers w ON w.id = c.worker_id \
+         WHERE c.released_at IS NULL AND (c.expires_at < $1 OR w.last_heartbeat_at < $2 OR c.cancel_requested_at < $3) \
+         ORDER BY c.started_at, c.id LIMIT 500"
     );
     let rows = db
         .query(

@@ -113,7 +113,17 @@ pub(crate) fn count_run<D: Db>(db: &mut D, agent_id: &str, status: &str, delta: 
     );
 }
 
-/// Creates the run row of a new claim (pipelined) and records `run.started`.
+/// The claim a new run is the attempt of: the lease lives on the run row.
+pub(crate) struct Lease<'a> {
+    pub claim_id: &'a str,
+    pub token_hash: String,
+    pub expires_at: Millis,
+}
+
+/// Creates the run row of a new claim, lease included (pipelined), and
+/// records `run.started`. The row is the task's active claim from here on;
+/// the unique index `runs_one_active` refuses a second one.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn create<D: Db>(
     db: &mut D,
     now: Millis,
@@ -121,11 +131,13 @@ pub(crate) async fn create<D: Db>(
     worker: &Worker,
     purpose: &str,
     attempt: i64,
+    lease: Lease<'_>,
 ) -> Result<String, Error> {
     let id = new_uuid();
     db.defer(
         "INSERT INTO runs (id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, purpose, status, started_at, \
-         conversation_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $11)",
+         conversation_id, claim_id, claim_token, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $11, $12, $13, $14)",
         params![
             &id,
             &task.vtid,
@@ -137,7 +149,10 @@ pub(crate) async fn create<D: Db>(
             attempt,
             purpose,
             now,
-            &task.conversation_id
+            &task.conversation_id,
+            lease.claim_id,
+            lease.token_hash,
+            lease.expires_at
         ],
     );
     count_run(db, &worker.agent_id, "running", 1);
@@ -417,7 +432,10 @@ impl RunInfo {
 }
 
 /// Ends a running run: compacts its steps into the blob, closes dangling
-/// tool calls, clears the live overlay and records `run.completed`.
+/// tool calls, clears the live overlay and records `run.completed`. With
+/// `known` (read in this transaction while its claim was active) the same
+/// update releases the claim with `reason`; without it the caller released
+/// the claim already.
 pub(crate) async fn finish<D: Db>(
     db: &mut D,
     now: Millis,
@@ -427,11 +445,18 @@ pub(crate) async fn finish<D: Db>(
     reason: &str,
     known: Option<RunInfo>,
 ) -> Result<(), Error> {
+    let release = known.is_some();
     let info = match known {
         Some(k) => k,
         None => RunInfo::of(&require(db, run_id).await?),
     };
     if info.status != "running" {
+        if release {
+            db.defer(
+                "UPDATE runs SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL",
+                params![run_id, now, reason],
+            );
+        }
         return Ok(());
     }
     // A run that recorded no step has nothing to compact.
@@ -466,18 +491,26 @@ pub(crate) async fn finish<D: Db>(
             vec![Value::from(run_id), blob],
         );
     }
-    db.defer(
-        "UPDATE runs SET status = $2, result = $3, completed_at = $4, has_transcript = $5, live_status = NULL, \
-         active_tool = NULL, step_count = $6 WHERE id = $1",
-        vec![
-            Value::from(run_id),
-            Value::from(status),
-            Value::from(result.clone()),
-            Value::Int(now),
-            Value::from(has_transcript),
-            Value::Int(steps.len() as i64),
-        ],
-    );
+    let mut args = vec![
+        Value::from(run_id),
+        Value::from(status),
+        Value::from(result.clone()),
+        Value::Int(now),
+        Value::from(has_transcript),
+        Value::Int(steps.len() as i64),
+    ];
+    const END: &str =
+        "UPDATE runs SET status = $2, result = $3, completed_at = $4, has_transcript = $5, \
+         live_status = NULL, active_tool = NULL, step_count = $6";
+    if release {
+        args.push(Value::from(reason));
+        db.defer(
+            &format!("{END}, released_at = $4, release_reason = $7 WHERE id = $1"),
+            args,
+        );
+    } else {
+        db.defer(&format!("{END} WHERE id = $1"), args);
+    }
     if let Some(agent) = &info.refs.agent_id {
         count_run(db, agent, "running", -1);
         count_run(db, agent, status, 1);

@@ -44,7 +44,7 @@ pub struct Registration {
 pub(crate) const WORKER_COLUMNS: &str = "w.id, w.agent_id, w.worker_type, w.name, w.project_path, w.session_id, \
     w.terminal_id, w.capabilities, w.max_concurrent, w.status, w.metadata, w.registered_at, w.last_heartbeat_at, \
     w.last_activity_at, w.closed_at, \
-    (SELECT COUNT(*) FROM claims c WHERE c.worker_id = w.id AND c.released_at IS NULL)";
+    (SELECT COUNT(*) FROM runs c WHERE c.worker_id = w.id AND c.released_at IS NULL)";
 
 pub(crate) fn worker_from_row(r: &Row) -> Result<Worker, Error> {
     Ok(Worker {

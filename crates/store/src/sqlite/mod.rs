@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("0004_run_usage.sql")),
     (5, include_str!("0005_retries.sql")),
     (8, include_str!("0008_run_workspace.sql")),
+    (9, include_str!("0009_claims_in_runs.sql")),
 ];
 const READERS: usize = 4;
 /// Upper bound of units of work grouped into one commit.
