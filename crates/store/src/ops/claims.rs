@@ -310,7 +310,7 @@ pub async fn claim_next<D: Db>(
 ) -> Result<Vec<Grant>, Error> {
     let worker = workers::require_live(db, worker_id).await?;
     // Asking for work ends seed 001's `spawning`, granted or not.
-    db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
+    workers::touch(db, worker_id, worker.last_activity_at, now);
     let free = (worker.max_concurrent - worker.active_claims).max(0);
     if max < 1 {
         return Err(Error::invalid(
@@ -364,13 +364,15 @@ pub struct Grant {
 
 /// Everything a claim decision needs, read in one statement: the task, the
 /// worker, the task's active claim (and its holder's liveness), the agent's
-/// limit and load, and the dispatched spec.
+/// limit and load (counted only for an agent with a limit), and the
+/// dispatched spec.
 fn claim_context_sql() -> String {
+    let running = runs::running_count_sql("w.agent_id");
     format!(
         "SELECT {TASK_COLUMNS}, {WORKER_COLUMNS}, \
          c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
          cw.last_heartbeat_at, cw.status, a.max_concurrent, \
-         COALESCE((SELECT rc.n FROM run_counts rc WHERE rc.agent_id = w.agent_id AND rc.status = 'running'), 0), \
+         CASE WHEN a.max_concurrent IS NULL THEN 0 ELSE {running} END, \
          s.spec \
          FROM tasks t JOIN workers w ON w.id = $2 \
          LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
@@ -587,7 +589,7 @@ async fn claim_inner<D: Db>(
         "UPDATE tasks SET attempts = $2, builder_worker_id = $3, state = $4, updated_at = $5, run_at = NULL WHERE id = $1",
         params![vtid, attempt, &builder, &new_state, now],
     );
-    db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
+    workers::touch(db, worker_id, worker.last_activity_at, now);
     let refs = EventRefs::default()
         .task(vtid)
         .worker(worker_id)
@@ -669,6 +671,8 @@ pub(crate) struct Holder {
     pub session_id: Option<String>,
     /// Claims the worker holds, this one included.
     pub active_claims: i64,
+    /// The worker's last recorded activity.
+    pub last_activity_at: Option<Millis>,
     pub run: runs::RunInfo,
 }
 
@@ -678,7 +682,7 @@ fn progress_context_sql() -> String {
         "SELECT {TASK_COLUMNS}, c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
          w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, w.session_id, \
          (SELECT COUNT(*) FROM runs c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
-         c.conversation_id \
+         c.conversation_id, w.last_activity_at \
          FROM tasks t LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
          LEFT JOIN workers w ON w.id = c.worker_id \
          WHERE t.id = $1"
@@ -717,6 +721,7 @@ async fn task_with_holder<D: Db>(
                 agent_id: r.string(at + 13)?,
                 session_id: r.opt_string(at + 14)?,
                 active_claims: r.i64(at + 15)?,
+                last_activity_at: r.opt_i64(at + 17)?,
             };
             Some((active, holder))
         }
@@ -931,7 +936,7 @@ pub(crate) async fn apply_event<D: Db>(
             let mut ended = false;
             if let Some((a, holder)) = active {
                 if !external {
-                    db.defer(workers::TOUCH_ACTIVITY, params![&a.claim.worker_id, now]);
+                    workers::touch(db, &a.claim.worker_id, holder.last_activity_at, now);
                 }
                 match ending {
                     Some((status, reason)) => {

@@ -104,13 +104,23 @@ pub(crate) fn run_refs(run: &Run) -> EventRefs {
         .conversation(run.conversation_id.clone())
 }
 
-/// Moves the per-agent, per-status run counter by `delta`.
-pub(crate) fn count_run<D: Db>(db: &mut D, agent_id: &str, status: &str, delta: i64) {
+/// Counts one more finished run of `agent_id` with `status`, on the
+/// counter row of the worker that ran it: workers completing at the same
+/// time write different rows. Running runs have no counter (see
+/// [`running_count_sql`]).
+fn count_finished<D: Db>(db: &mut D, agent_id: &str, status: &str, worker_id: &str) {
     db.defer(
-        "INSERT INTO run_counts (agent_id, status, n) VALUES ($1, $2, $3) \
-         ON CONFLICT (agent_id, status) DO UPDATE SET n = run_counts.n + excluded.n",
-        params![agent_id, status, delta],
+        "INSERT INTO run_counts (agent_id, status, worker_id, n) VALUES ($1, $2, $3, 1) \
+         ON CONFLICT (agent_id, status, worker_id) DO UPDATE SET n = run_counts.n + 1",
+        params![agent_id, status, worker_id],
     );
+}
+
+/// SQL counting the runs of agent `agent` (an SQL expression) now running:
+/// a range of the `runs_agent_status` index holding only running runs, so
+/// its cost follows the runs in flight, not the runs ever made.
+pub(crate) fn running_count_sql(agent: &str) -> String {
+    format!("(SELECT COUNT(*) FROM runs rc WHERE rc.agent_id = {agent} AND rc.status = 'running')")
 }
 
 /// The claim a new run is the attempt of: the lease lives on the run row.
@@ -155,7 +165,6 @@ pub(crate) async fn create<D: Db>(
             lease.expires_at
         ],
     );
-    count_run(db, &worker.agent_id, "running", 1);
     let refs = EventRefs::default()
         .run(&id)
         .task(&task.vtid)
@@ -511,9 +520,8 @@ pub(crate) async fn finish<D: Db>(
     } else {
         db.defer(&format!("{END} WHERE id = $1"), args);
     }
-    if let Some(agent) = &info.refs.agent_id {
-        count_run(db, agent, "running", -1);
-        count_run(db, agent, status, 1);
+    if let (Some(agent), Some(worker)) = (&info.refs.agent_id, &info.refs.worker_id) {
+        count_finished(db, agent, status, worker);
     }
     if info.step_count > 0 {
         db.defer("DELETE FROM run_steps WHERE run_id = $1", params![run_id]);
@@ -545,8 +553,9 @@ pub struct RunFilter {
 
 /// Runs, newest first, and the total matching. Never reads transcripts.
 ///
-/// The total comes from the `run_counts` counters when the filter is by
-/// agent and status only; the page is found on the index first and only its
+/// The total comes from the `run_counts` counters (finished runs) and the
+/// `runs_agent_status` / `runs_status` indexes (running runs) when the
+/// filter is by agent and status only; the page is found on the index first and only its
 /// rows are read (a deferred join), so deep offsets do not read skipped rows.
 pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), Error> {
     let mut cond = String::from(" WHERE 1 = 1");
@@ -584,12 +593,33 @@ pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), E
         ));
     }
     let total = if f.vtid.is_none() && f.q.is_none() && f.channel_id.is_none() {
-        db.query_one(
-            &format!("SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM run_counts{counted_cond}"),
-            counted,
-        )
-        .await?
-        .i64(0)?
+        let running = f.status.as_deref() == Some("running");
+        let mut total = 0;
+        if !running {
+            total += db
+                .query_one(
+                    &format!(
+                        "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM run_counts{counted_cond}"
+                    ),
+                    counted,
+                )
+                .await?
+                .i64(0)?;
+        }
+        if running || f.status.is_none() {
+            let (cond, args) = match &f.agent_id {
+                Some(a) => (" AND agent_id = $1", vec![Value::Text(a.clone())]),
+                None => ("", vec![]),
+            };
+            total += db
+                .query_one(
+                    &format!("SELECT COUNT(*) FROM runs WHERE status = 'running'{cond}"),
+                    args,
+                )
+                .await?
+                .i64(0)?;
+        }
+        total
     } else {
         db.query_one(&format!("SELECT COUNT(*) FROM runs r{cond}"), args.clone())
             .await?
