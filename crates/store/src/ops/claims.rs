@@ -251,6 +251,24 @@ async fn eligible<D: Db>(
     limit: i64,
     lock: bool,
 ) -> Result<Vec<Task>, Error> {
+    Ok(eligible_with(db, now, worker, limit, lock, "")
+        .await?
+        .into_iter()
+        .map(|(task, _)| task)
+        .collect())
+}
+
+/// [`eligible`], each task with the row's columns after the task's (`extra`:
+/// more columns of `tasks t` or of scalar subqueries; `$1` is the worker's
+/// agent).
+async fn eligible_with<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker: &Worker,
+    limit: i64,
+    lock: bool,
+    extra: &str,
+) -> Result<Vec<(Task, Row)>, Error> {
     let can_validate = worker
         .capabilities
         .iter()
@@ -261,7 +279,7 @@ async fn eligible<D: Db>(
         ""
     };
     let sql = format!(
-        "SELECT {TASK_COLUMNS} FROM tasks t WHERE {} AND t.cancel_requested_at IS NULL \
+        "SELECT {TASK_COLUMNS}{extra} FROM tasks t WHERE {} AND t.cancel_requested_at IS NULL \
          AND (t.agent_id IS NULL OR t.agent_id = $1) \
          AND {} \
          AND (t.builder_worker_id IS NULL OR t.builder_worker_id <> $4 OR t.state IN ({})) \
@@ -286,10 +304,10 @@ async fn eligible<D: Db>(
         .await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
-        let t = task_from_row(r)?;
+        let t = task_from_row(&slice(r, 0, TASK_WIDTH))?;
         // The query applies every rule; this is a guard, not a filter.
         if eligibility(worker, &t, now).is_ok() {
-            out.push(t);
+            out.push((t, slice(r, TASK_WIDTH, r.0.len() - TASK_WIDTH)));
         }
     }
     Ok(out)
@@ -327,15 +345,44 @@ pub async fn claim_next<D: Db>(
             ),
         ));
     }
-    let candidates = eligible(db, now, &worker, max, true).await?;
+    // One read finds the tasks (locked on PostgreSQL, so concurrent
+    // claimers skip them), their dispatched specs and the agent's limit and
+    // load; every grant after it is a pipelined write. Granting task by
+    // task through `claim` would read the same rules again once per task,
+    // one round trip each, while the unit holds the writer.
+    let running = runs::running_count_sql("$1");
+    let extra = format!(
+        ", (SELECT s.spec FROM spec_snapshots s WHERE s.id = t.spec_snapshot_id), \
+         (SELECT a.max_concurrent FROM agents a WHERE a.id = $1), \
+         CASE WHEN (SELECT a.max_concurrent FROM agents a WHERE a.id = $1) IS NULL THEN 0 ELSE {running} END"
+    );
+    let candidates = eligible_with(db, now, &worker, max, true, &extra).await?;
+    let mut room = match candidates.first() {
+        Some((_, r)) => match r.opt_i64(1)? {
+            Some(limit) => Some((limit - r.i64(2)?).max(0)),
+            None => None,
+        },
+        None => None,
+    };
+    let mut worker = worker;
     let mut grants = Vec::with_capacity(candidates.len());
-    for task in candidates {
-        match claim(db, now, worker_id, &task.vtid, rules).await {
-            Ok(g) => grants.push(g),
-            // The agent's limit is reached: what was granted stands.
-            Err(e) if e.code == "agent_at_capacity" => break,
-            Err(e) => return Err(e),
+    for (task, r) in candidates {
+        // The agent's limit is reached: what was granted stands.
+        if room == Some(0) {
+            break;
         }
+        let granted = grant(db, now, task, &worker, rules, r.opt_string(0)?).await?;
+        room = room.map(|n| n - 1);
+        worker.active_claims += 1;
+        worker.last_activity_at = Some(now);
+        grants.push(granted);
+    }
+    // The unique index has the last word on "one active claim per task".
+    if !grants.is_empty() {
+        db.flush().await.map_err(lost_race)?;
+    }
+    for g in &mut grants {
+        g.conversation = super::conversations::claim_context(db, &g.task).await?;
     }
     Ok(grants)
 }
@@ -490,7 +537,7 @@ async fn claim_inner<D: Db>(
 ) -> Result<Grant, Error> {
     let sql = claim_context_sql();
     let mut swept = false;
-    let (mut task, worker, agent_limit, agent_running, snapshot) = loop {
+    let (task, worker, agent_limit, agent_running, snapshot) = loop {
         let Some(r) = db.query_opt(&sql, params![vtid, worker_id]).await? else {
             // Say which of the two is missing.
             workers::require_live(db, worker_id).await?;
@@ -556,6 +603,29 @@ async fn claim_inner<D: Db>(
             ));
         }
     }
+    let mut granted = grant(db, now, task, &worker, rules, snapshot).await?;
+    // The unique index has the last word on "one active claim per task".
+    if confirm {
+        db.flush().await.map_err(lost_race)?;
+    }
+    granted.conversation = super::conversations::claim_context(db, &granted.task).await?;
+    Ok(granted)
+}
+
+/// Grants `task` to `worker`, whose right to it the caller has checked:
+/// the run row (which is the claim), the task's new state and the events,
+/// all pipelined. The grant's `conversation` is left for the caller to read
+/// once the writes are confirmed.
+async fn grant<D: Db>(
+    db: &mut D,
+    now: Millis,
+    mut task: Task,
+    worker: &Worker,
+    rules: &LeaseRules,
+    snapshot: Option<String>,
+) -> Result<Grant, Error> {
+    let (vtid, worker_id) = (task.vtid.clone(), worker.worker_id.as_str());
+    let vtid = vtid.as_str();
     let wf = workflow_of(&task)?;
     let purpose = if wf.awaits_validator(&task.state) {
         "validate"
@@ -573,7 +643,7 @@ async fn claim_inner<D: Db>(
         token_hash: super::hash_token(&token),
         expires_at,
     };
-    let run_id = runs::create(db, now, &task, &worker, purpose, attempt, lease).await?;
+    let run_id = runs::create(db, now, &task, worker, purpose, attempt, lease).await?;
     let builder = if purpose == "build" {
         Some(worker_id.to_owned())
     } else {
@@ -633,19 +703,14 @@ async fn claim_inner<D: Db>(
             ),
         );
     }
-    // The unique index has the last word on "one active claim per task".
-    if confirm {
-        db.flush().await.map_err(lost_race)?;
-    }
     task.attempts = attempt;
     task.run_at = None;
     task.builder_worker_id = builder;
     task.state = new_state;
     task.updated_at = now;
     let spec = snapshot.unwrap_or_else(|| task.spec.clone());
-    let conversation = super::conversations::claim_context(db, &task).await?;
     Ok(Grant {
-        conversation,
+        conversation: None,
         claim: Claim {
             id: claim_id,
             vtid: vtid.to_owned(),
