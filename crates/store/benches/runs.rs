@@ -1092,6 +1092,15 @@ struct RunRow<'a> {
     transcript: Option<usize>,
 }
 
+impl RunRow<'_> {
+    /// The run's claim release. Every generated run is released, the running
+    /// ones too: several may share a task, and the database allows one
+    /// active claim per task. The list reads never look at it.
+    fn released_at(&self) -> i64 {
+        self.completed_at.unwrap_or(self.started_at)
+    }
+}
+
 /// Run `i`: a pure function of `i`, so both databases get identical rows.
 fn run_row<'a>(fx: &'a Fixtures, corpus: &[Transcript], i: u64) -> RunRow<'a> {
     let mut rng = Rng::new(SEED ^ 0xAB ^ i.wrapping_mul(0x1000_0001));
@@ -1184,13 +1193,15 @@ impl Counts {
 const RUN_COLUMNS_INSERT: &str =
     "id, task_id, task, channel_id, worker_id, agent_id, worker_type, \
     attempt, purpose, status, result, started_at, completed_at, live_status, tool_calls, \
-    active_tool, step_count, last_step_at, cancel_requested_at, has_transcript";
+    active_tool, step_count, last_step_at, cancel_requested_at, has_transcript, released_at";
 
-/// Rebuilds the per-agent, per-status counters from the rows, as the store
-/// keeps them (the list's total reads them).
+/// Rebuilds the per-agent, per-status counters of finished runs from the
+/// rows, as the store keeps them (the list's total reads them; running runs
+/// are counted from the index). One counter row per agent and status here,
+/// where the store keeps one per worker: the sum is the same.
 const REBUILD_RUN_COUNTS: &str = "DELETE FROM run_counts; \
-    INSERT INTO run_counts (agent_id, status, n) \
-    SELECT agent_id, status, COUNT(*) FROM runs GROUP BY agent_id, status;";
+    INSERT INTO run_counts (agent_id, status, worker_id, n) \
+    SELECT agent_id, status, '', COUNT(*) FROM runs WHERE status <> 'running' GROUP BY agent_id, status;";
 
 // ----- the statements `list_runs` makes (mirrors crates/store/src/ops/runs.rs) -----
 
@@ -1211,7 +1222,10 @@ fn list_sql(with_status: bool) -> (String, String) {
         .replace("r.status", "status");
     let n = if with_status { 3 } else { 2 };
     (
-        format!("SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM run_counts{counted_cond}"),
+        format!(
+            "SELECT (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM run_counts{counted_cond}) \
+             + (SELECT COUNT(*) FROM runs r{cond} AND r.status = 'running')"
+        ),
         format!(
             "SELECT {LIST_COLUMNS} FROM runs r LEFT JOIN channels ch ON ch.id = r.channel_id \
              JOIN (SELECT r.id FROM runs r{cond} \
@@ -1539,7 +1553,7 @@ fn sqlite_load(
     {
         let mut stmt = conn.prepare(&format!(
             "INSERT INTO runs ({RUN_COLUMNS_INSERT}) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, 'builtin', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
+             (?1, ?2, ?3, ?4, ?5, ?6, 'builtin', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
         ))?;
         let mut blob_stmt =
             conn.prepare("INSERT INTO run_transcripts (run_id, blob) VALUES (?1, ?2)")?;
@@ -1571,6 +1585,7 @@ fn sqlite_load(
                 r.last_step_at,
                 r.cancel_requested_at,
                 i64::from(blob.is_some()),
+                r.released_at(),
             ])?;
             if let Some(b) = blob {
                 blob_stmt.execute(rusqlite::params![r.id, b])?;
@@ -1908,6 +1923,7 @@ async fn pg_load(
         Type::INT8,
         Type::INT8,
         Type::INT8,
+        Type::INT8,
     ];
     let sink = client
         .copy_in(&format!(
@@ -1928,7 +1944,8 @@ async fn pg_load(
             }
             _ => 0,
         };
-        let values: [&(dyn ToSql + Sync); 20] = [
+        let released_at = r.released_at();
+        let values: [&(dyn ToSql + Sync); 21] = [
             &r.id,
             &r.task_id,
             &r.task,
@@ -1949,6 +1966,7 @@ async fn pg_load(
             &r.last_step_at,
             &r.cancel_requested_at,
             &has_transcript,
+            &released_at,
         ];
         writer.as_mut().write(&values).await?;
     }

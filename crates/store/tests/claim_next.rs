@@ -318,3 +318,75 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    claim_next_stops_at_the_agents_limit_and_records_each_grant,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        store
+            .upsert_agent("capped", "builtin", vec![], Some(2))
+            .await
+            .unwrap();
+        register(&store, "w", "capped", &[], 5).await;
+        for n in 0..4 {
+            let mut t = task(&format!("CAP-{n}"), 0);
+            t.agent_id = Some("capped".into());
+            store.create_task(t).await.unwrap();
+        }
+        // One call grants only as many as the agent's limit leaves room for.
+        let grants = store.claim_next("w", 5, rules()).await.unwrap();
+        assert_eq!(grants.len(), 2, "the agent runs at most 2");
+        let runs: HashSet<_> = grants.iter().map(|g| g.claim.run_id.clone()).collect();
+        assert_eq!(runs.len(), 2, "each grant is a run of its own");
+        for g in &grants {
+            assert_eq!(g.spec, format!("# {}", g.task.vtid), "the dispatched spec");
+            assert_eq!(g.task.attempts, 1);
+            // Every grant is recorded: its claim, its run, its state change.
+            let f = shepherd_core::event::EventFilter {
+                task_id: Some(g.task.vtid.clone()),
+                ..Default::default()
+            };
+            let kinds: Vec<String> = store
+                .read_events(0, &f, 100)
+                .await
+                .unwrap()
+                .events
+                .into_iter()
+                .map(|e| e.kind)
+                .collect();
+            // task.state_changed: once dispatched, once claimed.
+            for (want, n) in [
+                ("worker.claim.granted", 1),
+                ("run.started", 1),
+                ("task.state_changed", 2),
+            ] {
+                assert_eq!(
+                    kinds.iter().filter(|k| *k == want).count(),
+                    n,
+                    "{want} once for {}: {kinds:?}",
+                    g.task.vtid
+                );
+            }
+        }
+        let agents = store.list_agents().await.unwrap();
+        let capped = agents.iter().find(|a| a.id == "capped").unwrap();
+        assert_eq!(capped.running, 2);
+        // At its limit the agent gets nothing more, and no error.
+        assert!(store.claim_next("w", 3, rules()).await.unwrap().is_empty());
+        // A finished run makes room for one more.
+        let done = &grants[0];
+        store
+            .progress(
+                "w",
+                &done.task.vtid,
+                Some(done.claim_token.clone()),
+                "worker.execution.completed",
+                None,
+                json!({}),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.claim_next("w", 3, rules()).await.unwrap().len(), 1);
+    }
+);

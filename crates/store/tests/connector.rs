@@ -925,7 +925,7 @@ async fn claim_tokens_are_stored_hashed_and_still_fence() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     let stored: String = conn
         .query_row(
-            "SELECT token FROM claims WHERE run_id = ?1",
+            "SELECT claim_token FROM runs WHERE id = ?1",
             [&g.claim.run_id],
             |r| r.get(0),
         )

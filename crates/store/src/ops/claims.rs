@@ -35,8 +35,10 @@ pub struct LeaseRules {
     pub cancel_grace_ms: i64,
 }
 
+/// A claim's columns, read from its run row (aliased `c`): a run is one
+/// claim attempt, and the claim's time is the run's start.
 const CLAIM_COLUMNS: &str =
-    "c.id, c.task_id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.released_at, c.release_reason";
+    "c.claim_id, c.task_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.released_at, c.release_reason";
 
 fn claim_from_row(r: &Row) -> Result<Claim, Error> {
     Ok(Claim {
@@ -61,7 +63,8 @@ pub struct ActiveClaim {
 
 pub async fn for_task<D: Db>(db: &mut D, vtid: &str) -> Result<Vec<Claim>, Error> {
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims c WHERE c.task_id = $1 ORDER BY c.claimed_at, c.id"
+        "SELECT {CLAIM_COLUMNS} FROM runs c WHERE c.task_id = $1 AND c.claim_id IS NOT NULL \
+         ORDER BY c.started_at, c.claim_id"
     );
     db.query(&sql, params![vtid])
         .await?
@@ -78,7 +81,7 @@ pub(crate) async fn active_with_token<D: Db>(
     db: &mut D,
     vtid: &str,
 ) -> Result<Option<ActiveClaim>, Error> {
-    let sql = format!("SELECT {CLAIM_COLUMNS}, c.token FROM claims c WHERE c.task_id = $1 AND c.released_at IS NULL");
+    let sql = format!("SELECT {CLAIM_COLUMNS}, c.claim_token FROM runs c WHERE c.task_id = $1 AND c.released_at IS NULL");
     match db.query_opt(&sql, params![vtid]).await? {
         Some(r) => Ok(Some(ActiveClaim {
             claim: claim_from_row(&r)?,
@@ -93,7 +96,7 @@ pub(crate) async fn active_for_run<D: Db>(
     db: &mut D,
     run_id: &str,
 ) -> Result<Option<ActiveClaim>, Error> {
-    let sql = format!("SELECT {CLAIM_COLUMNS}, c.token FROM claims c WHERE c.run_id = $1 AND c.released_at IS NULL");
+    let sql = format!("SELECT {CLAIM_COLUMNS}, c.claim_token FROM runs c WHERE c.id = $1 AND c.released_at IS NULL");
     match db.query_opt(&sql, params![run_id]).await? {
         Some(r) => Ok(Some(ActiveClaim {
             claim: claim_from_row(&r)?,
@@ -248,6 +251,24 @@ async fn eligible<D: Db>(
     limit: i64,
     lock: bool,
 ) -> Result<Vec<Task>, Error> {
+    Ok(eligible_with(db, now, worker, limit, lock, "")
+        .await?
+        .into_iter()
+        .map(|(task, _)| task)
+        .collect())
+}
+
+/// [`eligible`], each task with the row's columns after the task's (`extra`:
+/// more columns of `tasks t` or of scalar subqueries; `$1` is the worker's
+/// agent).
+async fn eligible_with<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker: &Worker,
+    limit: i64,
+    lock: bool,
+    extra: &str,
+) -> Result<Vec<(Task, Row)>, Error> {
     let can_validate = worker
         .capabilities
         .iter()
@@ -258,11 +279,11 @@ async fn eligible<D: Db>(
         ""
     };
     let sql = format!(
-        "SELECT {TASK_COLUMNS} FROM tasks t WHERE {} AND t.cancel_requested_at IS NULL \
+        "SELECT {TASK_COLUMNS}{extra} FROM tasks t WHERE {} AND t.cancel_requested_at IS NULL \
          AND (t.agent_id IS NULL OR t.agent_id = $1) \
          AND {} \
          AND (t.builder_worker_id IS NULL OR t.builder_worker_id <> $4 OR t.state IN ({})) \
-         AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.task_id = t.id AND c.released_at IS NULL) \
+         AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.task_id = t.id AND c.released_at IS NULL) \
          AND (t.run_at IS NULL OR t.run_at <= $5) \
          ORDER BY t.priority DESC, t.dispatched_at, t.id LIMIT $2{locking}",
         claimable_condition(can_validate),
@@ -283,10 +304,10 @@ async fn eligible<D: Db>(
         .await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
-        let t = task_from_row(r)?;
+        let t = task_from_row(&slice(r, 0, TASK_WIDTH))?;
         // The query applies every rule; this is a guard, not a filter.
         if eligibility(worker, &t, now).is_ok() {
-            out.push(t);
+            out.push((t, slice(r, TASK_WIDTH, r.0.len() - TASK_WIDTH)));
         }
     }
     Ok(out)
@@ -307,7 +328,7 @@ pub async fn claim_next<D: Db>(
 ) -> Result<Vec<Grant>, Error> {
     let worker = workers::require_live(db, worker_id).await?;
     // Asking for work ends seed 001's `spawning`, granted or not.
-    db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
+    workers::touch(db, worker_id, worker.last_activity_at, now);
     let free = (worker.max_concurrent - worker.active_claims).max(0);
     if max < 1 {
         return Err(Error::invalid(
@@ -324,15 +345,44 @@ pub async fn claim_next<D: Db>(
             ),
         ));
     }
-    let candidates = eligible(db, now, &worker, max, true).await?;
+    // One read finds the tasks (locked on PostgreSQL, so concurrent
+    // claimers skip them), their dispatched specs and the agent's limit and
+    // load; every grant after it is a pipelined write. Granting task by
+    // task through `claim` would read the same rules again once per task,
+    // one round trip each, while the unit holds the writer.
+    let running = runs::running_count_sql("$1");
+    let extra = format!(
+        ", (SELECT s.spec FROM spec_snapshots s WHERE s.id = t.spec_snapshot_id), \
+         (SELECT a.max_concurrent FROM agents a WHERE a.id = $1), \
+         CASE WHEN (SELECT a.max_concurrent FROM agents a WHERE a.id = $1) IS NULL THEN 0 ELSE {running} END"
+    );
+    let candidates = eligible_with(db, now, &worker, max, true, &extra).await?;
+    let mut room = match candidates.first() {
+        Some((_, r)) => match r.opt_i64(1)? {
+            Some(limit) => Some((limit - r.i64(2)?).max(0)),
+            None => None,
+        },
+        None => None,
+    };
+    let mut worker = worker;
     let mut grants = Vec::with_capacity(candidates.len());
-    for task in candidates {
-        match claim(db, now, worker_id, &task.vtid, rules).await {
-            Ok(g) => grants.push(g),
-            // The agent's limit is reached: what was granted stands.
-            Err(e) if e.code == "agent_at_capacity" => break,
-            Err(e) => return Err(e),
+    for (task, r) in candidates {
+        // The agent's limit is reached: what was granted stands.
+        if room == Some(0) {
+            break;
         }
+        let granted = grant(db, now, task, &worker, rules, r.opt_string(0)?).await?;
+        room = room.map(|n| n - 1);
+        worker.active_claims += 1;
+        worker.last_activity_at = Some(now);
+        grants.push(granted);
+    }
+    // The unique index has the last word on "one active claim per task".
+    if !grants.is_empty() {
+        db.flush().await.map_err(lost_race)?;
+    }
+    for g in &mut grants {
+        g.conversation = super::conversations::claim_context(db, &g.task).await?;
     }
     Ok(grants)
 }
@@ -361,16 +411,18 @@ pub struct Grant {
 
 /// Everything a claim decision needs, read in one statement: the task, the
 /// worker, the task's active claim (and its holder's liveness), the agent's
-/// limit and load, and the dispatched spec.
+/// limit and load (counted only for an agent with a limit), and the
+/// dispatched spec.
 fn claim_context_sql() -> String {
+    let running = runs::running_count_sql("w.agent_id");
     format!(
         "SELECT {TASK_COLUMNS}, {WORKER_COLUMNS}, \
-         c.id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.token, \
+         c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
          cw.last_heartbeat_at, cw.status, a.max_concurrent, \
-         COALESCE((SELECT rc.n FROM run_counts rc WHERE rc.agent_id = w.agent_id AND rc.status = 'running'), 0), \
+         CASE WHEN a.max_concurrent IS NULL THEN 0 ELSE {running} END, \
          s.spec \
          FROM tasks t JOIN workers w ON w.id = $2 \
-         LEFT JOIN claims c ON c.task_id = t.id AND c.released_at IS NULL \
+         LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
          LEFT JOIN workers cw ON cw.id = c.worker_id \
          LEFT JOIN agents a ON a.id = w.agent_id \
          LEFT JOIN spec_snapshots s ON s.id = t.spec_snapshot_id \
@@ -485,7 +537,7 @@ async fn claim_inner<D: Db>(
 ) -> Result<Grant, Error> {
     let sql = claim_context_sql();
     let mut swept = false;
-    let (mut task, worker, agent_limit, agent_running, snapshot) = loop {
+    let (task, worker, agent_limit, agent_running, snapshot) = loop {
         let Some(r) = db.query_opt(&sql, params![vtid, worker_id]).await? else {
             // Say which of the two is missing.
             workers::require_live(db, worker_id).await?;
@@ -551,6 +603,29 @@ async fn claim_inner<D: Db>(
             ));
         }
     }
+    let mut granted = grant(db, now, task, &worker, rules, snapshot).await?;
+    // The unique index has the last word on "one active claim per task".
+    if confirm {
+        db.flush().await.map_err(lost_race)?;
+    }
+    granted.conversation = super::conversations::claim_context(db, &granted.task).await?;
+    Ok(granted)
+}
+
+/// Grants `task` to `worker`, whose right to it the caller has checked:
+/// the run row (which is the claim), the task's new state and the events,
+/// all pipelined. The grant's `conversation` is left for the caller to read
+/// once the writes are confirmed.
+async fn grant<D: Db>(
+    db: &mut D,
+    now: Millis,
+    mut task: Task,
+    worker: &Worker,
+    rules: &LeaseRules,
+    snapshot: Option<String>,
+) -> Result<Grant, Error> {
+    let (vtid, worker_id) = (task.vtid.clone(), worker.worker_id.as_str());
+    let vtid = vtid.as_str();
     let wf = workflow_of(&task)?;
     let purpose = if wf.awaits_validator(&task.state) {
         "validate"
@@ -558,17 +633,17 @@ async fn claim_inner<D: Db>(
         "build"
     };
     let attempt = task.attempts + 1;
-    let run_id = runs::create(db, now, &task, &worker, purpose, attempt).await?;
     let claim_id = new_uuid();
     let token = format!("sct_{}", random_hex(16));
     let expires_at = now + rules.ttl_ms;
-    db.defer(
-        "INSERT INTO claims (id, task_id, worker_id, run_id, token, purpose, claimed_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    let lease = runs::Lease {
+        claim_id: &claim_id,
         // Stored hashed, like worker tokens: a database dump or backup
         // does not hand out the right to report on a running claim.
-        params![&claim_id, vtid, worker_id, &run_id, super::hash_token(&token), purpose, now, expires_at],
-    );
+        token_hash: super::hash_token(&token),
+        expires_at,
+    };
+    let run_id = runs::create(db, now, &task, worker, purpose, attempt, lease).await?;
     let builder = if purpose == "build" {
         Some(worker_id.to_owned())
     } else {
@@ -584,7 +659,7 @@ async fn claim_inner<D: Db>(
         "UPDATE tasks SET attempts = $2, builder_worker_id = $3, state = $4, updated_at = $5, run_at = NULL WHERE id = $1",
         params![vtid, attempt, &builder, &new_state, now],
     );
-    db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
+    workers::touch(db, worker_id, worker.last_activity_at, now);
     let refs = EventRefs::default()
         .task(vtid)
         .worker(worker_id)
@@ -628,19 +703,14 @@ async fn claim_inner<D: Db>(
             ),
         );
     }
-    // The unique index has the last word on "one active claim per task".
-    if confirm {
-        db.flush().await.map_err(lost_race)?;
-    }
     task.attempts = attempt;
     task.run_at = None;
     task.builder_worker_id = builder;
     task.state = new_state;
     task.updated_at = now;
     let spec = snapshot.unwrap_or_else(|| task.spec.clone());
-    let conversation = super::conversations::claim_context(db, &task).await?;
     Ok(Grant {
-        conversation,
+        conversation: None,
         claim: Claim {
             id: claim_id,
             vtid: vtid.to_owned(),
@@ -666,18 +736,20 @@ pub(crate) struct Holder {
     pub session_id: Option<String>,
     /// Claims the worker holds, this one included.
     pub active_claims: i64,
+    /// The worker's last recorded activity.
+    pub last_activity_at: Option<Millis>,
     pub run: runs::RunInfo,
 }
 
 /// The task with its active claim, holder and run, in one statement.
 fn progress_context_sql() -> String {
     format!(
-        "SELECT {TASK_COLUMNS}, c.id, c.worker_id, c.run_id, c.purpose, c.claimed_at, c.expires_at, c.token, \
-         w.last_heartbeat_at, w.status, r.status, r.step_count, r.agent_id, r.channel_id, w.agent_id, w.session_id, \
-         (SELECT COUNT(*) FROM claims c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
-         r.conversation_id \
-         FROM tasks t LEFT JOIN claims c ON c.task_id = t.id AND c.released_at IS NULL \
-         LEFT JOIN runs r ON r.id = c.run_id LEFT JOIN workers w ON w.id = c.worker_id \
+        "SELECT {TASK_COLUMNS}, c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
+         w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, w.session_id, \
+         (SELECT COUNT(*) FROM runs c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
+         c.conversation_id, w.last_activity_at \
+         FROM tasks t LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
+         LEFT JOIN workers w ON w.id = c.worker_id \
          WHERE t.id = $1"
     )
 }
@@ -714,6 +786,7 @@ async fn task_with_holder<D: Db>(
                 agent_id: r.string(at + 13)?,
                 session_id: r.opt_string(at + 14)?,
                 active_claims: r.i64(at + 15)?,
+                last_activity_at: r.opt_i64(at + 17)?,
             };
             Some((active, holder))
         }
@@ -787,7 +860,7 @@ pub async fn progress<D: Db>(
 /// How many claims (active or not) `worker_id` has held on `vtid`.
 async fn claims_held_on<D: Db>(db: &mut D, worker_id: &str, vtid: &str) -> Result<i64, Error> {
     db.query_one(
-        "SELECT COUNT(*) FROM claims WHERE task_id = $1 AND worker_id = $2",
+        "SELECT COUNT(*) FROM runs WHERE task_id = $1 AND worker_id = $2 AND claim_id IS NOT NULL",
         params![vtid, worker_id],
     )
     .await?
@@ -928,7 +1001,7 @@ pub(crate) async fn apply_event<D: Db>(
             let mut ended = false;
             if let Some((a, holder)) = active {
                 if !external {
-                    db.defer(workers::TOUCH_ACTIVITY, params![&a.claim.worker_id, now]);
+                    workers::touch(db, &a.claim.worker_id, holder.last_activity_at, now);
                 }
                 match ending {
                     Some((status, reason)) => {
@@ -988,14 +1061,19 @@ pub(crate) async fn release<D: Db>(
     holder: Option<Holder>,
 ) -> Result<bool, Error> {
     const RELEASE: &str =
-        "UPDATE claims SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL";
+        "UPDATE runs SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL";
     let (agent_id, session_id, remaining, run) = match holder {
-        Some(h) => {
-            db.defer(RELEASE, params![&claim.id, now, reason]);
-            (h.agent_id, h.session_id, h.active_claims - 1, Some(h.run))
-        }
+        // Known active in this transaction: the run's final update releases
+        // the claim too (one row, one statement).
+        Some(h) => (h.agent_id, h.session_id, h.active_claims - 1, Some(h.run)),
         None => {
-            if db.execute(RELEASE, params![&claim.id, now, reason]).await? == 0 {
+            // Conditional, so that two sweepers (or a sweeper and a
+            // heartbeat) end a claim once.
+            if db
+                .execute(RELEASE, params![&claim.run_id, now, reason])
+                .await?
+                == 0
+            {
                 return Ok(false);
             }
             let w = workers::require(db, &claim.worker_id).await?;
@@ -1149,7 +1227,7 @@ pub async fn heartbeat<D: Db>(
     // claim, as the sweeper would have, instead of reviving it. Whether a
     // late worker keeps its work must not depend on sweep timing.
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims c WHERE c.worker_id = $1 AND c.released_at IS NULL"
+        "SELECT {CLAIM_COLUMNS} FROM runs c WHERE c.worker_id = $1 AND c.released_at IS NULL"
     );
     for r in &db.query(&sql, params![worker_id]).await? {
         let claim = claim_from_row(r)?;
@@ -1160,13 +1238,13 @@ pub async fn heartbeat<D: Db>(
         }
     }
     db.defer(
-        "UPDATE claims SET expires_at = $2 WHERE worker_id = $1 AND released_at IS NULL AND expires_at < $2",
+        "UPDATE runs SET expires_at = $2 WHERE worker_id = $1 AND released_at IS NULL AND expires_at < $2",
         params![worker_id, now + rules.ttl_ms],
     );
     let rows = db
         .query(
-            "SELECT c.task_id, c.run_id, c.expires_at, r.cancel_requested_at FROM claims c \
-             JOIN runs r ON r.id = c.run_id WHERE c.worker_id = $1 AND c.released_at IS NULL ORDER BY c.claimed_at",
+            "SELECT c.task_id, c.id, c.expires_at, c.cancel_requested_at FROM runs c \
+             WHERE c.worker_id = $1 AND c.released_at IS NULL ORDER BY c.started_at, c.id",
             params![worker_id],
         )
         .await?;
@@ -1195,7 +1273,7 @@ pub async fn deregister<D: Db>(
 ) -> Result<Worker, Error> {
     let worker = workers::require_live(db, worker_id).await?;
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims c WHERE c.worker_id = $1 AND c.released_at IS NULL"
+        "SELECT {CLAIM_COLUMNS} FROM runs c WHERE c.worker_id = $1 AND c.released_at IS NULL"
     );
     let held = db.query(&sql, params![worker_id]).await?;
     db.defer(
@@ -1239,10 +1317,10 @@ pub async fn sweep<D: Db>(
 ) -> Result<SweepReport, Error> {
     let mut report = SweepReport::default();
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS}, r.cancel_requested_at FROM claims c \
-         JOIN workers w ON w.id = c.worker_id JOIN runs r ON r.id = c.run_id \
-         WHERE c.released_at IS NULL AND (c.expires_at < $1 OR w.last_heartbeat_at < $2 OR r.cancel_requested_at < $3) \
-         ORDER BY c.claimed_at LIMIT 500"
+        "SELECT {CLAIM_COLUMNS}, c.cancel_requested_at FROM runs c \
+         JOIN workers w ON w.id = c.worker_id \
+         WHERE c.released_at IS NULL AND (c.expires_at < $1 OR w.last_heartbeat_at < $2 OR c.cancel_requested_at < $3) \
+         ORDER BY c.started_at, c.id LIMIT 500"
     );
     let rows = db
         .query(

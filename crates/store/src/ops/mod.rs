@@ -116,14 +116,12 @@ pub fn validate_id(what: &'static str, code: &'static str, id: &str) -> Result<(
 
 /// Agents with the number of their runs now running.
 pub async fn agents_list<D: Db>(db: &mut D) -> Result<Vec<Agent>, Error> {
-    let rows = db
-        .query(
-            "SELECT a.id, a.worker_type, a.capabilities, a.max_concurrent, a.source, a.created_at, \
-             COALESCE((SELECT rc.n FROM run_counts rc WHERE rc.agent_id = a.id AND rc.status = 'running'), 0) \
-             FROM agents a ORDER BY a.id",
-            params![],
-        )
-        .await?;
+    let sql = format!(
+        "SELECT a.id, a.worker_type, a.capabilities, a.max_concurrent, a.source, a.created_at, {} \
+         FROM agents a ORDER BY a.id",
+        runs::running_count_sql("a.id")
+    );
+    let rows = db.query(&sql, params![]).await?;
     rows.iter()
         .map(|r| {
             Ok(Agent {

@@ -104,16 +104,36 @@ pub(crate) fn run_refs(run: &Run) -> EventRefs {
         .conversation(run.conversation_id.clone())
 }
 
-/// Moves the per-agent, per-status run counter by `delta`.
-pub(crate) fn count_run<D: Db>(db: &mut D, agent_id: &str, status: &str, delta: i64) {
+/// Counts one more finished run of `agent_id` with `status`, on the
+/// counter row of the worker that ran it: workers completing at the same
+/// time write different rows. Running runs have no counter (see
+/// [`running_count_sql`]).
+fn count_finished<D: Db>(db: &mut D, agent_id: &str, status: &str, worker_id: &str) {
     db.defer(
-        "INSERT INTO run_counts (agent_id, status, n) VALUES ($1, $2, $3) \
-         ON CONFLICT (agent_id, status) DO UPDATE SET n = run_counts.n + excluded.n",
-        params![agent_id, status, delta],
+        "INSERT INTO run_counts (agent_id, status, worker_id, n) VALUES ($1, $2, $3, 1) \
+         ON CONFLICT (agent_id, status, worker_id) DO UPDATE SET n = run_counts.n + 1",
+        params![agent_id, status, worker_id],
     );
 }
 
-/// Creates the run row of a new claim (pipelined) and records `run.started`.
+/// SQL counting the runs of agent `agent` (an SQL expression) now running:
+/// a range of the `runs_agent_status` index holding only running runs, so
+/// its cost follows the runs in flight, not the runs ever made.
+pub(crate) fn running_count_sql(agent: &str) -> String {
+    format!("(SELECT COUNT(*) FROM runs rc WHERE rc.agent_id = {agent} AND rc.status = 'running')")
+}
+
+/// The claim a new run is the attempt of: the lease lives on the run row.
+pub(crate) struct Lease<'a> {
+    pub claim_id: &'a str,
+    pub token_hash: String,
+    pub expires_at: Millis,
+}
+
+/// Creates the run row of a new claim, lease included (pipelined), and
+/// records `run.started`. The row is the task's active claim from here on;
+/// the unique index `runs_one_active` refuses a second one.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn create<D: Db>(
     db: &mut D,
     now: Millis,
@@ -121,11 +141,13 @@ pub(crate) async fn create<D: Db>(
     worker: &Worker,
     purpose: &str,
     attempt: i64,
+    lease: Lease<'_>,
 ) -> Result<String, Error> {
     let id = new_uuid();
     db.defer(
         "INSERT INTO runs (id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, purpose, status, started_at, \
-         conversation_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $11)",
+         conversation_id, claim_id, claim_token, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $11, $12, $13, $14)",
         params![
             &id,
             &task.vtid,
@@ -137,10 +159,12 @@ pub(crate) async fn create<D: Db>(
             attempt,
             purpose,
             now,
-            &task.conversation_id
+            &task.conversation_id,
+            lease.claim_id,
+            lease.token_hash,
+            lease.expires_at
         ],
     );
-    count_run(db, &worker.agent_id, "running", 1);
     let refs = EventRefs::default()
         .run(&id)
         .task(&task.vtid)
@@ -417,7 +441,10 @@ impl RunInfo {
 }
 
 /// Ends a running run: compacts its steps into the blob, closes dangling
-/// tool calls, clears the live overlay and records `run.completed`.
+/// tool calls, clears the live overlay and records `run.completed`. With
+/// `known` (read in this transaction while its claim was active) the same
+/// update releases the claim with `reason`; without it the caller released
+/// the claim already.
 pub(crate) async fn finish<D: Db>(
     db: &mut D,
     now: Millis,
@@ -427,11 +454,18 @@ pub(crate) async fn finish<D: Db>(
     reason: &str,
     known: Option<RunInfo>,
 ) -> Result<(), Error> {
+    let release = known.is_some();
     let info = match known {
         Some(k) => k,
         None => RunInfo::of(&require(db, run_id).await?),
     };
     if info.status != "running" {
+        if release {
+            db.defer(
+                "UPDATE runs SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL",
+                params![run_id, now, reason],
+            );
+        }
         return Ok(());
     }
     // A run that recorded no step has nothing to compact.
@@ -466,21 +500,28 @@ pub(crate) async fn finish<D: Db>(
             vec![Value::from(run_id), blob],
         );
     }
-    db.defer(
-        "UPDATE runs SET status = $2, result = $3, completed_at = $4, has_transcript = $5, live_status = NULL, \
-         active_tool = NULL, step_count = $6 WHERE id = $1",
-        vec![
-            Value::from(run_id),
-            Value::from(status),
-            Value::from(result.clone()),
-            Value::Int(now),
-            Value::from(has_transcript),
-            Value::Int(steps.len() as i64),
-        ],
-    );
-    if let Some(agent) = &info.refs.agent_id {
-        count_run(db, agent, "running", -1);
-        count_run(db, agent, status, 1);
+    let mut args = vec![
+        Value::from(run_id),
+        Value::from(status),
+        Value::from(result.clone()),
+        Value::Int(now),
+        Value::from(has_transcript),
+        Value::Int(steps.len() as i64),
+    ];
+    const END: &str =
+        "UPDATE runs SET status = $2, result = $3, completed_at = $4, has_transcript = $5, \
+         live_status = NULL, active_tool = NULL, step_count = $6";
+    if release {
+        args.push(Value::from(reason));
+        db.defer(
+            &format!("{END}, released_at = $4, release_reason = $7 WHERE id = $1"),
+            args,
+        );
+    } else {
+        db.defer(&format!("{END} WHERE id = $1"), args);
+    }
+    if let (Some(agent), Some(worker)) = (&info.refs.agent_id, &info.refs.worker_id) {
+        count_finished(db, agent, status, worker);
     }
     if info.step_count > 0 {
         db.defer("DELETE FROM run_steps WHERE run_id = $1", params![run_id]);
@@ -512,8 +553,9 @@ pub struct RunFilter {
 
 /// Runs, newest first, and the total matching. Never reads transcripts.
 ///
-/// The total comes from the `run_counts` counters when the filter is by
-/// agent and status only; the page is found on the index first and only its
+/// The total comes from the `run_counts` counters (finished runs) and the
+/// `runs_agent_status` / `runs_status` indexes (running runs) when the
+/// filter is by agent and status only; the page is found on the index first and only its
 /// rows are read (a deferred join), so deep offsets do not read skipped rows.
 pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), Error> {
     let mut cond = String::from(" WHERE 1 = 1");
@@ -551,12 +593,33 @@ pub async fn list<D: Db>(db: &mut D, f: &RunFilter) -> Result<(Vec<Run>, i64), E
         ));
     }
     let total = if f.vtid.is_none() && f.q.is_none() && f.channel_id.is_none() {
-        db.query_one(
-            &format!("SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM run_counts{counted_cond}"),
-            counted,
-        )
-        .await?
-        .i64(0)?
+        let running = f.status.as_deref() == Some("running");
+        let mut total = 0;
+        if !running {
+            total += db
+                .query_one(
+                    &format!(
+                        "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM run_counts{counted_cond}"
+                    ),
+                    counted,
+                )
+                .await?
+                .i64(0)?;
+        }
+        if running || f.status.is_none() {
+            let (cond, args) = match &f.agent_id {
+                Some(a) => (" AND agent_id = $1", vec![Value::Text(a.clone())]),
+                None => ("", vec![]),
+            };
+            total += db
+                .query_one(
+                    &format!("SELECT COUNT(*) FROM runs WHERE status = 'running'{cond}"),
+                    args,
+                )
+                .await?
+                .i64(0)?;
+        }
+        total
     } else {
         db.query_one(&format!("SELECT COUNT(*) FROM runs r{cond}"), args.clone())
             .await?

@@ -16,6 +16,15 @@ use crate::sql::{Db, Row};
 pub(crate) const TOUCH_ACTIVITY: &str = "UPDATE workers SET last_activity_at = $2 \
      WHERE id = $1 AND (last_activity_at IS NULL OR last_activity_at + 1000 < $2)";
 
+/// Records a worker's activity ([`TOUCH_ACTIVITY`]) unless `last`, its
+/// activity as read in this transaction, shows the statement would change
+/// nothing: a busy worker's cycles then send no statement at all.
+pub(crate) fn touch<D: Db>(db: &mut D, worker_id: &str, last: Option<Millis>, now: Millis) {
+    if last.is_none_or(|t| t + 1000 < now) {
+        db.defer(TOUCH_ACTIVITY, params![worker_id, now]);
+    }
+}
+
 /// Records that a worker that had not been heard from since registering
 /// polled (the read-only poll cannot write; this runs once per worker).
 pub async fn mark_heard<D: Db>(db: &mut D, now: Millis, worker_id: &str) -> Result<(), Error> {
@@ -44,7 +53,7 @@ pub struct Registration {
 pub(crate) const WORKER_COLUMNS: &str = "w.id, w.agent_id, w.worker_type, w.name, w.project_path, w.session_id, \
     w.terminal_id, w.capabilities, w.max_concurrent, w.status, w.metadata, w.registered_at, w.last_heartbeat_at, \
     w.last_activity_at, w.closed_at, \
-    (SELECT COUNT(*) FROM claims c WHERE c.worker_id = w.id AND c.released_at IS NULL)";
+    (SELECT COUNT(*) FROM runs c WHERE c.worker_id = w.id AND c.released_at IS NULL)";
 
 pub(crate) fn worker_from_row(r: &Row) -> Result<Worker, Error> {
     Ok(Worker {

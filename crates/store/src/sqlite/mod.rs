@@ -32,6 +32,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("0004_run_usage.sql")),
     (5, include_str!("0005_retries.sql")),
     (8, include_str!("0008_run_workspace.sql")),
+    (9, include_str!("0009_claims_in_runs.sql")),
+    (10, include_str!("0010_run_counts_by_worker.sql")),
 ];
 const READERS: usize = 4;
 /// Upper bound of units of work grouped into one commit.
