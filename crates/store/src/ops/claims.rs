@@ -91,17 +91,26 @@ pub(crate) async fn active_with_token<D: Db>(
     }
 }
 
-/// The active claim of a run, for step and status calls fenced by token.
+/// The active claim of a run, for step and status calls fenced by token,
+/// with its holder's last heartbeat and registry status (whether its lease
+/// lapsed).
 pub(crate) async fn active_for_run<D: Db>(
     db: &mut D,
     run_id: &str,
-) -> Result<Option<ActiveClaim>, Error> {
-    let sql = format!("SELECT {CLAIM_COLUMNS}, c.claim_token FROM runs c WHERE c.id = $1 AND c.released_at IS NULL");
+) -> Result<Option<(ActiveClaim, i64, String)>, Error> {
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS}, c.claim_token, w.last_heartbeat_at, w.status FROM runs c \
+         JOIN workers w ON w.id = c.worker_id WHERE c.id = $1 AND c.released_at IS NULL"
+    );
     match db.query_opt(&sql, params![run_id]).await? {
-        Some(r) => Ok(Some(ActiveClaim {
-            claim: claim_from_row(&r)?,
-            token: r.string(9)?,
-        })),
+        Some(r) => Ok(Some((
+            ActiveClaim {
+                claim: claim_from_row(&r)?,
+                token: r.string(9)?,
+            },
+            r.i64(10)?,
+            r.string(11)?,
+        ))),
         None => Ok(None),
     }
 }
@@ -418,8 +427,10 @@ fn active_from(r: &Row, at: usize, vtid: &str) -> Result<Option<ActiveWithHolder
     )))
 }
 
-/// Why a lease lapsed, if it did.
-fn lapse_reason(
+/// Why a lease lapsed, if it did. The one rule for every path that touches
+/// a claim (claim, heartbeat, report, sweep): a lapsed lease is lapsed
+/// whoever touches it first, so no outcome depends on sweep timing.
+pub(crate) fn lapse_reason(
     now: Millis,
     rules: &LeaseRules,
     claim: &Claim,
@@ -673,6 +684,9 @@ pub(crate) struct Holder {
     pub active_claims: i64,
     /// The worker's last recorded activity.
     pub last_activity_at: Option<Millis>,
+    /// The worker's last heartbeat and registry status: whether its lease lapsed.
+    pub last_heartbeat_at: i64,
+    pub status: String,
     pub run: runs::RunInfo,
 }
 
@@ -702,7 +716,7 @@ async fn task_with_holder<D: Db>(
     let at = TASK_WIDTH;
     let active = match active_from(&r, at, vtid)? {
         None => None,
-        Some((active, _, _)) => {
+        Some((active, heartbeat, status)) => {
             let run_channel = r.opt_string(at + 12)?;
             let run_agent = r.string(at + 11)?;
             let refs = EventRefs::default()
@@ -722,6 +736,8 @@ async fn task_with_holder<D: Db>(
                 session_id: r.opt_string(at + 14)?,
                 active_claims: r.i64(at + 15)?,
                 last_activity_at: r.opt_i64(at + 17)?,
+                last_heartbeat_at: heartbeat.unwrap_or(0),
+                status: status.unwrap_or_default(),
             };
             Some((active, holder))
         }
@@ -741,6 +757,7 @@ pub async fn progress<D: Db>(
     message: Option<String>,
     metadata: Value,
     result: Option<String>,
+    rules: &LeaseRules,
 ) -> Result<Applied, Error> {
     let (task, active) = task_with_holder(db, vtid).await?;
     let wf = workflow_of(&task)?;
@@ -777,6 +794,24 @@ pub async fn progress<D: Db>(
             return Err(stale());
         }
     };
+    // The holder's own lease lapsed (not yet ended by a sweep, heartbeat or
+    // claim): its report is refused as the sweeper would have refused it.
+    // Nothing is written here, the refusal rolls back; whoever touches the
+    // claim next (sweep, heartbeat, claim) ends it under the same rule.
+    if let Some(reason) = lapse_reason(
+        now,
+        rules,
+        &fenced.0.claim,
+        fenced.1.last_heartbeat_at,
+        &fenced.1.status,
+    ) {
+        return Err(Error::conflict(
+            "claim_stale",
+            format!(
+                "the claim of worker {worker_id} on {vtid} lapsed ({reason}); claim the task again"
+            ),
+        ));
+    }
     super::conversations::note_agent_session(db, now, &task, &metadata).await?;
     super::runs::record_workspace(db, &fenced.0.claim.run_id, &metadata);
     apply_event(
