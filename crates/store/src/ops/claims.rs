@@ -608,29 +608,20 @@ async fn claim_inner<D: Db>(
         .agent(&worker.agent_id)
         .channel(task.channel_id.clone())
         .conversation(task.conversation_id.clone());
+    // The worker's claim count after the grant: seed 001's `worker_active`
+    // is this event when it is 1 (no event of its own is stored).
     emit(
         db,
         now,
         NewEvent::new(
             kind::CLAIM_GRANTED,
             refs.clone(),
-            json!({ "claim_id": claim_id, "purpose": purpose, "attempt": attempt, "expires_at": expires_at }),
+            json!({
+                "claim_id": claim_id, "purpose": purpose, "attempt": attempt, "expires_at": expires_at,
+                "worker_active_claims": worker.active_claims + 1,
+            }),
         ),
     );
-    if worker.active_claims == 0 {
-        emit(
-            db,
-            now,
-            NewEvent::new(
-                kind::WORKER_ACTIVE,
-                EventRefs::default()
-                    .worker(worker_id)
-                    .agent(&worker.agent_id)
-                    .session(worker.session_id.clone()),
-                json!({ "vtid": vtid, "run_id": run_id }),
-            ),
-        );
-    }
     if new_state != task.state {
         let mut r = refs.clone();
         r.agent_id = task.agent_id.clone();
@@ -679,7 +670,6 @@ async fn claim_inner<D: Db>(
 #[derive(Debug, Clone)]
 pub(crate) struct Holder {
     pub agent_id: String,
-    pub session_id: Option<String>,
     /// Claims the worker holds, this one included.
     pub active_claims: i64,
     /// The worker's last recorded activity.
@@ -694,7 +684,7 @@ pub(crate) struct Holder {
 fn progress_context_sql() -> String {
     format!(
         "SELECT {TASK_COLUMNS}, c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
-         w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, w.session_id, \
+         w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, \
          (SELECT COUNT(*) FROM runs c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
          c.conversation_id, w.last_activity_at \
          FROM tasks t LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
@@ -725,7 +715,7 @@ async fn task_with_holder<D: Db>(
                 .worker(&active.claim.worker_id)
                 .agent(&run_agent)
                 .channel(run_channel)
-                .conversation(r.opt_string(at + 16)?);
+                .conversation(r.opt_string(at + 15)?);
             let holder = Holder {
                 run: runs::RunInfo {
                     status: r.string(at + 9)?,
@@ -733,9 +723,8 @@ async fn task_with_holder<D: Db>(
                     refs,
                 },
                 agent_id: r.string(at + 13)?,
-                session_id: r.opt_string(at + 14)?,
-                active_claims: r.i64(at + 15)?,
-                last_activity_at: r.opt_i64(at + 17)?,
+                active_claims: r.i64(at + 14)?,
+                last_activity_at: r.opt_i64(at + 16)?,
                 last_heartbeat_at: heartbeat.unwrap_or(0),
                 status: status.unwrap_or_default(),
             };
@@ -1032,10 +1021,10 @@ pub(crate) async fn release<D: Db>(
 ) -> Result<bool, Error> {
     const RELEASE: &str =
         "UPDATE runs SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL";
-    let (agent_id, session_id, remaining, run) = match holder {
+    let (agent_id, remaining, run) = match holder {
         // Known active in this transaction: the run's final update releases
         // the claim too (one row, one statement).
-        Some(h) => (h.agent_id, h.session_id, h.active_claims - 1, Some(h.run)),
+        Some(h) => (h.agent_id, h.active_claims - 1, Some(h.run)),
         None => {
             // Conditional, so that two sweepers (or a sweeper and a
             // heartbeat) end a claim once.
@@ -1047,7 +1036,7 @@ pub(crate) async fn release<D: Db>(
                 return Ok(false);
             }
             let w = workers::require(db, &claim.worker_id).await?;
-            (w.agent_id, w.session_id, w.active_claims, None)
+            (w.agent_id, w.active_claims, None)
         }
     };
     let refs = EventRefs::default()
@@ -1055,6 +1044,8 @@ pub(crate) async fn release<D: Db>(
         .worker(&claim.worker_id)
         .run(&claim.run_id)
         .agent(&agent_id);
+    // The worker's claim count after the release: seed 001's `worker_idle`
+    // is this event when it is 0 (no event of its own is stored).
     emit(
         db,
         now,
@@ -1065,24 +1056,13 @@ pub(crate) async fn release<D: Db>(
                 kind::CLAIM_RELEASED
             },
             refs,
-            json!({ "claim_id": claim.id, "reason": reason, "purpose": claim.purpose }),
+            json!({
+                "claim_id": claim.id, "reason": reason, "purpose": claim.purpose,
+                "worker_active_claims": remaining,
+            }),
         ),
     );
     runs::finish(db, now, &claim.run_id, run_status, result, reason, run).await?;
-    if remaining == 0 {
-        emit(
-            db,
-            now,
-            NewEvent::new(
-                kind::WORKER_IDLE,
-                EventRefs::default()
-                    .worker(&claim.worker_id)
-                    .agent(&agent_id)
-                    .session(session_id),
-                json!({ "released": claim.vtid }),
-            ),
-        );
-    }
     Ok(true)
 }
 
