@@ -287,7 +287,7 @@ pub async fn progress_batch(
     let vtids: Vec<String> = valid.iter().map(|r| r.vtid.clone()).collect();
     let outcomes = state
         .store
-        .progress_batch(&worker, valid)
+        .progress_batch(&worker, valid, state.lease_rules())
         .await
         .map_err(|e| seed_error(e, false))?;
     let mut outcomes = outcomes.into_iter().zip(vtids).zip(events);
@@ -372,6 +372,7 @@ pub async fn progress(
             b.message,
             b.metadata,
             b.result,
+            state.lease_rules(),
         )
         .await
         .map_err(|e| seed_error(e, false))?;

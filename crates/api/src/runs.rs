@@ -271,6 +271,7 @@ pub async fn append_steps(
             caller_worker(&caller),
             b.start_index,
             b.steps,
+            state.lease_rules(),
         )
         .await?;
     Ok(Json(AppendAck {

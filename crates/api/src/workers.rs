@@ -133,14 +133,30 @@ pub async fn list_workers(
     ))
 }
 
-/// Seed 001's event names for worker lifecycle events in the log.
-fn seed001_name(kind_: &str) -> Option<WorkerEventType> {
-    match kind_ {
+/// The worker's claim count a claim event carries after its change.
+fn active_claims_after(e: &Event) -> Option<i64> {
+    e.data.get("worker_active_claims").and_then(|n| n.as_i64())
+}
+
+/// Seed 001's event name for a stored event, if it is one of seed 001's:
+/// each stored event maps to at most one, derived from that event alone.
+/// `worker_active` / `worker_idle` are the claim events that took a worker
+/// from no claim to one and back (logs from earlier versions stored them
+/// as `worker.active` / `worker.idle`, which map as before; their claim
+/// events carry no count and map to nothing, so nothing appears twice).
+fn seed001_name(e: &Event) -> Option<WorkerEventType> {
+    match e.kind.as_str() {
         kind::WORKER_REGISTERED => Some(WorkerEventType::WorkerStarted),
         kind::WORKER_ACTIVE => Some(WorkerEventType::WorkerActive),
         kind::WORKER_IDLE => Some(WorkerEventType::WorkerIdle),
         kind::WORKER_CLOSED => Some(WorkerEventType::WorkerClosed),
         kind::WORKERS_SNAPSHOT => Some(WorkerEventType::Snapshot),
+        kind::CLAIM_GRANTED if active_claims_after(e) == Some(1) => {
+            Some(WorkerEventType::WorkerActive)
+        }
+        kind::CLAIM_RELEASED | kind::CLAIM_EXPIRED if active_claims_after(e) == Some(0) => {
+            Some(WorkerEventType::WorkerIdle)
+        }
         _ => None,
     }
 }
@@ -151,6 +167,9 @@ fn seed001_filter() -> EventFilter {
             kind::WORKER_REGISTERED,
             kind::WORKER_ACTIVE,
             kind::WORKER_IDLE,
+            kind::CLAIM_GRANTED,
+            kind::CLAIM_RELEASED,
+            kind::CLAIM_EXPIRED,
             kind::WORKER_CLOSED,
             kind::WORKERS_SNAPSHOT,
         ]
@@ -161,14 +180,27 @@ fn seed001_filter() -> EventFilter {
     }
 }
 
-fn seed001_event(e: &Event) -> WorkerEvent {
-    WorkerEvent {
+/// Seed 001's form of a stored event, if it has one. The id stays the
+/// event's `seq`, so it is a cursor like any other.
+fn seed001_event(e: &Event) -> Option<WorkerEvent> {
+    let kind_ = seed001_name(e)?;
+    // A derived event carries the data its stored form used to have.
+    let data = match (kind_, e.kind.as_str()) {
+        (WorkerEventType::WorkerActive, kind::CLAIM_GRANTED) => {
+            serde_json::json!({ "vtid": e.refs.task_id, "run_id": e.refs.run_id })
+        }
+        (WorkerEventType::WorkerIdle, kind::CLAIM_RELEASED | kind::CLAIM_EXPIRED) => {
+            serde_json::json!({ "released": e.refs.task_id })
+        }
+        _ => e.data.clone(),
+    };
+    Some(WorkerEvent {
         id: e.seq,
         ts: to_rfc3339(e.ts),
-        kind: seed001_name(&e.kind).unwrap_or(WorkerEventType::Unknown),
+        kind: kind_,
         worker_id: e.refs.worker_id.clone(),
-        data: e.data.clone(),
-    }
+        data,
+    })
 }
 
 /// Seed 001's `worker_events`, with stable ids and a `next_cursor`.
@@ -217,7 +249,7 @@ pub async fn worker_events(
             }
         },
     };
-    let events: Vec<WorkerEvent> = page.events.iter().map(seed001_event).collect();
+    let events: Vec<WorkerEvent> = page.events.iter().filter_map(seed001_event).collect();
     let mut body = WorkerEventsResponse {
         count: events.len(),
         events,
@@ -240,7 +272,7 @@ pub async fn worker_events(
     if q.include_summary.unwrap_or(false) {
         let mut lists: HashMap<&str, Vec<String>> = HashMap::new();
         for e in &page.events {
-            if let (Some(name), Some(w)) = (seed001_name(&e.kind), &e.refs.worker_id) {
+            if let (Some(name), Some(w)) = (seed001_name(e), &e.refs.worker_id) {
                 let key = match name {
                     WorkerEventType::WorkerStarted => "started",
                     WorkerEventType::WorkerClosed => "closed",

@@ -24,11 +24,22 @@ macro_rules! kinds {
 
 /// Event type names as stored in the log.
 pub mod kind {
+    /// A worker took its first claim. No longer written: seed 001's
+    /// `worker_active` is derived from [`CLAIM_GRANTED`] (its data's
+    /// `worker_active_claims` is 1). Logs written before may hold it.
+    pub const WORKER_ACTIVE: &str = "worker.active";
+    /// A worker's last claim ended. No longer written: seed 001's
+    /// `worker_idle` is derived from [`CLAIM_RELEASED`] / [`CLAIM_EXPIRED`]
+    /// (`worker_active_claims` 0). Logs written before may hold it.
+    pub const WORKER_IDLE: &str = "worker.idle";
+    /// Types earlier versions wrote that a log may still hold: documented
+    /// and mapped like the others, never written.
+    pub const LEGACY: &[&str] = &[WORKER_ACTIVE, WORKER_IDLE];
+
     kinds! {
-        // Workers (seed 001 surface: worker_started / worker_active / worker_idle / worker_closed / snapshot).
+        // Workers (seed 001 surface: worker_started / worker_active / worker_idle / worker_closed / snapshot;
+        // worker_active and worker_idle come from the claim events).
         WORKER_REGISTERED = "worker.registered";
-        WORKER_ACTIVE = "worker.active";
-        WORKER_IDLE = "worker.idle";
         WORKER_INACTIVE = "worker.inactive";
         WORKER_CLOSED = "worker.closed";
         WORKERS_SNAPSHOT = "workers.snapshot";

@@ -185,6 +185,10 @@ pub struct ClaimGranted {
     /// Milliseconds since the Unix epoch.
     pub expires_at: i64,
     pub purpose: shepherd_core::status::ClaimPurpose,
+    /// Claims the worker holds after this grant (1: it was idle until now).
+    /// Absent from events written by earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_active_claims: Option<i64>,
 }
 
 /// `data` of `worker.claim.released` and `worker.claim.expired`.
@@ -193,6 +197,10 @@ pub struct ClaimReleased {
     pub claim_id: String,
     pub purpose: shepherd_core::status::ClaimPurpose,
     pub reason: String,
+    /// Claims the worker still holds after this one ended (0: it is idle).
+    /// Absent from events written by earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_active_claims: Option<i64>,
 }
 
 /// `data` of `task.cancel_requested`.
@@ -268,14 +276,19 @@ pub enum WorkerRegisteredData {
     Resumed(WorkerResumed),
 }
 
-/// `data` of `worker.active`: the worker took a claim.
+/// `data` of `worker.active`: the worker took a claim. No longer written (a
+/// log from an earlier version may hold it): seed 001's `worker_active` now
+/// comes from `worker.claim.granted` with `worker_active_claims` 1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct WorkerActive {
     pub vtid: String,
     pub run_id: String,
 }
 
-/// `data` of `worker.idle`: the worker's last claim ended.
+/// `data` of `worker.idle`: the worker's last claim ended. No longer written
+/// (a log from an earlier version may hold it): seed 001's `worker_idle` now
+/// comes from `worker.claim.released` / `worker.claim.expired` with
+/// `worker_active_claims` 0.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct WorkerIdle {
     /// The task whose claim ended.

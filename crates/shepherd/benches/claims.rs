@@ -424,6 +424,7 @@ async fn store_cycle(store: &Store, worker: &str, vtid: &str) -> Result<(), Stri
             None,
             json!({}),
             None,
+            RULES,
         )
         .await
         .map_err(|e| format!("complete {vtid}: {e}"))?;
@@ -599,7 +600,7 @@ async fn bench_claim_next(
                             result: None,
                         })
                         .collect();
-                    match store.progress_batch(&worker, reports).await {
+                    match store.progress_batch(&worker, reports, RULES).await {
                         Ok(results) => {
                             for r in results {
                                 match r {
@@ -623,6 +624,7 @@ async fn bench_claim_next(
                                 None,
                                 json!({}),
                                 None,
+                                RULES,
                             )
                             .await;
                         match r {

@@ -448,6 +448,18 @@ while [ ! -e {release} ]; do sleep 0.1; done
     let tasks = wait_for("every task to settle", Duration::from_secs(60), || {
         let (http, base, dtok) = (http.clone(), base.clone(), dtok.clone());
         async move {
+            // Like any worker, the drainer heartbeats: a lease whose holder
+            // stays silent past the heartbeat timeout (4 s here) lapses, and
+            // its reports are refused then, swept or not.
+            let (st, b) = send(
+                &http,
+                reqwest::Method::POST,
+                &format!("{base}/api/v1/worker/orchestrator/heartbeat"),
+                &dtok,
+                Some(&json!({ "worker_id": "drainer" })),
+            )
+            .await;
+            assert_eq!(st, 200, "{b}");
             let (_, b) = send(
                 &http,
                 reqwest::Method::POST,
@@ -456,7 +468,24 @@ while [ ! -e {release} ]; do sleep 0.1; done
                 Some(&json!({ "max": 100 })),
             )
             .await;
-            for c in b["claims"].as_array().cloned().unwrap_or_default() {
+            for (i, c) in b["claims"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+            {
+                if i % 10 == 9 {
+                    let (st, b) = send(
+                        &http,
+                        reqwest::Method::POST,
+                        &format!("{base}/api/v1/worker/orchestrator/heartbeat"),
+                        &dtok,
+                        Some(&json!({ "worker_id": "drainer" })),
+                    )
+                    .await;
+                    assert_eq!(st, 200, "{b}");
+                }
                 let (st, r) = send(
                     &http,
                     reqwest::Method::POST,

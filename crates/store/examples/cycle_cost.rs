@@ -165,6 +165,7 @@ async fn main() -> R<()> {
                         None,
                         json!({}),
                         None,
+                        RULES,
                     )
                     .await?;
                 if !matches!(a, Applied::Moved { .. }) {

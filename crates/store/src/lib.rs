@@ -171,6 +171,7 @@ impl ProgressReport {
         db: &mut D,
         now: Millis,
         worker_id: &str,
+        rules: &LeaseRules,
     ) -> Result<Applied, Error> {
         claims::progress(
             db,
@@ -182,6 +183,7 @@ impl ProgressReport {
             self.message,
             self.metadata,
             self.result,
+            rules,
         )
         .await
     }
@@ -789,6 +791,7 @@ impl Store {
         &self,
         worker_id: &str,
         reports: Vec<ProgressReport>,
+        rules: LeaseRules,
     ) -> Result<Vec<Result<Applied, Error>>, Error> {
         let now = self.now();
         match &self.inner.backend {
@@ -798,7 +801,7 @@ impl Store {
                     .map(|r| {
                         let id = worker_id.to_owned();
                         move |db: &mut sqlite::SqliteDb<'_>| {
-                            futures::executor::block_on(r.apply(db, now, &id))
+                            futures::executor::block_on(r.apply(db, now, &id, &rules))
                         }
                     })
                     .collect();
@@ -815,7 +818,7 @@ impl Store {
                         > {
                             Box::pin(async move {
                                 let appended = sql::Db::appended_later(&db);
-                                let applied = r.apply(&mut db, now, &id).await?;
+                                let applied = r.apply(&mut db, now, &id, &rules).await?;
                                 db.end_unit().await?;
                                 Ok((applied, appended))
                             })
@@ -841,6 +844,7 @@ impl Store {
         message: Option<String>,
         metadata: serde_json::Value,
         result: Option<String>,
+        rules: LeaseRules,
     ) -> Result<Applied, Error> {
         let (now, id, vtid, event) = (
             self.now(),
@@ -860,6 +864,7 @@ impl Store {
                 message,
                 metadata,
                 result,
+                &rules,
             )
             .await?;
             Ok((applied, appended))
@@ -931,10 +936,21 @@ impl Store {
         caller: Option<String>,
         start_index: i64,
         steps: Vec<TranscriptStep>,
+        rules: LeaseRules,
     ) -> Result<StepsAck, Error> {
         let (now, id, token) = (self.now(), run_id.to_owned(), claim_token.to_owned());
         write_op!(self, |db| async move {
-            runs::append_steps(db, now, &id, &token, caller.as_deref(), start_index, steps).await
+            runs::append_steps(
+                db,
+                now,
+                &id,
+                &token,
+                caller.as_deref(),
+                start_index,
+                steps,
+                &rules,
+            )
+            .await
         })
     }
 

@@ -111,6 +111,7 @@ contract!(
                 None,
                 json!({}),
                 None,
+                rules(),
             )
             .await
             .unwrap();
@@ -153,7 +154,7 @@ contract!(
                             )
                         })
                         .collect();
-                    for r in store.progress_batch(&id, reports).await.unwrap() {
+                    for r in store.progress_batch(&id, reports, rules()).await.unwrap() {
                         r.unwrap();
                     }
                     mine.extend(grants.into_iter().map(|g| g.task.vtid));
@@ -219,6 +220,7 @@ contract!(
                     // C is done now: the workflow refuses a second completion.
                     report("C", Some(&tc), "worker.execution.completed"),
                 ],
+                rules(),
             )
             .await
             .unwrap();
@@ -246,6 +248,7 @@ contract!(
             .progress_batch(
                 "w",
                 vec![report("B", Some(&tb), "worker.execution.completed")],
+                rules(),
             )
             .await
             .unwrap();
@@ -259,6 +262,7 @@ contract!(
             .progress_batch(
                 "other",
                 vec![report("A", Some(&ta), "worker.execution.completed")],
+                rules(),
             )
             .await
             .unwrap();
@@ -294,6 +298,7 @@ contract!(
                     Some(&g[0].claim_token),
                     "worker.execution.failed",
                 )],
+                rules(),
             )
             .await
             .unwrap();

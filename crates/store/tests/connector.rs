@@ -64,6 +64,7 @@ async fn progress(
             Some(format!("{event} now")),
             json!({}),
             None,
+            rules(),
         )
         .await
 }
@@ -313,7 +314,14 @@ contract!(
             }],
         };
         let ack = store
-            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, vec![step])
+            .append_steps(
+                &g.claim.run_id,
+                &g.claim_token,
+                None,
+                0,
+                vec![step],
+                rules(),
+            )
             .await
             .unwrap();
         assert_eq!(ack.next_index, 1);
@@ -331,6 +339,7 @@ contract!(
                 None,
                 json!({}),
                 Some("boom".into()),
+                rules(),
             )
             .await
             .unwrap();
@@ -378,6 +387,107 @@ contract!(
         for n in nodes {
             n.close();
         }
+    }
+);
+
+contract!(
+    a_lapsed_lease_fences_reports_before_any_sweep,
+    |db: TestDb| async move {
+        // A lease lapses under the rules in force whoever touches it first:
+        // the holder's own progress and steps are refused once its TTL or
+        // heartbeat timeout passed, though no sweep, heartbeat or claim has
+        // ended the claim yet; inside the start grace they are accepted.
+        let store = db.open().await;
+        let t0 = 1_900_000_000_000;
+        store.set_clock(Some(t0));
+        register(&store, "w", &[]).await;
+        // The TTL passes first (heartbeats on time), or the worker falls
+        // silent past the heartbeat timeout while its TTL still runs.
+        let ttl_first = LeaseRules {
+            ttl_ms: 60_000,
+            heartbeat_timeout_ms: 300_000,
+            not_before: 0,
+            cancel_grace_ms: 30_000,
+        };
+        let silence_first = LeaseRules {
+            ttl_ms: 3_600_000,
+            ..ttl_first
+        };
+        for (vtid, lease, lapse_at) in [
+            ("L-ttl", ttl_first, 60_001),
+            ("L-silent", silence_first, 300_001),
+        ] {
+            store.create_task(task(vtid, "simple")).await.unwrap();
+            store.set_clock(Some(t0));
+            store.heartbeat("w", lease).await.unwrap();
+            let g = store.claim_task("w", vtid, lease).await.unwrap();
+            let at = t0 + lapse_at;
+            store.set_clock(Some(at));
+            // Inside the start grace (a node that just started) the lapse
+            // does not count: the report is accepted.
+            let grace = LeaseRules {
+                not_before: at + 1,
+                ..lease
+            };
+            let ack = store
+                .append_steps(
+                    &g.claim.run_id,
+                    &g.claim_token,
+                    Some("w".into()),
+                    0,
+                    vec![],
+                    grace,
+                )
+                .await
+                .unwrap();
+            assert_eq!(ack.accepted, 0);
+            let err = store
+                .append_steps(
+                    &g.claim.run_id,
+                    &g.claim_token,
+                    Some("w".into()),
+                    0,
+                    vec![],
+                    lease,
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err.code, "claim_stale",
+                "{vtid}: steps under a lapsed lease"
+            );
+            for token in [Some(g.claim_token.clone()), None] {
+                let err = store
+                    .progress(
+                        "w",
+                        vtid,
+                        token,
+                        "worker.execution.completed",
+                        None,
+                        json!({}),
+                        None,
+                        lease,
+                    )
+                    .await
+                    .unwrap_err();
+                assert_eq!(
+                    err.code, "claim_stale",
+                    "{vtid}: progress under a lapsed lease"
+                );
+            }
+            let (d, _) = store.task(vtid, 10).await.unwrap();
+            assert_eq!(
+                d.task.state, "claimed",
+                "{vtid}: the refused report changed nothing"
+            );
+            // The next one to touch the claim ends it, as the sweeper would.
+            store.heartbeat("w", lease).await.unwrap();
+            let (d, _) = store.task(vtid, 10).await.unwrap();
+            assert_eq!(d.task.state, "pending", "{vtid}: the lapsed claim ended");
+            let (run, _) = store.run(&g.claim.run_id).await.unwrap();
+            assert_eq!(run.status, "failed");
+        }
+        store.close();
     }
 );
 
@@ -433,13 +543,14 @@ contract!(
                     None,
                     json!({}),
                     None,
+                    rules(),
                 )
                 .await
                 .unwrap_err();
             assert_eq!(err.code, "claim_stale");
         }
         let err = a
-            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, vec![])
+            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, vec![], rules())
             .await
             .unwrap_err();
         assert_eq!(err.code, "claim_stale");
@@ -624,7 +735,14 @@ contract!(
             }],
         };
         store
-            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, vec![step])
+            .append_steps(
+                &g.claim.run_id,
+                &g.claim_token,
+                None,
+                0,
+                vec![step],
+                rules(),
+            )
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -702,6 +820,7 @@ contract!(
                 None,
                 json!({}),
                 Some("binary\0output".into()),
+                rules(),
             )
             .await
             .unwrap();
@@ -858,6 +977,7 @@ contract!(
                 None,
                 json!({}),
                 None,
+                rules(),
             )
             .await;
         assert!(tokenless.is_ok(), "{tokenless:?}");
@@ -881,6 +1001,7 @@ contract!(
                 None,
                 json!({}),
                 None,
+                rules(),
             )
             .await
             .unwrap_err();
@@ -894,6 +1015,7 @@ contract!(
                 None,
                 json!({}),
                 None,
+                rules(),
             )
             .await
             .unwrap_err();
@@ -907,6 +1029,7 @@ contract!(
                 None,
                 json!({}),
                 None,
+                rules(),
             )
             .await
             .unwrap();

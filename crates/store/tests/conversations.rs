@@ -63,6 +63,7 @@ async fn finish(store: &Store, worker: &str, g: &Grant, event: &str, meta: serde
             None,
             meta,
             Some("the answer".into()),
+            rules(),
         )
         .await
         .unwrap();
@@ -105,6 +106,7 @@ contract!(send_reply_and_follow_up, |db: TestDb| async move {
             None,
             0,
             vec![step("row 1"), step("row 2")],
+            rules(),
         )
         .await
         .unwrap();
@@ -196,7 +198,7 @@ contract!(
             .map(|i| step(&format!("row {i} researched")))
             .collect();
         store
-            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, steps)
+            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, steps, rules())
             .await
             .unwrap();
         let after = store.cancel_conversation(&c.id, None).await.unwrap();
@@ -215,6 +217,7 @@ contract!(
                 None,
                 4,
                 vec![step("stopping")],
+                rules(),
             )
             .await
             .unwrap();
@@ -298,6 +301,7 @@ contract!(
                 None,
                 0,
                 vec![step("row 1")],
+                rules(),
             )
             .await
             .unwrap();
@@ -362,6 +366,7 @@ contract!(enqueue_and_interrupt, |db: TestDb| async move {
             None,
             0,
             vec![step("half")],
+            rules(),
         )
         .await
         .unwrap();

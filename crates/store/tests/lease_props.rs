@@ -392,6 +392,14 @@ impl Model {
             || c.expires_at < self.now
     }
 
+    /// Whether the lease of `t`'s active claim lapsed (nothing ended it yet).
+    fn holder_lapsed(&self, t: usize) -> bool {
+        self.tasks[t].active.as_ref().is_some_and(|c| {
+            let holder = &self.workers[c.worker];
+            self.lapsed(c, holder.last_hb, holder.status)
+        })
+    }
+
     fn set_state(&mut self, t: usize, to: &str) {
         let task = &mut self.tasks[t];
         if task.state != to {
@@ -611,11 +619,14 @@ impl Model {
         if wf.apply(&self.tasks[t].state, event) == Outcome::Unknown {
             return Err("unknown_event");
         }
-        // The holder's report is accepted even when its lease lapsed but
-        // nothing ended it yet (no sweep, heartbeat or claim since): the
-        // report paths do not take the lease rules. The model says so, so
-        // a change there shows up here.
         if !self.fenced(w, t, token) {
+            return Err("claim_stale");
+        }
+        // A lapsed lease is lapsed whoever touches it first: the holder's
+        // report under a lease that lapsed is refused even though nothing
+        // ended the claim yet (no sweep, heartbeat or claim since). The
+        // refusal changes nothing; the next heartbeat, claim or sweep ends it.
+        if self.holder_lapsed(t) {
             return Err("claim_stale");
         }
         self.apply_event(t, ev);
@@ -676,6 +687,10 @@ impl Model {
         // The same answer for "not your claim" as for a wrong token
         // (issue 18, item 5): nothing tells a caller its guess was right.
         if c.token != token || c.worker != caller {
+            return Err("claim_stale");
+        }
+        // As for progress: a lapsed lease fences its steps out.
+        if self.holder_lapsed(t) {
             return Err("claim_stale");
         }
         let validate = c.validate;
@@ -1226,7 +1241,8 @@ impl Case {
                     let event = event.resolve(m.tasks[t].wf, &m.tasks[t].state);
                     let w = sender(&m, t, by);
                     let tok = resolve_token(&m, t, token);
-                    must_be_stale = surely_stale(&m, t, tok.as_deref())
+                    must_be_stale = (surely_stale(&m, t, tok.as_deref())
+                        || (m.holder_lapsed(t) && m.fenced(w, t, tok.as_deref())))
                         && m.tasks[t].wf.knows_event(event.name());
                     let metadata = match event {
                         Ev::Failed { retryable: false } => json!({ "retryable": false }),
@@ -1241,6 +1257,7 @@ impl Case {
                             Some(event.name().into()),
                             metadata,
                             None,
+                            rules,
                         )
                         .await;
                     (
@@ -1273,8 +1290,9 @@ impl Case {
                         },
                     };
                     let w = sender(&m, t, by);
-                    must_be_stale = !m.tasks.iter().any(|task| {
+                    must_be_stale = !m.tasks.iter().enumerate().any(|(i, task)| {
                         matches!(&task.active, Some(c) if c.run_id == run_id && c.token == tok && c.worker == w)
+                            && !m.holder_lapsed(i)
                     });
                     let index = m
                         .tasks
@@ -1288,6 +1306,7 @@ impl Case {
                             Some(m.workers[w].id.clone()),
                             index,
                             vec![one_step()],
+                            rules,
                         )
                         .await;
                     if let Ok(ack) = &got {

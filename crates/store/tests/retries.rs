@@ -62,6 +62,7 @@ async fn report(store: &Store, g: &Grant, event: &str, message: &str, metadata: 
             Some(message.into()),
             metadata,
             None,
+            rules(),
         )
         .await
         .unwrap();

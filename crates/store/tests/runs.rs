@@ -69,6 +69,7 @@ async fn run(
                 None,
                 json!({}),
                 None,
+                rules(),
             )
             .await
             .unwrap();
@@ -219,7 +220,7 @@ contract!(
             },
         ];
         store
-            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, steps)
+            .append_steps(&g.claim.run_id, &g.claim_token, None, 0, steps, rules())
             .await
             .unwrap();
         let (_, stored, _) = store.run_steps(&g.claim.run_id, -1, 10).await.unwrap();
@@ -302,7 +303,14 @@ contract!(pruning_transcripts_keeps_rows, |db: TestDb| async move {
         }],
     };
     store
-        .append_steps(&g.claim.run_id, &g.claim_token, None, 0, vec![step])
+        .append_steps(
+            &g.claim.run_id,
+            &g.claim_token,
+            None,
+            0,
+            vec![step],
+            rules(),
+        )
         .await
         .unwrap();
     store
@@ -314,6 +322,7 @@ contract!(pruning_transcripts_keeps_rows, |db: TestDb| async move {
             None,
             json!({}),
             None,
+            rules(),
         )
         .await
         .unwrap();

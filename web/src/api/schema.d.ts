@@ -1075,6 +1075,12 @@ export interface components {
              */
             expires_at: number;
             purpose: components["schemas"]["ClaimPurpose"];
+            /**
+             * Format: int64
+             * @description Claims the worker holds after this grant (1: it was idle until now).
+             *     Absent from events written by earlier versions.
+             */
+            worker_active_claims?: number | null;
         };
         /** @description An event of type `worker.claim.granted`. */
         ClaimGrantedEvent: components["schemas"]["EventEnvelope"] & {
@@ -1118,6 +1124,12 @@ export interface components {
             claim_id: string;
             purpose: components["schemas"]["ClaimPurpose"];
             reason: string;
+            /**
+             * Format: int64
+             * @description Claims the worker still holds after this one ended (0: it is idle).
+             *     Absent from events written by earlier versions.
+             */
+            worker_active_claims?: number | null;
         };
         /** @description An event of type `worker.claim.released`, `worker.claim.expired`. */
         ClaimReleasedEvent: components["schemas"]["EventEnvelope"] & {
@@ -2478,7 +2490,11 @@ export interface components {
         };
         /** @description One event of the log: the envelope (cursor, time, ids), `type`, and the `data` that type carries. */
         WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["ProgressEvent"];
-        /** @description `data` of `worker.active`: the worker took a claim. */
+        /**
+         * @description `data` of `worker.active`: the worker took a claim. No longer written (a
+         *     log from an earlier version may hold it): seed 001's `worker_active` now
+         *     comes from `worker.claim.granted` with `worker_active_claims` 1.
+         */
         WorkerActive: {
             run_id: string;
             vtid: string;
@@ -2574,7 +2590,12 @@ export interface components {
          * @enum {string}
          */
         WorkerEventType: "worker_started" | "worker_active" | "worker_idle" | "worker_closed" | "snapshot" | "unknown";
-        /** @description `data` of `worker.idle`: the worker's last claim ended. */
+        /**
+         * @description `data` of `worker.idle`: the worker's last claim ended. No longer written
+         *     (a log from an earlier version may hold it): seed 001's `worker_idle` now
+         *     comes from `worker.claim.released` / `worker.claim.expired` with
+         *     `worker_active_claims` 0.
+         */
         WorkerIdle: {
             /** @description The task whose claim ended. */
             released: string;

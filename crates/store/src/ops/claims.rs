@@ -91,17 +91,26 @@ pub(crate) async fn active_with_token<D: Db>(
     }
 }
 
-/// The active claim of a run, for step and status calls fenced by token.
+/// The active claim of a run, for step and status calls fenced by token,
+/// with its holder's last heartbeat and registry status (whether its lease
+/// lapsed).
 pub(crate) async fn active_for_run<D: Db>(
     db: &mut D,
     run_id: &str,
-) -> Result<Option<ActiveClaim>, Error> {
-    let sql = format!("SELECT {CLAIM_COLUMNS}, c.claim_token FROM runs c WHERE c.id = $1 AND c.released_at IS NULL");
+) -> Result<Option<(ActiveClaim, i64, String)>, Error> {
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS}, c.claim_token, w.last_heartbeat_at, w.status FROM runs c \
+         JOIN workers w ON w.id = c.worker_id WHERE c.id = $1 AND c.released_at IS NULL"
+    );
     match db.query_opt(&sql, params![run_id]).await? {
-        Some(r) => Ok(Some(ActiveClaim {
-            claim: claim_from_row(&r)?,
-            token: r.string(9)?,
-        })),
+        Some(r) => Ok(Some((
+            ActiveClaim {
+                claim: claim_from_row(&r)?,
+                token: r.string(9)?,
+            },
+            r.i64(10)?,
+            r.string(11)?,
+        ))),
         None => Ok(None),
     }
 }
@@ -465,8 +474,10 @@ fn active_from(r: &Row, at: usize, vtid: &str) -> Result<Option<ActiveWithHolder
     )))
 }
 
-/// Why a lease lapsed, if it did.
-fn lapse_reason(
+/// Why a lease lapsed, if it did. The one rule for every path that touches
+/// a claim (claim, heartbeat, report, sweep): a lapsed lease is lapsed
+/// whoever touches it first, so no outcome depends on sweep timing.
+pub(crate) fn lapse_reason(
     now: Millis,
     rules: &LeaseRules,
     claim: &Claim,
@@ -667,29 +678,20 @@ async fn grant<D: Db>(
         .agent(&worker.agent_id)
         .channel(task.channel_id.clone())
         .conversation(task.conversation_id.clone());
+    // The worker's claim count after the grant: seed 001's `worker_active`
+    // is this event when it is 1 (no event of its own is stored).
     emit(
         db,
         now,
         NewEvent::new(
             kind::CLAIM_GRANTED,
             refs.clone(),
-            json!({ "claim_id": claim_id, "purpose": purpose, "attempt": attempt, "expires_at": expires_at }),
+            json!({
+                "claim_id": claim_id, "purpose": purpose, "attempt": attempt, "expires_at": expires_at,
+                "worker_active_claims": worker.active_claims + 1,
+            }),
         ),
     );
-    if worker.active_claims == 0 {
-        emit(
-            db,
-            now,
-            NewEvent::new(
-                kind::WORKER_ACTIVE,
-                EventRefs::default()
-                    .worker(worker_id)
-                    .agent(&worker.agent_id)
-                    .session(worker.session_id.clone()),
-                json!({ "vtid": vtid, "run_id": run_id }),
-            ),
-        );
-    }
     if new_state != task.state {
         let mut r = refs.clone();
         r.agent_id = task.agent_id.clone();
@@ -733,11 +735,13 @@ async fn grant<D: Db>(
 #[derive(Debug, Clone)]
 pub(crate) struct Holder {
     pub agent_id: String,
-    pub session_id: Option<String>,
     /// Claims the worker holds, this one included.
     pub active_claims: i64,
     /// The worker's last recorded activity.
     pub last_activity_at: Option<Millis>,
+    /// The worker's last heartbeat and registry status: whether its lease lapsed.
+    pub last_heartbeat_at: i64,
+    pub status: String,
     pub run: runs::RunInfo,
 }
 
@@ -745,7 +749,7 @@ pub(crate) struct Holder {
 fn progress_context_sql() -> String {
     format!(
         "SELECT {TASK_COLUMNS}, c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
-         w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, w.session_id, \
+         w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, \
          (SELECT COUNT(*) FROM runs c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
          c.conversation_id, w.last_activity_at \
          FROM tasks t LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
@@ -767,7 +771,7 @@ async fn task_with_holder<D: Db>(
     let at = TASK_WIDTH;
     let active = match active_from(&r, at, vtid)? {
         None => None,
-        Some((active, _, _)) => {
+        Some((active, heartbeat, status)) => {
             let run_channel = r.opt_string(at + 12)?;
             let run_agent = r.string(at + 11)?;
             let refs = EventRefs::default()
@@ -776,7 +780,7 @@ async fn task_with_holder<D: Db>(
                 .worker(&active.claim.worker_id)
                 .agent(&run_agent)
                 .channel(run_channel)
-                .conversation(r.opt_string(at + 16)?);
+                .conversation(r.opt_string(at + 15)?);
             let holder = Holder {
                 run: runs::RunInfo {
                     status: r.string(at + 9)?,
@@ -784,9 +788,10 @@ async fn task_with_holder<D: Db>(
                     refs,
                 },
                 agent_id: r.string(at + 13)?,
-                session_id: r.opt_string(at + 14)?,
-                active_claims: r.i64(at + 15)?,
-                last_activity_at: r.opt_i64(at + 17)?,
+                active_claims: r.i64(at + 14)?,
+                last_activity_at: r.opt_i64(at + 16)?,
+                last_heartbeat_at: heartbeat.unwrap_or(0),
+                status: status.unwrap_or_default(),
             };
             Some((active, holder))
         }
@@ -806,6 +811,7 @@ pub async fn progress<D: Db>(
     message: Option<String>,
     metadata: Value,
     result: Option<String>,
+    rules: &LeaseRules,
 ) -> Result<Applied, Error> {
     let (task, active) = task_with_holder(db, vtid).await?;
     let wf = workflow_of(&task)?;
@@ -842,6 +848,24 @@ pub async fn progress<D: Db>(
             return Err(stale());
         }
     };
+    // The holder's own lease lapsed (not yet ended by a sweep, heartbeat or
+    // claim): its report is refused as the sweeper would have refused it.
+    // Nothing is written here, the refusal rolls back; whoever touches the
+    // claim next (sweep, heartbeat, claim) ends it under the same rule.
+    if let Some(reason) = lapse_reason(
+        now,
+        rules,
+        &fenced.0.claim,
+        fenced.1.last_heartbeat_at,
+        &fenced.1.status,
+    ) {
+        return Err(Error::conflict(
+            "claim_stale",
+            format!(
+                "the claim of worker {worker_id} on {vtid} lapsed ({reason}); claim the task again"
+            ),
+        ));
+    }
     super::conversations::note_agent_session(db, now, &task, &metadata).await?;
     super::runs::record_workspace(db, &fenced.0.claim.run_id, &metadata);
     apply_event(
@@ -1062,10 +1086,10 @@ pub(crate) async fn release<D: Db>(
 ) -> Result<bool, Error> {
     const RELEASE: &str =
         "UPDATE runs SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL";
-    let (agent_id, session_id, remaining, run) = match holder {
+    let (agent_id, remaining, run) = match holder {
         // Known active in this transaction: the run's final update releases
         // the claim too (one row, one statement).
-        Some(h) => (h.agent_id, h.session_id, h.active_claims - 1, Some(h.run)),
+        Some(h) => (h.agent_id, h.active_claims - 1, Some(h.run)),
         None => {
             // Conditional, so that two sweepers (or a sweeper and a
             // heartbeat) end a claim once.
@@ -1077,7 +1101,7 @@ pub(crate) async fn release<D: Db>(
                 return Ok(false);
             }
             let w = workers::require(db, &claim.worker_id).await?;
-            (w.agent_id, w.session_id, w.active_claims, None)
+            (w.agent_id, w.active_claims, None)
         }
     };
     let refs = EventRefs::default()
@@ -1085,6 +1109,8 @@ pub(crate) async fn release<D: Db>(
         .worker(&claim.worker_id)
         .run(&claim.run_id)
         .agent(&agent_id);
+    // The worker's claim count after the release: seed 001's `worker_idle`
+    // is this event when it is 0 (no event of its own is stored).
     emit(
         db,
         now,
@@ -1095,24 +1121,13 @@ pub(crate) async fn release<D: Db>(
                 kind::CLAIM_RELEASED
             },
             refs,
-            json!({ "claim_id": claim.id, "reason": reason, "purpose": claim.purpose }),
+            json!({
+                "claim_id": claim.id, "reason": reason, "purpose": claim.purpose,
+                "worker_active_claims": remaining,
+            }),
         ),
     );
     runs::finish(db, now, &claim.run_id, run_status, result, reason, run).await?;
-    if remaining == 0 {
-        emit(
-            db,
-            now,
-            NewEvent::new(
-                kind::WORKER_IDLE,
-                EventRefs::default()
-                    .worker(&claim.worker_id)
-                    .agent(&agent_id)
-                    .session(session_id),
-                json!({ "released": claim.vtid }),
-            ),
-        );
-    }
     Ok(true)
 }
 

@@ -21,7 +21,8 @@ pub async fn requeue_run<D: crate::sql::Db>(
     reason: &str,
 ) -> Result<Task, Error> {
     let run = runs::require(db, run_id).await?;
-    let active = runs::fence_run(db, &run, claim_token, caller).await?;
+    // Not refused when the lease lapsed: requeueing ends the claim anyway.
+    let active = runs::fence_run(db, now, &run, claim_token, caller, None).await?;
     claims::expire(db, now, &active.claim, reason).await?;
     tasks::require(db, &active.claim.vtid).await
 }

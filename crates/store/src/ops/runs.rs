@@ -268,11 +268,16 @@ pub struct StepsAck {
     pub next_index: i64,
 }
 
+/// The run's active claim, if `claim_token` is its token and `caller` (a
+/// worker token's worker) its holder. With `rules`, a claim whose lease
+/// lapsed fences the report out too, as the sweeper would have ended it.
 pub(crate) async fn fence_run<D: Db>(
     db: &mut D,
+    now: Millis,
     run: &Run,
     claim_token: &str,
     caller: Option<&str>,
+    rules: Option<&claims::LeaseRules>,
 ) -> Result<claims::ActiveClaim, Error> {
     let stale = || {
         Error::conflict(
@@ -283,7 +288,7 @@ pub(crate) async fn fence_run<D: Db>(
             ),
         )
     };
-    let active = claims::active_for_run(db, &run.id)
+    let (active, heartbeat, status) = claims::active_for_run(db, &run.id)
         .await?
         .ok_or_else(stale)?;
     // A caller that is not the holder gets the same answer as a wrong
@@ -291,6 +296,17 @@ pub(crate) async fn fence_run<D: Db>(
     let holder = caller.is_none_or(|w| w == active.claim.worker_id);
     if !super::claim_token_matches(claim_token, &active.token) || !holder {
         return Err(stale());
+    }
+    if let Some(reason) =
+        rules.and_then(|r| claims::lapse_reason(now, r, &active.claim, heartbeat, &status))
+    {
+        return Err(Error::conflict(
+            "claim_stale",
+            format!(
+                "the claim behind run {} lapsed ({reason}); claim the task again",
+                run.id
+            ),
+        ));
     }
     Ok(active)
 }
@@ -304,6 +320,7 @@ pub async fn append_steps<D: Db>(
     caller: Option<&str>,
     start_index: i64,
     steps: Vec<TranscriptStep>,
+    rules: &claims::LeaseRules,
 ) -> Result<StepsAck, Error> {
     if start_index < 0 {
         return Err(Error::invalid(
@@ -312,7 +329,7 @@ pub async fn append_steps<D: Db>(
         ));
     }
     let run = require(db, run_id).await?;
-    let active = fence_run(db, &run, claim_token, caller).await?;
+    let active = fence_run(db, now, &run, claim_token, caller, Some(rules)).await?;
     let stored = run.step_count;
     if start_index > stored {
         return Err(Error::conflict(
@@ -408,7 +425,7 @@ pub async fn set_status<D: Db>(
         ));
     }
     let run = require(db, run_id).await?;
-    fence_run(db, &run, claim_token, caller).await?;
+    fence_run(db, now, &run, claim_token, caller, None).await?;
     db.defer(
         "UPDATE runs SET live_status = $2 WHERE id = $1",
         params![run_id, text],

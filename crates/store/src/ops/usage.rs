@@ -30,7 +30,7 @@ pub async fn set_usage<D: Db>(
         ));
     }
     let run = require(db, run_id).await?;
-    fence_run(db, &run, claim_token, caller).await?;
+    fence_run(db, now, &run, claim_token, caller, None).await?;
     let text = serde_json::to_string(&usage).map_err(|e| Error::internal(e.to_string()))?;
     db.defer(
         "UPDATE runs SET usage = $2 WHERE id = $1",
