@@ -112,6 +112,7 @@ contract!(
                         ..f
                     })
                     .await
+                    .map(|p| (p.items, p.total, p.cursor))
                     .unwrap()
             }
         };
