@@ -13,6 +13,9 @@
 //! `kill -9` of the server loses nothing acknowledged; a power cut can lose
 //! the last transactions not yet checkpointed. `synchronous=FULL`
 //! (`SHEPHERD_SQLITE_SYNC=full`) fsyncs the WAL at every commit.
+//!
+//! `db` is the connection seen through the portable `Db` interface,
+//! `migrate` the schema migrations applied at open.
 
 mod db;
 mod migrate;
