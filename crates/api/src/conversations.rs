@@ -109,7 +109,10 @@ pub async fn list_resources(
     State(state): State<AppState>,
     ApiQuery(_none): ApiQuery<NoQuery>,
 ) -> ApiResult<impl IntoResponse> {
-    let (list, cursor) = state.store.list_resources().await?;
+    let shepherd_store::Listing {
+        items: list,
+        cursor,
+    } = state.store.list_resources().await?;
     Ok((
         cursor_header(cursor),
         Json(ResourceList {
@@ -149,7 +152,11 @@ pub async fn list_conversations(
         )
         .into());
     }
-    let (list, next, cursor) = state.store.list_conversations(&id, q.page, limit).await?;
+    let shepherd_store::ConversationPage {
+        conversations: list,
+        next_before: next,
+        cursor,
+    } = state.store.list_conversations(&id, q.page, limit).await?;
     Ok((
         cursor_header(cursor),
         Json(ConversationPage {

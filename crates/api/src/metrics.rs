@@ -322,7 +322,7 @@ pub async fn render(state: &AppState) -> Result<String, shepherd_core::Error> {
         "Tasks by state (queue depth).",
     );
     for s in states {
-        let (_, total, _) = state
+        let shepherd_store::Page { total, .. } = state
             .store
             .list_tasks(TaskFilter {
                 state: Some(s.to_owned()),
@@ -336,7 +336,7 @@ pub async fn render(state: &AppState) -> Result<String, shepherd_core::Error> {
     }
     header_of(&mut out, "shepherd_runs", "gauge", "Runs by status.");
     for s in RunStatus::ALL {
-        let (_, total, _) = state
+        let shepherd_store::Page { total, .. } = state
             .store
             .list_runs(RunFilter {
                 agent_id: None,
@@ -350,7 +350,10 @@ pub async fn render(state: &AppState) -> Result<String, shepherd_core::Error> {
             .await?;
         let _ = writeln!(out, "shepherd_runs{{status=\"{}\"}} {total}", s.as_str());
     }
-    let (workers, head) = state.store.list_workers(WorkerFilter::default()).await?;
+    let shepherd_store::Listing {
+        items: workers,
+        cursor: head,
+    } = state.store.list_workers(WorkerFilter::default()).await?;
     gauge(
         &mut out,
         "shepherd_active_claims",

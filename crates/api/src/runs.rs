@@ -111,7 +111,11 @@ pub async fn seed_list(
     }
     let agent_id = q.agent_id.filter(|s| !s.is_empty());
     check_agent(&state, &agent_id).await?;
-    let (runs, total, cursor) = state
+    let shepherd_store::Page {
+        items: runs,
+        total,
+        cursor,
+    } = state
         .store
         .list_runs(RunFilter {
             agent_id,
@@ -168,7 +172,11 @@ pub async fn list_runs(
     if let Some(s) = &q.status {
         check_status(s)?;
     }
-    let (runs, total, cursor) = state
+    let shepherd_store::Page {
+        items: runs,
+        total,
+        cursor,
+    } = state
         .store
         .list_runs(RunFilter {
             agent_id: q.agent_id,

@@ -93,7 +93,7 @@ pub async fn list(
 ) -> ApiResult<Json<SessionList>> {
     caller.require_operator()?;
     let m = manager(&state)?;
-    let (list, _) = state.store.list_sessions().await?;
+    let list = state.store.list_sessions().await?.items;
     let sessions: Vec<Session> = list.iter().map(|s| session_view(&m, s)).collect();
     Ok(Json(SessionList {
         count: sessions.len(),

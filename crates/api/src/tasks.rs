@@ -88,7 +88,11 @@ pub async fn list_tasks(
             return Err(Error::bad_request("invalid_state", format!("unknown state {s:?}")).into());
         }
     }
-    let (tasks, total, cursor) = state
+    let shepherd_store::Page {
+        items: tasks,
+        total,
+        cursor,
+    } = state
         .store
         .list_tasks(TaskFilter {
             state: q.state,

@@ -107,7 +107,10 @@ pub async fn list_workers(
     Extension(caller): Extension<Caller>,
     ApiQuery(q): ApiQuery<WorkersQuery>,
 ) -> ApiResult<impl IntoResponse> {
-    let (mut workers, cursor) = state
+    let shepherd_store::Listing {
+        items: mut workers,
+        cursor,
+    } = state
         .store
         .list_workers(WorkerFilter {
             include_closed: q.include_closed.unwrap_or(false),
@@ -288,7 +291,11 @@ pub async fn worker_events(
         }
         // Stuck: active now, with no progress or step (heartbeats do not
         // count) for longer than the threshold.
-        let (mut workers, _) = state.store.list_workers(WorkerFilter::default()).await?;
+        let mut workers = state
+            .store
+            .list_workers(WorkerFilter::default())
+            .await?
+            .items;
         if let Some(me) = &me {
             workers.retain(|w| &w.worker_id == me);
         }

@@ -440,7 +440,7 @@ async fn store_cycle(store: &Store, worker: &str, vtid: &str) -> Result<(), Stri
 
 /// Counts tasks in `state` (or all tasks) through the store.
 async fn store_count(store: &Store, state: Option<&str>) -> BenchResult<i64> {
-    let (_, total, _) = store
+    let shepherd_store::Page { total, .. } = store
         .list_tasks(TaskFilter {
             state: state.map(str::to_owned),
             limit: 1,

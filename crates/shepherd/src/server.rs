@@ -166,7 +166,7 @@ pub async fn run(
 /// is written. Claims of workers that stay silent expire one heartbeat
 /// timeout after this start (the sweeper's `not_before`), not earlier.
 pub async fn recover(store: &Store) -> anyhow_like::Result<()> {
-    let (workers, _) = store
+    let shepherd_store::Listing { items: workers, .. } = store
         .list_workers(shepherd_store::WorkerFilter {
             include_closed: true,
             ..Default::default()

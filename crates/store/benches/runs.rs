@@ -1292,7 +1292,9 @@ async fn timed_list(
         ..Default::default()
     };
     let t = Instant::now();
-    let (runs, total, _) = store.list_runs(filter).await?;
+    let shepherd_store::Page {
+        items: runs, total, ..
+    } = store.list_runs(filter).await?;
     let elapsed = t.elapsed();
     let expected = counts.total(agent, v.status);
     if total != expected {

@@ -6,7 +6,7 @@ use shepherd_core::Error;
 use crate::ops::conversations::{
     self, Conversation, ConversationView, Multitask, Resource, SendOutcome,
 };
-use crate::{log, postgres, sqlite, Backend, Store};
+use crate::{log, ConversationPage, Listing, Store};
 
 impl Store {
     /// Creates a resource (a channel with an agent) or updates it; says
@@ -23,25 +23,33 @@ impl Store {
             name.to_owned(),
             agent_id.to_owned(),
         );
-        write_op!(self, |db| async move {
-            conversations::resource_upsert(db, now, &id, &name, &agent).await
+        self.write(move |db| {
+            Box::pin(
+                async move { conversations::resource_upsert(db, now, &id, &name, &agent).await },
+            )
         })
+        .await
     }
 
     /// Resources not archived, and the cursor the list is valid at.
-    pub async fn list_resources(&self) -> Result<(Vec<Resource>, i64), Error> {
-        read_op!(self, |db| async move {
-            let list = conversations::resource_list(db).await?;
-            Ok((list, log::head(db).await?))
+    pub async fn list_resources(&self) -> Result<Listing<Resource>, Error> {
+        self.read(move |db| {
+            Box::pin(async move {
+                let items = conversations::resource_list(db).await?;
+                Ok(Listing {
+                    items,
+                    cursor: log::head(db).await?,
+                })
+            })
         })
+        .await
     }
 
     /// A new active conversation on a resource (cancelling one processing there).
     pub async fn create_conversation(&self, resource_id: &str) -> Result<Conversation, Error> {
         let (now, id) = (self.now(), resource_id.to_owned());
-        write_op!(self, |db| async move {
-            conversations::create(db, now, &id).await
-        })
+        self.write(move |db| Box::pin(async move { conversations::create(db, now, &id).await }))
+            .await
     }
 
     /// A page of a resource's conversations, newest first, the next page's
@@ -51,22 +59,33 @@ impl Store {
         resource_id: &str,
         before: Option<String>,
         limit: i64,
-    ) -> Result<(Vec<Conversation>, Option<String>, i64), Error> {
+    ) -> Result<ConversationPage, Error> {
         let id = resource_id.to_owned();
-        read_op!(self, |db| async move {
-            let (list, next) = conversations::list(db, &id, before.as_deref(), limit).await?;
-            Ok((list, next, log::head(db).await?))
+        self.read(move |db| {
+            Box::pin(async move {
+                let (conversations, next_before) =
+                    conversations::list(db, &id, before.as_deref(), limit).await?;
+                Ok(ConversationPage {
+                    conversations,
+                    next_before,
+                    cursor: log::head(db).await?,
+                })
+            })
         })
+        .await
     }
 
     /// Everything persisted of a conversation, and the cursor it is valid
     /// at: tailing the log after that cursor gives exactly what followed.
     pub async fn load_conversation(&self, id: &str) -> Result<(ConversationView, i64), Error> {
         let id = id.to_owned();
-        read_op!(self, |db| async move {
-            let view = conversations::load(db, &id).await?;
-            Ok((view, log::head(db).await?))
+        self.read(move |db| {
+            Box::pin(async move {
+                let view = conversations::load(db, &id).await?;
+                Ok((view, log::head(db).await?))
+            })
         })
+        .await
     }
 
     pub async fn send_message(
@@ -76,9 +95,10 @@ impl Store {
         multitask: Multitask,
     ) -> Result<SendOutcome, Error> {
         let (now, id, text) = (self.now(), conversation_id.to_owned(), text.to_owned());
-        write_op!(self, |db| async move {
-            conversations::send(db, now, &id, &text, multitask).await
+        self.write(move |db| {
+            Box::pin(async move { conversations::send(db, now, &id, &text, multitask).await })
         })
+        .await
     }
 
     pub async fn cancel_conversation(
@@ -87,9 +107,10 @@ impl Store {
         reason: Option<String>,
     ) -> Result<Conversation, Error> {
         let (now, id) = (self.now(), conversation_id.to_owned());
-        write_op!(self, |db| async move {
-            conversations::cancel(db, now, &id, reason).await
+        self.write(move |db| {
+            Box::pin(async move { conversations::cancel(db, now, &id, reason).await })
         })
+        .await
     }
 
     pub async fn activate_conversation(
@@ -97,8 +118,7 @@ impl Store {
         conversation_id: &str,
     ) -> Result<Conversation, Error> {
         let (now, id) = (self.now(), conversation_id.to_owned());
-        write_op!(self, |db| async move {
-            conversations::activate(db, now, &id).await
-        })
+        self.write(move |db| Box::pin(async move { conversations::activate(db, now, &id).await }))
+            .await
     }
 }

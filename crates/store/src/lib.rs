@@ -6,13 +6,19 @@
 //! appends the events that describe the change in one transaction.
 //!
 //! Operations are written once (in `log.rs` and `ops/`) against the small
-//! [`sql::Db`] seam; each backend (`sqlite/`, `postgres/`) owns its driver,
-//! its migrations, its transaction and locking strategy. Only this crate
-//! contains SQL.
+//! [`sql::Db`] seam and compiled once, for one connection type
+//! (`any_db::AnyDb`) that forwards to the backend in use; [`Store::write`]
+//! and [`Store::read`] run them. Each backend (`sqlite/`, `postgres/`) owns
+//! its driver, its migrations, its transaction and locking strategy, and
+//! offers only primitives (statements, deferred writes, the event insert,
+//! commit); it knows nothing of the event log, the hub or the operations.
+//! Only this crate contains SQL.
 
+mod any_db;
 pub mod hub;
 mod inflated;
 pub mod log;
+mod migrations;
 pub mod ops;
 mod postgres;
 pub mod sql;
@@ -22,6 +28,8 @@ pub mod writer_stats;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use any_db::AnyDb;
+use futures::future::BoxFuture;
 use ops::{claims, runs, tasks, workers};
 use shepherd_core::event::{EventFilter, NewEvent};
 use shepherd_core::model::{Agent, Run, Task, Worker};
@@ -55,60 +63,8 @@ pub use sqlite::SyncMode;
 use postgres::PgBackend;
 use sqlite::SqliteBackend;
 
-/// Runs a unit of work on the writer: `write!(store, |db| op(db, args))`.
-/// The body is a future built from `db: &mut impl Db`; it is compiled once
-/// per backend.
-macro_rules! write_op {
-    ($store:expr, |$db:ident| $body:expr) => {
-        match &$store.inner.backend {
-            Backend::Sqlite(b) => {
-                b.write(move |$db: &mut sqlite::SqliteDb<'_>| futures::executor::block_on($body))
-                    .await
-            }
-            Backend::Postgres(b) => {
-                b.write(move |mut __db: postgres::PgDb| {
-                    Box::pin(async move {
-                        let result = {
-                            let $db = &mut __db;
-                            $body.await
-                        };
-                        // Deferred writes belong to the unit: it succeeds only if they do.
-                        match result {
-                            Ok(v) => __db.end_unit().await.map(|_| v),
-                            Err(e) => Err(e),
-                        }
-                    })
-                })
-                .await
-            }
-        }
-    };
-}
-
-/// Runs a read on a consistent snapshot: `read!(store, |db| op(db, args))`.
-macro_rules! read_op {
-    ($store:expr, |$db:ident| $body:expr) => {
-        match &$store.inner.backend {
-            Backend::Sqlite(b) => {
-                b.read(move |$db: &mut sqlite::SqliteDb<'_>| futures::executor::block_on($body))
-                    .await
-            }
-            Backend::Postgres(b) => {
-                b.read(move |mut __db: postgres::PgDb| {
-                    Box::pin(async move {
-                        let $db = &mut __db;
-                        $body.await
-                    })
-                })
-                .await
-            }
-        }
-    };
-}
-
-// Conversation operations live in their own file; it uses the macros above.
+// The conversation and session operations of `Store`, one file each.
 mod conversation_store;
-// After the macros it uses.
 mod session_store;
 
 enum Backend {
@@ -129,29 +85,121 @@ struct Inner {
 ///
 /// Lease rules (TTLs, heartbeat timeouts, start grace, cancel grace,
 /// retry backoff) are all decided against the `now` each operation reads
-/// here. A property test of those rules sets the clock and moves it by
-/// hand, so that a claim lapses exactly when the rules say rather than
-/// when a sleep happens to end, and so a failing case replays the same.
-struct Clock {
+/// here. A test of those rules gives the store a fixed clock
+/// ([`StoreConfig::clock`]) and moves it by hand, so that a claim lapses
+/// exactly when the rules say rather than when a sleep happens to end, and
+/// so a failing case replays the same. Clones share one reading.
+#[derive(Clone)]
+pub struct Clock {
     /// Milliseconds since the epoch, or [`Clock::SYSTEM`].
-    fixed: std::sync::atomic::AtomicI64,
+    fixed: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Clock {
     const SYSTEM: i64 = i64::MIN;
 
-    fn system() -> Clock {
+    /// The system clock (until [`Clock::set`] fixes it).
+    pub fn system() -> Clock {
         Clock {
-            fixed: std::sync::atomic::AtomicI64::new(Clock::SYSTEM),
+            fixed: Arc::new(std::sync::atomic::AtomicI64::new(Clock::SYSTEM)),
         }
     }
 
-    fn now(&self) -> Millis {
+    /// A clock that reads `at` until it is set or advanced.
+    pub fn fixed(at: Millis) -> Clock {
+        let clock = Clock::system();
+        clock.set(Some(at));
+        clock
+    }
+
+    /// Milliseconds since the epoch.
+    pub fn now(&self) -> Millis {
         match self.fixed.load(std::sync::atomic::Ordering::SeqCst) {
             Clock::SYSTEM => now_ms(),
             fixed => fixed,
         }
     }
+
+    /// Fixes the clock at `at`, or gives it back to the system with `None`.
+    pub fn set(&self, at: Option<Millis>) {
+        self.fixed.store(
+            at.unwrap_or(Clock::SYSTEM),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+
+    /// Moves a fixed clock forward by `ms` (a system clock is left alone).
+    pub fn advance(&self, ms: Millis) {
+        let _ = self.fixed.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |t| (t != Clock::SYSTEM).then_some(t + ms),
+        );
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::system()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.fixed.load(std::sync::atomic::Ordering::SeqCst) {
+            Clock::SYSTEM => f.write_str("Clock::system()"),
+            at => write!(f, "Clock::fixed({at})"),
+        }
+    }
+}
+
+/// The hub hears of every commit from the backend's writer.
+impl sql::CommitSink for hub::Hub {
+    fn committed(&self, events: Vec<shepherd_core::event::Event>) {
+        self.publish_committed(events);
+    }
+    fn batch(&self, units: usize, took: std::time::Duration) {
+        self.writer_stats.record(units, took);
+    }
+    fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Gives a unit of work for [`Store::write_many`] its higher-ranked
+/// signature: a closure that is not passed straight to a generic call does
+/// not get one inferred.
+fn unit<T, F>(f: F) -> F
+where
+    F: for<'a, 'u> FnOnce(&'a mut AnyDb<'u>) -> BoxFuture<'a, Result<T, Error>>,
+{
+    f
+}
+
+/// One page of a list: the items, how many match in all, and the log's
+/// cursor the page is valid at (tail after it for what changed since).
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub total: i64,
+    pub cursor: i64,
+}
+
+/// A whole list and the log's cursor it is valid at.
+#[derive(Debug, Clone)]
+pub struct Listing<T> {
+    pub items: Vec<T>,
+    pub cursor: i64,
+}
+
+/// One page of a resource's conversations, newest first.
+#[derive(Debug, Clone)]
+pub struct ConversationPage {
+    pub conversations: Vec<Conversation>,
+    /// The `before` token of the next (older) page; `None` on the last.
+    pub next_before: Option<String>,
+    /// The log's cursor the page is valid at.
+    pub cursor: i64,
 }
 
 /// One progress report of a batch (see [`Store::progress_batch`]).
@@ -199,6 +247,8 @@ pub struct StoreConfig {
     /// PostgreSQL only: use this schema (created if missing) instead of `public`.
     pub pg_schema: Option<String>,
     pub pg_pool_size: usize,
+    /// What every operation takes as "now"; [`Clock::system`] by default.
+    pub clock: Clock,
 }
 
 impl StoreConfig {
@@ -208,6 +258,7 @@ impl StoreConfig {
             sqlite_sync: SyncMode::Normal,
             pg_schema: None,
             pg_pool_size: 16,
+            clock: Clock::system(),
         }
     }
 }
@@ -266,7 +317,7 @@ impl Store {
     /// starts the writer and the event pump. Must be called inside a tokio runtime.
     pub async fn open(config: &StoreConfig) -> Result<Store, Error> {
         let hub = Arc::new(hub::Hub::new());
-        let published = hub.clone();
+        let published: Arc<dyn sql::CommitSink> = hub.clone();
         let shutdown = CancellationToken::new();
         let backend = match parse_database_url(&config.url)? {
             DatabaseUrl::Sqlite(path) => {
@@ -293,7 +344,7 @@ impl Store {
                 hub,
                 shutdown: shutdown.clone(),
                 url: redact_url(&config.url),
-                clock: Clock::system(),
+                clock: config.clock.clone(),
             }),
         };
         // Before the store is handed out, so before anything can be written
@@ -317,15 +368,99 @@ impl Store {
     }
 
     /// Tests only: fixes the clock every operation of this store (and its
-    /// clones) reads at `at`, or gives it back to the system with `None`.
+    /// clones) reads at `at`, or gives it back to the system with `None`
+    /// (the same as [`Clock::set`] on the clock it was opened with).
     /// Nothing in the store waits on this clock; it only stamps and
     /// compares times, so moving it is how a test lets leases lapse.
     #[doc(hidden)]
     pub fn set_clock(&self, at: Option<Millis>) {
-        self.inner.clock.fixed.store(
-            at.unwrap_or(Clock::SYSTEM),
-            std::sync::atomic::Ordering::SeqCst,
-        );
+        self.inner.clock.set(at);
+    }
+
+    /// Runs `f` as one unit of work on the node's writer and returns once
+    /// it is committed (grouped with other units into one transaction, in a
+    /// savepoint of its own). An `Err` from `f`, or from a write it
+    /// deferred, rolls the unit back alone.
+    ///
+    /// SQLite runs it on the writer thread, where every future completes
+    /// on its first poll; PostgreSQL on the tokio runtime.
+    pub(crate) async fn write<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: for<'a, 'u> FnOnce(&'a mut AnyDb<'u>) -> BoxFuture<'a, Result<T, Error>>
+            + Send
+            + 'static,
+    {
+        match &self.inner.backend {
+            Backend::Sqlite(b) => {
+                b.write(move |db| futures::executor::block_on(f(&mut AnyDb::Sqlite(db))))
+                    .await
+            }
+            Backend::Postgres(b) => {
+                b.write(move |db| Box::pin(async move { f(&mut AnyDb::Postgres(db)).await }))
+                    .await
+            }
+        }
+    }
+
+    /// Runs every unit of `units`, in order, in one transaction, each in a
+    /// savepoint of its own: one that fails is rolled back alone and the
+    /// others still commit. Returns each unit's outcome, in order.
+    pub(crate) async fn write_many<T, F>(
+        &self,
+        units: Vec<F>,
+    ) -> Result<Vec<Result<T, Error>>, Error>
+    where
+        T: Send + 'static,
+        F: for<'a, 'u> FnOnce(&'a mut AnyDb<'u>) -> BoxFuture<'a, Result<T, Error>>
+            + Send
+            + 'static,
+    {
+        match &self.inner.backend {
+            Backend::Sqlite(b) => {
+                let units = units.into_iter().map(|f| {
+                    move |db: &mut sqlite::SqliteDb| {
+                        futures::executor::block_on(f(&mut AnyDb::Sqlite(db)))
+                    }
+                });
+                b.write_many(units.collect()).await
+            }
+            Backend::Postgres(b) => {
+                /// Gives a closure its higher-ranked signature (not inferred
+                /// for one that is not passed straight to a generic call).
+                fn pg_unit<T, F>(f: F) -> F
+                where
+                    F: for<'a> FnOnce(&'a mut postgres::PgDb) -> BoxFuture<'a, Result<T, Error>>,
+                {
+                    f
+                }
+                let units = units.into_iter().map(|f| {
+                    pg_unit(move |db| Box::pin(async move { f(&mut AnyDb::Postgres(db)).await }))
+                });
+                b.write_many(units.collect()).await
+            }
+        }
+    }
+
+    /// Runs `f` on a consistent snapshot (a read transaction on a pooled
+    /// connection).
+    pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: for<'a, 'u> FnOnce(&'a mut AnyDb<'u>) -> BoxFuture<'a, Result<T, Error>>
+            + Send
+            + 'static,
+    {
+        match &self.inner.backend {
+            Backend::Sqlite(b) => {
+                b.read(move |db| futures::executor::block_on(f(&mut AnyDb::Sqlite(db))))
+                    .await
+            }
+            Backend::Postgres(b) => {
+                b.read(move |db| Box::pin(async move { f(&mut AnyDb::Postgres(db)).await }))
+                    .await
+            }
+        }
     }
 
     pub(crate) fn hub(&self) -> &hub::Hub {
@@ -366,7 +501,10 @@ impl Store {
     pub async fn ping(&self) -> Result<(), Error> {
         match &self.inner.backend {
             Backend::Postgres(b) => b.ping().await,
-            Backend::Sqlite(_) => read_op!(self, |db| log::head(db)).map(|_| ()),
+            Backend::Sqlite(_) => self
+                .read(move |db| Box::pin(log::head(db)))
+                .await
+                .map(|_| ()),
         }
     }
 
@@ -375,20 +513,24 @@ impl Store {
     /// Appends events in one unit of work; returns their sequence numbers.
     pub async fn append_events(&self, events: Vec<NewEvent>) -> Result<Vec<i64>, Error> {
         let now = self.now();
-        let seqs = write_op!(self, |db| async move {
-            if let Some(appended) = sql::Db::appended_later(db) {
-                // Pipelined: the sequence numbers are read once committed.
-                for e in &events {
-                    log::append_deferred(db, now, e);
-                }
-                return Ok(Seqs::AfterCommit(appended));
-            }
-            let mut seqs = Vec::with_capacity(events.len());
-            for e in &events {
-                seqs.push(log::append(db, now, e).await?);
-            }
-            Ok(Seqs::Known(seqs))
-        })?;
+        let seqs = self
+            .write(move |db| {
+                Box::pin(async move {
+                    if let Some(appended) = sql::Db::appended_later(db) {
+                        // Pipelined: the sequence numbers are read once committed.
+                        for e in &events {
+                            log::append_deferred(db, now, e);
+                        }
+                        return Ok(Seqs::AfterCommit(appended));
+                    }
+                    let mut seqs = Vec::with_capacity(events.len());
+                    for e in &events {
+                        seqs.push(log::append(db, now, e).await?);
+                    }
+                    Ok(Seqs::Known(seqs))
+                })
+            })
+            .await?;
         Ok(match seqs {
             Seqs::Known(seqs) => seqs,
             Seqs::AfterCommit(appended) => appended
@@ -411,17 +553,20 @@ impl Store {
         hold_ms: i64,
     ) -> Result<Vec<i64>, Error> {
         let now = self.now();
-        write_op!(self, |db| async move {
-            let mut seqs = Vec::with_capacity(events.len());
-            for e in &events {
-                seqs.push(log::append(db, now, e).await?);
-            }
-            if hold_ms > 0 && db.dialect() == sql::Dialect::Postgres {
-                db.execute("SELECT pg_sleep($1::bigint / 1000.0)", params![hold_ms])
-                    .await?;
-            }
-            Ok(seqs)
+        self.write(move |db| {
+            Box::pin(async move {
+                let mut seqs = Vec::with_capacity(events.len());
+                for e in &events {
+                    seqs.push(log::append(db, now, e).await?);
+                }
+                if hold_ms > 0 && db.dialect() == sql::Dialect::Postgres {
+                    db.execute("SELECT pg_sleep($1::bigint / 1000.0)", params![hold_ms])
+                        .await?;
+                }
+                Ok(seqs)
+            })
         })
+        .await
     }
 
     /// Reads the log's head in a read transaction that then stays open for
@@ -430,17 +575,20 @@ impl Store {
     /// transaction, nor is counted free while it is still in use.
     #[doc(hidden)]
     pub async fn read_holding(&self, hold_ms: i64) -> Result<i64, Error> {
-        read_op!(self, |db| async move {
-            let head = log::head(db).await?;
-            if db.dialect() == sql::Dialect::Postgres {
-                db.query("SELECT pg_sleep($1::bigint / 1000.0)", params![hold_ms])
-                    .await?;
-            } else {
-                // SQLite reads run on a blocking thread of their own.
-                std::thread::sleep(std::time::Duration::from_millis(hold_ms.max(0) as u64));
-            }
-            Ok(head)
+        self.read(move |db| {
+            Box::pin(async move {
+                let head = log::head(db).await?;
+                if db.dialect() == sql::Dialect::Postgres {
+                    db.query("SELECT pg_sleep($1::bigint / 1000.0)", params![hold_ms])
+                        .await?;
+                } else {
+                    // SQLite reads run on a blocking thread of their own.
+                    std::thread::sleep(std::time::Duration::from_millis(hold_ms.max(0) as u64));
+                }
+                Ok(head)
+            })
         })
+        .await
     }
 
     /// Appends `events` in a unit of work whose last deferred write then
@@ -450,28 +598,31 @@ impl Store {
     #[doc(hidden)]
     pub async fn append_events_then_fail(&self, events: Vec<NewEvent>) -> Result<(), Error> {
         let now = self.now();
-        write_op!(self, |db| async move {
-            for e in &events {
-                log::append_deferred(db, now, e);
-            }
-            for _ in 0..2 {
-                sql::Db::defer(
-                    db,
-                    "INSERT INTO meta (key, value) VALUES ('test.duplicate', '')",
-                    params![],
-                );
-            }
-            Ok(())
+        self.write(move |db| {
+            Box::pin(async move {
+                for e in &events {
+                    log::append_deferred(db, now, e);
+                }
+                for _ in 0..2 {
+                    sql::Db::defer(
+                        db,
+                        "INSERT INTO meta (key, value) VALUES ('test.duplicate', '')",
+                        params![],
+                    );
+                }
+                Ok(())
+            })
         })
+        .await
     }
 
     /// The highest committed sequence number.
     pub async fn head(&self) -> Result<i64, Error> {
-        read_op!(self, |db| log::head(db))
+        self.read(move |db| Box::pin(log::head(db))).await
     }
 
     pub async fn pruned_through(&self) -> Result<i64, Error> {
-        read_op!(self, |db| log::pruned_through(db))
+        self.read(move |db| Box::pin(log::pruned_through(db))).await
     }
 
     /// Events after `after` matching `filter`, oldest first.
@@ -482,9 +633,10 @@ impl Store {
         limit: i64,
     ) -> Result<EventPage, Error> {
         let filter = filter.clone();
-        read_op!(self, |db| async move {
-            log::read_after(db, after, &filter, limit).await
+        self.read(move |db| {
+            Box::pin(async move { log::read_after(db, after, &filter, limit).await })
         })
+        .await
     }
 
     /// Every event after `after`, oldest first, in one statement: the
@@ -498,12 +650,17 @@ impl Store {
     ) -> Result<Vec<shepherd_core::event::Event>, Error> {
         match &self.inner.backend {
             Backend::Postgres(b) => {
-                b.read_delivery(move |mut db| {
-                    Box::pin(async move { log::read_new(&mut db, after, limit).await })
+                b.read_delivery(move |db| {
+                    Box::pin(
+                        async move { log::read_new(&mut AnyDb::Postgres(db), after, limit).await },
+                    )
                 })
                 .await
             }
-            Backend::Sqlite(_) => read_op!(self, |db| log::read_new(db, after, limit)),
+            Backend::Sqlite(_) => {
+                self.read(move |db| Box::pin(log::read_new(db, after, limit)))
+                    .await
+            }
         }
     }
 
@@ -514,9 +671,8 @@ impl Store {
         limit: i64,
     ) -> Result<EventPage, Error> {
         let filter = filter.clone();
-        read_op!(self, |db| async move {
-            log::read_latest(db, &filter, limit).await
-        })
+        self.read(move |db| Box::pin(async move { log::read_latest(db, &filter, limit).await }))
+            .await
     }
 
     /// Events at or after a time, oldest first.
@@ -527,9 +683,10 @@ impl Store {
         limit: i64,
     ) -> Result<EventPage, Error> {
         let filter = filter.clone();
-        read_op!(self, |db| async move {
-            log::read_since_ts(db, since, &filter, limit).await
+        self.read(move |db| {
+            Box::pin(async move { log::read_since_ts(db, since, &filter, limit).await })
         })
+        .await
     }
 
     /// The last event this node has delivered to its live readers.
@@ -561,7 +718,9 @@ impl Store {
     ) -> Result<u64, Error> {
         let mut total = 0;
         loop {
-            let n = write_op!(self, |db| log::prune_chunk(db, cutoff, 5000))?;
+            let n = self
+                .write(move |db| Box::pin(log::prune_chunk(db, cutoff, 5000)))
+                .await?;
             total += n;
             progress(total);
             if n == 0 {
@@ -576,7 +735,8 @@ impl Store {
 
     pub async fn register_worker(&self, reg: Registration) -> Result<(Worker, String), Error> {
         let now = self.now();
-        write_op!(self, |db| workers::register(db, now, reg))
+        self.write(move |db| Box::pin(workers::register(db, now, reg)))
+            .await
     }
 
     pub async fn deregister_worker(
@@ -585,9 +745,10 @@ impl Store {
         reason: Option<String>,
     ) -> Result<Worker, Error> {
         let (now, id) = (self.now(), worker_id.to_owned());
-        write_op!(self, |db| async move {
-            claims::deregister(db, now, &id, reason).await
+        self.write(move |db| {
+            Box::pin(async move { claims::deregister(db, now, &id, reason).await })
         })
+        .await
     }
 
     pub async fn heartbeat(
@@ -596,35 +757,39 @@ impl Store {
         rules: LeaseRules,
     ) -> Result<(Worker, Vec<HeldClaim>), Error> {
         let (now, id) = (self.now(), worker_id.to_owned());
-        write_op!(self, |db| async move {
-            claims::heartbeat(db, now, &id, &rules).await
-        })
+        self.write(move |db| Box::pin(async move { claims::heartbeat(db, now, &id, &rules).await }))
+            .await
     }
 
     /// The worker a bearer token belongs to.
     pub async fn worker_for_token(&self, token: &str) -> Result<Option<String>, Error> {
         let token = token.to_owned();
-        read_op!(
-            self,
-            |db| async move { workers::for_token(db, &token).await }
-        )
+        self.read(move |db| Box::pin(async move { workers::for_token(db, &token).await }))
+            .await
     }
 
     pub async fn worker(&self, worker_id: &str) -> Result<Worker, Error> {
         let id = worker_id.to_owned();
-        read_op!(self, |db| async move { workers::require(db, &id).await })
+        self.read(move |db| Box::pin(async move { workers::require(db, &id).await }))
+            .await
     }
 
     /// Workers and the cursor the list is valid at.
-    pub async fn list_workers(&self, filter: WorkerFilter) -> Result<(Vec<Worker>, i64), Error> {
-        read_op!(self, |db| async move {
-            let list = workers::list(db, &filter).await?;
-            Ok((list, log::head(db).await?))
+    pub async fn list_workers(&self, filter: WorkerFilter) -> Result<Listing<Worker>, Error> {
+        self.read(move |db| {
+            Box::pin(async move {
+                let items = workers::list(db, &filter).await?;
+                Ok(Listing {
+                    items,
+                    cursor: log::head(db).await?,
+                })
+            })
         })
+        .await
     }
 
     pub async fn list_agents(&self) -> Result<Vec<Agent>, Error> {
-        read_op!(self, |db| ops::agents_list(db))
+        self.read(move |db| Box::pin(ops::agents_list(db))).await
     }
 
     /// Declares an agent from configuration (creating or updating it).
@@ -636,9 +801,12 @@ impl Store {
         max_concurrent: Option<i64>,
     ) -> Result<(), Error> {
         let (now, id, wt) = (self.now(), id.to_owned(), worker_type.to_owned());
-        write_op!(self, |db| async move {
-            ops::agents_upsert(db, now, &id, &wt, &capabilities, max_concurrent).await
+        self.write(move |db| {
+            Box::pin(async move {
+                ops::agents_upsert(db, now, &id, &wt, &capabilities, max_concurrent).await
+            })
         })
+        .await
     }
 
     /// Sets the retry policy an agent's new tasks take by default.
@@ -649,40 +817,52 @@ impl Store {
         backoff: Option<shepherd_core::retry::RetryBackoff>,
     ) -> Result<(), Error> {
         let id = id.to_owned();
-        write_op!(self, |db| async move {
-            ops::retries::set_agent_default(db, &id, max_attempts, backoff).await
+        self.write(move |db| {
+            Box::pin(async move {
+                ops::retries::set_agent_default(db, &id, max_attempts, backoff).await
+            })
         })
+        .await
     }
 
     // ----- tasks and claims -----
 
     pub async fn create_task(&self, new: NewTask) -> Result<Task, Error> {
         let now = self.now();
-        write_op!(self, |db| tasks::create(db, now, new))
+        self.write(move |db| Box::pin(tasks::create(db, now, new)))
+            .await
     }
 
     pub async fn dispatch_task(&self, vtid: &str) -> Result<Task, Error> {
         let (now, vtid) = (self.now(), vtid.to_owned());
-        write_op!(
-            self,
-            |db| async move { tasks::dispatch(db, now, &vtid).await }
-        )
+        self.write(move |db| Box::pin(async move { tasks::dispatch(db, now, &vtid).await }))
+            .await
     }
 
     pub async fn task(&self, vtid: &str, events: i64) -> Result<(TaskDetail, i64), Error> {
         let vtid = vtid.to_owned();
-        read_op!(self, |db| async move {
-            let d = tasks::detail(db, &vtid, events).await?;
-            Ok((d, log::head(db).await?))
+        self.read(move |db| {
+            Box::pin(async move {
+                let d = tasks::detail(db, &vtid, events).await?;
+                Ok((d, log::head(db).await?))
+            })
         })
+        .await
     }
 
     /// Tasks, their total, and the cursor the page is valid at.
-    pub async fn list_tasks(&self, filter: TaskFilter) -> Result<(Vec<Task>, i64, i64), Error> {
-        read_op!(self, |db| async move {
-            let (list, total) = tasks::list(db, &filter).await?;
-            Ok((list, total, log::head(db).await?))
+    pub async fn list_tasks(&self, filter: TaskFilter) -> Result<Page<Task>, Error> {
+        self.read(move |db| {
+            Box::pin(async move {
+                let (items, total) = tasks::list(db, &filter).await?;
+                Ok(Page {
+                    items,
+                    total,
+                    cursor: log::head(db).await?,
+                })
+            })
         })
+        .await
     }
 
     pub async fn cancel_task(
@@ -691,9 +871,8 @@ impl Store {
         reason: Option<String>,
     ) -> Result<(Task, CancelOutcome), Error> {
         let (now, vtid) = (self.now(), vtid.to_owned());
-        write_op!(self, |db| async move {
-            tasks::cancel(db, now, &vtid, reason).await
-        })
+        self.write(move |db| Box::pin(async move { tasks::cancel(db, now, &vtid, reason).await }))
+            .await
     }
 
     /// Puts the task of a run whose agent did not survive back in the
@@ -711,17 +890,21 @@ impl Store {
             claim_token.to_owned(),
             reason.to_owned(),
         );
-        write_op!(self, |db| async move {
-            ops::restart::requeue_run(db, now, &id, &token, caller.as_deref(), &reason).await
+        self.write(move |db| {
+            Box::pin(async move {
+                ops::restart::requeue_run(db, now, &id, &token, caller.as_deref(), &reason).await
+            })
         })
+        .await
     }
 
     /// Makes a failed task runnable again (409 `task_not_failed` otherwise).
     pub async fn retry_task(&self, vtid: &str) -> Result<Task, Error> {
         let (now, vtid) = (self.now(), vtid.to_owned());
-        write_op!(self, |db| async move {
-            ops::restart::retry_task(db, now, &vtid).await
+        self.write(move |db| {
+            Box::pin(async move { ops::restart::retry_task(db, now, &vtid).await })
         })
+        .await
     }
 
     pub async fn task_event(
@@ -732,26 +915,31 @@ impl Store {
         metadata: serde_json::Value,
     ) -> Result<Applied, Error> {
         let (now, vtid, event) = (self.now(), vtid.to_owned(), event.to_owned());
-        let (applied, appended) = write_op!(self, |db| async move {
-            let appended = sql::Db::appended_later(db);
-            let applied = tasks::external_event(db, now, &vtid, &event, message, metadata).await?;
-            Ok((applied, appended))
-        })?;
+        let (applied, appended) = self
+            .write(move |db| {
+                Box::pin(async move {
+                    let appended = sql::Db::appended_later(db);
+                    let applied =
+                        tasks::external_event(db, now, &vtid, &event, message, metadata).await?;
+                    Ok((applied, appended))
+                })
+            })
+            .await?;
         Ok(claims::settle_seq(applied, appended))
     }
 
     pub async fn pending_tasks(&self, worker_id: &str, limit: i64) -> Result<Vec<Task>, Error> {
         let (now, id) = (self.now(), worker_id.to_owned());
         let read_id = id.clone();
-        let (first, tasks) = read_op!(self, |db| async move {
-            claims::pending(db, now, &read_id, limit).await
-        })?;
+        let (first, tasks) = self
+            .read(move |db| {
+                Box::pin(async move { claims::pending(db, now, &read_id, limit).await })
+            })
+            .await?;
         if first {
             // The worker's first poll ends seed 001's `spawning`.
-            write_op!(
-                self,
-                |db| async move { workers::mark_heard(db, now, &id).await }
-            )?;
+            self.write(move |db| Box::pin(async move { workers::mark_heard(db, now, &id).await }))
+                .await?;
         }
         Ok(tasks)
     }
@@ -763,9 +951,10 @@ impl Store {
         rules: LeaseRules,
     ) -> Result<Grant, Error> {
         let (now, id, vtid) = (self.now(), worker_id.to_owned(), vtid.to_owned());
-        write_op!(self, |db| async move {
-            claims::claim_alone(db, now, &id, &vtid, &rules).await
+        self.write(move |db| {
+            Box::pin(async move { claims::claim_alone(db, now, &id, &vtid, &rules).await })
         })
+        .await
         .map_err(claims::lost_race)
     }
 
@@ -778,9 +967,10 @@ impl Store {
         rules: LeaseRules,
     ) -> Result<Vec<Grant>, Error> {
         let (now, id) = (self.now(), worker_id.to_owned());
-        write_op!(self, |db| async move {
-            claims::claim_next(db, now, &id, max, &rules).await
+        self.write(move |db| {
+            Box::pin(async move { claims::claim_next(db, now, &id, max, &rules).await })
         })
+        .await
     }
 
     /// Applies several progress reports of one worker in one transaction,
@@ -794,44 +984,25 @@ impl Store {
         rules: LeaseRules,
     ) -> Result<Vec<Result<Applied, Error>>, Error> {
         let now = self.now();
-        match &self.inner.backend {
-            Backend::Sqlite(b) => {
-                let units: Vec<_> = reports
-                    .into_iter()
-                    .map(|r| {
-                        let id = worker_id.to_owned();
-                        move |db: &mut sqlite::SqliteDb<'_>| {
-                            futures::executor::block_on(r.apply(db, now, &id, &rules))
-                        }
+        let units: Vec<_> = reports
+            .into_iter()
+            .map(|r| {
+                let id = worker_id.to_owned();
+                unit(move |db| {
+                    Box::pin(async move {
+                        let appended = db.appended_later();
+                        let applied = r.apply(db, now, &id, &rules).await?;
+                        Ok((applied, appended))
                     })
-                    .collect();
-                b.write_many(units).await
-            }
-            Backend::Postgres(b) => {
-                let units: Vec<_> = reports
-                    .into_iter()
-                    .map(|r| {
-                        let id = worker_id.to_owned();
-                        move |mut db: postgres::PgDb| -> futures::future::BoxFuture<
-                            'static,
-                            Result<(Applied, Option<sql::Appended>), Error>,
-                        > {
-                            Box::pin(async move {
-                                let appended = sql::Db::appended_later(&db);
-                                let applied = r.apply(&mut db, now, &id, &rules).await?;
-                                db.end_unit().await?;
-                                Ok((applied, appended))
-                            })
-                        }
-                    })
-                    .collect();
-                Ok(b.write_many(units)
-                    .await?
-                    .into_iter()
-                    .map(|r| r.map(|(applied, appended)| claims::settle_seq(applied, appended)))
-                    .collect())
-            }
-        }
+                })
+            })
+            .collect();
+        Ok(self
+            .write_many(units)
+            .await?
+            .into_iter()
+            .map(|r| r.map(|(applied, appended)| claims::settle_seq(applied, appended)))
+            .collect())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -852,43 +1023,48 @@ impl Store {
             vtid.to_owned(),
             event.to_owned(),
         );
-        let (applied, appended) = write_op!(self, |db| async move {
-            let appended = sql::Db::appended_later(db);
-            let applied = claims::progress(
-                db,
-                now,
-                &id,
-                &vtid,
-                claim_token.as_deref(),
-                &event,
-                message,
-                metadata,
-                result,
-                &rules,
-            )
+        let (applied, appended) = self
+            .write(move |db| {
+                Box::pin(async move {
+                    let appended = sql::Db::appended_later(db);
+                    let applied = claims::progress(
+                        db,
+                        now,
+                        &id,
+                        &vtid,
+                        claim_token.as_deref(),
+                        &event,
+                        message,
+                        metadata,
+                        result,
+                        &rules,
+                    )
+                    .await?;
+                    Ok((applied, appended))
+                })
+            })
             .await?;
-            Ok((applied, appended))
-        })?;
         Ok(claims::settle_seq(applied, appended))
     }
 
     /// Expires lapsed claims and ends runs whose cancel grace has passed.
     pub async fn sweep(&self, rules: LeaseRules) -> Result<SweepReport, Error> {
         let now = self.now();
-        write_op!(
-            self,
-            |db| async move { claims::sweep(db, now, &rules).await }
-        )
+        self.write(move |db| Box::pin(async move { claims::sweep(db, now, &rules).await }))
+            .await
     }
 
     // ----- runs -----
 
     pub async fn run(&self, run_id: &str) -> Result<(Run, i64), Error> {
         let id = run_id.to_owned();
-        read_op!(self, |db| async move {
-            let r = runs::require(db, &id).await?;
-            Ok((r, log::head(db).await?))
+        self.read(move |db| {
+            Box::pin(async move {
+                let r = runs::require(db, &id).await?;
+                Ok((r, log::head(db).await?))
+            })
         })
+        .await
     }
 
     /// A run with its decompressed transcript (None while running or when none was recorded).
@@ -897,15 +1073,18 @@ impl Store {
         run_id: &str,
     ) -> Result<(Run, Option<Vec<TranscriptStep>>, i64), Error> {
         let id = run_id.to_owned();
-        read_op!(self, |db| async move {
-            let r = runs::require(db, &id).await?;
-            let t = if r.status == "running" {
-                None
-            } else {
-                runs::transcript(db, &id).await?
-            };
-            Ok((r, t, log::head(db).await?))
+        self.read(move |db| {
+            Box::pin(async move {
+                let r = runs::require(db, &id).await?;
+                let t = if r.status == "running" {
+                    None
+                } else {
+                    runs::transcript(db, &id).await?
+                };
+                Ok((r, t, log::head(db).await?))
+            })
         })
+        .await
     }
 
     pub async fn run_steps(
@@ -915,18 +1094,28 @@ impl Store {
         limit: i64,
     ) -> Result<(Run, Vec<(i64, TranscriptStep)>, i64), Error> {
         let id = run_id.to_owned();
-        read_op!(self, |db| async move {
-            let (r, s) = runs::steps(db, &id, after, limit).await?;
-            Ok((r, s, log::head(db).await?))
+        self.read(move |db| {
+            Box::pin(async move {
+                let (r, s) = runs::steps(db, &id, after, limit).await?;
+                Ok((r, s, log::head(db).await?))
+            })
         })
+        .await
     }
 
     /// Runs (newest first), the total matching, and the cursor.
-    pub async fn list_runs(&self, filter: RunFilter) -> Result<(Vec<Run>, i64, i64), Error> {
-        read_op!(self, |db| async move {
-            let (list, total) = runs::list(db, &filter).await?;
-            Ok((list, total, log::head(db).await?))
+    pub async fn list_runs(&self, filter: RunFilter) -> Result<Page<Run>, Error> {
+        self.read(move |db| {
+            Box::pin(async move {
+                let (items, total) = runs::list(db, &filter).await?;
+                Ok(Page {
+                    items,
+                    total,
+                    cursor: log::head(db).await?,
+                })
+            })
         })
+        .await
     }
 
     pub async fn append_steps(
@@ -939,19 +1128,22 @@ impl Store {
         rules: LeaseRules,
     ) -> Result<StepsAck, Error> {
         let (now, id, token) = (self.now(), run_id.to_owned(), claim_token.to_owned());
-        write_op!(self, |db| async move {
-            runs::append_steps(
-                db,
-                now,
-                &id,
-                &token,
-                caller.as_deref(),
-                start_index,
-                steps,
-                &rules,
-            )
-            .await
+        self.write(move |db| {
+            Box::pin(async move {
+                runs::append_steps(
+                    db,
+                    now,
+                    &id,
+                    &token,
+                    caller.as_deref(),
+                    start_index,
+                    steps,
+                    &rules,
+                )
+                    .await
+            })
         })
+        .await
     }
 
     pub async fn set_run_status(
@@ -967,9 +1159,12 @@ impl Store {
             claim_token.to_owned(),
             text.to_owned(),
         );
-        write_op!(self, |db| async move {
-            runs::set_status(db, now, &id, &token, caller.as_deref(), &text).await
+        self.write(move |db| {
+            Box::pin(async move {
+                runs::set_status(db, now, &id, &token, caller.as_deref(), &text).await
+            })
         })
+        .await
     }
 
     /// Sets a running run's token usage and cost (the running total).
@@ -981,9 +1176,12 @@ impl Store {
         usage: shepherd_core::usage::Usage,
     ) -> Result<Run, Error> {
         let (now, id, token) = (self.now(), run_id.to_owned(), claim_token.to_owned());
-        write_op!(self, |db| async move {
-            ops::usage::set_usage(db, now, &id, &token, caller.as_deref(), usage).await
+        self.write(move |db| {
+            Box::pin(async move {
+                ops::usage::set_usage(db, now, &id, &token, caller.as_deref(), usage).await
+            })
         })
+        .await
     }
 
     /// Runs that recorded a worktree workspace: id, status, end, workspace.
@@ -998,17 +1196,19 @@ impl Store {
         )>,
         Error,
     > {
-        read_op!(self, |db| runs::workspaces(db))
+        self.read(move |db| Box::pin(runs::workspaces(db))).await
     }
 
     /// The stored usage of runs started since `since` (all with `None`).
     pub async fn usage_rows(&self, since: Option<Millis>) -> Result<Vec<UsageRow>, Error> {
-        read_op!(self, |db| ops::usage::rows(db, since))
+        self.read(move |db| Box::pin(ops::usage::rows(db, since)))
+            .await
     }
 
     /// Nulls transcripts of runs that ended before `cutoff`; returns (runs, bytes freed).
     pub async fn prune_transcripts(&self, cutoff: Millis) -> Result<(i64, i64), Error> {
-        write_op!(self, |db| runs::prune_transcripts(db, cutoff))
+        self.write(move |db| Box::pin(runs::prune_transcripts(db, cutoff)))
+            .await
     }
 
     // ----- channels (seed 002's resources) -----
@@ -1020,79 +1220,88 @@ impl Store {
         name: &str,
     ) -> Result<shepherd_core::model::Channel, Error> {
         let (now, id, name) = (self.now(), id.to_owned(), name.to_owned());
-        write_op!(self, |db| async move {
-            ops::validate_id("channel id", "invalid_channel_id", &id)?;
-            if name.trim().is_empty() || name.len() > 200 {
-                return Err(Error::invalid(
-                    "invalid_name",
-                    "a channel name is 1-200 bytes",
-                ));
-            }
-            db.execute(
-                "INSERT INTO channels (id, name, created_at) VALUES ($1, $2, $3) \
+        self.write(move |db| {
+            Box::pin(async move {
+                ops::validate_id("channel id", "invalid_channel_id", &id)?;
+                if name.trim().is_empty() || name.len() > 200 {
+                    return Err(Error::invalid(
+                        "invalid_name",
+                        "a channel name is 1-200 bytes",
+                    ));
+                }
+                db.execute(
+                    "INSERT INTO channels (id, name, created_at) VALUES ($1, $2, $3) \
                  ON CONFLICT (id) DO UPDATE SET name = excluded.name",
-                params![&id, &name, now],
-            )
-            .await?;
-            let e = NewEvent::new(
-                shepherd_core::event::kind::CHANNEL_CREATED,
-                shepherd_core::event::EventRefs::default().channel(Some(id.clone())),
-                serde_json::json!({ "name": name }),
-            );
-            log::append(db, now, &e).await?;
-            ops::channel_get(db, &id).await
+                    params![&id, &name, now],
+                )
+                .await?;
+                let e = NewEvent::new(
+                    shepherd_core::event::kind::CHANNEL_CREATED,
+                    shepherd_core::event::EventRefs::default().channel(Some(id.clone())),
+                    serde_json::json!({ "name": name }),
+                );
+                log::append(db, now, &e).await?;
+                ops::channel_get(db, &id).await
+            })
         })
+        .await
     }
 
     /// Archives a channel: it stays, with its runs; it is only hidden from lists.
     pub async fn archive_channel(&self, id: &str) -> Result<shepherd_core::model::Channel, Error> {
         let (now, id) = (self.now(), id.to_owned());
-        write_op!(self, |db| async move {
-            let n = db
+        self.write(move |db| {
+            Box::pin(async move {
+                let n = db
                 .execute(
                     "UPDATE channels SET archived_at = $2 WHERE id = $1 AND archived_at IS NULL",
                     params![&id, now],
                 )
                 .await?;
-            if n == 0 {
-                ops::channel_get(db, &id).await?;
-                return Err(Error::conflict(
-                    "channel_archived",
-                    format!("channel {id:?} is already archived"),
-                ));
-            }
-            let e = NewEvent::new(
-                shepherd_core::event::kind::CHANNEL_ARCHIVED,
-                shepherd_core::event::EventRefs::default().channel(Some(id.clone())),
-                serde_json::json!({}),
-            );
-            log::append(db, now, &e).await?;
-            ops::channel_get(db, &id).await
+                if n == 0 {
+                    ops::channel_get(db, &id).await?;
+                    return Err(Error::conflict(
+                        "channel_archived",
+                        format!("channel {id:?} is already archived"),
+                    ));
+                }
+                let e = NewEvent::new(
+                    shepherd_core::event::kind::CHANNEL_ARCHIVED,
+                    shepherd_core::event::EventRefs::default().channel(Some(id.clone())),
+                    serde_json::json!({}),
+                );
+                log::append(db, now, &e).await?;
+                ops::channel_get(db, &id).await
+            })
         })
+        .await
     }
 
     pub async fn list_channels(
         &self,
         include_archived: bool,
     ) -> Result<Vec<shepherd_core::model::Channel>, Error> {
-        read_op!(self, |db| async move {
-            let rows = db
-                .query(
-                    "SELECT c.id, c.name, c.created_at, c.archived_at, \
+        self.read(move |db| {
+            Box::pin(async move {
+                let rows = db
+                    .query(
+                        "SELECT c.id, c.name, c.created_at, c.archived_at, \
                      (SELECT COUNT(*) FROM runs r WHERE r.channel_id = c.id) FROM channels c \
                      WHERE $1 = 1 OR c.archived_at IS NULL ORDER BY c.id",
-                    params![include_archived as i64],
-                )
-                .await?;
-            rows.iter().map(ops::channel_from_row).collect()
+                        params![include_archived as i64],
+                    )
+                    .await?;
+                rows.iter().map(ops::channel_from_row).collect()
+            })
         })
+        .await
     }
 
     /// The newest event timestamp about each worker.
     pub async fn worker_last_event_ts(
         &self,
     ) -> Result<std::collections::HashMap<String, Millis>, Error> {
-        read_op!(self, |db| async move {
+        self.read(move |db| Box::pin(async move {
             let rows = db
                 .query(
                     // One index probe per worker (events_worker), not a scan of the log.
@@ -1108,13 +1317,13 @@ impl Store {
                     _ => None,
                 })
                 .collect()
-        })
+        })).await
     }
 
     /// Records a `workers.snapshot` event of every worker not closed.
     pub async fn snapshot_workers(&self, reason: &str) -> Result<i64, Error> {
         let (now, reason) = (self.now(), reason.to_owned());
-        write_op!(self, |db| async move {
+        self.write(move |db| Box::pin(async move {
             let list = workers::list(db, &WorkerFilter::default()).await?;
             let entries: Vec<serde_json::Value> = list
                 .iter()
@@ -1137,33 +1346,37 @@ impl Store {
                 serde_json::json!({ "count": entries.len(), "workers": entries, "reason": reason }),
             );
             log::append(db, now, &e).await
-        })
+        })).await
     }
 
     /// Records a free-form event (server notices such as the recovery report).
     pub async fn record_event(&self, e: NewEvent) -> Result<i64, Error> {
         let now = self.now();
-        write_op!(self, |db| async move { log::append(db, now, &e).await })
+        self.write(move |db| Box::pin(async move { log::append(db, now, &e).await }))
+            .await
     }
 
     /// Test and benchmark aid: overwrites a run's transcript blob.
     #[doc(hidden)]
     pub async fn overwrite_transcript(&self, run_id: &str, blob: Vec<u8>) -> Result<(), Error> {
         let id = run_id.to_owned();
-        write_op!(self, |db| async move {
-            db.execute(
-                "INSERT INTO run_transcripts (run_id, blob) VALUES ($1, $2) \
+        self.write(move |db| {
+            Box::pin(async move {
+                db.execute(
+                    "INSERT INTO run_transcripts (run_id, blob) VALUES ($1, $2) \
                  ON CONFLICT (run_id) DO UPDATE SET blob = excluded.blob",
-                params![&id, blob],
-            )
-            .await?;
-            db.execute(
-                "UPDATE runs SET has_transcript = 1 WHERE id = $1",
-                params![&id],
-            )
-            .await?;
-            Ok(())
+                    params![&id, blob],
+                )
+                .await?;
+                db.execute(
+                    "UPDATE runs SET has_transcript = 1 WHERE id = $1",
+                    params![&id],
+                )
+                .await?;
+                Ok(())
+            })
         })
+        .await
     }
 }
 

@@ -9,71 +9,20 @@ use shepherd_core::time::Millis;
 use shepherd_core::Error;
 
 use crate::params;
-use crate::sql::{Db, Row, Value};
+use crate::sql::{Db, EventRow, Row, Value};
 
 const COLUMNS: &str =
     "seq, ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data";
 
-pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (ts, type, agent_id, worker_id, task_id, run_id, \
-    channel_id, conversation_id, session_id, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-
-/// The columns an append writes, in [`event_params`] order.
-pub(crate) const INSERT_COLUMNS: &str =
-    "ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data";
-
-/// `n` rows of placeholders for [`event_params`] (`($1, …, $10), …`), each
-/// placeholder followed by `cast` (its column's type), if given.
-pub(crate) fn event_rows_sql(n: usize, casts: Option<&[&str; 10]>) -> String {
-    use std::fmt::Write;
-    let mut sql = String::with_capacity(n * 64);
-    for i in 0..n {
-        sql.push_str(if i == 0 { "(" } else { ", (" });
-        for k in 0..10 {
-            let sep = if k == 0 { "" } else { ", " };
-            let cast = casts.map_or("", |c| c[k]);
-            let _ = write!(sql, "{sep}${}{cast}", i * 10 + k + 1);
-        }
-        sql.push(')');
-    }
-    sql
-}
-
-/// `INSERT` of `n` events in one statement (placeholders `$1…$(10n)`).
-pub(crate) fn insert_events_sql(n: usize) -> String {
-    format!(
-        "INSERT INTO events ({INSERT_COLUMNS}) VALUES {}",
-        event_rows_sql(n, None)
-    )
-}
-
-pub(crate) fn event_params(now: Millis, e: &NewEvent) -> Vec<Value> {
-    let r = &e.refs;
-    params![
-        now,
-        e.kind.as_str(),
-        &r.agent_id,
-        &r.worker_id,
-        &r.task_id,
-        &r.run_id,
-        &r.channel_id,
-        &r.conversation_id,
-        &r.session_id,
-        e.data.to_string()
-    ]
-}
-
 /// Appends one event and returns its sequence number.
 pub async fn append<D: Db>(db: &mut D, now: Millis, e: &NewEvent) -> Result<i64, Error> {
-    let sql = format!("{INSERT_EVENT} RETURNING seq");
-    let seq = db.query_one(&sql, event_params(now, e)).await?.i64(0)?;
-    db.note_event(seq, now, e);
-    Ok(seq)
+    db.insert_event(EventRow::new(now, e)).await
 }
 
 /// Appends one event without waiting for its sequence number (pipelined on
 /// PostgreSQL; see [`Db::defer`]).
 pub fn append_deferred<D: Db>(db: &mut D, now: Millis, e: &NewEvent) {
-    db.defer_event(now, e);
+    db.defer_event(EventRow::new(now, e));
 }
 
 pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {

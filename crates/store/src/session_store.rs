@@ -6,26 +6,34 @@ use shepherd_core::Error;
 use crate::ops::sessions::{
     self, NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,
 };
-use crate::{log, postgres, sqlite, Backend, Store};
+use crate::{log, Listing, Store};
 
 impl Store {
     pub async fn create_session(&self, new: NewSession) -> Result<SessionRecord, Error> {
         let now = self.now();
-        write_op!(self, |db| sessions::create(db, now, new))
+        self.write(move |db| Box::pin(sessions::create(db, now, new)))
+            .await
     }
 
     /// The session with its tabs.
     pub async fn session(&self, id: &str) -> Result<SessionRecord, Error> {
         let id = id.to_owned();
-        read_op!(self, |db| async move { sessions::require(db, &id).await })
+        self.read(move |db| Box::pin(async move { sessions::require(db, &id).await }))
+            .await
     }
 
     /// Every session and the cursor the list is valid at.
-    pub async fn list_sessions(&self) -> Result<(Vec<SessionRecord>, i64), Error> {
-        read_op!(self, |db| async move {
-            let list = sessions::list(db).await?;
-            Ok((list, log::head(db).await?))
+    pub async fn list_sessions(&self) -> Result<Listing<SessionRecord>, Error> {
+        self.read(move |db| {
+            Box::pin(async move {
+                let items = sessions::list(db).await?;
+                Ok(Listing {
+                    items,
+                    cursor: log::head(db).await?,
+                })
+            })
         })
+        .await
     }
 
     pub async fn session_worker(
@@ -34,9 +42,8 @@ impl Store {
         worker_id: &str,
     ) -> Result<(SessionRecord, SessionWorkerRecord), Error> {
         let (s, w) = (session_id.to_owned(), worker_id.to_owned());
-        read_op!(self, |db| async move {
-            sessions::require_worker(db, &s, &w).await
-        })
+        self.read(move |db| Box::pin(async move { sessions::require_worker(db, &s, &w).await }))
+            .await
     }
 
     pub async fn add_session_worker(
@@ -45,9 +52,8 @@ impl Store {
         new: NewSessionWorker,
     ) -> Result<SessionWorkerRecord, Error> {
         let (now, s) = (self.now(), session_id.to_owned());
-        write_op!(self, |db| async move {
-            sessions::add_worker(db, now, &s, new).await
-        })
+        self.write(move |db| Box::pin(async move { sessions::add_worker(db, now, &s, new).await }))
+            .await
     }
 
     pub async fn session_process_started(
@@ -64,9 +70,12 @@ impl Store {
             worker_id.to_owned(),
             mode.to_owned(),
         );
-        write_op!(self, |db| async move {
-            sessions::process_started(db, now, &s, &w, pid, reason, &mode).await
+        self.write(move |db| {
+            Box::pin(
+                async move { sessions::process_started(db, now, &s, &w, pid, reason, &mode).await },
+            )
         })
+        .await
     }
 
     pub async fn session_process_exited(
@@ -78,9 +87,12 @@ impl Store {
         signal: Option<String>,
     ) -> Result<bool, Error> {
         let (now, s, w) = (self.now(), session_id.to_owned(), worker_id.to_owned());
-        write_op!(self, |db| async move {
-            sessions::process_exited(db, now, &s, &w, epoch, exit_code, signal).await
+        self.write(move |db| {
+            Box::pin(async move {
+                sessions::process_exited(db, now, &s, &w, epoch, exit_code, signal).await
+            })
         })
+        .await
     }
 
     pub async fn session_restore_failed(
@@ -95,9 +107,10 @@ impl Store {
             worker_id.to_owned(),
             reason.to_owned(),
         );
-        write_op!(self, |db| async move {
-            sessions::restore_failed(db, now, &s, &w, &r).await
+        self.write(move |db| {
+            Box::pin(async move { sessions::restore_failed(db, now, &s, &w, &r).await })
         })
+        .await
     }
 
     pub async fn remove_session_worker(
@@ -106,24 +119,24 @@ impl Store {
         worker_id: &str,
     ) -> Result<SessionWorkerRecord, Error> {
         let (now, s, w) = (self.now(), session_id.to_owned(), worker_id.to_owned());
-        write_op!(self, |db| async move {
-            sessions::remove_worker(db, now, &s, &w, "removed").await
+        self.write(move |db| {
+            Box::pin(async move { sessions::remove_worker(db, now, &s, &w, "removed").await })
         })
+        .await
     }
 
     pub async fn delete_session(&self, id: &str) -> Result<SessionRecord, Error> {
         let (now, id) = (self.now(), id.to_owned());
-        write_op!(
-            self,
-            |db| async move { sessions::delete(db, now, &id).await }
-        )
+        self.write(move |db| Box::pin(async move { sessions::delete(db, now, &id).await }))
+            .await
     }
 
     /// Keeps the registry rows of this node's live PTY tabs fresh.
     pub async fn touch_session_workers(&self, worker_ids: Vec<String>) -> Result<(), Error> {
         let now = self.now();
-        write_op!(self, |db| async move {
-            sessions::touch_live(db, now, &worker_ids).await
+        self.write(move |db| {
+            Box::pin(async move { sessions::touch_live(db, now, &worker_ids).await })
         })
+        .await
     }
 }

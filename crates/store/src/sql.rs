@@ -5,9 +5,16 @@
 //! 64-bit integers, text and bytes. Each backend implements `Db` for its own
 //! driver; the SQLite side rewrites `$N` to `?N`. Anything a backend does
 //! differently (DDL, locking, notification) lives in that backend's module.
+//!
+//! This module also holds what both backends and the log share about the
+//! `events` table's row ([`EventRow`], the insert statements), and what a
+//! backend's writer reports upwards ([`CommitSink`]), so that no backend
+//! depends on the event log, the hub or the operations.
 
 use std::future::Future;
 
+use shepherd_core::event::{Event, NewEvent};
+use shepherd_core::time::Millis;
 use shepherd_core::Error;
 
 /// A value bound to or read from a statement.
@@ -147,9 +154,90 @@ pub enum Dialect {
 }
 
 /// The events a unit of work appended, filled in as their INSERTs answer.
-pub type Appended = std::sync::Arc<std::sync::Mutex<Vec<shepherd_core::event::Event>>>;
+pub type Appended = std::sync::Arc<std::sync::Mutex<Vec<Event>>>;
+
+/// One event as the `events` table stores it: the values of
+/// [`INSERT_COLUMNS`], and the event itself, whose `seq` the backend fills
+/// in once the database drew it (for publishing after the commit).
+#[derive(Debug, Clone)]
+pub struct EventRow {
+    pub(crate) params: Vec<Value>,
+    pub(crate) event: Event,
+}
+
+impl EventRow {
+    pub(crate) fn new(now: Millis, e: &NewEvent) -> EventRow {
+        let r = &e.refs;
+        EventRow {
+            params: crate::params![
+                now,
+                e.kind.as_str(),
+                &r.agent_id,
+                &r.worker_id,
+                &r.task_id,
+                &r.run_id,
+                &r.channel_id,
+                &r.conversation_id,
+                &r.session_id,
+                e.data.to_string()
+            ],
+            event: Event {
+                seq: 0,
+                ts: now,
+                kind: e.kind.clone(),
+                refs: e.refs.clone(),
+                data: e.data.clone(),
+            },
+        }
+    }
+}
+
+/// The columns an event insert writes, in [`EventRow`] order.
+pub(crate) const INSERT_COLUMNS: &str =
+    "ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data";
+
+/// The insert of one event.
+pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (ts, type, agent_id, worker_id, \
+    task_id, run_id, channel_id, conversation_id, session_id, data) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+/// [`INSERT_EVENT`], answering with the `seq` drawn.
+pub(crate) const INSERT_EVENT_RETURNING: &str =
+    "INSERT INTO events (ts, type, agent_id, worker_id, \
+    task_id, run_id, channel_id, conversation_id, session_id, data) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq";
+
+/// `n` rows of placeholders for [`EventRow`]s (`($1, …, $10), …`), each
+/// placeholder followed by `cast` (its column's type), if given.
+pub(crate) fn event_rows_sql(n: usize, casts: Option<&[&str; 10]>) -> String {
+    use std::fmt::Write;
+    let mut sql = String::with_capacity(n * 64);
+    for i in 0..n {
+        sql.push_str(if i == 0 { "(" } else { ", (" });
+        for k in 0..10 {
+            let sep = if k == 0 { "" } else { ", " };
+            let cast = casts.map_or("", |c| c[k]);
+            let _ = write!(sql, "{sep}${}{cast}", i * 10 + k + 1);
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+/// `INSERT` of `n` events in one statement (placeholders `$1…$(10n)`).
+pub(crate) fn insert_events_sql(n: usize) -> String {
+    format!(
+        "INSERT INTO events ({INSERT_COLUMNS}) VALUES {}",
+        event_rows_sql(n, None)
+    )
+}
 
 /// A connection (inside a transaction when writing) that operations run against.
+///
+/// Each backend implements it with its own driver, offering only
+/// primitives: statements, deferred writes, and the insert of events.
+/// Operations are generic over it but instantiated once, for
+/// [`crate::any_db::AnyDb`], which dispatches to the backend in use.
 ///
 /// Futures are `Send` so PostgreSQL operations can run on the tokio runtime;
 /// the SQLite implementation completes every future on its first poll.
@@ -175,30 +263,19 @@ pub trait Db: Send {
     /// Waits for every deferred write; returns the first error.
     fn flush(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// Appends an event without waiting for its sequence number (deferred).
-    /// A backend that publishes committed events itself records it here.
-    fn defer_event(
-        &mut self,
-        now: shepherd_core::time::Millis,
-        e: &shepherd_core::event::NewEvent,
-    ) {
-        self.defer(crate::log::INSERT_EVENT, crate::log::event_params(now, e));
-    }
+    /// Appends an event and answers with its sequence number. The backend
+    /// keeps the event (with that number) to publish once the unit commits.
+    fn insert_event(&mut self, row: EventRow) -> impl Future<Output = Result<i64, Error>> + Send;
+
+    /// Appends an event without waiting for its sequence number (deferred,
+    /// like [`Db::defer`]); kept for publishing like [`Db::insert_event`].
+    fn defer_event(&mut self, row: EventRow);
 
     /// A backend that learns the `seq`s of deferred events only from the
     /// database's answers returns where they will be once the unit commits;
     /// then callers need not wait for them inside the unit.
     fn appended_later(&self) -> Option<Appended> {
         None
-    }
-
-    /// Called after an event was appended with a known sequence number.
-    fn note_event(
-        &mut self,
-        _seq: i64,
-        _now: shepherd_core::time::Millis,
-        _e: &shepherd_core::event::NewEvent,
-    ) {
     }
 
     /// The first row, if any.
@@ -221,6 +298,18 @@ pub trait Db: Send {
                 .ok_or_else(|| Error::internal("query returned no row"))
         }
     }
+}
+
+/// Where a backend's writer reports what it committed. The store's hub
+/// implements it; a backend knows nothing else of delivery.
+pub(crate) trait CommitSink: Send + Sync + 'static {
+    /// The events of one commit, in `seq` order, called after the commit
+    /// and before any of its callers hears the outcome.
+    fn committed(&self, events: Vec<Event>);
+    /// One write transaction: how many units it grouped and how long it took.
+    fn batch(&self, units: usize, took: std::time::Duration);
+    /// Another node committed (PostgreSQL): the log has news to read.
+    fn wake(&self);
 }
 
 /// Error codes for database failures that are not the client's fault.

@@ -171,7 +171,7 @@ contract!(
             }
         }
         assert_eq!(total, TASKS);
-        let (_, done, _) = a
+        let shepherd_store::Page { total: done, .. } = a
             .list_tasks(shepherd_store::TaskFilter {
                 state: Some("done".into()),
                 limit: 1,

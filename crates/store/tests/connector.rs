@@ -3,12 +3,10 @@
 
 mod common;
 
-use std::time::Duration;
-
 use serde_json::json;
 use shepherd_core::event::EventFilter;
 use shepherd_core::transcript::{ActionContent, TranscriptStep};
-use shepherd_store::{Applied, LeaseRules, NewTask, Registration, Store};
+use shepherd_store::{Applied, Clock, LeaseRules, NewTask, Registration, Store};
 
 use common::TestDb;
 
@@ -494,21 +492,23 @@ contract!(
 contract!(
     expiry_returns_task_once_and_fences_the_zombie,
     |db: TestDb| async move {
-        let a = db.open().await;
-        let b = db.open().await;
+        // Both nodes read one clock, which the test moves.
+        let clock = Clock::fixed(shepherd_store::now_ms());
+        let a = db.open_with_clock(&clock).await;
+        let b = db.open_with_clock(&clock).await;
         register(&a, "zombie", &[]).await;
         register(&a, "fresh", &[]).await;
         a.create_task(task("Z-1", "simple")).await.unwrap();
         let g = a.claim_task("zombie", "Z-1", rules()).await.unwrap();
         // The zombie goes silent; time passes beyond the heartbeat timeout.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        clock.advance(50);
         let short = LeaseRules {
             heartbeat_timeout_ms: 10,
             ..rules()
         };
         // Downtime rule: nothing expires before `not_before`.
         let later = LeaseRules {
-            not_before: shepherd_store::now_ms() + 60_000,
+            not_before: clock.now() + 60_000,
             ..short
         };
         assert_eq!(a.sweep(later).await.unwrap().expired, 0);
@@ -712,7 +712,8 @@ contract!(eligibility_rules_and_capacity, |db: TestDb| async move {
 contract!(
     cancel_reaches_holder_and_grace_ends_it,
     |db: TestDb| async move {
-        let store = db.open().await;
+        let clock = Clock::fixed(shepherd_store::now_ms());
+        let store = db.open_with_clock(&clock).await;
         register(&store, "w", &[]).await;
         store.create_task(task("K-1", "simple")).await.unwrap();
         let g = store.claim_task("w", "K-1", rules()).await.unwrap();
@@ -745,7 +746,7 @@ contract!(
             )
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        clock.advance(20);
         let r = store
             .sweep(LeaseRules {
                 cancel_grace_ms: 1,
@@ -927,23 +928,24 @@ contract!(
 contract!(
     a_late_heartbeat_does_not_revive_a_lapsed_claim,
     |db: TestDb| async move {
-        let store = db.open().await;
+        let clock = Clock::fixed(shepherd_store::now_ms());
+        let store = db.open_with_clock(&clock).await;
         register(&store, "late", &[]).await;
         store.create_task(task("L-1", "simple")).await.unwrap();
         let g = store.claim_task("late", "L-1", rules()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        clock.advance(30);
         let short = LeaseRules {
             heartbeat_timeout_ms: 10,
             ..rules()
         };
         // Within the start grace a heartbeat still extends the claim.
         let grace = LeaseRules {
-            not_before: shepherd_store::now_ms() + 60_000,
+            not_before: clock.now() + 60_000,
             ..short
         };
         let (_, held) = store.heartbeat("late", grace).await.unwrap();
         assert_eq!(held.len(), 1, "start grace keeps the lease");
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        clock.advance(30);
         // After it, the silence has lapsed the claim: no sweep ran, but the
         // heartbeat finds it lapsed and ends it as the sweeper would.
         let (_, held) = store.heartbeat("late", short).await.unwrap();
@@ -963,7 +965,8 @@ contract!(
 contract!(
     a_worker_granted_a_task_twice_must_name_its_claim,
     |db: TestDb| async move {
-        let store = db.open().await;
+        let clock = Clock::fixed(shepherd_store::now_ms());
+        let store = db.open_with_clock(&clock).await;
         register(&store, "twice", &[]).await;
         store.create_task(task("T2-1", "simple")).await.unwrap();
         // The first claim (token-less reports are fine while it is the only one).
@@ -982,7 +985,7 @@ contract!(
             .await;
         assert!(tokenless.is_ok(), "{tokenless:?}");
         // It lapses and is granted to the same worker again.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        clock.advance(30);
         let short = LeaseRules {
             heartbeat_timeout_ms: 10,
             ..rules()

@@ -318,15 +318,23 @@ contract!(
             1,
             "partial work preserved"
         );
-        let (list, next, _) = store.list_conversations("repo-1", None, 1).await.unwrap();
+        let shepherd_store::ConversationPage {
+            conversations: list,
+            next_before: next,
+            ..
+        } = store.list_conversations("repo-1", None, 1).await.unwrap();
         assert_eq!(list[0].id, new.id, "newest first");
-        let (list2, next2, _) = store.list_conversations("repo-1", next, 1).await.unwrap();
+        let shepherd_store::ConversationPage {
+            conversations: list2,
+            next_before: next2,
+            ..
+        } = store.list_conversations("repo-1", next, 1).await.unwrap();
         assert_eq!(list2[0].id, old.id);
         assert_eq!(next2, None);
         // Continue the old one: it becomes active again.
         let back = store.activate_conversation(&old.id).await.unwrap();
         assert!(back.active);
-        let (res, _) = store.list_resources().await.unwrap();
+        let res = store.list_resources().await.unwrap().items;
         assert_eq!(
             res[0].active_conversation_id.as_deref(),
             Some(old.id.as_str())

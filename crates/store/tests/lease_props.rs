@@ -1693,7 +1693,7 @@ impl Case {
             );
             self.model.tasks[t].run_at = Some(run_at);
         }
-        let (listed, _) = store
+        let shepherd_store::Listing { items: listed, .. } = store
             .list_workers(WorkerFilter {
                 include_closed: true,
                 agent_id: Some(agent(&self.prefix)),

@@ -102,7 +102,9 @@ async fn count_events(store: &Store, vtid: &str, kind: &str) -> usize {
 }
 
 async fn runs_of(store: &Store, vtid: &str) -> Vec<shepherd_core::model::Run> {
-    let (mut runs, _, _) = store
+    let shepherd_store::Page {
+        items: mut runs, ..
+    } = store
         .list_runs(RunFilter {
             vtid: Some(vtid.into()),
             limit: 100,

@@ -113,6 +113,7 @@ contract!(
                         ..f
                     })
                     .await
+                    .map(|p| (p.items, p.total, p.cursor))
                     .unwrap()
             }
         };

@@ -13,28 +13,26 @@
 //! `kill -9` of the server loses nothing acknowledged; a power cut can lose
 //! the last transactions not yet checkpointed. `synchronous=FULL`
 //! (`SHEPHERD_SQLITE_SYNC=full`) fsyncs the WAL at every commit.
+//!
+//! `db` is the connection seen through the portable `Db` interface,
+//! `migrate` the schema migrations applied at open.
+
+mod db;
+mod migrate;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
-use shepherd_core::event::{Event, NewEvent};
+use shepherd_core::event::Event;
 use shepherd_core::Error;
 use tokio::sync::{oneshot, Semaphore};
 
-use crate::sql::{Db, Dialect, Row, Value, CONSTRAINT_VIOLATION, DB_UNAVAILABLE};
+use db::map_err;
+pub use db::SqliteDb;
 
-const MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("0001_init.sql")),
-    (2, include_str!("0002_sessions.sql")),
-    (3, include_str!("0003_conversations.sql")),
-    (4, include_str!("0004_run_usage.sql")),
-    (5, include_str!("0005_retries.sql")),
-    (8, include_str!("0008_run_workspace.sql")),
-    (9, include_str!("0009_claims_in_runs.sql")),
-    (10, include_str!("0010_run_counts_by_worker.sql")),
-];
+use crate::sql::{CommitSink, DB_UNAVAILABLE};
+
 const READERS: usize = 4;
 /// Upper bound of units of work grouped into one commit.
 const MAX_BATCH: usize = 512;
@@ -52,163 +50,21 @@ type Finisher = Box<dyn FnOnce(Option<Error>) + Send>;
 /// A unit of work. It is handed the connection, or the reason it cannot run
 /// (so that it can still answer its caller), and returns whether it succeeded
 /// plus the callback that delivers its answer once the commit outcome is known.
-type Job = Box<dyn FnOnce(Result<&mut Connection, Error>) -> (bool, Finisher, Vec<Event>) + Send>;
+type Job = Box<dyn FnOnce(Result<&mut SqliteDb, Error>) -> (bool, Finisher, Vec<Event>) + Send>;
 
-/// Where the writer publishes the events of each commit, in commit order.
-pub type Published = std::sync::Arc<crate::hub::Hub>;
+/// Where the writer reports each commit (its events, in commit order).
+pub(crate) type Published = Arc<dyn CommitSink>;
 
 pub struct SqliteBackend {
     jobs: std::sync::mpsc::Sender<Vec<Job>>,
     /// Dropping this stops the checkpointer thread.
     _checkpointer: std::sync::mpsc::Sender<()>,
-    readers: Arc<Mutex<Vec<Connection>>>,
+    readers: Arc<Mutex<Vec<SqliteDb>>>,
     permits: Arc<Semaphore>,
-}
-
-pub(crate) fn map_err(e: rusqlite::Error) -> Error {
-    use rusqlite::ErrorCode;
-    if let rusqlite::Error::SqliteFailure(f, msg) = &e {
-        let text = msg.clone().unwrap_or_else(|| f.to_string());
-        return match f.code {
-            ErrorCode::ConstraintViolation => Error::conflict(CONSTRAINT_VIOLATION, text),
-            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
-                Error::unavailable(DB_UNAVAILABLE, text)
-            }
-            ErrorCode::DiskFull | ErrorCode::CannotOpen | ErrorCode::ReadOnly => {
-                Error::unavailable(DB_UNAVAILABLE, text)
-            }
-            _ => Error::internal(format!("sqlite: {text}")),
-        };
-    }
-    Error::internal(format!("sqlite: {e}"))
 }
 
 fn closed() -> Error {
     Error::unavailable(DB_UNAVAILABLE, "the store is shut down")
-}
-
-impl rusqlite::ToSql for Value {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(match self {
-            Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
-            Value::Int(v) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
-            Value::Text(v) => match crate::sql::storable_text(v) {
-                std::borrow::Cow::Borrowed(v) => {
-                    ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes()))
-                }
-                std::borrow::Cow::Owned(v) => ToSqlOutput::Owned(rusqlite::types::Value::Text(v)),
-            },
-            Value::Blob(v) => ToSqlOutput::Borrowed(ValueRef::Blob(v)),
-        })
-    }
-}
-
-/// Rewrites PostgreSQL-style `$N` placeholders to SQLite's `?N`.
-fn translate(sql: &str) -> String {
-    sql.replace('$', "?")
-}
-
-/// A SQLite connection seen through the portable [`Db`] interface.
-pub struct SqliteDb<'c> {
-    conn: &'c mut Connection,
-    /// The first failure of a deferred write, reported at the next call.
-    failed: Option<Error>,
-    /// Events this unit appended, published by the writer once committed.
-    events: Vec<Event>,
-}
-
-impl<'c> SqliteDb<'c> {
-    fn new(conn: &'c mut Connection) -> Self {
-        SqliteDb {
-            conn,
-            failed: None,
-            events: Vec::new(),
-        }
-    }
-
-    fn check(&mut self) -> Result<(), Error> {
-        match self.failed.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-}
-
-impl SqliteDb<'_> {
-    fn run_query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
-        let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
-        let cols = stmt.column_count();
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(params.iter()))
-            .map_err(map_err)?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next().map_err(map_err)? {
-            let mut vals = Vec::with_capacity(cols);
-            for i in 0..cols {
-                vals.push(match r.get_ref(i).map_err(map_err)? {
-                    ValueRef::Null => Value::Null,
-                    ValueRef::Integer(v) => Value::Int(v),
-                    ValueRef::Real(v) => Value::Int(v as i64),
-                    ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
-                    ValueRef::Blob(b) => Value::Blob(b.to_vec()),
-                });
-            }
-            out.push(Row(vals));
-        }
-        Ok(out)
-    }
-
-    fn run_execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
-        let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
-        let n = stmt
-            .execute(rusqlite::params_from_iter(params.iter()))
-            .map_err(map_err)?;
-        Ok(n as u64)
-    }
-}
-
-impl Db for SqliteDb<'_> {
-    async fn query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
-        self.check()?;
-        self.run_query(sql, params)
-    }
-    async fn execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
-        self.check()?;
-        self.run_execute(sql, params)
-    }
-    fn defer(&mut self, sql: &str, params: Vec<Value>) {
-        if self.failed.is_none() {
-            if let Err(e) = self.run_execute(sql, params) {
-                self.failed = Some(e);
-            }
-        }
-    }
-    async fn flush(&mut self) -> Result<(), Error> {
-        self.check()
-    }
-    fn defer_event(&mut self, now: shepherd_core::time::Millis, e: &NewEvent) {
-        if self.failed.is_none() {
-            match self.run_execute(crate::log::INSERT_EVENT, crate::log::event_params(now, e)) {
-                Ok(_) => {
-                    let seq = self.conn.last_insert_rowid();
-                    self.note_event(seq, now, e);
-                }
-                Err(err) => self.failed = Some(err),
-            }
-        }
-    }
-    fn note_event(&mut self, seq: i64, now: shepherd_core::time::Millis, e: &NewEvent) {
-        self.events.push(Event {
-            seq,
-            ts: now,
-            kind: e.kind.clone(),
-            refs: e.refs.clone(),
-            data: e.data.clone(),
-        });
-    }
-    fn dialect(&self) -> Dialect {
-        Dialect::Sqlite
-    }
 }
 
 /// Turns off SQLite's memory statistics, process-wide, before its first
@@ -274,36 +130,6 @@ fn open_conn(path: &Path, read_only: bool, sync: SyncMode) -> Result<Connection,
     Ok(conn)
 }
 
-fn migrate(conn: &mut Connection) -> Result<(), Error> {
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-    )
-    .map_err(map_err)?;
-    for (version, sql) in MIGRATIONS {
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(map_err)?;
-        let done: bool = tx
-            .query_row(
-                "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE version = ?1)",
-                [version],
-                |r| r.get(0),
-            )
-            .map_err(map_err)?;
-        if !done {
-            tracing::info!(version, "applying SQLite migration");
-            tx.execute_batch(sql).map_err(map_err)?;
-            tx.execute(
-                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
-                [*version, chrono::Utc::now().timestamp_millis()],
-            )
-            .map_err(map_err)?;
-        }
-        tx.commit().map_err(map_err)?;
-    }
-    Ok(())
-}
-
 impl SqliteBackend {
     /// Opens (creating if needed) the database file, applies migrations and
     /// starts the writer thread, which sends the events of every commit to
@@ -320,10 +146,10 @@ impl SqliteBackend {
             }
         }
         let mut writer = open_conn(path, false, sync)?;
-        migrate(&mut writer)?;
+        migrate::migrate(&mut writer)?;
         let mut readers = Vec::new();
         for _ in 0..READERS {
-            readers.push(open_conn(path, true, sync)?);
+            readers.push(SqliteDb::new(open_conn(path, true, sync)?));
         }
         // Checkpoints move WAL pages into the database file. Doing them on a
         // thread of their own keeps that work off the writer's path; the
@@ -349,7 +175,7 @@ impl SqliteBackend {
         let (jobs, rx) = std::sync::mpsc::channel::<Vec<Job>>();
         std::thread::Builder::new()
             .name("shepherd-sqlite-writer".into())
-            .spawn(move || writer_loop(writer, rx, publish))
+            .spawn(move || writer_loop(SqliteDb::new(writer), rx, publish))
             .map_err(|e| Error::internal(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteBackend {
             jobs,
@@ -364,7 +190,7 @@ impl SqliteBackend {
     pub async fn write<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + 'static,
-        F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
+        F: FnOnce(&mut SqliteDb) -> Result<T, Error> + Send + 'static,
     {
         let (job, rx) = unit_job(f);
         self.jobs.send(vec![job]).map_err(|_| closed())?;
@@ -377,7 +203,7 @@ impl SqliteBackend {
     pub async fn write_many<T, F>(&self, units: Vec<F>) -> Result<Vec<Result<T, Error>>, Error>
     where
         T: Send + 'static,
-        F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
+        F: FnOnce(&mut SqliteDb) -> Result<T, Error> + Send + 'static,
     {
         let (jobs, answers): (Vec<Job>, Vec<_>) = units.into_iter().map(unit_job).unzip();
         if jobs.is_empty() {
@@ -397,7 +223,7 @@ impl SqliteBackend {
     pub async fn read<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + 'static,
-        F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
+        F: FnOnce(&mut SqliteDb) -> Result<T, Error> + Send + 'static,
     {
         let permit = self
             .permits
@@ -412,21 +238,22 @@ impl SqliteBackend {
         // another read count on finding one there.
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let mut conn = readers
+            let mut db = readers
                 .lock()
                 .map_err(|_| Error::internal("reader pool poisoned"))?
                 .pop()
                 .ok_or_else(|| Error::internal("reader pool empty"))?;
             let result = (|| {
-                control(&conn, "BEGIN").map_err(map_err)?;
-                let r = f(&mut SqliteDb::new(&mut conn));
-                let end = control(&conn, "COMMIT").map_err(map_err);
+                db.begin_unit();
+                control(&db.conn, "BEGIN").map_err(map_err)?;
+                let r = f(&mut db);
+                let end = control(&db.conn, "COMMIT").map_err(map_err);
                 let r = r?;
                 end?;
                 Ok(r)
             })();
             if let Ok(mut pool) = readers.lock() {
-                pool.push(conn);
+                pool.push(db);
             }
             result
         })
@@ -439,15 +266,15 @@ impl SqliteBackend {
 fn unit_job<T, F>(f: F) -> (Job, oneshot::Receiver<Result<T, Error>>)
 where
     T: Send + 'static,
-    F: FnOnce(&mut SqliteDb<'_>) -> Result<T, Error> + Send + 'static,
+    F: FnOnce(&mut SqliteDb) -> Result<T, Error> + Send + 'static,
 {
     let (tx, rx) = oneshot::channel();
-    let job: Job = Box::new(move |conn: Result<&mut Connection, Error>| {
-        let (result, events) = match conn {
-            Ok(conn) => {
-                let mut db = SqliteDb::new(conn);
-                let r = f(&mut db).and_then(|v| db.check().map(|_| v));
-                (r, std::mem::take(&mut db.events))
+    let job: Job = Box::new(move |db: Result<&mut SqliteDb, Error>| {
+        let (result, events) = match db {
+            Ok(db) => {
+                db.begin_unit();
+                let r = f(db).and_then(|v| db.check().map(|_| v));
+                (r, db.take_events())
             }
             Err(e) => (Err(e), Vec::new()),
         };
@@ -466,7 +293,7 @@ where
 /// How long the writer stays awake for the next unit of work after a commit.
 const WRITER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
-fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Vec<Job>>, publish: Published) {
+fn writer_loop(mut db: SqliteDb, rx: std::sync::mpsc::Receiver<Vec<Job>>, publish: Published) {
     while let Some(mut batch) = next_job(&rx) {
         // A group sent together stays together, even past MAX_BATCH.
         while batch.len() < MAX_BATCH {
@@ -476,8 +303,8 @@ fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<Vec<Job>>, pu
             }
         }
         let (units, started) = (batch.len(), std::time::Instant::now());
-        run_batch(&mut conn, batch, &publish);
-        publish.writer_stats.record(units, started.elapsed());
+        run_batch(&mut db, batch, &publish);
+        publish.batch(units, started.elapsed());
     }
     tracing::debug!("SQLite writer stopped");
 }
@@ -506,8 +333,8 @@ fn control(conn: &Connection, sql: &str) -> Result<(), rusqlite::Error> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-fn run_batch(conn: &mut Connection, batch: Vec<Job>, publish: &Published) {
-    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
+fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
+    if let Err(e) = control(&db.conn, "BEGIN IMMEDIATE") {
         let err = map_err(e);
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in batch {
@@ -522,18 +349,19 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, publish: &Published) {
     let mut any_ok = false;
     for job in batch {
         if !single {
-            if let Err(e) = control(conn, "SAVEPOINT unit") {
+            if let Err(e) = control(&db.conn, "SAVEPOINT unit") {
                 let (_, finish, _) = job(Err(map_err(e)));
                 finishers.push((false, finish));
                 continue;
             }
         }
-        let (ok, finish, unit_events) = job(Ok(conn));
+        let (ok, finish, unit_events) = job(Ok(&mut *db));
         if !single {
             let end = if ok {
-                control(conn, "RELEASE unit")
+                control(&db.conn, "RELEASE unit")
             } else {
-                control(conn, "ROLLBACK TO unit").and_then(|_| control(conn, "RELEASE unit"))
+                control(&db.conn, "ROLLBACK TO unit")
+                    .and_then(|_| control(&db.conn, "RELEASE unit"))
             };
             if let Err(e) = end {
                 tracing::error!(error = %e, "savepoint handling failed");
@@ -544,15 +372,15 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, publish: &Published) {
         finishers.push((ok, finish));
     }
     let commit = if single && !any_ok {
-        control(conn, "ROLLBACK").map_err(map_err)
+        control(&db.conn, "ROLLBACK").map_err(map_err)
     } else {
-        control(conn, "COMMIT").map_err(map_err)
+        control(&db.conn, "COMMIT").map_err(map_err)
     };
     match commit {
         Ok(()) => {
             // Live subscribers hear of the commit before its callers do.
             if !events.is_empty() {
-                publish.publish_committed(events);
+                publish.committed(events);
             }
             for (_, finish) in finishers {
                 finish(None);
@@ -560,7 +388,7 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, publish: &Published) {
         }
         Err(e) => {
             tracing::error!(error = %e, "commit failed; every unit in the batch is rolled back");
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = db.conn.execute_batch("ROLLBACK");
             for (ok, finish) in finishers {
                 finish(if ok { Some(e.clone()) } else { None });
             }

@@ -82,6 +82,14 @@ impl TestDb {
     pub async fn open(&self) -> Store {
         Store::open(&self.config).await.expect("open store")
     }
+
+    /// Opens the database with `clock` as the store's "now": a test moves
+    /// it (`Clock::advance`) to let leases lapse instead of sleeping.
+    pub async fn open_with_clock(&self, clock: &shepherd_store::Clock) -> Store {
+        let mut config = self.config.clone();
+        config.clock = clock.clone();
+        Store::open(&config).await.expect("open store")
+    }
 }
 
 async fn cleanup_old_schemas() {

@@ -1,0 +1,538 @@
+//! A PostgreSQL connection seen through the portable `Db` interface.
+//!
+//! Round trips. Writes whose answers a unit does not need are pipelined
+//! (see [`PgDb`]), event INSERTs return their `seq`s to the writer rather than
+//! to the unit, and a unit alone in its transaction does not wait for its own
+//! writes: the writer collects their answers with the COMMIT's, so a small
+//! write is one round trip. A lone unit also sends BEGIN and the lock itself,
+//! just before its first statement; if its only write is its events (a plain
+//! append), it sends no BEGIN at all but one autocommit INSERT that takes the
+//! lock inside the statement before drawing any `seq`
+//! ([`autocommit_events_sql`]): the same one statement and one answer as an
+//! INSERT without any of this machinery.
+//!
+//! Prepared statements live with their connection (deadpool's per-client
+//! cache): a pooled connection prepares a statement once, whether the
+//! writer or a reader uses it, and keeps it while the connection lives.
+//! Every connection of a store has the same `search_path`, so a statement
+//! prepared for one use is valid for all.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use deadpool_postgres::ClientWrapper;
+use futures::future::BoxFuture;
+use shepherd_core::Error;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{IsNull, ToSql, Type};
+
+use super::connect::map_err;
+use super::writer::EVENT_LOCK;
+use crate::sql::{Appended, Db, Dialect, EventRow, Row, Value};
+
+impl ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Int(v) => match *ty {
+                Type::INT4 => i32::try_from(*v)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(*v)?.to_sql(ty, out),
+                Type::BOOL => (*v != 0).to_sql(ty, out),
+                _ => v.to_sql(ty, out),
+            },
+            Value::Text(v) => crate::sql::storable_text(v).as_ref().to_sql(ty, out),
+            Value::Blob(v) => v.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+fn convert_row(row: &tokio_postgres::Row) -> Result<Row, Error> {
+    let mut vals = Vec::with_capacity(row.len());
+    for (i, col) in row.columns().iter().enumerate() {
+        let bad = |e: tokio_postgres::Error| Error::internal(format!("column {}: {e}", col.name()));
+        let v = match *col.type_() {
+            Type::INT8 => row
+                .try_get::<_, Option<i64>>(i)
+                .map_err(bad)?
+                .map(Value::Int),
+            Type::INT4 => row
+                .try_get::<_, Option<i32>>(i)
+                .map_err(bad)?
+                .map(|v| Value::Int(v as i64)),
+            Type::INT2 => row
+                .try_get::<_, Option<i16>>(i)
+                .map_err(bad)?
+                .map(|v| Value::Int(v as i64)),
+            Type::BOOL => row
+                .try_get::<_, Option<bool>>(i)
+                .map_err(bad)?
+                .map(|v| Value::Int(v as i64)),
+            Type::BYTEA => row
+                .try_get::<_, Option<Vec<u8>>>(i)
+                .map_err(bad)?
+                .map(Value::Blob),
+            _ => row
+                .try_get::<_, Option<String>>(i)
+                .map_err(bad)?
+                .map(Value::Text),
+        };
+        vals.push(v.unwrap_or(Value::Null));
+    }
+    Ok(Row(vals))
+}
+
+pub(super) type Pending = BoxFuture<'static, Result<(), Error>>;
+
+/// Starts `fut` now (its request is queued on the connection, in order) and
+/// returns it unless it already finished.
+fn kick(mut fut: Pending) -> Result<Option<Pending>, Error> {
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => r.map(|_| None),
+        std::task::Poll::Pending => Ok(Some(fut)),
+    }
+}
+
+/// Starts a simple-protocol statement (transaction control) in order.
+pub(super) fn send_simple(client: &Conn, sql: String) -> Result<Option<Pending>, Error> {
+    let client = client.clone();
+    kick(Box::pin(async move {
+        client.batch_execute(&sql).await.map_err(map_err)
+    }))
+}
+
+/// Waits for started statements; returns the first error.
+pub(super) async fn settle(pending: Vec<Pending>, mut first: Option<Error>) -> Result<(), Error> {
+    for fut in pending {
+        if let Err(e) = fut.await {
+            first.get_or_insert(e);
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A connection a [`PgDb`] runs on: one of the pool's, or the store's own
+/// delivery connection. Either way it carries its prepared statements.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Pooled(Arc<deadpool_postgres::Object>),
+    Own(Arc<ClientWrapper>),
+}
+
+impl std::ops::Deref for Conn {
+    type Target = ClientWrapper;
+
+    fn deref(&self) -> &ClientWrapper {
+        match self {
+            Conn::Pooled(c) => c,
+            Conn::Own(c) => c,
+        }
+    }
+}
+
+/// A PostgreSQL connection seen through the portable [`Db`] interface.
+///
+/// Deferred writes are pipelined: each is sent at once and its answer is
+/// collected later, so a unit of work pays round trips only for what it
+/// reads. tokio-postgres sends requests in the order they are first polled;
+/// a write whose statement is not prepared yet cannot be sent at once, so it
+/// raises a barrier: it and everything after it wait their turn, in order.
+pub struct PgDb {
+    client: Conn,
+    pending: Vec<Pending>,
+    barrier: bool,
+    failed: Option<Error>,
+    /// Deferred events, written together as one multi-row INSERT (in the
+    /// order they were emitted, which is the order of their `seq`) before
+    /// the unit's next statement that waits for an answer.
+    events: Vec<Vec<Value>>,
+    /// What those events are, to be matched with the `seq`s the INSERT returns.
+    event_records: Vec<shepherd_core::event::Event>,
+    /// Every event this unit appended, with its `seq`, once its INSERT answered.
+    appended: Appended,
+    /// Set by the writer when this unit is alone in its transaction: the
+    /// unit's final flush does not wait, and the writer collects its
+    /// answers together with the COMMIT's (one round trip for the lot).
+    pub(super) lone: Option<Arc<LoneUnit>>,
+    /// The writer left the transaction's start to this (lone) unit: BEGIN
+    /// and the event lock go out just before its first statement, or, if
+    /// its only statement is its event insert, the lock is taken inside
+    /// that insert and it commits on its own (see [`PgDb::end_unit`]).
+    pub(super) unbegun: bool,
+}
+
+/// What the writer shares with a unit that is alone in its transaction.
+#[derive(Default)]
+pub(super) struct LoneUnit {
+    /// Answers the unit did not wait for.
+    pub(super) pending: std::sync::Mutex<Vec<Pending>>,
+    /// What the unit opened, if the writer left that to it.
+    opened: std::sync::Mutex<Opened>,
+}
+
+/// What a lazily begun unit put on the wire.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Opened {
+    /// No statement at all: there is nothing to commit.
+    #[default]
+    Nothing,
+    /// A transaction, which the writer commits or rolls back.
+    Transaction,
+    /// One statement that committed on its own.
+    Autocommit,
+}
+
+impl LoneUnit {
+    pub(super) fn opened(&self) -> Opened {
+        *self.opened.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn set_opened(&self, o: Opened) {
+        *self.opened.lock().unwrap_or_else(|p| p.into_inner()) = o;
+    }
+}
+
+/// The text of an event insert for each row count, built once: a unit
+/// rarely appends more than a few events, and building and hashing the
+/// statement text was a visible part of a small append's cost.
+struct EventSql([std::sync::OnceLock<String>; 16]);
+
+impl EventSql {
+    const fn new() -> Self {
+        EventSql([const { std::sync::OnceLock::new() }; 16])
+    }
+
+    fn get(&'static self, n: usize, build: fn(usize) -> String) -> std::borrow::Cow<'static, str> {
+        match self.0.get(n) {
+            Some(cell) => cell.get_or_init(|| build(n)).as_str().into(),
+            None => build(n).into(),
+        }
+    }
+}
+
+/// What every write transaction starts with (see the module docs).
+pub(super) fn begin_sql() -> String {
+    format!("BEGIN; SELECT pg_advisory_xact_lock({EVENT_LOCK})")
+}
+
+/// The insert of `n` events as one statement that takes the event lock
+/// itself, before any `seq` is drawn: the lock comes from a materialised
+/// CTE that every inserted row is joined with, so no row (and no identity
+/// value) exists before the lock is held; autocommit holds it to the commit.
+fn autocommit_events_sql(n: usize) -> String {
+    const CASTS: [&str; 10] = [
+        "::bigint", "::text", "::text", "::text", "::text", "::text", "::text", "::text", "::text",
+        "::text",
+    ];
+    format!(
+        "WITH ordering AS MATERIALIZED (SELECT pg_advisory_xact_lock({EVENT_LOCK})) \
+         INSERT INTO events ({cols}) SELECT v.* FROM ordering, (VALUES {rows}) AS v ({cols}) \
+         RETURNING seq",
+        cols = crate::sql::INSERT_COLUMNS,
+        rows = crate::sql::event_rows_sql(n, Some(&CASTS)),
+    )
+}
+
+/// The connection's prepared statement for `sql`, prepared now if it has
+/// none. A hit answers without waiting.
+async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::Statement, Error> {
+    client.prepare_cached(sql).await.map_err(map_err)
+}
+
+/// [`map_err`] for a prepared statement's run. A table whose columns
+/// changed under a kept statement (a newer node migrated) makes PostgreSQL
+/// refuse it ("cached plan must not change result type"): the connection
+/// forgets its statements, so that the next use prepares them afresh.
+fn stmt_err(client: &ClientWrapper, e: tokio_postgres::Error) -> Error {
+    if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) {
+        client.statement_cache.clear();
+    }
+    map_err(e)
+}
+
+impl PgDb {
+    pub(super) fn new(client: Conn) -> Self {
+        PgDb {
+            client,
+            pending: Vec::new(),
+            barrier: false,
+            failed: None,
+            events: Vec::new(),
+            event_records: Vec::new(),
+            appended: Appended::default(),
+            lone: None,
+            unbegun: false,
+        }
+    }
+
+    /// Ends a unit of work that returned `Ok`: its deferred writes must
+    /// succeed too. A unit alone in its transaction hands them to the
+    /// writer, which waits for them together with the COMMIT.
+    ///
+    /// A lazily begun unit whose only statement is its event insert sends
+    /// that insert alone, in autocommit, with the event lock inside it: the
+    /// same single statement and single answer as a plain INSERT.
+    pub(crate) async fn end_unit(&mut self) -> Result<(), Error> {
+        match &self.lone {
+            // `unbegun` still set: nothing has gone out yet.
+            Some(lone) if self.unbegun && !self.events.is_empty() => {
+                self.unbegun = false;
+                lone.set_opened(Opened::Autocommit);
+                static SQL: EventSql = EventSql::new();
+                self.send_events_with(&SQL, autocommit_events_sql);
+            }
+            _ => self.send_events(),
+        }
+        match self.lone.as_ref().map(|l| &l.pending) {
+            // Only writes already on the wire can be handed over: one queued
+            // behind a barrier would be sent after the writer's COMMIT,
+            // outside the transaction.
+            Some(later) if !self.barrier && self.failed.is_none() => {
+                later
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .append(&mut self.pending);
+                Ok(())
+            }
+            _ => self.settle().await,
+        }
+    }
+
+    /// The events this unit appended; complete once the unit has committed.
+    pub fn appended(&self) -> Appended {
+        self.appended.clone()
+    }
+
+    /// Sends BEGIN and the event lock if the writer left them to this unit
+    /// and they have not gone out: before the unit's first statement.
+    fn open(&mut self) {
+        if !std::mem::take(&mut self.unbegun) {
+            return;
+        }
+        if let Some(lone) = &self.lone {
+            lone.set_opened(Opened::Transaction);
+        }
+        match send_simple(&self.client, begin_sql()) {
+            Ok(Some(f)) => self.pending.push(f),
+            Ok(None) => {}
+            Err(e) => self.failed = Some(e),
+        }
+    }
+
+    async fn settle(&mut self) -> Result<(), Error> {
+        self.barrier = false;
+        settle(std::mem::take(&mut self.pending), self.failed.take()).await
+    }
+
+    /// Sends the buffered events as one statement (pipelined); their `seq`s
+    /// are recorded in [`PgDb::appended`] when the answer arrives.
+    fn send_events(&mut self) {
+        static SQL: EventSql = EventSql::new();
+        self.send_events_with(&SQL, |n| {
+            format!("{} RETURNING seq", crate::sql::insert_events_sql(n))
+        });
+    }
+
+    /// [`PgDb::send_events`] with the statement `sql(n)` for `n` events.
+    fn send_events_with(&mut self, cache: &'static EventSql, sql: fn(usize) -> String) {
+        if self.events.is_empty() {
+            return;
+        }
+        let rows = std::mem::take(&mut self.events);
+        let mut records = std::mem::take(&mut self.event_records);
+        let sql = cache.get(rows.len(), sql);
+        let appended = self.appended.clone();
+        let on_rows: OnRows = Box::new(move |rows| {
+            let mut seqs = Vec::with_capacity(rows.len());
+            for row in &rows {
+                seqs.push(row.try_get::<_, i64>(0).map_err(map_err)?);
+            }
+            // Rows of one INSERT take their `seq`s in VALUES order, under the
+            // event lock; sorting does not depend on the order of RETURNING.
+            seqs.sort_unstable();
+            if seqs.len() != records.len() {
+                return Err(Error::internal(
+                    "event insert returned a wrong number of rows",
+                ));
+            }
+            for (e, seq) in records.iter_mut().zip(seqs) {
+                e.seq = seq;
+            }
+            appended
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(records);
+            Ok(())
+        });
+        self.defer_inner(&sql, rows.into_iter().flatten().collect(), Some(on_rows));
+    }
+
+    /// Before a statement whose answer is needed now: anything queued behind
+    /// a barrier must go first, and an earlier failure ends the unit.
+    async fn ready(&mut self) -> Result<(), Error> {
+        self.send_events();
+        if self.barrier || self.failed.is_some() {
+            self.settle().await?;
+        }
+        Ok(())
+    }
+
+    /// After a failed statement: the first error of the unit is the real cause
+    /// (an aborted transaction refuses everything after it).
+    async fn first_error(&mut self, e: Error) -> Error {
+        self.settle().await.err().unwrap_or(e)
+    }
+
+    /// Sends a write now if its statement is prepared (else queues it behind
+    /// a barrier); `on_rows` receives the rows it returns.
+    fn defer_inner(&mut self, sql: &str, params: Vec<Value>, on_rows: Option<OnRows>) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.open();
+        let client = self.client.clone();
+        let run = |client: Conn,
+                   stmt: tokio_postgres::Statement,
+                   params: Vec<Value>,
+                   on_rows: Option<OnRows>| async move {
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            match on_rows {
+                Some(f) => f(client
+                    .query(&stmt, &refs)
+                    .await
+                    .map_err(|e| stmt_err(&client, e))?),
+                None => client
+                    .execute(&stmt, &refs)
+                    .await
+                    .map_err(|e| stmt_err(&client, e))
+                    .map(|_| ()),
+            }
+        };
+        // Set once the statement is prepared, that is, once the write
+        // itself has been sent.
+        let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sql = sql.to_owned();
+        let write: Pending = Box::pin({
+            let sent = sent.clone();
+            async move {
+                let stmt = prepare(&client, &sql).await?;
+                sent.store(true, std::sync::atomic::Ordering::Relaxed);
+                run(client, stmt, params, on_rows).await
+            }
+        });
+        if self.barrier {
+            // It runs, in order, when the unit next waits.
+            self.pending.push(write);
+            return;
+        }
+        // A prepared statement is sent at once; one that still has to be
+        // prepared raises a barrier: it and everything after it wait their
+        // turn, in order.
+        match kick(write) {
+            Ok(Some(f)) => {
+                if !sent.load(std::sync::atomic::Ordering::Relaxed) {
+                    self.barrier = true;
+                }
+                self.pending.push(f)
+            }
+            Ok(None) => {}
+            Err(e) => self.failed = Some(e),
+        }
+    }
+}
+
+/// What a deferred statement does with the rows it returns.
+type OnRows = Box<dyn FnOnce(Vec<tokio_postgres::Row>) -> Result<(), Error> + Send>;
+
+impl Db for PgDb {
+    async fn query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
+        self.ready().await?;
+        self.open();
+        let result = async {
+            let stmt = prepare(&self.client, sql).await?;
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            let rows = self
+                .client
+                .query(&stmt, &refs)
+                .await
+                .map_err(|e| stmt_err(&self.client, e))?;
+            rows.iter().map(convert_row).collect::<Result<Vec<_>, _>>()
+        }
+        .await;
+        match result {
+            Ok(rows) => Ok(rows),
+            Err(e) => Err(self.first_error(e).await),
+        }
+    }
+
+    async fn execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
+        self.ready().await?;
+        self.open();
+        let result = async {
+            let stmt = prepare(&self.client, sql).await?;
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            self.client
+                .execute(&stmt, &refs)
+                .await
+                .map_err(|e| stmt_err(&self.client, e))
+        }
+        .await;
+        match result {
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.first_error(e).await),
+        }
+    }
+
+    fn defer(&mut self, sql: &str, params: Vec<Value>) {
+        self.defer_inner(sql, params, None);
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        self.send_events();
+        self.settle().await
+    }
+
+    async fn insert_event(&mut self, mut row: EventRow) -> Result<i64, Error> {
+        let seq = self
+            .query_one(crate::sql::INSERT_EVENT_RETURNING, row.params)
+            .await?
+            .i64(0)?;
+        row.event.seq = seq;
+        self.appended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(row.event);
+        Ok(seq)
+    }
+
+    fn defer_event(&mut self, row: EventRow) {
+        if self.failed.is_none() {
+            self.events.push(row.params);
+            self.event_records.push(row.event);
+        }
+    }
+
+    fn appended_later(&self) -> Option<Appended> {
+        Some(self.appended.clone())
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+}

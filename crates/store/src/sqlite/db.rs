@@ -1,0 +1,166 @@
+//! A SQLite connection seen through the portable [`Db`] interface.
+//!
+//! SQLite runs in-process, so every primitive completes at once: a deferred
+//! write simply runs, and its error is kept for the unit's next statement.
+//! The connection belongs to the [`SqliteDb`] for its whole life (the writer
+//! thread keeps one, the read pool a few), and per-unit state is reset by
+//! [`SqliteDb::begin_unit`].
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::Connection;
+use shepherd_core::event::Event;
+use shepherd_core::Error;
+
+use crate::sql::{Db, Dialect, EventRow, Row, Value, CONSTRAINT_VIOLATION, DB_UNAVAILABLE};
+
+pub(crate) fn map_err(e: rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode;
+    if let rusqlite::Error::SqliteFailure(f, msg) = &e {
+        let text = msg.clone().unwrap_or_else(|| f.to_string());
+        return match f.code {
+            ErrorCode::ConstraintViolation => Error::conflict(CONSTRAINT_VIOLATION, text),
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                Error::unavailable(DB_UNAVAILABLE, text)
+            }
+            ErrorCode::DiskFull | ErrorCode::CannotOpen | ErrorCode::ReadOnly => {
+                Error::unavailable(DB_UNAVAILABLE, text)
+            }
+            _ => Error::internal(format!("sqlite: {text}")),
+        };
+    }
+    Error::internal(format!("sqlite: {e}"))
+}
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
+            Value::Int(v) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
+            Value::Text(v) => match crate::sql::storable_text(v) {
+                std::borrow::Cow::Borrowed(v) => {
+                    ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes()))
+                }
+                std::borrow::Cow::Owned(v) => ToSqlOutput::Owned(rusqlite::types::Value::Text(v)),
+            },
+            Value::Blob(v) => ToSqlOutput::Borrowed(ValueRef::Blob(v)),
+        })
+    }
+}
+
+/// Rewrites PostgreSQL-style `$N` placeholders to SQLite's `?N`.
+fn translate(sql: &str) -> String {
+    sql.replace('$', "?")
+}
+
+/// A SQLite connection and the state of the unit of work running on it.
+pub struct SqliteDb {
+    pub(super) conn: Connection,
+    /// The first failure of a deferred write, reported at the next call.
+    failed: Option<Error>,
+    /// Events this unit appended, published by the writer once committed.
+    events: Vec<Event>,
+}
+
+impl SqliteDb {
+    pub(super) fn new(conn: Connection) -> Self {
+        SqliteDb {
+            conn,
+            failed: None,
+            events: Vec::new(),
+        }
+    }
+
+    /// Forgets what an earlier unit left (a deferred failure, its events).
+    pub(super) fn begin_unit(&mut self) {
+        self.failed = None;
+        self.events.clear();
+    }
+
+    /// The unit's deferred failure, if any: it fails the unit.
+    pub(super) fn check(&mut self) -> Result<(), Error> {
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The events the unit appended, in `seq` order.
+    pub(super) fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    fn run_query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
+        let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
+        let cols = stmt.column_count();
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params.iter()))
+            .map_err(map_err)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(map_err)? {
+            let mut vals = Vec::with_capacity(cols);
+            for i in 0..cols {
+                vals.push(match r.get_ref(i).map_err(map_err)? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(v) => Value::Int(v),
+                    ValueRef::Real(v) => Value::Int(v as i64),
+                    ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+                    ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+                });
+            }
+            out.push(Row(vals));
+        }
+        Ok(out)
+    }
+
+    fn run_execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
+        let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
+        let n = stmt
+            .execute(rusqlite::params_from_iter(params.iter()))
+            .map_err(map_err)?;
+        Ok(n as u64)
+    }
+
+    /// Inserts an event; its `seq` is the row id SQLite drew.
+    fn run_insert_event(&mut self, mut row: EventRow) -> Result<i64, Error> {
+        self.run_execute(crate::sql::INSERT_EVENT, row.params)?;
+        let seq = self.conn.last_insert_rowid();
+        row.event.seq = seq;
+        self.events.push(row.event);
+        Ok(seq)
+    }
+}
+
+impl Db for SqliteDb {
+    async fn query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
+        self.check()?;
+        self.run_query(sql, params)
+    }
+    async fn execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
+        self.check()?;
+        self.run_execute(sql, params)
+    }
+    fn defer(&mut self, sql: &str, params: Vec<Value>) {
+        if self.failed.is_none() {
+            if let Err(e) = self.run_execute(sql, params) {
+                self.failed = Some(e);
+            }
+        }
+    }
+    async fn flush(&mut self) -> Result<(), Error> {
+        self.check()
+    }
+    async fn insert_event(&mut self, row: EventRow) -> Result<i64, Error> {
+        self.check()?;
+        self.run_insert_event(row)
+    }
+    fn defer_event(&mut self, row: EventRow) {
+        if self.failed.is_none() {
+            if let Err(e) = self.run_insert_event(row) {
+                self.failed = Some(e);
+            }
+        }
+    }
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+}
