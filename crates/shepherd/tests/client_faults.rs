@@ -300,7 +300,7 @@ async fn slow_sse_consumers(kind: Kind) {
     let rss_before = rss_kb(pid);
 
     // Another writer floods the log; the server publishes what it reads.
-    let writer = shepherd_store::Store::open(&env.config().store_config())
+    let writer = shepherd_store::Store::open(&env.store_config())
         .await
         .unwrap();
     let pad = "x".repeat(200);
@@ -414,7 +414,7 @@ async fn a_subscriber_that_never_reads_again_is_dropped_after_the_send_timeout()
     };
     assert_eq!(sse_clients(&s).await, Some(1));
     // Enough to fill the server's send buffer and the client's window.
-    let writer = shepherd_store::Store::open(&env.config().store_config())
+    let writer = shepherd_store::Store::open(&env.store_config())
         .await
         .unwrap();
     let pad = "x".repeat(200);
