@@ -485,7 +485,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RustlsStream<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio_rustls::rustls::client::ResolvesClientCert;
 
     #[test]
     fn takes_tls_parameters_out_of_the_url() {
