@@ -1,4 +1,4 @@
-//! The configuration loader (`shepherd/src/config.rs`) fed arbitrary
+//! The configuration loader (`crates/config`) fed arbitrary
 //! `shepherd.toml` text and `SHEPHERD_*` variables: an error is fine, a
 //! panic is not. A configuration that loads must describe itself
 //! (`shepherd config`) without showing its secrets, and its agents' retry
@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use shepherd::config::Config;
+use shepherd_config::Config;
 
 fuzz_target!(|data: &[u8]| {
     let (file, env) = match data.iter().position(|&b| b == 0) {
@@ -43,7 +43,6 @@ fuzz_target!(|data: &[u8]| {
             .expect("a token row");
         assert_eq!(row.value, "***", "the token is shown");
     }
-    let _ = config.store_config();
     let _ = config.check_exposure();
     for agent in config.agents.values() {
         if let Some(b) = agent.retry_backoff {

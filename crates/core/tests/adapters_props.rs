@@ -1,9 +1,9 @@
 //! Properties of the output adapters over arbitrary input: no line makes
-//! any adapter panic, and text that is not the format's JSON is kept, never
-//! dropped.
+//! any adapter panic, text that is not the format's JSON is kept, never
+//! dropped, and escape sequences are stripped as a terminal would.
 
 use proptest::prelude::*;
-use shepherd_core::adapters::{adapter_for, AdapterOutput, TranscriptFormat};
+use shepherd_core::adapters::{adapter_for, strip_ansi, AdapterOutput, TranscriptFormat};
 
 fn run(format: TranscriptFormat, lines: &[String]) -> Vec<AdapterOutput> {
     let mut a = adapter_for(format);
@@ -47,6 +47,81 @@ proptest! {
             for w in &words {
                 prop_assert!(out.contains(w.as_str()), "{:?} dropped {:?}: {}", format, w, out);
             }
+        }
+    }
+}
+
+/// `strip_ansi` written the plain way, one character at a time through the
+/// escape state machine: the reference the run-at-a-time version must match.
+fn strip_ansi_per_char(s: &str) -> String {
+    #[derive(Clone, Copy)]
+    enum St {
+        Text,
+        Esc,
+        EscInter,
+        Csi,
+        Str,
+        StrEsc,
+    }
+    let mut out = String::new();
+    let mut st = St::Text;
+    for c in s.chars() {
+        st = match (st, c) {
+            (St::Text, '\u{1b}') => St::Esc,
+            (St::Text, '\u{9b}') => St::Csi,
+            (St::Text, c) => {
+                if c == '\t' || !c.is_control() {
+                    out.push(c);
+                }
+                St::Text
+            }
+            (St::Esc, '[') => St::Csi,
+            (St::Esc, ']' | 'P' | 'X' | '^' | '_') => St::Str,
+            (St::Esc | St::EscInter, ' '..='/') => St::EscInter,
+            (St::Esc | St::EscInter, _) => St::Text,
+            (St::Csi, '0'..='?' | ' '..='/') => St::Csi,
+            (St::Csi, '@'..='~') => St::Text,
+            (St::Csi, c) => {
+                if !c.is_control() {
+                    out.push(c);
+                }
+                St::Text
+            }
+            (St::Str, '\u{7}') => St::Text,
+            (St::Str, '\u{1b}') => St::StrEsc,
+            (St::Str, _) => St::Str,
+            (St::StrEsc, _) => St::Text,
+        };
+    }
+    out
+}
+
+/// Text dense in what the escape machine looks at: C0 and C1 controls
+/// (U+0085 and U+009B are two bytes in UTF-8, U+00A0 shares their first
+/// byte), the bytes that open and end sequences, and any character.
+fn terminal_text() -> impl Strategy<Value = String> {
+    let c = prop_oneof![
+        any::<char>(),
+        prop::sample::select(vec![
+            '\u{1b}', '\u{9b}', '\u{85}', '\u{9f}', '\u{a0}', '\u{7f}', '\u{7}', '\u{0}', '\t',
+            '\r', '[', ']', 'P', '_', '^', 'X', '\\', ' ', '/', '0', '?', '@', '~', 'm', 'a', '中',
+            '🦀',
+        ]),
+    ];
+    proptest::collection::vec(c, 0..80).prop_map(|v| v.into_iter().collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn strip_ansi_matches_the_per_character_machine(s in terminal_text()) {
+        let stripped = strip_ansi(&s);
+        let reference = strip_ansi_per_char(&s);
+        prop_assert_eq!(stripped.as_ref(), reference.as_str(), "{:?}", s);
+        // Nothing to strip: the input itself, not a copy.
+        if !s.chars().any(|c| c.is_control() && c != '\t') {
+            prop_assert!(matches!(stripped, std::borrow::Cow::Borrowed(_)));
         }
     }
 }

@@ -48,8 +48,17 @@ pub fn main(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // These verbs log; their last word goes out in the log's format.
+    let logs = matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Runner { .. } | Command::Migrate
+    );
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if logs => {
+            admin::log_failure(&e.to_string());
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

@@ -18,7 +18,7 @@ use crate::maintenance;
 
 /// Opens the database named by `config` and applies migrations.
 pub async fn open_store(config: &Config) -> anyhow_like::Result<Store> {
-    let store = Store::open(&config.store_config()).await?;
+    let store = Store::open(&crate::config::store_config(config)).await?;
     for (name, agent) in &config.agents {
         store
             .upsert_agent(

@@ -205,6 +205,82 @@ fn a_missing_postgres_database_is_named_with_a_fix() {
     );
 }
 
+/// Every line of a log written as JSON, parsed; panics on one that is not.
+fn json_lines(log: &str) -> Vec<Value> {
+    log.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+        .collect()
+}
+
+fn has(lines: &[Value], level: &str, text: &str) -> bool {
+    lines.iter().any(|l| {
+        l["level"] == level
+            && l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(text))
+    })
+}
+
+#[test]
+fn what_is_said_before_the_logger_exists_follows_the_log_format() {
+    let dir = scratch();
+    let data = dir.join("data").display().to_string();
+    let deprecated = "SHEPHERD_AUTH_TOKEN is deprecated";
+    // A warning found while loading the configuration, before the logger.
+    let mut vars = vec![
+        ("SHEPHERD_DATA_DIR", data.as_str()),
+        ("SHEPHERD_AUTH_TOKEN", "0123456789abcdef"),
+        ("SHEPHERD_LOG_FORMAT", "json"),
+    ];
+    let (ok, _, err) = shepherd(&dir, &vars, &["migrate"]);
+    assert!(ok, "{err}");
+    assert!(has(&json_lines(&err), "WARN", deprecated), "{err}");
+    // In text, it is a log line too, said once.
+    vars[2].1 = "text";
+    let (ok, _, err) = shepherd(&dir, &vars, &["migrate"]);
+    assert!(ok, "{err}");
+    assert_eq!(err.matches(deprecated).count(), 1, "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("WARN") && l.contains(deprecated)),
+        "{err}"
+    );
+    // A verb that does not log still says it, plainly.
+    let (ok, _, err) = shepherd(&dir, &vars, &["config"]);
+    assert!(
+        ok && err.contains(&format!("warning: {deprecated}")),
+        "{err}"
+    );
+
+    // A failure after the logger is up goes through it.
+    vars[2].1 = "json";
+    let (ok, _, err) = shepherd(&dir, &vars, &["runner"]);
+    assert!(!ok);
+    assert!(
+        has(&json_lines(&err), "ERROR", "no agents configured"),
+        "{err}"
+    );
+    // A configuration that does not load leaves no logger to choose the
+    // format: the variable alone still makes the error JSON.
+    let bad = [
+        ("SHEPHERD_LOG_FORMAT", "json"),
+        ("SHEPHERD_SQLITE_SYNC", "sometimes"),
+    ];
+    for verb in ["serve", "migrate"] {
+        let (ok, _, err) = shepherd(&dir, &bad, &[verb]);
+        assert!(!ok);
+        assert!(
+            has(&json_lines(&err), "ERROR", "SHEPHERD_SQLITE_SYNC"),
+            "{verb}: {err}"
+        );
+    }
+    let (ok, _, err) = shepherd(&dir, &bad[1..], &["serve"]);
+    assert!(
+        !ok && err.starts_with("error: SHEPHERD_SQLITE_SYNC"),
+        "{err}"
+    );
+}
+
 #[test]
 fn server_verbs_do_not_offer_client_options() {
     let dir = scratch();

@@ -475,7 +475,7 @@ e2e!(
         )
         .await;
         // Damage the blob behind the server's back.
-        let store = shepherd_store::Store::open(&env.config().store_config())
+        let store = shepherd_store::Store::open(&env.store_config())
             .await
             .unwrap();
         store

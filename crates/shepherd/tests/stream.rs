@@ -24,7 +24,7 @@ async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
     )
     .await;
     // Another writer floods the log while the slow client reads nothing.
-    let writer = shepherd_store::Store::open(&env.config().store_config())
+    let writer = shepherd_store::Store::open(&env.store_config())
         .await
         .unwrap();
     let payload = "x".repeat(200);
@@ -90,7 +90,7 @@ async fn a_cursor_older_than_retention_gets_one_resync() {
         s.post("/api/v1/tasks", None, task(&format!("R-{i}"), "simple"))
             .await;
     }
-    let store = shepherd_store::Store::open(&env.config().store_config())
+    let store = shepherd_store::Store::open(&env.store_config())
         .await
         .unwrap();
     let removed = store

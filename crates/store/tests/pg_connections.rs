@@ -289,13 +289,16 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// TLS parameters Shepherd does not support are refused by name, before
-/// anything connects.
+/// TLS parameters Shepherd does not support, or that do not go together,
+/// are refused by name, before anything connects.
 #[tokio::test]
 async fn unsupported_tls_parameters_are_refused_by_name() {
     for (param, named) in [
         ("sslmode=allow", "sslmode"),
-        ("sslcert=/etc/client.pem", "sslcert"),
+        // A client certificate without TLS to send it over.
+        ("sslcert=/etc/client.pem&sslkey=/etc/client.key", "sslmode"),
+        // Encrypted keys are not supported.
+        ("sslmode=require&sslpassword=x", "sslpassword"),
         (
             "sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
             "/nonexistent/ca.pem",

@@ -25,22 +25,62 @@ pub const TEXT_BURST_MAX_BYTES: usize = 8 * 1024;
 /// string sequences (`ESC ]` … BEL or `ESC \`), and two-byte escapes. A
 /// sequence cut off at the end of the line is dropped.
 pub fn strip_ansi(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(|c| c.is_control() && c != '\t') {
+    let Some(first) = next_control(s) else {
         return Cow::Borrowed(s);
-    }
-    #[derive(Clone, Copy)]
-    enum State {
-        Text,
-        Escape,
-        EscapeIntermediate,
-        Csi,
-        Str,
-        StrEscape,
-    }
+    };
     let mut out = String::with_capacity(s.len());
+    out.push_str(&s[..first]);
+    let mut rest = &s[first..];
     let mut state = State::Text;
-    for c in s.chars() {
-        state = match state {
+    loop {
+        // Plain text is copied a run at a time, up to the next control
+        // character: per character, this was most of the time a line took.
+        if matches!(state, State::Text) {
+            let run = next_control(rest).unwrap_or(rest.len());
+            out.push_str(&rest[..run]);
+            rest = &rest[run..];
+        }
+        let mut chars = rest.chars();
+        let Some(c) = chars.next() else {
+            break;
+        };
+        rest = chars.as_str();
+        state = state.next(c, &mut out);
+    }
+    Cow::Owned(out)
+}
+
+/// The byte offset of the first control character other than tab
+/// (`char::is_control`: U+0000..U+001F, U+007F, and U+0080..U+009F, which
+/// UTF-8 writes as 0xC2 0x80..=0x9F), by bytes, without decoding.
+fn next_control(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            0x00..=0x08 | 0x0a..=0x1f | 0x7f => return Some(i),
+            0xc2 if matches!(b.get(i + 1), Some(0x80..=0x9f)) => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Where [`strip_ansi`] is in an escape sequence.
+#[derive(Clone, Copy)]
+enum State {
+    Text,
+    Escape,
+    EscapeIntermediate,
+    Csi,
+    Str,
+    StrEscape,
+}
+
+impl State {
+    /// Takes one character: appends it to `out` if it is shown text.
+    fn next(self, c: char, out: &mut String) -> State {
+        match self {
             State::Text => match c {
                 '\u{1b}' => State::Escape,
                 '\u{9b}' => State::Csi,
@@ -87,9 +127,8 @@ pub fn strip_ansi(s: &str) -> Cow<'_, str> {
             // `ESC \` is the terminator; anything else after ESC ends the
             // string too, since terminals treat a new escape that way.
             State::StrEscape => State::Text,
-        };
+        }
     }
-    Cow::Owned(out)
 }
 
 /// A raw output line as a terminal would show it: line ending removed,

@@ -11,6 +11,19 @@ use super::{Global, Output, Result};
 
 fn init_tracing(config: &Config) {
     let filter = crate::config::log_filter(&config.log).unwrap_or_else(|_| "info".into());
+    install_logger(filter, config.log_json);
+    // Found while loading, before there was a logger to say them: said now,
+    // so that they come out in the format chosen (a JSON collector would
+    // otherwise get a line it cannot parse).
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+}
+
+/// Whether the process's logger is installed (then errors go through it).
+static LOGGER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn install_logger(filter: tracing_subscriber::EnvFilter, json: bool) {
     // Logs go to stderr (stdout is for a command's output); colour codes
     // only when a person is watching it, never into files or collectors.
     use std::io::IsTerminal;
@@ -20,10 +33,36 @@ fn init_tracing(config: &Config) {
         .with_target(false)
         .with_writer(|| LogLine(Vec::new()))
         .with_ansi(colour);
-    if config.log_json {
-        builder.json().init();
+    let installed = if json {
+        builder.json().try_init()
     } else {
-        builder.init();
+        builder.try_init()
+    };
+    if installed.is_ok() {
+        LOGGER.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Says why a logging verb (`serve`, `runner`, `migrate`) failed: through
+/// its logger when there is one. When the configuration itself failed to
+/// load there is none yet; then `SHEPHERD_LOG_FORMAT=json` in the
+/// environment still gets a JSON line, the format a collector expects.
+pub fn log_failure(message: &str) {
+    if !LOGGER.load(std::sync::atomic::Ordering::SeqCst) {
+        let json = std::env::var("SHEPHERD_LOG_FORMAT").is_ok_and(|f| f.trim() == "json");
+        if !json {
+            eprintln!("error: {message}");
+            return;
+        }
+        install_logger("error".into(), true);
+    }
+    tracing::error!("{message}");
+}
+
+/// Prints the configuration's warnings for the verbs that do not log.
+fn print_warnings(config: &Config) {
+    for warning in &config.warnings {
+        eprintln!("warning: {warning}");
     }
 }
 
@@ -116,7 +155,7 @@ pub async fn migrate(g: &Global) -> Result<()> {
         ),
         true,
     );
-    let store = shepherd_store::Store::open(&config.store_config()).await;
+    let store = shepherd_store::Store::open(&crate::config::store_config(&config)).await;
     spinner.finish_and_clear();
     let store = store?;
     println!(
@@ -166,6 +205,7 @@ event_retention_days / transcript_retention_days in that server's configuration"
         .into());
     }
     let config = load_config(g)?;
+    print_warnings(&config);
     if transcripts_older_than.is_none()
         && events_older_than.is_none()
         && branches_older_than.is_none()
@@ -197,7 +237,7 @@ at the server's data",
             config.data_dir.display()
         );
     }
-    let store = shepherd_store::Store::open(&config.store_config()).await?;
+    let store = shepherd_store::Store::open(&crate::config::store_config(&config)).await?;
     let now = shepherd_store::now_ms();
     let mut report = PruneReport {
         database,
@@ -249,6 +289,7 @@ at the server's data",
 /// `shepherd config`: the effective configuration with each value's source.
 pub fn config(g: &Global) -> Result<()> {
     let config = load_config(g)?;
+    print_warnings(&config);
     let rows = config.effective();
     if g.output != Output::Table {
         print_data(g.output, &rows);

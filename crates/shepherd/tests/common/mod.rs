@@ -93,6 +93,11 @@ impl Env {
         let vars = self.vars.clone();
         Config::load_with(None, &move |k| vars.get(k).cloned()).expect("config")
     }
+
+    /// The store settings of [`Env::config`], to open the server's database alongside it.
+    pub fn store_config(&self) -> shepherd_store::StoreConfig {
+        shepherd::config::store_config(&self.config())
+    }
 }
 
 impl Drop for Env {

@@ -1,10 +1,11 @@
-//! TLS for PostgreSQL connections: libpq's `sslmode` and `sslrootcert`
-//! URL parameters, over rustls (the TLS library the HTTP client already uses).
+//! TLS for PostgreSQL connections: libpq's `sslmode`, `sslrootcert`,
+//! `sslcert` and `sslkey` URL parameters, over rustls (the TLS library the
+//! HTTP client already uses).
 //!
 //! tokio-postgres itself knows only `disable`, `prefer` and `require` and
-//! rejects `sslrootcert`, so both parameters are taken out of the URL here
-//! and turned into the driver's own mode plus a rustls configuration that
-//! verifies as much as the mode asks:
+//! rejects the others, so they are taken out of the URL here and turned
+//! into the driver's own mode plus a rustls configuration that verifies as
+//! much as the mode asks:
 //!
 //! | `sslmode`     | encrypted                | server certificate checked           |
 //! |---------------|--------------------------|--------------------------------------|
@@ -20,6 +21,16 @@
 //! TLS it did not ask for. The chain is checked against `sslrootcert=PATH`
 //! (PEM) when given, else against the Mozilla root set bundled with the
 //! binary (`webpki-roots`, as the HTTP client does).
+//!
+//! `sslcert=PATH&sslkey=PATH` (PEM: the client's certificate, chain after
+//! it, and its private key) authenticate the client to a server that asks
+//! for a certificate (`cert` in `pg_hba.conf`, or `clientcert=verify-full`).
+//! Unlike libpq there is no default file under `~/.postgresql`: a
+//! certificate is sent only when the URL names one, both parameters are
+//! needed, and naming them with TLS off (no `sslmode`, or `disable`) is an
+//! error rather than silently sending nothing. Both files are read when the
+//! store opens, so a wrong path or a key that does not match is an error
+//! at start, not on the first connection.
 
 use std::future::Future;
 use std::io;
@@ -36,7 +47,7 @@ use tokio_rustls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
 };
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use tokio_rustls::rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 
 /// The `sslmode` values, as libpq names them (`allow` is not supported:
@@ -55,15 +66,21 @@ pub enum SslMode {
 pub struct TlsSettings {
     pub mode: SslMode,
     pub root_cert: Option<PathBuf>,
+    /// The client's certificate (`sslcert`) and key (`sslkey`).
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
 }
 
 /// Splits a `postgres://` URL into what tokio-postgres understands (the URL
-/// without `sslmode` and `sslrootcert`) and the TLS settings they carried.
+/// without `sslmode`, `sslrootcert`, `sslcert` and `sslkey`) and the TLS
+/// settings they carried.
 pub fn split_url(url: &str) -> Result<(String, TlsSettings), Error> {
     let bad = |msg: String| Error::invalid("bad_database_url", msg);
     let mut settings = TlsSettings {
         mode: SslMode::Disable,
         root_cert: None,
+        client_cert: None,
+        client_key: None,
     };
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), settings));
@@ -86,15 +103,42 @@ pub fn split_url(url: &str) -> Result<(String, TlsSettings), Error> {
                     }
                 }
             }
-            "sslrootcert" => {
+            "sslrootcert" | "sslcert" | "sslkey" => {
                 let path = percent_decode(value);
                 if path.is_empty() {
-                    return Err(bad("SHEPHERD_DATABASE_URL: sslrootcert needs a file path".into()));
+                    return Err(bad(format!(
+                        "SHEPHERD_DATABASE_URL: {key} needs a file path"
+                    )));
                 }
-                settings.root_cert = Some(PathBuf::from(path));
+                let slot = match key {
+                    "sslrootcert" => &mut settings.root_cert,
+                    "sslcert" => &mut settings.client_cert,
+                    _ => &mut settings.client_key,
+                };
+                *slot = Some(PathBuf::from(path));
             }
             _ => kept.push(pair),
         }
+    }
+    match (&settings.client_cert, &settings.client_key) {
+        (Some(_), None) => {
+            return Err(bad(
+                "SHEPHERD_DATABASE_URL: sslcert needs sslkey (the certificate's private key)"
+                    .into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                "SHEPHERD_DATABASE_URL: sslkey needs sslcert (the client certificate)".into(),
+            ))
+        }
+        _ => {}
+    }
+    if settings.client_cert.is_some() && settings.mode == SslMode::Disable {
+        return Err(bad(
+            "SHEPHERD_DATABASE_URL: sslcert and sslkey need TLS: add sslmode (require, verify-ca or verify-full)"
+                .into(),
+        ));
     }
     let rest = if kept.is_empty() {
         base.to_owned()
@@ -193,16 +237,60 @@ impl TlsSettings {
             webpki,
             provider: provider.clone(),
         });
-        let config = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::internal(format!("TLS configuration: {e}")))?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(verifier);
+        let config = match (&self.client_cert, &self.client_key) {
+            (Some(cert_path), Some(key_path)) => {
+                let (chain, key) = read_client_identity(cert_path, key_path)?;
+                // rustls checks that the key is the certificate's.
+                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    bad(format!(
+                        "SHEPHERD_DATABASE_URL: sslcert {} and sslkey {}: {e}",
+                        cert_path.display(),
+                        key_path.display()
+                    ))
+                })?
+            }
+            _ => builder.with_no_client_auth(),
+        };
         Ok(MakeRustls {
             config: Some(Arc::new(config)),
         })
     }
+}
+
+/// The client's certificate chain (`sslcert`, PEM, its own certificate
+/// first) and private key (`sslkey`, PEM: PKCS#8, PKCS#1 or SEC1).
+fn read_client_identity(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), Error> {
+    let bad = |what: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
+        Error::invalid(
+            "bad_database_url",
+            format!("SHEPHERD_DATABASE_URL: {what} {}: {e}", path.display()),
+        )
+    };
+    let pem = std::fs::read(cert).map_err(|e| bad("sslcert", cert, &e))?;
+    let chain = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad("sslcert", cert, &e))?;
+    if chain.is_empty() {
+        return Err(bad("sslcert", cert, &"holds no PEM certificate"));
+    }
+    let pem = std::fs::read(key).map_err(|e| bad("sslkey", key, &e))?;
+    // An encrypted key (libpq's `sslpassword`) has no PEM block this reads.
+    let key_der = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+        bad(
+            "sslkey",
+            key,
+            &format!("no unencrypted PEM private key ({e})"),
+        )
+    })?;
+    Ok((chain, key_der))
 }
 
 /// How much of the server's certificate a mode checks.
@@ -441,6 +529,93 @@ mod tests {
         assert_eq!(percent_decode("%2"), "%2");
         assert_eq!(percent_decode("%zz%41"), "%zzA");
         assert_eq!(percent_decode("100%"), "100%");
+    }
+
+    #[test]
+    fn takes_the_client_certificate_out_of_the_url() {
+        let (url, s) = split_url(
+            "postgres://u@h/db?sslmode=require&sslcert=%2Fc%2Fclient.pem&application_name=x&sslkey=/c/client.key",
+        )
+        .unwrap();
+        assert_eq!(url, "postgres://u@h/db?application_name=x");
+        assert_eq!(s.client_cert, Some(PathBuf::from("/c/client.pem")));
+        assert_eq!(s.client_key, Some(PathBuf::from("/c/client.key")));
+
+        for (bad, named) in [
+            ("postgres://h/db?sslmode=require&sslcert=/c.pem", "sslkey"),
+            ("postgres://h/db?sslmode=require&sslkey=/c.key", "sslcert"),
+            (
+                "postgres://h/db?sslmode=require&sslcert=&sslkey=/c.key",
+                "sslcert",
+            ),
+            ("postgres://h/db?sslcert=/c.pem&sslkey=/c.key", "sslmode"),
+            (
+                "postgres://h/db?sslmode=disable&sslcert=/c.pem&sslkey=/c.key",
+                "sslmode",
+            ),
+        ] {
+            let e = split_url(bad).unwrap_err();
+            assert_eq!(e.code, "bad_database_url", "{bad}");
+            assert!(e.message.contains(named), "{bad}: {}", e.message);
+        }
+    }
+
+    /// A throwaway directory holding a client certificate, its key, a key
+    /// of another certificate and a file with no PEM in it.
+    fn client_files(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("shepherd-tls-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["postgres".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(dir.join("client.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.join("client.key"), key.serialize_pem()).unwrap();
+        let other = rcgen::KeyPair::generate().unwrap();
+        std::fs::write(dir.join("other.key"), other.serialize_pem()).unwrap();
+        std::fs::write(dir.join("empty.pem"), "not a certificate\n").unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_client_certificate_is_read_and_checked_at_start() {
+        let dir = client_files("identity");
+        let url = |cert: &str, key: &str| {
+            format!(
+                "postgres://h/db?sslmode=require&sslcert={}&sslkey={}",
+                dir.join(cert).display(),
+                dir.join(key).display()
+            )
+        };
+        let (_, s) = split_url(&url("client.pem", "client.key")).unwrap();
+        let made = s.connector().expect("a certificate and its own key");
+        assert!(made
+            .config
+            .as_ref()
+            .is_some_and(|c| c.client_auth_cert_resolver.has_certs()));
+
+        for (cert, key, named) in [
+            ("client.pem", "other.key", "other.key"),
+            ("missing.pem", "client.key", "missing.pem"),
+            ("client.pem", "missing.key", "missing.key"),
+            ("empty.pem", "client.key", "empty.pem"),
+            ("client.pem", "empty.pem", "sslkey"),
+        ] {
+            let (_, s) = split_url(&url(cert, key)).unwrap();
+            let e = s
+                .connector()
+                .err()
+                .unwrap_or_else(|| panic!("{cert} {key}"));
+            assert_eq!(e.code, "bad_database_url", "{cert} {key}");
+            assert!(e.message.contains(named), "{cert} {key}: {}", e.message);
+        }
+        // Without sslcert no certificate is offered.
+        let (_, s) = split_url("postgres://h/db?sslmode=require").unwrap();
+        let made = s.connector().unwrap();
+        assert!(!made.config.unwrap().client_auth_cert_resolver.has_certs());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
