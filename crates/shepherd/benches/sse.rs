@@ -25,7 +25,11 @@
 //! 4. load: the same append load again with every subscriber streaming.
 //!
 //! The baseline is driven at the rate Shepherd actually reached, so both
-//! deliver the same events per second to the same subscribers.
+//! deliver the same events per second to the same subscribers. When either
+//! falls short of the asked rate (below 95%), the machine was at capacity
+//! and the figures measure queueing: the output says so, and both servers
+//! are measured again at 80% of the lowest rate reached; the goals are
+//! checked and printed for both rounds.
 //!
 //! Each task title carries its send time (Unix µs), so a subscriber computes
 //! delivery latency = receive time - send time on the same clock; the event's
