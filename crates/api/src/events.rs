@@ -27,7 +27,7 @@ use bytes::BytesMut;
 use serde_json::Value;
 use shepherd_core::event::{kind, Event, EventFilter};
 use shepherd_core::Error;
-use shepherd_protocol::{parse_cursor, ErrorBody, EventStreamQuery, Resync, StreamData, WireEvent};
+use shepherd_protocol::{parse_cursor, ErrorBody, EventStreamQuery, Resync, StreamData};
 use shepherd_store::{Tail, TailItem};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -90,7 +90,46 @@ pub fn surface_name(e: &Event) -> &str {
 
 /// The JSON of one event as clients see it.
 pub fn event_json(e: &Event) -> String {
-    serde_json::to_string(&WireEvent::from(e)).unwrap_or_default()
+    serde_json::to_string(&WireRef::from(e)).unwrap_or_default()
+}
+
+/// [`WireEvent`](shepherd_protocol::WireEvent)'s JSON from a borrowed event: the same fields in the same
+/// order, without cloning the event's `data` to serialize it.
+#[derive(serde::Serialize)]
+struct WireRef<'a> {
+    id: i64,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+impl<'a> From<&'a Event> for WireRef<'a> {
+    fn from(e: &'a Event) -> Self {
+        WireRef {
+            id: e.seq,
+            event: e,
+        }
+    }
+}
+
+/// One event's SSE frame, as bytes on the wire: what every subscriber of a
+/// live event writes (the store renders it once, at publish; see
+/// [`AppState::new`](crate::AppState::new)).
+pub fn render_frame(e: &Event) -> Bytes {
+    let event = surface_name(e);
+    let mut out = Vec::with_capacity(FRAME_GUESS.max(event.len() + 64));
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(e.seq.to_string().as_bytes());
+    out.extend_from_slice(b"\nevent: ");
+    out.extend_from_slice(event.as_bytes());
+    // JSON never contains a raw newline, so one data line is enough.
+    out.extend_from_slice(b"\ndata: ");
+    let data_at = out.len();
+    if serde_json::to_writer(&mut out, &WireRef::from(e)).is_err() {
+        // As `event_json`: an empty data line rather than half a JSON text.
+        out.truncate(data_at);
+    }
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
 }
 
 /// One SSE frame, as bytes on the wire.
@@ -111,7 +150,8 @@ fn frame(id: Option<i64>, event: &str, data: &str) -> Bytes {
     Bytes::from(out)
 }
 
-/// Every subscriber of an event gets the same bytes, so each event is
+/// Events read from the log (history a client asked for) come without a
+/// frame; clients resuming together read the same ones, so each is
 /// rendered once and shared: a small direct-mapped cache keyed by `seq`.
 pub struct FrameCache {
     slots: Vec<std::sync::Mutex<Option<(i64, Bytes)>>>,
@@ -135,7 +175,7 @@ impl FrameCache {
         match guard.as_ref() {
             Some((seq, bytes)) if *seq == e.seq => out.extend_from_slice(bytes),
             _ => {
-                let bytes = frame(Some(e.seq), surface_name(e), &event_json(e));
+                let bytes = render_frame(e);
                 out.extend_from_slice(&bytes);
                 *guard = Some((e.seq, bytes));
             }
@@ -261,12 +301,15 @@ impl Feed {
         let at_hand = 1 + self.tail.pending();
         let mut out = BytesMut::with_capacity((at_hand * self.frame_size).min(CHUNK_BYTES));
         let mut largest = 0;
+        // Every frame of the chunk is handed to the connection at once.
+        let now = shepherd_store::now_ms();
+        let mut lags = crate::metrics::LagTally::default();
         let mut item = Some(Ok(first));
         while let Some(next) = item.take() {
             match next {
                 Ok(next) => {
                     let before = out.len();
-                    let more = self.push(next, &mut out);
+                    let more = self.push(next, &mut out, now, &mut lags);
                     largest = largest.max(out.len() - before);
                     if !more || out.len() >= CHUNK_BYTES {
                         break;
@@ -279,6 +322,9 @@ impl Feed {
                 }
             }
             item = self.tail.try_next_or_behind();
+        }
+        if !lags.is_empty() {
+            self.metrics.delivery_lag.record(&lags);
         }
         self.last_write = Some(Instant::now());
         if largest > 0 {
@@ -296,15 +342,23 @@ impl Feed {
     }
 
     /// Appends one item's frame; false once the stream must end after it.
-    fn push(&mut self, item: TailItem, out: &mut BytesMut) -> bool {
+    /// A live event's delivery lag at `now` goes into `lags`.
+    fn push(
+        &mut self,
+        item: TailItem,
+        out: &mut BytesMut,
+        now: i64,
+        lags: &mut crate::metrics::LagTally,
+    ) -> bool {
         match item {
             TailItem::Event(e) => {
                 if e.seq > self.live_from {
-                    self.metrics
-                        .delivery_lag
-                        .observe(shepherd_store::now_ms() - e.ts);
+                    lags.add(now - e.ts);
                 }
-                self.frames.write(&e, out)
+                match e.frame() {
+                    Some(frame) => out.extend_from_slice(frame),
+                    None => self.frames.write(&e, out),
+                }
             }
             TailItem::Expired => out.extend_from_slice(&resync(
                 "cursor_expired",

@@ -107,7 +107,8 @@ pub struct AppState {
     /// When this server started (ms): downtime before it does not count
     /// against workers' leases.
     pub started_at: i64,
-    /// Rendered SSE frames, shared by every subscriber.
+    /// Rendered frames of events read from the log, shared by every
+    /// subscriber (live events carry their own frame).
     pub frames: Arc<events::FrameCache>,
     /// This node's sessions and PTY workers (seed 004); `None`: not served.
     pub sessions: Option<Arc<shepherd_sessions::SessionManager>>,
@@ -124,6 +125,9 @@ impl AppState {
             settings.max_worker_requests,
             settings.max_streams,
         ));
+        // Every live reader of this store writes the same SSE frame for an
+        // event: the store renders it once, when it publishes the event.
+        store.render_live_frames(events::render_frame);
         AppState {
             limits,
             metrics: Arc::default(),

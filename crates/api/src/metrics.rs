@@ -215,6 +215,31 @@ fn write_writer(out: &mut String, w: &shepherd_store::writer_stats::WriterSnapsh
 /// Upper bounds (seconds) of the event delivery lag histogram.
 const LAG_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
 
+/// Delivery lags counted locally, for [`DeliveryLag::record`].
+#[derive(Debug, Default)]
+pub struct LagTally {
+    counts: [u64; LAG_BUCKETS.len() + 1],
+    millis: u64,
+}
+
+impl LagTally {
+    /// One live event handed to a client `lag_ms` after its timestamp.
+    pub fn add(&mut self, lag_ms: i64) {
+        let lag_ms = lag_ms.max(0) as u64;
+        let secs = lag_ms as f64 / 1000.0;
+        let i = LAG_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(LAG_BUCKETS.len());
+        self.counts[i] += 1;
+        self.millis += lag_ms;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts.iter().all(|c| *c == 0)
+    }
+}
+
 /// How long live events took from being stamped (when the store call that
 /// appended them began) to being handed to an SSE client's connection.
 #[derive(Debug, Default)]
@@ -224,16 +249,18 @@ pub struct DeliveryLag {
 }
 
 impl DeliveryLag {
-    /// One live event handed to a client `lag_ms` after its timestamp.
-    pub fn observe(&self, lag_ms: i64) {
-        let lag_ms = lag_ms.max(0) as u64;
-        let secs = lag_ms as f64 / 1000.0;
-        let i = LAG_BUCKETS
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(LAG_BUCKETS.len());
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.millis.fetch_add(lag_ms, Ordering::Relaxed);
+    /// Adds a stream's tally of one write. Every stream counts into these
+    /// same counters, so a write adds its events' lags at once rather than
+    /// touching them once per event.
+    pub fn record(&self, t: &LagTally) {
+        for (c, n) in self.counts.iter().zip(&t.counts) {
+            if *n > 0 {
+                c.fetch_add(*n, Ordering::Relaxed);
+            }
+        }
+        if t.millis > 0 {
+            self.millis.fetch_add(t.millis, Ordering::Relaxed);
+        }
     }
 
     fn write(&self, out: &mut String) {

@@ -25,7 +25,11 @@
 //! 4. load: the same append load again with every subscriber streaming.
 //!
 //! The baseline is driven at the rate Shepherd actually reached, so both
-//! deliver the same events per second to the same subscribers.
+//! deliver the same events per second to the same subscribers. When either
+//! falls short of the asked rate (below 95%), the machine was at capacity
+//! and the figures measure queueing: the output says so, and both servers
+//! are measured again at 80% of the lowest rate reached; the goals are
+//! checked and printed for both rounds.
 //!
 //! Each task title carries its send time (Unix µs), so a subscriber computes
 //! delivery latency = receive time - send time on the same clock; the event's
@@ -95,6 +99,7 @@ enum Only {
     Baseline,
 }
 
+#[derive(Clone)]
 struct Opts {
     subscribers: usize,
     secs: u64,
@@ -1197,6 +1202,11 @@ struct Figures {
 }
 
 impl Figures {
+    /// Whether the load phase reached the rate asked for.
+    fn reached(&self) -> bool {
+        self.rate >= REACHED * self.rate_target as f64
+    }
+
     fn per_cpu_sec(&self, cpu: f64) -> f64 {
         if cpu > 0.0 {
             self.delivered as f64 / cpu
@@ -1664,34 +1674,125 @@ fn main() {
         .enable_all()
         .build()
         .expect("bench runtime");
+    let bin = bin.filter(|_| opts.only != Only::Baseline);
+    let (shepherd, base) = round(&rt, bin.as_ref(), &opts, opts.rate);
+    let met = match (&shepherd, &base) {
+        (Some(s), Some(b)) => Some(compare(s, b)),
+        _ => None,
+    };
+    // A server that could not take the rate asked for was saturated: its
+    // latency and CPU figures then measure queueing on a full machine, and
+    // its ratios to a baseline that kept up say little about fan-out. Both
+    // are measured again at a rate both reach; the goals are checked at both.
+    let short = [&shepherd, &base]
+        .into_iter()
+        .flatten()
+        .filter(|f| !f.reached())
+        .map(|f| {
+            format!(
+                "{} reached {:.0} of {} events/s",
+                f.label, f.rate, f.rate_target
+            )
+        })
+        .collect::<Vec<_>>();
+    let mut second = None;
+    if !short.is_empty() {
+        println!();
+        println!(
+            "NOTE: the asked rate was not reached ({}): the machine is at capacity there.",
+            short.join("; ")
+        );
+        let reached = [&shepherd, &base]
+            .into_iter()
+            .flatten()
+            .map(|f| f.rate)
+            .fold(f64::INFINITY, f64::min);
+        let rate = (((reached * REACHABLE) / 50.0).floor() * 50.0).max(50.0) as u64;
+        println!(
+            "== again at {rate} events/s ({:.0}% of the lowest rate reached), a rate both should reach",
+            REACHABLE * 100.0
+        );
+        let (s2, b2) = round(&rt, bin.as_ref(), &opts, rate);
+        if let (Some(s), Some(b)) = (&s2, &b2) {
+            let ok = compare(s, b);
+            for f in [s, b] {
+                if !f.reached() {
+                    println!(
+                        "NOTE: {} reached {:.0} of {} events/s in this round too",
+                        f.label, f.rate, f.rate_target
+                    );
+                }
+            }
+            second = Some((rate, ok));
+        }
+    }
+    drop(rt);
+    println!();
+    match met {
+        Some(ok) => println!(
+            "goals at the asked {} events/s: {}",
+            opts.rate,
+            if ok {
+                "all met"
+            } else {
+                "some missed (see above)"
+            }
+        ),
+        None => println!("goals: not checked (one server only)"),
+    }
+    if let Some((rate, ok)) = second {
+        println!(
+            "goals at {rate} events/s, reached by both: {}",
+            if ok {
+                "all met"
+            } else {
+                "some missed (see above)"
+            }
+        );
+    }
+}
+
+/// A rate counts as reached at this share of what was asked.
+const REACHED: f64 = 0.95;
+/// The second round asks for this share of the lowest rate reached.
+const REACHABLE: f64 = 0.8;
+
+/// Runs Shepherd (unless `bin` is `None`) and then the baseline at `rate`;
+/// the baseline is driven at the rate Shepherd reached, so both deliver the
+/// same events per second to the same subscribers.
+fn round(
+    rt: &tokio::runtime::Runtime,
+    bin: Option<&PathBuf>,
+    opts: &Opts,
+    rate: u64,
+) -> (Option<Figures>, Option<Figures>) {
     let mut shepherd = None;
     let mut frame_bytes = opts.frame_bytes;
-    let mut rate = opts.rate;
-    if let Some(bin) = bin.filter(|_| opts.only != Only::Baseline) {
+    let mut rate = rate;
+    if let Some(bin) = bin {
         println!("shepherd binary {}", bin.display());
-        let f = run_server(&rt, Server::spawn(&bin, &opts), &opts).unwrap_or_else(|e| fail(&e));
+        let sopts = Opts {
+            rate,
+            ..opts.clone()
+        };
+        let f = run_server(rt, Server::spawn(bin, &sopts), &sopts).unwrap_or_else(|e| fail(&e));
         if f.frame_bytes >= 1.0 {
             frame_bytes = f.frame_bytes.round() as usize;
         }
-        // The baseline delivers the same events per second Shepherd managed.
         rate = rate.min(f.rate.round().max(1.0) as u64);
         shepherd = Some(f);
     }
     let mut base = None;
     if opts.only != Only::Shepherd {
-        let bopts = Opts { rate, ..opts };
-        let f = run_server(&rt, Server::spawn_baseline(frame_bytes), &bopts)
+        let bopts = Opts {
+            rate,
+            ..opts.clone()
+        };
+        let f = run_server(rt, Server::spawn_baseline(frame_bytes), &bopts)
             .unwrap_or_else(|e| fail(&e));
         base = Some(f);
     }
-    drop(rt);
-    if let (Some(s), Some(b)) = (&shepherd, &base) {
-        if compare(s, b) {
-            println!("all goals met");
-        } else {
-            println!("some goals missed (see above)");
-        }
-    }
+    (shepherd, base)
 }
 
 // ---------------------------------------------------------------------------

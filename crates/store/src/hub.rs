@@ -18,10 +18,20 @@
 //! more asks with [`Tail::try_next_or_behind`] to hear of it instead
 //! ([`TailItem::FellBehind`]), so that it can tell a slow client to resync:
 //! the ring is the one bounded buffer every live reader shares.
+//!
+//! A store whose live readers all write the same bytes for an event (the
+//! SSE frame) is given a renderer ([`Store::render_live_frames`]): each
+//! event is then rendered once, when it is published, and the ring carries
+//! the frame instead of the event's `data`, so that every reader copies the
+//! same bytes and the ring holds one compact copy per event rather than the
+//! parsed JSON plus a frame.
 
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
+use serde_json::Value;
 use shepherd_core::event::{Event, EventFilter};
 use shepherd_core::Error;
 use tokio::sync::{broadcast, Notify};
@@ -32,13 +42,49 @@ use crate::Store;
 /// How many events the broadcast keeps for slow subscribers.
 pub const BROADCAST_CAPACITY: usize = 4096;
 
+/// Renders an event as its live readers write it.
+pub type FrameRenderer = fn(&Event) -> Bytes;
+
+/// One event as a [`Tail`] yields it: the event, and for a live event of a
+/// store with a renderer, its frame.
+#[derive(Debug)]
+pub struct Live {
+    event: Event,
+    frame: Option<Bytes>,
+}
+
+impl Live {
+    /// The frame rendered at publish time. When it is present the event's
+    /// `data` is `Null`: the frame carries it, and the ring does not keep
+    /// the parsed JSON as well (readers of such a store write frames).
+    pub fn frame(&self) -> Option<&Bytes> {
+        self.frame.as_ref()
+    }
+}
+
+impl Deref for Live {
+    type Target = Event;
+
+    fn deref(&self) -> &Event {
+        &self.event
+    }
+}
+
+impl From<Event> for Live {
+    fn from(event: Event) -> Self {
+        Live { event, frame: None }
+    }
+}
+
 pub(crate) struct Hub {
-    pub(crate) tx: broadcast::Sender<Arc<Event>>,
+    pub(crate) tx: broadcast::Sender<Arc<Live>>,
     /// Wakes the pump to read the log.
     pub(crate) wake: Arc<Notify>,
     /// The last `seq` broadcast; every broadcast happens under this lock.
     /// `None` until the store has read the log's head ([`Hub::start`]).
     last: std::sync::Mutex<Option<i64>>,
+    /// Set once by the HTTP layer; until then the ring carries whole events.
+    render: OnceLock<FrameRenderer>,
     /// The writer's batch sizes and commit times (it already holds the hub).
     pub(crate) writer_stats: crate::writer_stats::WriterStats,
 }
@@ -50,6 +96,7 @@ impl Hub {
             tx,
             wake: Arc::new(Notify::new()),
             last: std::sync::Mutex::new(None),
+            render: OnceLock::new(),
             writer_stats: Default::default(),
         }
     }
@@ -87,12 +134,29 @@ impl Hub {
         if follows {
             for e in batch {
                 *last = Some(e.seq);
-                let _ = self.tx.send(Arc::new(e));
+                self.send(e);
             }
         } else if batch.last().is_some_and(|e| e.seq > prev) {
             drop(last);
             self.wake.notify_one();
         }
+    }
+
+    /// Broadcasts one event (under the `last` lock). With no live reader
+    /// the broadcast would drop it anyway: it is neither rendered nor
+    /// wrapped. A reader that subscribes right after still reads it, from
+    /// the log: it was committed before this call, and a reader backfills
+    /// after subscribing.
+    fn send(&self, mut event: Event) {
+        if self.tx.receiver_count() == 0 {
+            return;
+        }
+        let frame = self.render.get().map(|render| {
+            let frame = render(&event);
+            event.data = Value::Null;
+            frame
+        });
+        let _ = self.tx.send(Arc::new(Live { event, frame }));
     }
 
     /// Broadcasts events read from the log after the last one published,
@@ -103,10 +167,19 @@ impl Hub {
         for e in events {
             if e.seq > now {
                 now = e.seq;
-                let _ = self.tx.send(Arc::new(e));
+                self.send(e);
             }
         }
         *last = Some(now);
+    }
+}
+
+impl Store {
+    /// Has every event published from now on rendered once by `render`, and
+    /// the ring carry that frame instead of the event's `data` (see
+    /// [`Live::frame`]). The first renderer set stays.
+    pub fn render_live_frames(&self, render: FrameRenderer) {
+        let _ = self.hub().render.set(render);
     }
 }
 
@@ -152,7 +225,7 @@ async fn catch_up(store: &Store, hub: &Hub) {
 /// What a [`Tail`] yields.
 #[derive(Debug, Clone)]
 pub enum TailItem {
-    Event(Arc<Event>),
+    Event(Arc<Live>),
     /// The cursor is older than what retention kept: events were removed.
     Expired,
     /// The reader was live and then fell more than the broadcast ring behind
@@ -164,7 +237,7 @@ pub enum TailItem {
 /// A gap-free, duplicate-free reader of the log from a cursor onwards.
 pub struct Tail {
     store: Store,
-    rx: broadcast::Receiver<Arc<Event>>,
+    rx: broadcast::Receiver<Arc<Live>>,
     cursor: i64,
     filter: EventFilter,
     backlog: std::collections::VecDeque<Event>,
@@ -216,7 +289,7 @@ impl Tail {
     pub async fn next(&mut self) -> Result<TailItem, Error> {
         loop {
             if let Some(e) = self.pop_backlog() {
-                return Ok(TailItem::Event(Arc::new(e)));
+                return Ok(TailItem::Event(Arc::new(e.into())));
             }
             self.cursor = self.cursor.max(self.scanned_to);
             if self.backfilling {
@@ -240,7 +313,7 @@ impl Tail {
     pub fn try_next(&mut self) -> Option<Result<TailItem, Error>> {
         loop {
             if let Some(e) = self.pop_backlog() {
-                return Some(Ok(TailItem::Event(Arc::new(e))));
+                return Some(Ok(TailItem::Event(Arc::new(e.into()))));
             }
             self.cursor = self.cursor.max(self.scanned_to);
             if self.backfilling {
@@ -311,7 +384,7 @@ impl Tail {
     /// already delivered, filtered out, or a lag turned into a backfill.
     fn take_live(
         &mut self,
-        received: Result<Arc<Event>, broadcast::error::RecvError>,
+        received: Result<Arc<Live>, broadcast::error::RecvError>,
     ) -> Result<Option<TailItem>, Error> {
         match received {
             Ok(e) => {
