@@ -389,6 +389,7 @@ contract!(
                 None,
                 json!({}),
                 None,
+                rules(),
             )
             .await
             .unwrap();
