@@ -1786,8 +1786,14 @@ fn print_goals(rows: &[Measurement], graphile: &Graphile) {
     );
     for (name, value, goal, unit) in goals {
         let (shown, verdict) = match value {
-            Some(v) if unit == "x" => (format!("{v:.2}x"), if v >= goal { "met" } else { "NOT met" }),
-            Some(v) => (format!("{v:.0}/s"), if v >= goal { "met" } else { "NOT met" }),
+            Some(v) if unit == "x" => (
+                format!("{v:.2}x"),
+                if v >= goal { "met" } else { "NOT met" },
+            ),
+            Some(v) => (
+                format!("{v:.0}/s"),
+                if v >= goal { "met" } else { "NOT met" },
+            ),
             None => ("-".to_owned(), "not measured in this run"),
         };
         let want = if unit == "x" {

@@ -1140,7 +1140,7 @@ impl Store {
                     steps,
                     &rules,
                 )
-                    .await
+                .await
             })
         })
         .await

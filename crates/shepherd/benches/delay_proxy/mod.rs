@@ -96,7 +96,10 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, one_way: Duration) -> std::io::R
                 match from.read(&mut buf) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
-                        if tx.send((Instant::now() + one_way, buf[..n].to_vec())).is_err() {
+                        if tx
+                            .send((Instant::now() + one_way, buf[..n].to_vec()))
+                            .is_err()
+                        {
                             break;
                         }
                     }
@@ -151,7 +154,11 @@ pub fn upstream_of(url: &str) -> Result<SocketAddr, String> {
         Some((h, p)) => (h, p.parse::<u16>().map_err(|e| format!("port {p:?}: {e}"))?),
         None => (hostport, 5432),
     };
-    let host = if host == "localhost" { "127.0.0.1" } else { host };
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
     format!("{host}:{port}")
         .parse()
         .map_err(|e| format!("{hostport:?} is not an IP address and port: {e}"))
