@@ -311,7 +311,9 @@ pub(crate) async fn fence_run<D: Db>(
     Ok(active)
 }
 
-/// Appends finished steps at `start_index…`, fenced by the claim token.
+/// Appends finished steps at `start_index…`, fenced by the claim token and
+/// the lease rules.
+#[allow(clippy::too_many_arguments)]
 pub async fn append_steps<D: Db>(
     db: &mut D,
     now: Millis,
