@@ -106,6 +106,19 @@ async fn run_steps(http: &reqwest::Client, base: &str, run_id: &str) -> Vec<Valu
     }
 }
 
+/// A worker's heartbeat, which must be accepted.
+async fn heartbeat(http: &reqwest::Client, base: &str, token: &str, worker_id: &str) {
+    let (st, b) = send(
+        http,
+        reqwest::Method::POST,
+        &format!("{base}/api/v1/worker/orchestrator/heartbeat"),
+        token,
+        Some(&json!({ "worker_id": worker_id })),
+    )
+    .await;
+    assert_eq!(st, 200, "{b}");
+}
+
 async fn send(
     http: &reqwest::Client,
     method: reqwest::Method,
@@ -451,15 +464,7 @@ while [ ! -e {release} ]; do sleep 0.1; done
             // Like any worker, the drainer heartbeats: a lease whose holder
             // stays silent past the heartbeat timeout (4 s here) lapses, and
             // its reports are refused then, swept or not.
-            let (st, b) = send(
-                &http,
-                reqwest::Method::POST,
-                &format!("{base}/api/v1/worker/orchestrator/heartbeat"),
-                &dtok,
-                Some(&json!({ "worker_id": "drainer" })),
-            )
-            .await;
-            assert_eq!(st, 200, "{b}");
+            heartbeat(&http, &base, &dtok, "drainer").await;
             let (_, b) = send(
                 &http,
                 reqwest::Method::POST,
@@ -476,15 +481,7 @@ while [ ! -e {release} ]; do sleep 0.1; done
                 .enumerate()
             {
                 if i % 10 == 9 {
-                    let (st, b) = send(
-                        &http,
-                        reqwest::Method::POST,
-                        &format!("{base}/api/v1/worker/orchestrator/heartbeat"),
-                        &dtok,
-                        Some(&json!({ "worker_id": "drainer" })),
-                    )
-                    .await;
-                    assert_eq!(st, 200, "{b}");
+                    heartbeat(&http, &base, &dtok, "drainer").await;
                 }
                 let (st, r) = send(
                     &http,
