@@ -57,6 +57,10 @@ impl Db for AnyDb<'_> {
         forward!(self, db => db.defer_event(row))
     }
 
+    fn trust_deferred_writes(&mut self) {
+        forward!(self, db => db.trust_deferred_writes())
+    }
+
     fn appended_later(&self) -> Option<Appended> {
         forward!(self, db => db.appended_later())
     }

@@ -616,6 +616,48 @@ impl Store {
         .await
     }
 
+    /// Appends each group of `groups` as a unit of work of its own, all in
+    /// one batch (one transaction on PostgreSQL); unit `failing` then defers
+    /// a write that fails (a duplicate key), after declaring, if `trusting`,
+    /// that it trusts its deferred writes. Tests use it to check that
+    /// whatever each unit is told matches what was committed.
+    #[doc(hidden)]
+    pub async fn append_groups_one_failing(
+        &self,
+        groups: Vec<Vec<NewEvent>>,
+        failing: usize,
+        trusting: bool,
+    ) -> Result<Vec<Result<(), Error>>, Error> {
+        let now = self.now();
+        let units: Vec<_> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, events)| {
+                unit(move |db| {
+                    Box::pin(async move {
+                        if i == failing && trusting {
+                            sql::Db::trust_deferred_writes(db);
+                        }
+                        for e in &events {
+                            log::append_deferred(db, now, e);
+                        }
+                        if i == failing {
+                            for _ in 0..2 {
+                                sql::Db::defer(
+                                    db,
+                                    "INSERT INTO meta (key, value) VALUES ('test.duplicate', '')",
+                                    params![],
+                                );
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+            })
+            .collect();
+        self.write_many(units).await
+    }
+
     /// The highest committed sequence number.
     pub async fn head(&self) -> Result<i64, Error> {
         self.read(move |db| Box::pin(log::head(db))).await

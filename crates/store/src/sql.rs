@@ -271,6 +271,15 @@ pub trait Db: Send {
     /// like [`Db::defer`]); kept for publishing like [`Db::insert_event`].
     fn defer_event(&mut self, row: EventRow);
 
+    /// Declares that this unit's deferred writes cannot fail for a reason
+    /// of its own making: each one is guarded by what the unit read in this
+    /// same transaction (under the writer's ordering), so only the database
+    /// itself can refuse them. A backend may then go on to the next unit
+    /// without waiting for their answers; if one does fail after all, the
+    /// whole transaction is rolled back and every unit in it fails (nothing
+    /// of it is committed). Call it only after the unit's checks passed.
+    fn trust_deferred_writes(&mut self) {}
+
     /// A backend that learns the `seq`s of deferred events only from the
     /// database's answers returns where they will be once the unit commits;
     /// then callers need not wait for them inside the unit.

@@ -381,6 +381,51 @@ contract!(
 );
 
 contract!(
+    each_unit_of_a_batch_is_told_what_was_committed,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        // Twice each way: on PostgreSQL the first round prepares the
+        // statements, the later ones pipeline them without waiting.
+        for (round, trusting) in [(0, false), (1, false), (2, true), (3, true)] {
+            let groups: Vec<Vec<NewEvent>> = (0..4u64)
+                .map(|u| vec![event(&format!("batch{round}.unit{u}"), "T", u)])
+                .collect();
+            let outcomes = store
+                .append_groups_one_failing(groups, 1, trusting)
+                .await
+                .unwrap();
+            assert_eq!(outcomes.len(), 4);
+            let err = outcomes[1].as_ref().unwrap_err();
+            assert_eq!(err.code, "constraint_violation", "{err}");
+            for (u, outcome) in outcomes.iter().enumerate() {
+                let kind = format!("batch{round}.unit{u}");
+                let filter = EventFilter {
+                    kinds: vec![kind.clone()],
+                    ..Default::default()
+                };
+                let found = store.read_events(0, &filter, 10).await.unwrap().events;
+                match outcome {
+                    // Told it committed: its event is in the log, once.
+                    Ok(()) => assert_eq!(found.len(), 1, "{kind}: {found:?}"),
+                    // Told it failed: nothing of it was committed.
+                    Err(_) => assert!(found.is_empty(), "{kind} failed yet wrote {found:?}"),
+                }
+                // A unit that did not trust a failing write fails alone.
+                if !trusting && u != 1 {
+                    assert!(outcome.is_ok(), "{kind}: {outcome:?}");
+                }
+            }
+        }
+        // The writer carries on.
+        store
+            .append_events(vec![event("after", "T", 9)])
+            .await
+            .unwrap();
+        store.close();
+    }
+);
+
+contract!(
     writes_made_as_the_store_opens_reach_live_readers,
     |db: TestDb| async move {
         // The event pump must count as published only what was in the log

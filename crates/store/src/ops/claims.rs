@@ -614,6 +614,13 @@ async fn claim_inner<D: Db>(
             ));
         }
     }
+    if !confirm {
+        // Every check passed on what this transaction read, and the writer
+        // holds the log's ordering lock from its first statement, so no
+        // other claim can come between: the grant's writes cannot fail on
+        // their own account.
+        db.trust_deferred_writes();
+    }
     let mut granted = grant(db, now, task, &worker, rules, snapshot).await?;
     // The unique index has the last word on "one active claim per task".
     if confirm {
@@ -866,6 +873,11 @@ pub async fn progress<D: Db>(
             ),
         ));
     }
+    // The report is fenced and the task's state known from this
+    // transaction's read (taken under the writer's ordering lock): what it
+    // writes next only updates rows that read found, and inserts rows keyed
+    // by this run, which only ends once.
+    db.trust_deferred_writes();
     super::conversations::note_agent_session(db, now, &task, &metadata).await?;
     super::runs::record_workspace(db, &fenced.0.claim.run_id, &metadata);
     apply_event(

@@ -173,6 +173,13 @@ pub struct PgDb {
     /// its only statement is its event insert, the lock is taken inside
     /// that insert and it commits on its own (see [`PgDb::end_unit`]).
     pub(super) unbegun: bool,
+    /// Set by the writer when this unit shares its transaction with
+    /// others: where a unit that trusts its deferred writes
+    /// ([`Db::trust_deferred_writes`]) leaves their answers, which the writer
+    /// collects with the COMMIT's instead of the unit waiting for them.
+    pub(super) shared: Option<Arc<LoneUnit>>,
+    /// The unit called [`Db::trust_deferred_writes`].
+    trusted: bool,
 }
 
 /// What the writer shares with a unit that is alone in its transaction.
@@ -275,12 +282,17 @@ impl PgDb {
             appended: Appended::default(),
             lone: None,
             unbegun: false,
+            shared: None,
+            trusted: false,
         }
     }
 
     /// Ends a unit of work that returned `Ok`: its deferred writes must
-    /// succeed too. A unit alone in its transaction hands them to the
-    /// writer, which waits for them together with the COMMIT.
+    /// succeed too. A unit alone in its transaction, or one that trusts its
+    /// writes and shares the transaction, hands them to the writer, which
+    /// waits for them together with the COMMIT. Any other unit waits for
+    /// them here, so that the writer knows whether to release its savepoint
+    /// or roll it back.
     ///
     /// A lazily begun unit whose only statement is its event insert sends
     /// that insert alone, in autocommit, with the event lock inside it: the
@@ -296,7 +308,12 @@ impl PgDb {
             }
             _ => self.send_events(),
         }
-        match self.lone.as_ref().map(|l| &l.pending) {
+        let later = match (&self.lone, &self.shared) {
+            (Some(lone), _) => Some(lone),
+            (None, Some(shared)) if self.trusted => Some(shared),
+            _ => None,
+        };
+        match later.map(|l| &l.pending) {
             // Only writes already on the wire can be handed over: one queued
             // behind a barrier would be sent after the writer's COMMIT,
             // outside the transaction.
@@ -526,6 +543,10 @@ impl Db for PgDb {
             self.events.push(row.params);
             self.event_records.push(row.event);
         }
+    }
+
+    fn trust_deferred_writes(&mut self) {
+        self.trusted = true;
     }
 
     fn appended_later(&self) -> Option<Appended> {

@@ -317,28 +317,37 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
     if !lazy_begin {
         send(begin_sql(), &mut control);
     }
+    // A lone unit's answers, or those of the units that trust their writes.
     let lone: Arc<LoneUnit> = Arc::default();
     let mut finishers = Vec::with_capacity(batch.len());
     let mut any_ok = false;
-    for job in batch {
+    // How the previous unit ended, sent together with the next unit's
+    // SAVEPOINT as one message. Each unit's savepoint has its own name: if
+    // a trusted unit's write fails, the statements after it fail too, and a
+    // later unit's ROLLBACK TO then names a savepoint that never came to
+    // exist, so it cannot undo the failure; the transaction stays aborted
+    // and commits nothing (see [`Db::trust_deferred_writes`]).
+    let mut ended = String::new();
+    for (i, job) in batch.into_iter().enumerate() {
         if !single {
-            send("SAVEPOINT unit".into(), &mut control);
+            send(format!("{ended}SAVEPOINT u{i}"), &mut control);
         }
         let mut db = PgDb::new(client.clone());
         if single {
             // Nothing to roll back to: its answers can wait for the COMMIT's.
             db.lone = Some(lone.clone());
             db.unbegun = lazy_begin;
+        } else {
+            db.shared = Some(lone.clone());
         }
         let appended = db.appended();
         let (ok, finish) = job(Ok(db)).await;
         if !single {
-            let end = if ok {
-                "RELEASE unit"
+            ended = if ok {
+                format!("RELEASE u{i}; ")
             } else {
-                "ROLLBACK TO unit; RELEASE unit"
+                format!("ROLLBACK TO u{i}; RELEASE u{i}; ")
             };
-            send(end.into(), &mut control);
         }
         any_ok |= ok;
         finishers.push((ok, finish, appended));
@@ -352,14 +361,14 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
         let end = if !any_ok {
             "ROLLBACK".to_owned()
         } else if notify {
-            format!("{}; COMMIT", ctx.notify_sql())
+            format!("{ended}{}; COMMIT", ctx.notify_sql())
         } else {
-            "COMMIT".to_owned()
+            format!("{ended}COMMIT")
         };
         send(end, &mut control);
     }
-    // A lone unit's own writes first: if one failed, that is the unit's
-    // error, and the COMMIT behind it failed only because of it.
+    // The units' own writes first: if one failed, that is the error, and
+    // the COMMIT behind it failed (or rolled back) only because of it.
     let pending = std::mem::take(&mut *lone.pending.lock().unwrap_or_else(|p| p.into_inner()));
     let unit_outcome = settle(pending, None).await;
     let outcome = settle(control, control_error).await;
@@ -387,8 +396,12 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
             // Even after a lone autocommit statement: whatever state the
             // connection was in, it leaves this batch outside a transaction.
             let _ = client.batch_execute("ROLLBACK").await;
-            for (_, finish, _) in finishers {
-                finish(Some(err.clone()));
+            if !single {
+                tracing::warn!(error = %err, "a write the unit trusted failed; every unit in the batch is rolled back");
+            }
+            // A unit that failed on its own keeps its own error.
+            for (ok, finish, _) in finishers {
+                finish(ok.then(|| err.clone()));
             }
             false
         }
