@@ -7,6 +7,7 @@
 //! every word without sharing any machinery.
 
 pub mod adapters;
+pub mod claiming;
 pub mod error;
 pub mod event;
 pub mod model;

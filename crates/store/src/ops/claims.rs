@@ -8,8 +8,10 @@
 //! nothing. That is the fencing the older queues lacked.
 
 use serde_json::{json, Value};
+use shepherd_core::claiming;
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::{Claim, Task, Worker};
+use shepherd_core::status::RunStatus;
 use shepherd_core::time::Millis;
 use shepherd_core::workflow::{self, Outcome};
 use shepherd_core::Error;
@@ -21,19 +23,7 @@ use crate::params;
 use crate::sql::Appended;
 use crate::sql::{Db, Dialect, Row};
 
-/// Timing rules for leases.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseRules {
-    /// A claim lasts this long unless extended by heartbeats.
-    pub ttl_ms: i64,
-    /// A worker silent this long loses its claims.
-    pub heartbeat_timeout_ms: i64,
-    /// Nothing expires before this instant: downtime of the server does not
-    /// count against workers (start time + heartbeat timeout).
-    pub not_before: Millis,
-    /// After a cancel request, the worker has this long to stop.
-    pub cancel_grace_ms: i64,
-}
+pub use shepherd_core::claiming::LeaseRules;
 
 /// A claim's columns, read from its run row (aliased `c`): a run is one
 /// claim attempt, and the claim's time is the run's start.
@@ -115,84 +105,10 @@ pub(crate) async fn active_for_run<D: Db>(
     }
 }
 
-fn has_capabilities(worker: &Worker, needed: &[String]) -> Vec<String> {
-    needed
-        .iter()
-        .filter(|c| !worker.capabilities.contains(c))
-        .cloned()
-        .collect()
-}
-
-/// Whether `worker` may take `task` now, ignoring capacity and existing claims.
+/// Whether `worker` may take `task` now, ignoring capacity and existing
+/// claims (the rule itself: [`claiming::eligibility`]).
 fn eligibility(worker: &Worker, task: &Task, now: Millis) -> Result<(), Error> {
-    let wf = workflow_of(task)?;
-    if let Some(run_at) = task.run_at.filter(|t| *t > now) {
-        return Err(Error::conflict(
-            "task_not_due",
-            format!(
-                "task {} may not be claimed before {}",
-                task.vtid,
-                shepherd_core::time::to_rfc3339(run_at)
-            ),
-        ));
-    }
-    if task.cancel_requested_at.is_some() {
-        return Err(Error::conflict(
-            "task_cancelled",
-            format!("task {} is being cancelled", task.vtid),
-        ));
-    }
-    if !wf.is_claimable(&task.state) {
-        let code = if task.state == wf.draft_state {
-            "task_not_dispatched"
-        } else {
-            "task_not_claimable"
-        };
-        return Err(Error::conflict(
-            code,
-            format!(
-                "task {} is {:?} and cannot be claimed",
-                task.vtid, task.state
-            ),
-        ));
-    }
-    if let Some(agent) = &task.agent_id {
-        if agent != &worker.agent_id {
-            return Err(Error::forbidden(
-                "wrong_agent",
-                format!(
-                    "task {} is for agent {agent:?}; this worker is {:?}",
-                    task.vtid, worker.agent_id
-                ),
-            ));
-        }
-    }
-    let mut needed = task.capabilities.clone();
-    if wf.awaits_validator(&task.state) {
-        needed.push(workflow::VALIDATOR_CAPABILITY.to_owned());
-    }
-    let missing = has_capabilities(worker, &needed);
-    if !missing.is_empty() {
-        return Err(Error::forbidden(
-            "missing_capabilities",
-            format!(
-                "worker lacks capabilities {missing:?} required by task {}",
-                task.vtid
-            ),
-        ));
-    }
-    if wf.awaits_validator(&task.state)
-        && task.builder_worker_id.as_deref() == Some(worker.worker_id.as_str())
-    {
-        return Err(Error::forbidden(
-            "validator_is_builder",
-            format!(
-                "worker {} built task {} and cannot validate it",
-                worker.worker_id, task.vtid
-            ),
-        ));
-    }
-    Ok(())
+    claiming::eligibility(workflow_of(task)?, worker, task, now)
 }
 
 /// Whether `worker` may take `task` now (the rules of a claim, without
@@ -484,19 +400,7 @@ pub(crate) fn lapse_reason(
     last_heartbeat: i64,
     status: &str,
 ) -> Option<String> {
-    if now < rules.not_before {
-        return None;
-    }
-    let silent_for = now - last_heartbeat;
-    if status == "terminated" {
-        Some("worker deregistered".to_owned())
-    } else if silent_for > rules.heartbeat_timeout_ms {
-        Some(format!("no heartbeat for {}s", silent_for / 1000))
-    } else if claim.expires_at < now {
-        Some("claim TTL passed without renewal".to_owned())
-    } else {
-        None
-    }
+    claiming::lapse(now, rules, claim.expires_at, last_heartbeat, status).map(|l| l.to_string())
 }
 
 /// Claims `vtid` for `worker_id` inside a larger unit of work: the grant's
@@ -1021,31 +925,19 @@ pub(crate) async fn apply_event<D: Db>(
                 retries::record(db, now, &mut task, c, &reason, *d).await?;
             }
             // Does this event end the run that holds the task?
-            let ending = if event == workflow::EXECUTION_FAILED {
-                Some(("failed", "failed"))
-            } else if event == workflow::EXECUTION_CANCELLED || to == workflow::CANCELLED {
-                Some(("cancelled", "cancelled"))
-            } else if trigger == Some("validate") {
-                Some(("done", "completed; awaiting validation"))
-            } else if event == workflow::VALIDATOR_PASSED || event == workflow::VALIDATOR_FAILED {
-                Some(("done", "validated"))
-            } else if wf.is_final(to) {
-                Some(("done", "completed"))
-            } else {
-                None
-            };
+            let ending = claiming::run_ending(wf, event, to, trigger);
             let mut ended = false;
             if let Some((a, holder)) = active {
                 if !external {
                     workers::touch(db, &a.claim.worker_id, holder.last_activity_at, now);
                 }
                 match ending {
-                    Some((status, reason)) => {
+                    Some(claiming::RunEnding { status, reason }) => {
                         ended = true;
                         // A run that did not succeed keeps the worker's own
                         // account of why (seed 000 shows the failure's text).
                         let result = result.clone().or_else(|| {
-                            (status != "done")
+                            (status != RunStatus::Done)
                                 .then(|| message.clone().filter(|m| !m.is_empty()))
                                 .flatten()
                         });
@@ -1054,7 +946,7 @@ pub(crate) async fn apply_event<D: Db>(
                             now,
                             &a.claim,
                             reason,
-                            status,
+                            status.as_str(),
                             result,
                             false,
                             Some(holder),
@@ -1154,14 +1046,8 @@ async fn expire_if_lapsed<D: Db>(
         return Ok(false);
     }
     let worker = workers::require(db, &claim.worker_id).await?;
-    let silent_for = now - worker.last_heartbeat_at;
-    let reason = if worker.status == "terminated" {
-        "worker deregistered".to_owned()
-    } else if silent_for > rules.heartbeat_timeout_ms {
-        format!("no heartbeat for {}s", silent_for / 1000)
-    } else if claim.expires_at < now {
-        "claim TTL passed without renewal".to_owned()
-    } else {
+    let Some(reason) = lapse_reason(now, rules, claim, worker.last_heartbeat_at, &worker.status)
+    else {
         return Ok(false);
     };
     expire(db, now, claim, &reason).await
