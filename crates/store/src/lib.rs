@@ -1152,6 +1152,7 @@ impl Store {
         claim_token: &str,
         caller: Option<String>,
         text: &str,
+        rules: LeaseRules,
     ) -> Result<Run, Error> {
         let (now, id, token, text) = (
             self.now(),
@@ -1161,7 +1162,7 @@ impl Store {
         );
         self.write(move |db| {
             Box::pin(async move {
-                runs::set_status(db, now, &id, &token, caller.as_deref(), &text).await
+                runs::set_status(db, now, &id, &token, caller.as_deref(), &text, &rules).await
             })
         })
         .await
@@ -1174,11 +1175,12 @@ impl Store {
         claim_token: &str,
         caller: Option<String>,
         usage: shepherd_core::usage::Usage,
+        rules: LeaseRules,
     ) -> Result<Run, Error> {
         let (now, id, token) = (self.now(), run_id.to_owned(), claim_token.to_owned());
         self.write(move |db| {
             Box::pin(async move {
-                ops::usage::set_usage(db, now, &id, &token, caller.as_deref(), usage).await
+                ops::usage::set_usage(db, now, &id, &token, caller.as_deref(), usage, &rules).await
             })
         })
         .await
