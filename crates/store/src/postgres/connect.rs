@@ -99,6 +99,20 @@ pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
         if *code == SqlState::ADMIN_SHUTDOWN || *code == SqlState::CANNOT_CONNECT_NOW {
             return Error::unavailable(DB_UNAVAILABLE, db.message().to_owned());
         }
+        // Class 28, "invalid authorization specification": the server turned
+        // the connection away (a wrong password, no client certificate, no
+        // pg_hba.conf entry). The database is unusable as configured, as
+        // when it cannot be reached, not a fault of the request.
+        if code.code().starts_with("28") {
+            return Error::unavailable(
+                DB_UNAVAILABLE,
+                format!(
+                    "PostgreSQL refused authentication ({}): {}",
+                    code.code(),
+                    db.message()
+                ),
+            );
+        }
         return Error::internal(format!("postgres: {}: {}", code.code(), db.message()));
     }
     if e.is_closed() {
