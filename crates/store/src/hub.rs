@@ -367,7 +367,7 @@ impl Tail {
     async fn read_page(&mut self) -> Result<Option<TailItem>, Error> {
         let page = self
             .store
-            .read_events(self.cursor, &self.filter, 500)
+            .read_backfill_events(self.cursor, &self.filter, 500)
             .await?;
         if page.cursor_expired {
             // Continue from where retention starts; the caller must reload state.

@@ -639,6 +639,29 @@ impl Store {
         .await
     }
 
+    /// [`Store::read_events`] for a live reader's backfill: on PostgreSQL on
+    /// a small pool of its own, so that requests holding the request pool
+    /// cannot hold up a subscriber being caught up from the log.
+    pub(crate) async fn read_backfill_events(
+        &self,
+        after: i64,
+        filter: &EventFilter,
+        limit: i64,
+    ) -> Result<EventPage, Error> {
+        let filter = filter.clone();
+        match &self.inner.backend {
+            Backend::Postgres(b) => {
+                b.read_backfill(move |db| {
+                    Box::pin(async move {
+                        log::read_after(&mut AnyDb::Postgres(db), after, &filter, limit).await
+                    })
+                })
+                .await
+            }
+            Backend::Sqlite(_) => self.read_events(after, &filter, limit).await,
+        }
+    }
+
     /// Every event after `after`, oldest first, in one statement: the
     /// event pump's read. Safe without a head bound because events commit
     /// in `seq` order. On PostgreSQL it runs on the delivery connection, not

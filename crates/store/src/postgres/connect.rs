@@ -67,6 +67,16 @@ pub(super) async fn connect(
         let _ = driver.await;
         config.options(format!("-c search_path={schema}"));
     }
+    let pool = pool(&config, &tls, opts.pool_size.max(2))?;
+    Ok((config, tls, pool))
+}
+
+/// A pool of up to `size` connections to `config` (connected when first used).
+pub(super) fn pool(
+    config: &tokio_postgres::Config,
+    tls: &tls::MakeRustls,
+    size: usize,
+) -> Result<Pool, Error> {
     let manager = Manager::from_config(
         config.clone(),
         tls.clone(),
@@ -74,13 +84,12 @@ pub(super) async fn connect(
             recycling_method: RecyclingMethod::Fast,
         },
     );
-    let pool = Pool::builder(manager)
-        .max_size(opts.pool_size.max(2))
+    Pool::builder(manager)
+        .max_size(size)
         .wait_timeout(Some(Duration::from_secs(10)))
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
-        .map_err(|e| Error::internal(format!("pool: {e}")))?;
-    Ok((config, tls, pool))
+        .map_err(|e| Error::internal(format!("pool: {e}")))
 }
 
 pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
