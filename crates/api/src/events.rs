@@ -225,16 +225,24 @@ const FRAME_GUESS: usize = 320;
 /// With this many events at hand a stream writes at once rather than wait
 /// for more: waiting would only risk falling out of the broadcast ring.
 const COALESCE_UNTIL: usize = 256;
+/// A connection that holds a chunk this long before asking for the next is
+/// not draining: its client stopped reading, or reads slower than the
+/// socket fills. A fall out of the ring found after a shorter hold came
+/// from the server's side (a burst of events larger than the ring, a task
+/// not scheduled in time) and is caught up from the log.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
 /// One client's stream: pulls frames from its tail whenever the connection
 /// can take more. There is no queue per client: the node's broadcast ring is
 /// the one bounded buffer, and a client that falls out of it after having
-/// been live, while its connection was not taking what it was given, is too
-/// slow for the live feed: it gets a `resync` notice after what it already
-/// has, and the stream ends, so no client can hold memory or slow anyone
-/// else. (Falling behind while waiting for events, because the server was
-/// busy, is caught up from the log.) History the client asked for is paced
-/// by the client.
+/// been live, while its connection held what it was given for longer than
+/// [`DRAIN_GRACE`], is too slow for the live feed: it gets a `resync` notice
+/// after what it already has, and the stream ends, so no client can hold
+/// memory or slow anyone else. Falling behind for the server's own reasons
+/// (while waiting for events, while coalescing, while gathering a chunk, or
+/// across a hand-over the connection took at once: a burst larger than the
+/// ring, a busy CPU) is caught up from the log. History the client asked
+/// for is paced by the client.
 struct Feed {
     tail: Tail,
     frames: Arc<FrameCache>,
@@ -242,6 +250,11 @@ struct Feed {
     /// A busy stream writes at most once per this interval (see `next_chunk`).
     coalesce: Duration,
     last_write: Option<Instant>,
+    /// When the last chunk was handed to the connection: the connection
+    /// asks for the next once it has taken that one.
+    handed_at: Option<Instant>,
+    /// [`DRAIN_GRACE`] (tests shorten or stretch it).
+    drain_grace: Duration,
     /// A child of the server's token: every wait on it registers with this
     /// stream's own node, not with the one every stream shares.
     shutdown: CancellationToken,
@@ -263,11 +276,21 @@ impl Feed {
         if self.ended {
             return None;
         }
-        // The connection has taken everything before: a fall out of the
-        // ring since then (or while this chunk is gathered, below) means the
-        // client is not keeping up, and ends its stream. A fall while
-        // waiting in `next` (the server was busy) is caught up quietly.
-        let first = match self.tail.try_next_or_behind() {
+        // The connection has taken everything before. If it held the last
+        // chunk long, its client was not draining, and a fall out of the
+        // ring since then is the client's doing: it ends the stream. After
+        // a short hold the fall is the server's (a burst, a late wake-up),
+        // and so is one found while waiting in `next`, coalescing or
+        // gathering below: those are caught up from the log.
+        let stalled = self
+            .handed_at
+            .is_some_and(|at| at.elapsed() >= self.drain_grace);
+        let first = if stalled {
+            self.tail.try_next_or_behind()
+        } else {
+            self.tail.try_next()
+        };
+        let first = match first {
             Some(item) => Ok(item),
             None => tokio::select! {
                 _ = self.shutdown.cancelled() => return None,
@@ -275,7 +298,10 @@ impl Feed {
             },
         };
         let first = match first {
-            Err(_) => return Some(Bytes::from_static(b": keep-alive\n\n")),
+            Err(_) => {
+                self.handed_at = Some(Instant::now());
+                return Some(Bytes::from_static(b": keep-alive\n\n"));
+            }
             Ok(Ok(item)) => item,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "event stream ended");
@@ -321,12 +347,15 @@ impl Feed {
                     break;
                 }
             }
-            item = self.tail.try_next_or_behind();
+            // The server's own time (the coalescing sleep, this loop): a
+            // fall out of the ring here ends the chunk and is backfilled.
+            item = self.tail.try_next();
         }
         if !lags.is_empty() {
             self.metrics.delivery_lag.record(&lags);
         }
         self.last_write = Some(Instant::now());
+        self.handed_at = self.last_write;
         if largest > 0 {
             self.frame_size = largest;
         }
@@ -405,6 +434,8 @@ pub async fn events(
         keepalive: state.settings.sse_keepalive,
         coalesce: state.settings.sse_coalesce,
         last_write: None,
+        handed_at: None,
+        drain_grace: DRAIN_GRACE,
         shutdown: state.shutdown.child_token(),
         ended: false,
         frame_size: FRAME_GUESS,
@@ -429,4 +460,204 @@ pub async fn events(
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/events", get(events))
+}
+
+#[cfg(test)]
+mod tests {
+    //! A stream's verdict on falling out of the broadcast ring, against a
+    //! real store: a reader that keeps taking what it is given gets every
+    //! event once however the server falls behind; only a connection that
+    //! held its chunk past the grace is told it is too slow.
+
+    use super::*;
+    use shepherd_core::event::{EventRefs, NewEvent};
+    use shepherd_store::{Store, StoreConfig, BROADCAST_CAPACITY};
+
+    /// More events than the ring holds, committed in one unit of work and
+    /// so broadcast in one go.
+    const BURST: usize = BROADCAST_CAPACITY + 1000;
+
+    struct TestStore {
+        store: Store,
+        dir: std::path::PathBuf,
+    }
+
+    impl Drop for TestStore {
+        fn drop(&mut self) {
+            self.store.close();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    async fn open(name: &str) -> TestStore {
+        let dir = std::env::temp_dir().join(format!(
+            "shepherd-api-feed-{name}-{}-{}",
+            std::process::id(),
+            shepherd_store::now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("shepherd.db").display());
+        let store = Store::open(&StoreConfig::new(url)).await.unwrap();
+        store.render_live_frames(render_frame);
+        TestStore { store, dir }
+    }
+
+    fn feed(store: &Store, coalesce: Duration, drain_grace: Duration) -> Feed {
+        let from = store.published_through();
+        Feed {
+            tail: store.tail(from, EventFilter::default()),
+            frames: Arc::default(),
+            keepalive: Duration::from_secs(30),
+            coalesce,
+            last_write: None,
+            handed_at: None,
+            drain_grace,
+            shutdown: CancellationToken::new(),
+            ended: false,
+            frame_size: FRAME_GUESS,
+            live_from: from,
+            metrics: Arc::default(),
+        }
+    }
+
+    fn events(n: usize) -> Vec<NewEvent> {
+        (0..n)
+            .map(|i| {
+                NewEvent::new(
+                    "test.burst",
+                    EventRefs::default(),
+                    serde_json::json!({ "i": i }),
+                )
+            })
+            .collect()
+    }
+
+    /// What a stream's chunks carried: event ids, and resync reasons.
+    #[derive(Default)]
+    struct Seen {
+        ids: Vec<i64>,
+        resyncs: Vec<String>,
+    }
+
+    impl Seen {
+        fn take(&mut self, chunk: &Bytes) {
+            let text = std::str::from_utf8(chunk).unwrap();
+            for frame in text.split("\n\n").filter(|f| !f.trim().is_empty()) {
+                let field = |name: &str| {
+                    frame
+                        .lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .map(str::to_owned)
+                };
+                match field("event: ").as_deref() {
+                    Some("resync") => {
+                        let data: Value = serde_json::from_str(&field("data: ").unwrap()).unwrap();
+                        self.resyncs
+                            .push(data["reason"].as_str().unwrap_or("").to_owned());
+                    }
+                    Some(_) => self.ids.push(field("id: ").unwrap().parse().unwrap()),
+                    None => {} // a keep-alive comment
+                }
+            }
+        }
+
+        /// Reads on, promptly, until event `last`, a resync or the end.
+        async fn read_through(&mut self, feed: &mut Feed, last: i64) {
+            while self.ids.last() < Some(&last) && self.resyncs.is_empty() {
+                let chunk = tokio::time::timeout(Duration::from_secs(30), feed.next_chunk())
+                    .await
+                    .expect("the stream delivers");
+                match chunk {
+                    Some(c) => self.take(&c),
+                    None => break,
+                }
+            }
+        }
+
+        fn assert_every_event_once(&self, first: i64, last: i64) {
+            assert!(
+                self.resyncs.is_empty(),
+                "told to resync: {:?}",
+                self.resyncs
+            );
+            let want: Vec<i64> = (first..=last).collect();
+            assert_eq!(self.ids.len(), want.len(), "events delivered");
+            assert!(self.ids == want, "a gap, a repeat or a reordering");
+        }
+    }
+
+    /// Starts `feed` live: its first chunk is an event it received from
+    /// the broadcast, not from the log.
+    async fn go_live(store: &Store, feed: &mut Feed, seen: &mut Seen) -> i64 {
+        let (chunk, seqs) = tokio::join!(feed.next_chunk(), async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            store.append_events(events(1)).await.unwrap()
+        });
+        seen.take(&chunk.unwrap());
+        assert_eq!(seen.ids, seqs);
+        assert!(!feed.tail.is_backfilling());
+        seqs[0]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reader_is_caught_up_when_the_ring_overflows_while_the_server_coalesces() {
+        let t = open("coalesce").await;
+        let mut feed = feed(&t.store, Duration::from_secs(3), DRAIN_GRACE);
+        let mut seen = Seen::default();
+        let first = go_live(&t.store, &mut feed, &mut seen).await;
+        // The next event finds the stream just after a write: it waits out
+        // the coalescing interval, and the burst overruns the ring meanwhile.
+        let burst = {
+            let store = t.store.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                store.append_events(events(BURST)).await.unwrap()
+            })
+        };
+        t.store.append_events(events(1)).await.unwrap();
+        seen.take(&feed.next_chunk().await.unwrap());
+        let last = *burst.await.unwrap().last().unwrap();
+        seen.read_through(&mut feed, last).await;
+        seen.assert_every_event_once(first, last);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_larger_than_the_ring_between_chunks_is_caught_up() {
+        let t = open("burst").await;
+        // The connection takes each chunk at once: however long the burst
+        // took to commit, the reader was draining.
+        let mut feed = feed(&t.store, Duration::ZERO, Duration::from_secs(3600));
+        let mut seen = Seen::default();
+        let first = go_live(&t.store, &mut feed, &mut seen).await;
+        let last = *t
+            .store
+            .append_events(events(BURST))
+            .await
+            .unwrap()
+            .last()
+            .unwrap();
+        seen.read_through(&mut feed, last).await;
+        seen.assert_every_event_once(first, last);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_that_held_its_chunk_past_the_grace_is_told_to_resync() {
+        let t = open("stalled").await;
+        let mut feed = feed(&t.store, Duration::ZERO, DRAIN_GRACE);
+        let mut seen = Seen::default();
+        let first = go_live(&t.store, &mut feed, &mut seen).await;
+        let last = *t
+            .store
+            .append_events(events(BURST))
+            .await
+            .unwrap()
+            .last()
+            .unwrap();
+        // The client does not read: the connection holds the chunk.
+        tokio::time::sleep(DRAIN_GRACE + Duration::from_millis(100)).await;
+        seen.read_through(&mut feed, last).await;
+        assert_eq!(seen.resyncs, ["slow_consumer"]);
+        assert_eq!(seen.ids, [first], "nothing after what the client had");
+        assert!(feed.next_chunk().await.is_none(), "the stream ends");
+    }
 }

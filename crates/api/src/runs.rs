@@ -302,7 +302,13 @@ pub async fn set_status(
 ) -> ApiResult<Json<StatusAck>> {
     let run = state
         .store
-        .set_run_status(&run_id, &b.claim_token, caller_worker(&caller), &b.status)
+        .set_run_status(
+            &run_id,
+            &b.claim_token,
+            caller_worker(&caller),
+            &b.status,
+            state.lease_rules(),
+        )
         .await?;
     Ok(Json(StatusAck {
         ok: true,

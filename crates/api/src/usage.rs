@@ -36,7 +36,13 @@ pub async fn set_usage(
     };
     let run = state
         .store
-        .set_run_usage(&run_id, &b.claim_token, worker, b.usage)
+        .set_run_usage(
+            &run_id,
+            &b.claim_token,
+            worker,
+            b.usage,
+            state.lease_rules(),
+        )
         .await?;
     Ok(Json(UsageAck {
         ok: true,

@@ -340,9 +340,10 @@ impl Tail {
     /// Like [`Tail::try_next`], but a reader that was keeping up with the
     /// live feed and has fallen out of the ring since it last read gets
     /// [`TailItem::FellBehind`] instead of a quiet backfill. Meant for the
-    /// first read after the caller's client took what it was given: a lag
-    /// found then is the client's doing. A lag while the caller waits in
-    /// [`Tail::next`] (the server was busy) is backfilled quietly.
+    /// first read after the caller's client was slow to take what it was
+    /// given: a lag found then is the client's doing. A lag found by
+    /// [`Tail::try_next`] or while the caller waits in [`Tail::next`] (the
+    /// server was busy) is backfilled quietly.
     pub fn try_next_or_behind(&mut self) -> Option<Result<TailItem, Error>> {
         self.report_lag = true;
         let item = self.try_next();
@@ -366,7 +367,7 @@ impl Tail {
     async fn read_page(&mut self) -> Result<Option<TailItem>, Error> {
         let page = self
             .store
-            .read_events(self.cursor, &self.filter, 500)
+            .read_backfill_events(self.cursor, &self.filter, 500)
             .await?;
         if page.cursor_expired {
             // Continue from where retention starts; the caller must reload state.

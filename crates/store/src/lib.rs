@@ -681,6 +681,29 @@ impl Store {
         .await
     }
 
+    /// [`Store::read_events`] for a live reader's backfill: on PostgreSQL on
+    /// a small pool of its own, so that requests holding the request pool
+    /// cannot hold up a subscriber being caught up from the log.
+    pub(crate) async fn read_backfill_events(
+        &self,
+        after: i64,
+        filter: &EventFilter,
+        limit: i64,
+    ) -> Result<EventPage, Error> {
+        let filter = filter.clone();
+        match &self.inner.backend {
+            Backend::Postgres(b) => {
+                b.read_backfill(move |db| {
+                    Box::pin(async move {
+                        log::read_after(&mut AnyDb::Postgres(db), after, &filter, limit).await
+                    })
+                })
+                .await
+            }
+            Backend::Sqlite(_) => self.read_events(after, &filter, limit).await,
+        }
+    }
+
     /// Every event after `after`, oldest first, in one statement: the
     /// event pump's read. Safe without a head bound because events commit
     /// in `seq` order. On PostgreSQL it runs on the delivery connection, not
@@ -1194,6 +1217,7 @@ impl Store {
         claim_token: &str,
         caller: Option<String>,
         text: &str,
+        rules: LeaseRules,
     ) -> Result<Run, Error> {
         let (now, id, token, text) = (
             self.now(),
@@ -1203,7 +1227,7 @@ impl Store {
         );
         self.write(move |db| {
             Box::pin(async move {
-                runs::set_status(db, now, &id, &token, caller.as_deref(), &text).await
+                runs::set_status(db, now, &id, &token, caller.as_deref(), &text, &rules).await
             })
         })
         .await
@@ -1216,11 +1240,12 @@ impl Store {
         claim_token: &str,
         caller: Option<String>,
         usage: shepherd_core::usage::Usage,
+        rules: LeaseRules,
     ) -> Result<Run, Error> {
         let (now, id, token) = (self.now(), run_id.to_owned(), claim_token.to_owned());
         self.write(move |db| {
             Box::pin(async move {
-                ops::usage::set_usage(db, now, &id, &token, caller.as_deref(), usage).await
+                ops::usage::set_usage(db, now, &id, &token, caller.as_deref(), usage, &rules).await
             })
         })
         .await

@@ -6,6 +6,7 @@ mod common;
 use serde_json::json;
 use shepherd_core::event::EventFilter;
 use shepherd_core::transcript::{ActionContent, TranscriptStep};
+use shepherd_core::usage::Usage;
 use shepherd_store::{Applied, Clock, LeaseRules, NewTask, Registration, Store};
 
 use common::TestDb;
@@ -392,9 +393,10 @@ contract!(
     a_lapsed_lease_fences_reports_before_any_sweep,
     |db: TestDb| async move {
         // A lease lapses under the rules in force whoever touches it first:
-        // the holder's own progress and steps are refused once its TTL or
-        // heartbeat timeout passed, though no sweep, heartbeat or claim has
-        // ended the claim yet; inside the start grace they are accepted.
+        // the holder's own progress, steps, status and usage are refused
+        // once its TTL or heartbeat timeout passed, though no sweep,
+        // heartbeat or claim has ended the claim yet; inside the start
+        // grace they are accepted.
         let store = db.open().await;
         let t0 = 1_900_000_000_000;
         store.set_clock(Some(t0));
@@ -439,6 +441,30 @@ contract!(
                 .await
                 .unwrap();
             assert_eq!(ack.accepted, 0);
+            store
+                .set_run_status(
+                    &g.claim.run_id,
+                    &g.claim_token,
+                    Some("w".into()),
+                    "in grace",
+                    grace,
+                )
+                .await
+                .unwrap();
+            let in_grace = Usage {
+                input_tokens: 1,
+                ..Usage::default()
+            };
+            store
+                .set_run_usage(
+                    &g.claim.run_id,
+                    &g.claim_token,
+                    Some("w".into()),
+                    in_grace,
+                    grace,
+                )
+                .await
+                .unwrap();
             let err = store
                 .append_steps(
                     &g.claim.run_id,
@@ -454,6 +480,43 @@ contract!(
                 err.code, "claim_stale",
                 "{vtid}: steps under a lapsed lease"
             );
+            let err = store
+                .set_run_status(
+                    &g.claim.run_id,
+                    &g.claim_token,
+                    Some("w".into()),
+                    "lapsed",
+                    lease,
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err.code, "claim_stale",
+                "{vtid}: status under a lapsed lease"
+            );
+            let lapsed = Usage {
+                input_tokens: 2,
+                ..Usage::default()
+            };
+            let err = store
+                .set_run_usage(
+                    &g.claim.run_id,
+                    &g.claim_token,
+                    Some("w".into()),
+                    lapsed,
+                    lease,
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err.code, "claim_stale",
+                "{vtid}: usage under a lapsed lease"
+            );
+            // The refused reports wrote nothing: the run keeps what was
+            // reported in grace.
+            let (run, _) = store.run(&g.claim.run_id).await.unwrap();
+            assert_eq!(run.live_status.as_deref(), Some("in grace"), "{vtid}");
+            assert_eq!(run.usage, Some(in_grace), "{vtid}");
             for token in [Some(g.claim_token.clone()), None] {
                 let err = store
                     .progress(

@@ -1,8 +1,9 @@
 //! Client certificates (`sslcert`, `sslkey`) against a real PostgreSQL that
 //! asks for one: a throwaway cluster (`initdb` in a temporary directory, on
 //! a port of its own, TLS with certificates from a CA made here, and `cert`
-//! authentication only over TCP), so that the shared test server's
-//! configuration is never touched. Skipped, saying why, where the
+//! authentication over TCP, but for one role that signs in with a password),
+//! so that the shared test server's configuration is never touched. A
+//! refused sign-in is `database_unavailable`, with the server's reason. Skipped, saying why, where the
 //! PostgreSQL server binaries are not installed or cannot be run.
 
 mod common;
@@ -132,10 +133,12 @@ impl Cluster {
         };
         append("postgresql.conf", &conf, false).map_err(|e| e.to_string())?;
         // Over TCP only TLS with a client certificate the CA signed, whose
-        // common name is the user: nothing else gets in.
+        // common name is the user: nothing else gets in. One role (made by
+        // the test) signs in with a password instead.
         append(
             "pg_hba.conf",
-            "local all all trust\nhostssl all all 127.0.0.1/32 cert\n",
+            "local all all trust\nhostssl all password_user 127.0.0.1/32 scram-sha-256\n\
+             hostssl all all 127.0.0.1/32 cert\n",
             true,
         )
         .map_err(|e| e.to_string())?;
@@ -276,6 +279,12 @@ async fn a_client_certificate_authenticates_to_a_server_that_asks_for_one() {
         assert_eq!(dn.as_deref(), Some("/CN=postgres"), "client certificate");
     }
     store.close();
+    cluster
+        .local()
+        .await
+        .batch_execute("CREATE ROLE password_user LOGIN PASSWORD 'right'")
+        .await
+        .unwrap();
 
     // Without a certificate, or with one from another CA, `cert`
     // authentication turns the connection away.
@@ -296,7 +305,41 @@ async fn a_client_certificate_authenticates_to_a_server_that_asks_for_one() {
                 s.close();
                 panic!("{params}: connected without the CA's client certificate");
             }
-            Err(e) => assert!(e.message.contains(refusal), "{params}: {e:?}"),
+            Err(e) => {
+                assert!(e.message.contains(refusal), "{params}: {e:?}");
+                // A refusal is the database being unusable, as when it is
+                // unreachable: not an internal error.
+                assert_eq!(e.code, "database_unavailable", "{params}: {e:?}");
+            }
         }
     }
+    // A refused sign-in says so, with the server's reason (SQLSTATE class 28).
+    match open(cluster.url(&verified).replacen(
+        "postgres://postgres@",
+        "postgres://password_user:wrong@",
+        1,
+    ))
+    .await
+    {
+        Ok(s) => {
+            s.close();
+            panic!("connected with a wrong password");
+        }
+        Err(e) => {
+            assert_eq!(e.code, "database_unavailable", "{e:?}");
+            assert!(
+                e.message.contains("refused authentication")
+                    && e.message.contains("password authentication failed"),
+                "{e:?}"
+            );
+        }
+    }
+    let err = open(cluster.url(&verified))
+        .await
+        .err()
+        .expect("no certificate, no entry");
+    assert!(
+        err.message.contains("refused authentication (28000)"),
+        "{err:?}"
+    );
 }

@@ -411,7 +411,8 @@ pub async fn append_steps<D: Db>(
     })
 }
 
-/// Sets the live status text of a running run.
+/// Sets the live status text of a running run, fenced by the claim token
+/// and the lease rules, like steps.
 pub async fn set_status<D: Db>(
     db: &mut D,
     now: Millis,
@@ -419,6 +420,7 @@ pub async fn set_status<D: Db>(
     claim_token: &str,
     caller: Option<&str>,
     text: &str,
+    rules: &claims::LeaseRules,
 ) -> Result<Run, Error> {
     if text.len() > 2000 {
         return Err(Error::invalid(
@@ -427,7 +429,7 @@ pub async fn set_status<D: Db>(
         ));
     }
     let run = require(db, run_id).await?;
-    fence_run(db, now, &run, claim_token, caller, None).await?;
+    fence_run(db, now, &run, claim_token, caller, Some(rules)).await?;
     db.defer(
         "UPDATE runs SET live_status = $2 WHERE id = $1",
         params![run_id, text],

@@ -9,12 +9,14 @@ use shepherd_core::time::Millis;
 use shepherd_core::usage::Usage;
 use shepherd_core::Error;
 
+use super::claims::LeaseRules;
 use super::emit;
 use super::runs::{fence_run, require, run_refs};
 use crate::params;
 use crate::sql::Db;
 
-/// Sets the usage of a running run (fenced by its claim token).
+/// Sets the usage of a running run, fenced by its claim token and the lease
+/// rules: a report under a lapsed lease is refused, as steps are.
 pub async fn set_usage<D: Db>(
     db: &mut D,
     now: Millis,
@@ -22,6 +24,7 @@ pub async fn set_usage<D: Db>(
     claim_token: &str,
     caller: Option<&str>,
     usage: Usage,
+    rules: &LeaseRules,
 ) -> Result<Run, Error> {
     if usage.cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
         return Err(Error::invalid(
@@ -30,7 +33,7 @@ pub async fn set_usage<D: Db>(
         ));
     }
     let run = require(db, run_id).await?;
-    fence_run(db, now, &run, claim_token, caller, None).await?;
+    fence_run(db, now, &run, claim_token, caller, Some(rules)).await?;
     let text = serde_json::to_string(&usage).map_err(|e| Error::internal(e.to_string()))?;
     db.defer(
         "UPDATE runs SET usage = $2 WHERE id = $1",

@@ -67,6 +67,16 @@ pub(super) async fn connect(
         let _ = driver.await;
         config.options(format!("-c search_path={schema}"));
     }
+    let pool = pool(&config, &tls, opts.pool_size.max(2))?;
+    Ok((config, tls, pool))
+}
+
+/// A pool of up to `size` connections to `config` (connected when first used).
+pub(super) fn pool(
+    config: &tokio_postgres::Config,
+    tls: &tls::MakeRustls,
+    size: usize,
+) -> Result<Pool, Error> {
     let manager = Manager::from_config(
         config.clone(),
         tls.clone(),
@@ -74,13 +84,12 @@ pub(super) async fn connect(
             recycling_method: RecyclingMethod::Fast,
         },
     );
-    let pool = Pool::builder(manager)
-        .max_size(opts.pool_size.max(2))
+    Pool::builder(manager)
+        .max_size(size)
         .wait_timeout(Some(Duration::from_secs(10)))
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
-        .map_err(|e| Error::internal(format!("pool: {e}")))?;
-    Ok((config, tls, pool))
+        .map_err(|e| Error::internal(format!("pool: {e}")))
 }
 
 pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
@@ -98,6 +107,20 @@ pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
         }
         if *code == SqlState::ADMIN_SHUTDOWN || *code == SqlState::CANNOT_CONNECT_NOW {
             return Error::unavailable(DB_UNAVAILABLE, db.message().to_owned());
+        }
+        // Class 28, "invalid authorization specification": the server turned
+        // the connection away (a wrong password, no client certificate, no
+        // pg_hba.conf entry). The database is unusable as configured, as
+        // when it cannot be reached, not a fault of the request.
+        if code.code().starts_with("28") {
+            return Error::unavailable(
+                DB_UNAVAILABLE,
+                format!(
+                    "PostgreSQL refused authentication ({}): {}",
+                    code.code(),
+                    db.message()
+                ),
+            );
         }
         return Error::internal(format!("postgres: {}: {}", code.code(), db.message()));
     }

@@ -13,7 +13,9 @@
 //!
 //! This module ties them together ([`PgBackend`]) and runs reads: on a
 //! pooled connection in a repeatable-read snapshot, or, for the event
-//! pump, on the delivery connection.
+//! pump, on the delivery connection. Live readers' backfills (a subscriber
+//! caught up from the log) have a small pool of their own, so that request
+//! load cannot starve live delivery.
 
 mod connect;
 mod db;
@@ -44,8 +46,13 @@ use writer::{unit_job, InlineRun, Job, Writer, WriterContext};
 /// Where the writer reports each commit (its events, in commit order).
 pub(crate) type Published = Arc<dyn CommitSink>;
 
+/// Connections of the backfill pool (see [`PgBackend::read_backfill`]).
+const BACKFILL_POOL_SIZE: usize = 2;
+
 pub struct PgBackend {
     pool: Pool,
+    /// Live readers' backfills, apart from requests.
+    backfill: Pool,
     jobs: mpsc::UnboundedSender<Job>,
     peers: Arc<Peers>,
     writer: Arc<Writer>,
@@ -117,6 +124,13 @@ impl PgBackend {
             owed_notify: tokio::sync::Notify::new(),
         });
         tokio::spawn(writer::writer_loop(writer.clone(), rx));
+        // Named, like the delivery connection, apart from the request pool.
+        let mut backfill_config = config.clone();
+        backfill_config.application_name(format!(
+            "{} backfill",
+            config.get_application_name().unwrap_or("shepherd")
+        ));
+        let backfill = connect::pool(&backfill_config, &tls, BACKFILL_POOL_SIZE)?;
         let delivery = DeliverySlot::new(tokio::sync::watch::Sender::new(None));
         // Named, so that operators can tell it from the pool's connections.
         let mut delivery_config = config.clone();
@@ -144,6 +158,7 @@ impl PgBackend {
         ));
         Ok(PgBackend {
             pool,
+            backfill,
             jobs,
             peers,
             writer,
@@ -234,7 +249,27 @@ impl PgBackend {
         T: Send + 'static,
         F: for<'a> FnOnce(&'a mut PgDb) -> BoxFuture<'a, Result<T, Error>> + Send + 'static,
     {
-        let client = Arc::new(self.pool.get().await.map_err(pool_err)?);
+        Self::read_on(&self.pool, f).await
+    }
+
+    /// [`PgBackend::read`] on the backfill pool: a live reader that fell
+    /// behind (or starts from a cursor) reads the log there, so it is
+    /// caught up however many requests hold the request pool. Backfills
+    /// queue behind one another instead, and each page is short.
+    pub async fn read_backfill<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: for<'a> FnOnce(&'a mut PgDb) -> BoxFuture<'a, Result<T, Error>> + Send + 'static,
+    {
+        Self::read_on(&self.backfill, f).await
+    }
+
+    async fn read_on<T, F>(pool: &Pool, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: for<'a> FnOnce(&'a mut PgDb) -> BoxFuture<'a, Result<T, Error>> + Send + 'static,
+    {
+        let client = Arc::new(pool.get().await.map_err(pool_err)?);
         let mut open = OpenRead(Some(client.clone()));
         client
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -279,6 +314,7 @@ impl PgBackend {
 
     pub fn close(&self) {
         self.pool.close();
+        self.backfill.close();
     }
 }
 
@@ -373,6 +409,33 @@ mod tests {
             }
         }
         assert!(again.iter().all(|c| c.len() <= 1), "{again:?}");
+        b.close();
+        shutdown.cancel();
+    }
+
+    /// Backfill reads do not wait for the request pool: with every pooled
+    /// connection held by requests, a backfill still reads at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn backfills_read_while_requests_hold_the_pool() {
+        let (b, shutdown) = backend(2).await;
+        let mut held = Vec::new();
+        for _ in 0..b.pool.status().max_size {
+            held.push(b.pool.get().await.expect("pooled connection"));
+        }
+        fn count(db: &mut PgDb) -> BoxFuture<'_, Result<Vec<crate::sql::Row>, Error>> {
+            Box::pin(async move { db.query("SELECT count(*) FROM events", vec![]).await })
+        }
+        let quick = std::time::Duration::from_secs(2);
+        assert!(
+            tokio::time::timeout(quick, b.read(count)).await.is_err(),
+            "a request read waits for the held pool"
+        );
+        let rows = tokio::time::timeout(quick, b.read_backfill(count))
+            .await
+            .expect("a backfill does not wait for the request pool")
+            .expect("backfill read");
+        assert_eq!(rows.len(), 1);
+        drop(held);
         b.close();
         shutdown.cancel();
     }
