@@ -266,7 +266,11 @@ const CRATES: &[&str] = &[
 const FILES: &[&str] = &[
     "crates/store/src/ops/runs.rs",
     "crates/store/src/ops/tasks.rs",
-    "crates/store/src/ops/claims.rs",
+    "crates/store/src/ops/claims/mod.rs",
+    "crates/store/src/ops/claims/grant.rs",
+    "crates/store/src/ops/claims/report.rs",
+    "crates/store/src/ops/claims/lease.rs",
+    "crates/core/src/claiming.rs",
     "crates/store/src/ops/workers.rs",
     "crates/store/src/log.rs",
     "crates/store/src/hub.rs",

@@ -1,0 +1,479 @@
+//! Granting claims: which tasks a worker may take (`pending`), claim by
+//! vtid, and claim-next, which picks the best eligible tasks in one read.
+
+use super::*;
+
+/// SQL condition selecting tasks waiting in a claimable state of their
+/// workflow; review states only for a worker that can validate.
+fn claimable_condition(can_validate: bool) -> String {
+    let parts: Vec<String> = workflow::ALL
+        .iter()
+        .map(|wf| {
+            let mut states = vec![format!("'{}'", wf.dispatched_state)];
+            if let (Some(r), true) = (wf.review_state, can_validate) {
+                states.push(format!("'{r}'"));
+            }
+            format!(
+                "(t.workflow = '{}' AND t.state IN ({}))",
+                wf.name,
+                states.join(", ")
+            )
+        })
+        .collect();
+    format!("({})", parts.join(" OR "))
+}
+
+/// SQL condition: every capability the task needs (a JSON array) is among
+/// `$caps` (the worker's, a JSON array). Done in the query, not after it:
+/// a page of tasks this worker cannot take must not hide those it can.
+fn capabilities_condition(dialect: Dialect, caps: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!(
+            "NOT EXISTS (SELECT 1 FROM json_each(t.capabilities) need \
+             WHERE need.value NOT IN (SELECT have.value FROM json_each({caps}) have))"
+        ),
+        Dialect::Postgres => format!("t.capabilities::jsonb <@ ({caps}::text)::jsonb"),
+    }
+}
+
+/// Tasks the worker may claim now, best first (priority, then age), and
+/// whether this is the first the server hears from the worker since it
+/// registered (the caller then records it: see [`workers::mark_heard`]).
+pub async fn pending<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker_id: &str,
+    limit: i64,
+) -> Result<(bool, Vec<Task>), Error> {
+    let worker = workers::require_live(db, worker_id).await?;
+    let first = worker.last_activity_at.is_none();
+    Ok((first, eligible(db, now, &worker, limit, false).await?))
+}
+
+/// The `limit` best tasks `worker` may claim now. With `lock` (PostgreSQL
+/// only) the rows are locked for the rest of the transaction and rows
+/// another transaction holds are skipped: concurrent claimers on other
+/// nodes each take different tasks instead of queueing behind one another.
+async fn eligible<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker: &Worker,
+    limit: i64,
+    lock: bool,
+) -> Result<Vec<Task>, Error> {
+    Ok(eligible_with(db, now, worker, limit, lock, "")
+        .await?
+        .into_iter()
+        .map(|(task, _)| task)
+        .collect())
+}
+
+/// [`eligible`], each task with the row's columns after the task's (`extra`:
+/// more columns of `tasks t` or of scalar subqueries; `$1` is the worker's
+/// agent).
+async fn eligible_with<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker: &Worker,
+    limit: i64,
+    lock: bool,
+    extra: &str,
+) -> Result<Vec<(Task, Row)>, Error> {
+    let can_validate = worker
+        .capabilities
+        .iter()
+        .any(|c| c == workflow::VALIDATOR_CAPABILITY);
+    let locking = if lock && db.dialect() == Dialect::Postgres {
+        " FOR UPDATE OF t SKIP LOCKED"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "SELECT {TASK_COLUMNS}{extra} FROM tasks t WHERE {} AND t.cancel_requested_at IS NULL \
+         AND (t.agent_id IS NULL OR t.agent_id = $1) \
+         AND {} \
+         AND (t.builder_worker_id IS NULL OR t.builder_worker_id <> $4 OR t.state IN ({})) \
+         AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.task_id = t.id AND c.released_at IS NULL) \
+         AND (t.run_at IS NULL OR t.run_at <= $5) \
+         ORDER BY t.priority DESC, t.dispatched_at, t.id LIMIT $2{locking}",
+        claimable_condition(can_validate),
+        capabilities_condition(db.dialect(), "$3"),
+        dispatched_states(),
+    );
+    let rows = db
+        .query(
+            &sql,
+            params![
+                &worker.agent_id,
+                limit,
+                crate::ops::to_json(&worker.capabilities),
+                &worker.worker_id,
+                now
+            ],
+        )
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let t = task_from_row(&slice(r, 0, TASK_WIDTH))?;
+        // The query applies every rule; this is a guard, not a filter.
+        if eligibility(worker, &t, now).is_ok() {
+            out.push((t, slice(r, TASK_WIDTH, r.0.len() - TASK_WIDTH)));
+        }
+    }
+    Ok(out)
+}
+
+/// Claims up to `max` of the best tasks `worker_id` may take now (priority,
+/// then age; agent, capabilities and the validator rule respected), in one
+/// unit of work: a worker needs no list-then-claim round trips, and two
+/// workers never race for the same task. `max` must be between 1 and the
+/// worker's free capacity. Fewer (or no) grants when fewer tasks are
+/// eligible or the agent's limit is reached.
+pub async fn claim_next<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker_id: &str,
+    max: i64,
+    rules: &LeaseRules,
+) -> Result<Vec<Grant>, Error> {
+    let worker = workers::require_live(db, worker_id).await?;
+    // Asking for work ends seed 001's `spawning`, granted or not.
+    workers::touch(db, worker_id, worker.last_activity_at, now);
+    let free = (worker.max_concurrent - worker.active_claims).max(0);
+    if max < 1 {
+        return Err(Error::invalid(
+            "invalid_max",
+            format!("max must be at least 1 (got {max})"),
+        ));
+    }
+    if max > free {
+        return Err(Error::invalid(
+            "max_above_capacity",
+            format!(
+                "max {max} exceeds worker {worker_id}'s free capacity {free} ({} of {} claims held)",
+                worker.active_claims, worker.max_concurrent
+            ),
+        ));
+    }
+    // One read finds the tasks (locked on PostgreSQL, so concurrent
+    // claimers skip them), their dispatched specs and the agent's limit and
+    // load; every grant after it is a pipelined write. Granting task by
+    // task through `claim` would read the same rules again once per task,
+    // one round trip each, while the unit holds the writer.
+    let running = runs::running_count_sql("$1");
+    let extra = format!(
+        ", (SELECT s.spec FROM spec_snapshots s WHERE s.id = t.spec_snapshot_id), \
+         (SELECT a.max_concurrent FROM agents a WHERE a.id = $1), \
+         CASE WHEN (SELECT a.max_concurrent FROM agents a WHERE a.id = $1) IS NULL THEN 0 ELSE {running} END"
+    );
+    let candidates = eligible_with(db, now, &worker, max, true, &extra).await?;
+    let mut room = match candidates.first() {
+        Some((_, r)) => match r.opt_i64(1)? {
+            Some(limit) => Some((limit - r.i64(2)?).max(0)),
+            None => None,
+        },
+        None => None,
+    };
+    let mut worker = worker;
+    let mut grants = Vec::with_capacity(candidates.len());
+    for (task, r) in candidates {
+        // The agent's limit is reached: what was granted stands.
+        if room == Some(0) {
+            break;
+        }
+        let granted = grant(db, now, task, &worker, rules, r.opt_string(0)?).await?;
+        room = room.map(|n| n - 1);
+        worker.active_claims += 1;
+        worker.last_activity_at = Some(now);
+        grants.push(granted);
+    }
+    // The unique index has the last word on "one active claim per task".
+    if !grants.is_empty() {
+        db.flush().await.map_err(lost_race)?;
+    }
+    for g in &mut grants {
+        g.conversation = crate::ops::conversations::claim_context(db, &g.task).await?;
+    }
+    Ok(grants)
+}
+
+/// The dispatched (builder) states of every workflow, as a SQL list: a
+/// worker that built a task may not validate it, but may build it again.
+fn dispatched_states() -> String {
+    let states: Vec<String> = workflow::ALL
+        .iter()
+        .map(|wf| format!("'{}'", wf.dispatched_state))
+        .collect();
+    states.join(", ")
+}
+
+/// What a successful claim hands the worker.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub task: Task,
+    pub claim: Claim,
+    pub claim_token: String,
+    /// The spec as frozen at dispatch.
+    pub spec: String,
+    /// For a conversation's task: what the worker needs to continue it.
+    pub conversation: Option<crate::ops::conversations::ClaimConversation>,
+}
+
+/// Everything a claim decision needs, read in one statement: the task, the
+/// worker, the task's active claim (and its holder's liveness), the agent's
+/// limit and load (counted only for an agent with a limit), and the
+/// dispatched spec.
+fn claim_context_sql() -> String {
+    let running = runs::running_count_sql("w.agent_id");
+    format!(
+        "SELECT {TASK_COLUMNS}, {WORKER_COLUMNS}, \
+         c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
+         cw.last_heartbeat_at, cw.status, a.max_concurrent, \
+         CASE WHEN a.max_concurrent IS NULL THEN 0 ELSE {running} END, \
+         s.spec \
+         FROM tasks t JOIN workers w ON w.id = $2 \
+         LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
+         LEFT JOIN workers cw ON cw.id = c.worker_id \
+         LEFT JOIN agents a ON a.id = w.agent_id \
+         LEFT JOIN spec_snapshots s ON s.id = t.spec_snapshot_id \
+         WHERE t.id = $1"
+    )
+}
+
+/// Claims `vtid` for `worker_id` inside a larger unit of work: the grant's
+/// writes are confirmed before it returns (a lost race for the task's one
+/// active claim is `already_claimed` here, not a failure of the whole unit).
+pub async fn claim<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker_id: &str,
+    vtid: &str,
+    rules: &LeaseRules,
+) -> Result<Grant, Error> {
+    claim_inner(db, now, worker_id, vtid, rules, true).await
+}
+
+/// Claims `vtid` as a unit of work of its own. Where writes are pipelined
+/// (PostgreSQL) the unit does not wait for its own writes: they are
+/// confirmed with the commit, one round trip fewer per claim. The unit then
+/// ends in `constraint_violation` if another claim won the race for the
+/// task; the caller reports that as `already_claimed` ([`lost_race`]).
+pub async fn claim_alone<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker_id: &str,
+    vtid: &str,
+    rules: &LeaseRules,
+) -> Result<Grant, Error> {
+    let pipelined = db.appended_later().is_some();
+    claim_inner(db, now, worker_id, vtid, rules, !pipelined).await
+}
+
+/// What a claim's unit of work answers when the database's unique index on
+/// active claims refused its grant: another claim won the race.
+pub fn lost_race(e: Error) -> Error {
+    if e.code == crate::sql::CONSTRAINT_VIOLATION {
+        Error::conflict("already_claimed", "Task already claimed by another worker")
+    } else {
+        e
+    }
+}
+
+async fn claim_inner<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker_id: &str,
+    vtid: &str,
+    rules: &LeaseRules,
+    confirm: bool,
+) -> Result<Grant, Error> {
+    let sql = claim_context_sql();
+    let mut swept = false;
+    let (task, worker, agent_limit, agent_running, snapshot) = loop {
+        let Some(r) = db.query_opt(&sql, params![vtid, worker_id]).await? else {
+            // Say which of the two is missing.
+            workers::require_live(db, worker_id).await?;
+            tasks::require(db, vtid).await?;
+            return Err(Error::internal("claim context vanished"));
+        };
+        let task = task_from_row(&slice(&r, 0, TASK_WIDTH))?;
+        let worker = workers::worker_from_row(&slice(&r, TASK_WIDTH, WORKER_WIDTH))?;
+        if worker.status == "terminated" {
+            return Err(Error::conflict(
+                "worker_terminated",
+                format!("worker {worker_id:?} has deregistered; register again"),
+            ));
+        }
+        let at = TASK_WIDTH + WORKER_WIDTH;
+        if let Some((active, heartbeat, status)) = active_from(&r, at, vtid)? {
+            // Sweep what this claim touches: a lapsed lease on this task ends here.
+            let lapsed = lapse_reason(
+                now,
+                rules,
+                &active.claim,
+                heartbeat.unwrap_or(0),
+                status.as_deref().unwrap_or(""),
+            );
+            if let (Some(reason), false) = (lapsed, swept) {
+                expire(db, now, &active.claim, &reason).await?;
+                swept = true;
+                continue;
+            }
+            let msg = if active.claim.worker_id == worker_id {
+                "Task already claimed by this worker"
+            } else {
+                "Task already claimed by another worker"
+            };
+            return Err(Error::conflict("already_claimed", msg));
+        }
+        break (
+            task,
+            worker,
+            r.opt_i64(at + 9)?,
+            r.i64(at + 10)?,
+            r.opt_string(at + 11)?,
+        );
+    };
+    eligibility(&worker, &task, now)?;
+    if worker.active_claims >= worker.max_concurrent {
+        return Err(Error::capacity(
+            "worker_at_capacity",
+            format!(
+                "worker {worker_id} already holds {} of {} claims",
+                worker.active_claims, worker.max_concurrent
+            ),
+        ));
+    }
+    if let Some(limit) = agent_limit {
+        if agent_running >= limit {
+            return Err(Error::capacity(
+                "agent_at_capacity",
+                format!(
+                    "agent {} already runs {agent_running} of {limit}",
+                    worker.agent_id
+                ),
+            ));
+        }
+    }
+    if !confirm {
+        // Every check passed on what this transaction read, and the writer
+        // holds the log's ordering lock from its first statement, so no
+        // other claim can come between: the grant's writes cannot fail on
+        // their own account.
+        db.trust_deferred_writes();
+    }
+    let mut granted = grant(db, now, task, &worker, rules, snapshot).await?;
+    // The unique index has the last word on "one active claim per task".
+    if confirm {
+        db.flush().await.map_err(lost_race)?;
+    }
+    granted.conversation = crate::ops::conversations::claim_context(db, &granted.task).await?;
+    Ok(granted)
+}
+
+/// Grants `task` to `worker`, whose right to it the caller has checked:
+/// the run row (which is the claim), the task's new state and the events,
+/// all pipelined. The grant's `conversation` is left for the caller to read
+/// once the writes are confirmed.
+async fn grant<D: Db>(
+    db: &mut D,
+    now: Millis,
+    mut task: Task,
+    worker: &Worker,
+    rules: &LeaseRules,
+    snapshot: Option<String>,
+) -> Result<Grant, Error> {
+    let (vtid, worker_id) = (task.vtid.clone(), worker.worker_id.as_str());
+    let vtid = vtid.as_str();
+    let wf = workflow_of(&task)?;
+    let purpose = if wf.awaits_validator(&task.state) {
+        "validate"
+    } else {
+        "build"
+    };
+    let attempt = task.attempts + 1;
+    let claim_id = new_uuid();
+    let token = format!("sct_{}", random_hex(16));
+    let expires_at = now + rules.ttl_ms;
+    let lease = runs::Lease {
+        claim_id: &claim_id,
+        // Stored hashed, like worker tokens: a database dump or backup
+        // does not hand out the right to report on a running claim.
+        token_hash: crate::ops::hash_token(&token),
+        expires_at,
+    };
+    let run_id = runs::create(db, now, &task, worker, purpose, attempt, lease).await?;
+    let builder = if purpose == "build" {
+        Some(worker_id.to_owned())
+    } else {
+        task.builder_worker_id.clone()
+    };
+    let new_state = if purpose == "build" {
+        wf.claimed_state
+    } else {
+        task.state.as_str()
+    }
+    .to_owned();
+    db.defer(
+        "UPDATE tasks SET attempts = $2, builder_worker_id = $3, state = $4, updated_at = $5, run_at = NULL WHERE id = $1",
+        params![vtid, attempt, &builder, &new_state, now],
+    );
+    workers::touch(db, worker_id, worker.last_activity_at, now);
+    let refs = EventRefs::default()
+        .task(vtid)
+        .worker(worker_id)
+        .run(&run_id)
+        .agent(&worker.agent_id)
+        .channel(task.channel_id.clone())
+        .conversation(task.conversation_id.clone());
+    // The worker's claim count after the grant: seed 001's `worker_active`
+    // is this event when it is 1 (no event of its own is stored).
+    emit(
+        db,
+        now,
+        NewEvent::new(
+            kind::CLAIM_GRANTED,
+            refs.clone(),
+            json!({
+                "claim_id": claim_id, "purpose": purpose, "attempt": attempt, "expires_at": expires_at,
+                "worker_active_claims": worker.active_claims + 1,
+            }),
+        ),
+    );
+    if new_state != task.state {
+        let mut r = refs.clone();
+        r.agent_id = task.agent_id.clone();
+        emit(
+            db,
+            now,
+            NewEvent::new(
+                kind::TASK_STATE_CHANGED,
+                r,
+                json!({ "from": task.state, "to": new_state, "cause": "claimed" }),
+            ),
+        );
+    }
+    task.attempts = attempt;
+    task.run_at = None;
+    task.builder_worker_id = builder;
+    task.state = new_state;
+    task.updated_at = now;
+    let spec = snapshot.unwrap_or_else(|| task.spec.clone());
+    Ok(Grant {
+        conversation: None,
+        claim: Claim {
+            id: claim_id,
+            vtid: vtid.to_owned(),
+            worker_id: worker_id.to_owned(),
+            run_id,
+            purpose: purpose.to_owned(),
+            claimed_at: now,
+            expires_at,
+            released_at: None,
+            release_reason: None,
+        },
+        claim_token: token,
+        task,
+        spec,
+    })
+}

@@ -1,0 +1,338 @@
+//! Reports under a claim: a progress report is fenced against the active
+//! claim and its lease, then moves the task through its workflow and ends
+//! the run when the report finishes it.
+
+use super::*;
+
+/// What ending a claim needs to know about its holder and its run, when the
+/// caller read it in the same transaction.
+#[derive(Debug, Clone)]
+pub(crate) struct Holder {
+    pub agent_id: String,
+    /// Claims the worker holds, this one included.
+    pub active_claims: i64,
+    /// The worker's last recorded activity.
+    pub last_activity_at: Option<Millis>,
+    /// The worker's last heartbeat and registry status: whether its lease lapsed.
+    pub last_heartbeat_at: i64,
+    pub status: String,
+    pub run: runs::RunInfo,
+}
+
+/// The task with its active claim, holder and run, in one statement.
+fn progress_context_sql() -> String {
+    format!(
+        "SELECT {TASK_COLUMNS}, c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
+         w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, \
+         (SELECT COUNT(*) FROM runs c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
+         c.conversation_id, w.last_activity_at \
+         FROM tasks t LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
+         LEFT JOIN workers w ON w.id = c.worker_id \
+         WHERE t.id = $1"
+    )
+}
+
+/// Reads a task with its active claim and what ending that claim needs.
+async fn task_with_holder<D: Db>(
+    db: &mut D,
+    vtid: &str,
+) -> Result<(Task, Option<(ActiveClaim, Holder)>), Error> {
+    let r = db
+        .query_opt(&progress_context_sql(), params![vtid])
+        .await?
+        .ok_or_else(|| Error::not_found("task_not_found", format!("no task {vtid:?}")))?;
+    let task = task_from_row(&slice(&r, 0, TASK_WIDTH))?;
+    let at = TASK_WIDTH;
+    let active = match active_from(&r, at, vtid)? {
+        None => None,
+        Some((active, heartbeat, status)) => {
+            let run_channel = r.opt_string(at + 12)?;
+            let run_agent = r.string(at + 11)?;
+            let refs = EventRefs::default()
+                .run(&active.claim.run_id)
+                .task(vtid)
+                .worker(&active.claim.worker_id)
+                .agent(&run_agent)
+                .channel(run_channel)
+                .conversation(r.opt_string(at + 15)?);
+            let holder = Holder {
+                run: runs::RunInfo {
+                    status: r.string(at + 9)?,
+                    step_count: r.i64(at + 10)?,
+                    refs,
+                },
+                agent_id: r.string(at + 13)?,
+                active_claims: r.i64(at + 14)?,
+                last_activity_at: r.opt_i64(at + 16)?,
+                last_heartbeat_at: heartbeat.unwrap_or(0),
+                status: status.unwrap_or_default(),
+            };
+            Some((active, holder))
+        }
+    };
+    Ok((task, active))
+}
+
+/// A progress report from the worker holding the claim.
+#[allow(clippy::too_many_arguments)]
+pub async fn progress<D: Db>(
+    db: &mut D,
+    now: Millis,
+    worker_id: &str,
+    vtid: &str,
+    claim_token: Option<&str>,
+    event: &str,
+    message: Option<String>,
+    metadata: Value,
+    result: Option<String>,
+    rules: &LeaseRules,
+) -> Result<Applied, Error> {
+    let (task, active) = task_with_holder(db, vtid).await?;
+    let wf = workflow_of(&task)?;
+    if wf.apply(&task.state, event) == Outcome::Unknown {
+        return Err(Error::invalid(
+            "unknown_event",
+            format!("workflow {:?} does not know event {event:?}", wf.name),
+        ));
+    }
+    let stale = || {
+        Error::conflict(
+            "claim_stale",
+            format!("worker {worker_id} does not hold the active claim on {vtid} (expired, released or re-granted)"),
+        )
+    };
+    let fenced = match active {
+        Some((a, h))
+            if a.claim.worker_id == worker_id
+                && match claim_token {
+                    Some(t) => crate::ops::claim_token_matches(t, &a.token),
+                    // The seed's request shape has no token. It is enough
+                    // only while the worker has held one claim on the task:
+                    // after a claim lapsed and was re-granted to the same
+                    // worker, a token-less report could come from its old
+                    // attempt, so it must name the claim it means.
+                    None => claims_held_on(db, worker_id, vtid).await? == 1,
+                } =>
+        {
+            (a, h)
+        }
+        _ => {
+            // Unknown workers get a clearer answer than "stale".
+            workers::require(db, worker_id).await?;
+            return Err(stale());
+        }
+    };
+    // The holder's own lease lapsed (not yet ended by a sweep, heartbeat or
+    // claim): its report is refused as the sweeper would have refused it.
+    // Nothing is written here, the refusal rolls back; whoever touches the
+    // claim next (sweep, heartbeat, claim) ends it under the same rule.
+    if let Some(reason) = lapse_reason(
+        now,
+        rules,
+        &fenced.0.claim,
+        fenced.1.last_heartbeat_at,
+        &fenced.1.status,
+    ) {
+        return Err(Error::conflict(
+            "claim_stale",
+            format!(
+                "the claim of worker {worker_id} on {vtid} lapsed ({reason}); claim the task again"
+            ),
+        ));
+    }
+    // The report is fenced and the task's state known from this
+    // transaction's read (taken under the writer's ordering lock): what it
+    // writes next only updates rows that read found, and inserts rows keyed
+    // by this run, which only ends once.
+    db.trust_deferred_writes();
+    crate::ops::conversations::note_agent_session(db, now, &task, &metadata).await?;
+    crate::ops::runs::record_workspace(db, &fenced.0.claim.run_id, &metadata);
+    apply_event(
+        db,
+        now,
+        task,
+        Some(fenced),
+        event,
+        message,
+        metadata,
+        result,
+    )
+    .await
+}
+
+/// How many claims (active or not) `worker_id` has held on `vtid`.
+async fn claims_held_on<D: Db>(db: &mut D, worker_id: &str, vtid: &str) -> Result<i64, Error> {
+    db.query_one(
+        "SELECT COUNT(*) FROM runs WHERE task_id = $1 AND worker_id = $2 AND claim_id IS NOT NULL",
+        params![vtid, worker_id],
+    )
+    .await?
+    .i64(0)
+}
+
+/// The `seq` an [`Applied`] reports: the first event its unit of work
+/// appended. Where the backend learns `seq`s only as the database answers
+/// (PostgreSQL), the unit does not wait for it: the event is sent with the
+/// unit's other writes, and [`settle_seq`] fills the number in once the unit
+/// has committed. That saves a round trip on every progress report.
+async fn emit_first<D: Db>(db: &mut D, now: Millis, e: NewEvent) -> Result<i64, Error> {
+    if db.appended_later().is_some() {
+        emit(db, now, e);
+        Ok(SEQ_AFTER_COMMIT)
+    } else {
+        emit_returning(db, now, e).await
+    }
+}
+
+/// Placeholder for a `seq` known only after commit (never a real `seq`).
+const SEQ_AFTER_COMMIT: i64 = -1;
+
+/// Fills in the `seq` of an [`Applied`] whose event was appended without
+/// waiting (see [`emit_first`]), from what its committed unit appended.
+pub(crate) fn settle_seq(mut applied: Applied, appended: Option<Appended>) -> Applied {
+    let slot = match &mut applied {
+        Applied::Moved { seq, .. } | Applied::Rejected { seq, .. } => seq,
+    };
+    if *slot == SEQ_AFTER_COMMIT {
+        if let Some(appended) = appended {
+            let events = appended.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(first) = events.iter().map(|e| e.seq).min() {
+                *slot = first;
+            }
+        }
+    }
+    applied
+}
+
+/// Applies `event` to the task's workflow, recording it either way, and ends
+/// the run and the claim when the event finishes them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn apply_event<D: Db>(
+    db: &mut D,
+    now: Millis,
+    mut task: Task,
+    active: Option<(ActiveClaim, Holder)>,
+    event: &str,
+    message: Option<String>,
+    metadata: Value,
+    result: Option<String>,
+) -> Result<Applied, Error> {
+    let wf = workflow_of(&task)?;
+    let mut refs = EventRefs::default()
+        .task(&task.vtid)
+        .channel(task.channel_id.clone());
+    refs.agent_id = task.agent_id.clone();
+    let (active, external) = match active {
+        Some(a) => (Some(a), false),
+        None => match task_with_holder(db, &task.vtid).await?.1 {
+            Some(a) => (Some(a), true),
+            None => (None, true),
+        },
+    };
+    if let Some((a, _)) = &active {
+        refs.worker_id = Some(a.claim.worker_id.clone());
+        refs.run_id = Some(a.claim.run_id.clone());
+    }
+    match wf.apply(&task.state, event) {
+        Outcome::Unknown => Err(Error::invalid(
+            "unknown_event",
+            format!("workflow {:?} does not know event {event:?}", wf.name),
+        )),
+        Outcome::NotFromHere => {
+            let seq = emit_first(
+                db,
+                now,
+                NewEvent::new(
+                    kind::TASK_TRANSITION_REJECTED,
+                    refs,
+                    json!({ "event": event, "state": task.state, "message": message, "metadata": metadata }),
+                ),
+            )
+            .await?;
+            Ok(Applied::Rejected { task, seq })
+        }
+        Outcome::Move { to, trigger } => {
+            let from = task.state.clone();
+            // A failed attempt may be retried instead of ending the task.
+            let retry = match &active {
+                Some((a, _)) if event == workflow::EXECUTION_FAILED => {
+                    let retryable = retries::retryable(&metadata);
+                    let d = retries::decide(&task, false, retryable, now);
+                    Some((a.claim.clone(), d))
+                }
+                _ => None,
+            };
+            let to = match &retry {
+                Some((c, d)) => retries::state_after(wf, c, *d, to),
+                None => to,
+            };
+            let seq = emit_first(
+                db,
+                now,
+                NewEvent::new(
+                    event,
+                    refs.clone(),
+                    json!({
+                        "message": message, "metadata": metadata, "from": from, "to": to,
+                        "result": result, "external": external,
+                    }),
+                ),
+            )
+            .await?;
+            set_state(db, now, &mut task, to, event, refs.clone()).await?;
+            if let Some((c, d)) = &retry {
+                let reason = result
+                    .clone()
+                    .or_else(|| message.clone())
+                    .unwrap_or_default();
+                retries::record(db, now, &mut task, c, &reason, *d).await?;
+            }
+            // Does this event end the run that holds the task?
+            let ending = claiming::run_ending(wf, event, to, trigger);
+            let mut ended = false;
+            if let Some((a, holder)) = active {
+                if !external {
+                    workers::touch(db, &a.claim.worker_id, holder.last_activity_at, now);
+                }
+                match ending {
+                    Some(claiming::RunEnding { status, reason }) => {
+                        ended = true;
+                        // A run that did not succeed keeps the worker's own
+                        // account of why (seed 000 shows the failure's text).
+                        let result = result.clone().or_else(|| {
+                            (status != RunStatus::Done)
+                                .then(|| message.clone().filter(|m| !m.is_empty()))
+                                .flatten()
+                        });
+                        release(
+                            db,
+                            now,
+                            &a.claim,
+                            reason,
+                            status.as_str(),
+                            result,
+                            false,
+                            Some(holder),
+                        )
+                        .await?;
+                    }
+                    None if !external => {
+                        db.defer(
+                            "UPDATE runs SET last_step_at = $2 WHERE id = $1",
+                            params![&a.claim.run_id, now],
+                        );
+                    }
+                    None => {}
+                }
+            }
+            // A run that ends while a cancel is pending (its worker finished
+            // instead of stopping) must not leave the task waiting where
+            // nobody can move it: a task being cancelled is not claimable,
+            // and the sweeper only ends cancels that a worker still holds.
+            if ended && task.cancel_requested_at.is_some() && !wf.is_final(&task.state) {
+                set_state(db, now, &mut task, workflow::CANCELLED, "cancelled", refs).await?;
+            }
+            Ok(Applied::Moved { task, from, seq })
+        }
+    }
+}
