@@ -210,6 +210,11 @@ pub(crate) const INSERT_EVENT_RETURNING: &str =
 /// `n` rows of placeholders for [`EventRow`]s (`($1, …, $10), …`), each
 /// placeholder followed by `cast` (its column's type), if given.
 pub(crate) fn event_rows_sql(n: usize, casts: Option<&[&str; 10]>) -> String {
+    event_rows_sql_after(n, 0, casts)
+}
+
+/// [`event_rows_sql`] with placeholders numbered after the first `skip`.
+pub(crate) fn event_rows_sql_after(n: usize, skip: usize, casts: Option<&[&str; 10]>) -> String {
     use std::fmt::Write;
     let mut sql = String::with_capacity(n * 64);
     for i in 0..n {
@@ -217,7 +222,7 @@ pub(crate) fn event_rows_sql(n: usize, casts: Option<&[&str; 10]>) -> String {
         for k in 0..10 {
             let sep = if k == 0 { "" } else { ", " };
             let cast = casts.map_or("", |c| c[k]);
-            let _ = write!(sql, "{sep}${}{cast}", i * 10 + k + 1);
+            let _ = write!(sql, "{sep}${}{cast}", skip + i * 10 + k + 1);
         }
         sql.push(')');
     }

@@ -180,6 +180,18 @@ pub struct PgDb {
     pub(super) shared: Option<Arc<LoneUnit>>,
     /// The unit called [`Db::trust_deferred_writes`].
     trusted: bool,
+    /// The unit's last deferred write, not sent yet: if the unit's events go
+    /// out next, both travel as one statement (the write as a CTE of the
+    /// events' INSERT), one answer instead of two. Anything else that goes
+    /// out sends it first, so the order on the wire is unchanged.
+    held: Option<(String, Vec<Value>)>,
+}
+
+/// Whether a deferred write can ride in front of an event insert as a CTE:
+/// a plain UPDATE or INSERT (the statements that take a WITH of their own,
+/// or return rows, stay on their own).
+fn combinable(sql: &str) -> bool {
+    (sql.starts_with("UPDATE ") || sql.starts_with("INSERT ")) && !sql.contains("RETURNING")
 }
 
 /// What the writer shares with a unit that is alone in its transaction.
@@ -284,6 +296,7 @@ impl PgDb {
             unbegun: false,
             shared: None,
             trusted: false,
+            held: None,
         }
     }
 
@@ -308,6 +321,7 @@ impl PgDb {
             }
             _ => self.send_events(),
         }
+        self.release_held();
         let later = match (&self.lone, &self.shared) {
             (Some(lone), _) => Some(lone),
             (None, Some(shared)) if self.trusted => Some(shared),
@@ -350,6 +364,7 @@ impl PgDb {
     }
 
     async fn settle(&mut self) -> Result<(), Error> {
+        self.release_held();
         self.barrier = false;
         settle(std::mem::take(&mut self.pending), self.failed.take()).await
     }
@@ -370,7 +385,19 @@ impl PgDb {
         }
         let rows = std::mem::take(&mut self.events);
         let mut records = std::mem::take(&mut self.event_records);
-        let sql = cache.get(rows.len(), sql);
+        let (sql, mut params) = match self.held.take() {
+            // The held write rides in front, as a CTE: one statement.
+            Some((write, params)) => {
+                let insert = format!(
+                    "WITH held AS ({write}) INSERT INTO events ({}) VALUES {} RETURNING seq",
+                    crate::sql::INSERT_COLUMNS,
+                    crate::sql::event_rows_sql_after(rows.len(), params.len(), None)
+                );
+                (std::borrow::Cow::Owned(insert), params)
+            }
+            None => (cache.get(rows.len(), sql), Vec::new()),
+        };
+        params.extend(rows.into_iter().flatten());
         let appended = self.appended.clone();
         let on_rows: OnRows = Box::new(move |rows| {
             let mut seqs = Vec::with_capacity(rows.len());
@@ -394,13 +421,21 @@ impl PgDb {
                 .extend(records);
             Ok(())
         });
-        self.defer_inner(&sql, rows.into_iter().flatten().collect(), Some(on_rows));
+        self.send_now(&sql, params, Some(on_rows));
+    }
+
+    /// Sends the held write, if any, on its own.
+    fn release_held(&mut self) {
+        if let Some((sql, params)) = self.held.take() {
+            self.send_now(&sql, params, None);
+        }
     }
 
     /// Before a statement whose answer is needed now: anything queued behind
     /// a barrier must go first, and an earlier failure ends the unit.
     async fn ready(&mut self) -> Result<(), Error> {
         self.send_events();
+        self.release_held();
         if self.barrier || self.failed.is_some() {
             self.settle().await?;
         }
@@ -416,6 +451,23 @@ impl PgDb {
     /// Sends a write now if its statement is prepared (else queues it behind
     /// a barrier); `on_rows` receives the rows it returns.
     fn defer_inner(&mut self, sql: &str, params: Vec<Value>, on_rows: Option<OnRows>) {
+        if self.failed.is_some() {
+            return;
+        }
+        // Opened now, so that a lone unit's held write is known to need a
+        // transaction (see `end_unit`).
+        self.open();
+        self.release_held();
+        if on_rows.is_none() && combinable(sql) {
+            self.held = Some((sql.to_owned(), params));
+            return;
+        }
+        self.send_now(sql, params, on_rows);
+    }
+
+    /// Sends a write now if its statement is prepared (else queues it behind
+    /// a barrier); `on_rows` receives the rows it returns.
+    fn send_now(&mut self, sql: &str, params: Vec<Value>, on_rows: Option<OnRows>) {
         if self.failed.is_some() {
             return;
         }
