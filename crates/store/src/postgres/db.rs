@@ -11,6 +11,11 @@
 //! ([`autocommit_events_sql`]): the same one statement and one answer as an
 //! INSERT without any of this machinery.
 //!
+//! A unit's last deferred write is held back one step: if its event insert
+//! comes next, the two go out as one statement (the write as a CTE of the
+//! INSERT), so a typical claim or completion sends its events at no extra
+//! answer.
+//!
 //! Prepared statements live with their connection (deadpool's per-client
 //! cache): a pooled connection prepares a statement once, whether the
 //! writer or a reader uses it, and keeps it while the connection lives.
