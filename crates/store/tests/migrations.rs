@@ -10,6 +10,25 @@ use common::{Kind, TestDb};
 use serde_json::json;
 use shepherd_store::{Applied, LeaseRules, RunFilter, Store};
 
+/// A connection to the test's PostgreSQL schema (created if the store has
+/// not made it yet), outside the store, and the task driving it.
+async fn pg_session(db: &TestDb) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
+    let (client, conn) = tokio_postgres::connect(&common::pg_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let schema = db.config().pg_schema.expect("a test schema");
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path = {schema}"
+        ))
+        .await
+        .unwrap();
+    (client, driver)
+}
+
 /// Runs `sql` on the test database directly, outside the store.
 async fn raw(db: &TestDb, sql: &str) -> Vec<Option<String>> {
     let config = db.config();
@@ -34,15 +53,7 @@ async fn raw(db: &TestDb, sql: &str) -> Vec<Option<String>> {
             .unwrap()
         }
         Kind::Postgres => {
-            let (client, conn) = tokio_postgres::connect(&common::pg_url(), tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            let driver = tokio::spawn(conn);
-            let schema = config.pg_schema.expect("a test schema");
-            client
-                .batch_execute(&format!("SET search_path = {schema}"))
-                .await
-                .unwrap();
+            let (client, driver) = pg_session(db).await;
             let rows = client.query(sql, &[]).await.unwrap();
             drop(client);
             let _ = driver.await;
@@ -128,17 +139,8 @@ async fn raw_batch(db: &TestDb, script: &str) {
             .unwrap()
         }
         Kind::Postgres => {
-            let (client, conn) = tokio_postgres::connect(&common::pg_url(), tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            let driver = tokio::spawn(conn);
-            let schema = config.pg_schema.expect("a test schema");
-            client
-                .batch_execute(&format!(
-                    "CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path = {schema}; {script}"
-                ))
-                .await
-                .unwrap();
+            let (client, driver) = pg_session(db).await;
+            client.batch_execute(script).await.unwrap();
             drop(client);
             let _ = driver.await;
         }
