@@ -1038,6 +1038,22 @@ impl Store {
         .await
     }
 
+    /// How the database runs claim-next's eligibility read for `worker_id`
+    /// now, one line per plan line (see `ops::claims::explain_eligible`).
+    /// Tests use it to check that a call reads about `limit` tasks.
+    #[doc(hidden)]
+    pub async fn explain_claim_next(
+        &self,
+        worker_id: &str,
+        limit: i64,
+    ) -> Result<Vec<String>, Error> {
+        let (now, id) = (self.now(), worker_id.to_owned());
+        self.write(move |db| {
+            Box::pin(async move { claims::explain_eligible(db, now, &id, limit).await })
+        })
+        .await
+    }
+
     /// Applies several progress reports of one worker in one transaction,
     /// in order, each on its own: a refused report changes nothing and does
     /// not stop the others. The outer `Err` is for the batch as a whole

@@ -17,6 +17,7 @@ const MIGRATIONS: &[Migration] = &[
     (8, include_str!("0008_run_workspace.sql")),
     (9, include_str!("0009_claims_in_runs.sql")),
     (10, include_str!("0010_run_counts_by_worker.sql")),
+    (11, include_str!("0011_tasks_ready.sql")),
 ];
 const MIGRATION_LOCK: i64 = 0x5348_4550_0002;
 

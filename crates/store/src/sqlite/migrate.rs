@@ -16,6 +16,7 @@ const MIGRATIONS: &[Migration] = &[
     (8, include_str!("0008_run_workspace.sql")),
     (9, include_str!("0009_claims_in_runs.sql")),
     (10, include_str!("0010_run_counts_by_worker.sql")),
+    (11, include_str!("0011_tasks_ready.sql")),
 ];
 
 /// Brings the database up to this build's schema. One `BEGIN IMMEDIATE`

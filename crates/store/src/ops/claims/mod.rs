@@ -31,7 +31,7 @@ mod grant;
 mod lease;
 mod report;
 
-pub use grant::{claim, claim_alone, claim_next, lost_race, pending, Grant};
+pub use grant::{claim, claim_alone, claim_next, explain_eligible, lost_race, pending, Grant};
 pub use lease::{deregister, heartbeat, sweep, HeldClaim, SweepReport};
 pub(crate) use lease::{expire, release};
 pub use report::progress;
