@@ -403,6 +403,31 @@ impl Store {
         }
     }
 
+    /// [`Store::write`] for a unit whose first statement is the read
+    /// `prefetch` declares: a PostgreSQL writer that runs it with other
+    /// units reads it for all of them in one round trip.
+    pub(crate) async fn write_prefetched<T, F>(
+        &self,
+        prefetch: sql::Prefetch,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: for<'a, 'u> FnOnce(&'a mut AnyDb<'u>) -> BoxFuture<'a, Result<T, Error>>
+            + Send
+            + 'static,
+    {
+        match &self.inner.backend {
+            Backend::Sqlite(_) => self.write(f).await,
+            Backend::Postgres(b) => {
+                b.write_prefetched(Some(prefetch), move |db| {
+                    Box::pin(async move { f(&mut AnyDb::Postgres(db)).await })
+                })
+                .await
+            }
+        }
+    }
+
     /// Runs every unit of `units`, in order, in one transaction, each in a
     /// savepoint of its own: one that fails is rolled back alone and the
     /// others still commit. Returns each unit's outcome, in order.
@@ -1038,6 +1063,16 @@ impl Store {
         .await
     }
 
+    /// Units of work that ran on a read their PostgreSQL writer prefetched
+    /// for them (see `sql::Prefetch`); always 0 on SQLite.
+    #[doc(hidden)]
+    pub fn prefetch_hits(&self) -> u64 {
+        match &self.inner.backend {
+            Backend::Sqlite(_) => 0,
+            Backend::Postgres(b) => b.prefetch_hits(),
+        }
+    }
+
     /// How the database runs claim-next's eligibility read for `worker_id`
     /// now, one line per plan line (see `ops::claims::explain_eligible`).
     /// Tests use it to check that a call reads about `limit` tasks.
@@ -1104,8 +1139,9 @@ impl Store {
             vtid.to_owned(),
             event.to_owned(),
         );
+        let prefetch = claims::progress_prefetch(worker_id, &vtid);
         let (applied, appended) = self
-            .write(move |db| {
+            .write_prefetched(prefetch, move |db| {
                 Box::pin(async move {
                     let appended = sql::Db::appended_later(db);
                     let applied = claims::progress(

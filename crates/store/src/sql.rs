@@ -237,6 +237,51 @@ pub(crate) fn insert_events_sql(n: usize) -> String {
     )
 }
 
+/// The read a unit of work will make first, declared when it is queued, so
+/// that a writer which runs it together with other units can send that
+/// read for all of them at once, right after the transaction's start,
+/// instead of one round trip per unit (PostgreSQL; SQLite ignores it).
+///
+/// `reads` names what the read's answer depends on and `writes` what the
+/// unit may change (keys such as `task:T-1`, `worker:w-1`). A prefetched
+/// answer is handed to a unit only if every unit before it in the
+/// transaction declared its writes and none of them is among its reads:
+/// then nothing that could change the answer ran in between (the writer
+/// holds the event lock from the transaction's start, so no other writer
+/// commits meanwhile). Otherwise, and whenever the unit's first statement
+/// is not exactly this read, the unit reads for itself as usual.
+#[derive(Debug, Clone)]
+pub struct Prefetch {
+    pub sql: String,
+    pub params: Vec<Value>,
+    pub reads: Vec<String>,
+    pub writes: Vec<String>,
+}
+
+impl Prefetch {
+    /// Which prefetched reads of a transaction's units are still true when
+    /// each unit runs (see [`Prefetch`]), in the units' order; `None` is a
+    /// unit that declared nothing (it may change anything).
+    pub fn still_valid(units: &[Option<&Prefetch>]) -> Vec<bool> {
+        let mut written: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        let mut anything = false;
+        units
+            .iter()
+            .map(|unit| match unit {
+                None => {
+                    anything = true;
+                    false
+                }
+                Some(p) => {
+                    let valid = !anything && p.reads.iter().all(|k| !written.contains(k.as_str()));
+                    written.extend(p.writes.iter().map(String::as_str));
+                    valid
+                }
+            })
+            .collect()
+    }
+}
+
 /// A connection (inside a transaction when writing) that operations run against.
 ///
 /// Each backend implements it with its own driver, offering only
@@ -330,3 +375,47 @@ pub(crate) trait CommitSink: Send + Sync + 'static {
 pub(crate) const DB_UNAVAILABLE: &str = "database_unavailable";
 /// A uniqueness or foreign-key rule of the schema refused the write.
 pub const CONSTRAINT_VIOLATION: &str = "constraint_violation";
+
+#[cfg(test)]
+mod prefetch_tests {
+    use super::Prefetch;
+
+    fn unit(reads: &[&str], writes: &[&str]) -> Prefetch {
+        Prefetch {
+            sql: String::new(),
+            params: Vec::new(),
+            reads: reads.iter().map(|k| k.to_string()).collect(),
+            writes: writes.iter().map(|k| k.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_prefetched_read_holds_until_an_earlier_unit_may_have_changed_it() {
+        let a = unit(&["task:A", "worker:1"], &["task:A", "worker:1", "load"]);
+        let b = unit(&["task:B", "worker:2"], &["task:B", "worker:2", "load"]);
+        let a_again = unit(&["task:A", "worker:3"], &["task:A", "worker:3"]);
+        let reads_load = unit(&["task:C", "load"], &["task:C"]);
+        let c = unit(&["task:C", "worker:4"], &["task:C", "worker:4"]);
+        // Disjoint units all keep their reads; writes not read do not matter.
+        assert_eq!(Prefetch::still_valid(&[Some(&a), Some(&b)]), [true, true]);
+        // A unit after one that wrote what it reads reads for itself...
+        assert_eq!(
+            Prefetch::still_valid(&[Some(&a), Some(&b), Some(&a_again)]),
+            [true, true, false]
+        );
+        assert_eq!(
+            Prefetch::still_valid(&[Some(&a), Some(&reads_load)]),
+            [true, false]
+        );
+        // ...and every unit after one that declared nothing does too.
+        assert_eq!(
+            Prefetch::still_valid(&[Some(&a), None, Some(&c)]),
+            [true, false, false]
+        );
+        // An invalid unit still counts its writes.
+        assert_eq!(
+            Prefetch::still_valid(&[Some(&a), Some(&a_again), Some(&c), Some(&a)]),
+            [true, false, true, false]
+        );
+    }
+}

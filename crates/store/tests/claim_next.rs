@@ -483,3 +483,119 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    reports_queued_together_each_see_what_the_ones_before_them_wrote,
+    |db: TestDb| async move {
+        // Eight workers each hold twelve claims and send every completion
+        // twice at once, so the writer runs many reports in one transaction
+        // and the duplicate often right behind its twin. On PostgreSQL
+        // the writer reads each report's task for all of them at once;
+        // a twin must still see its task completed, not the claim it read
+        // before the first report ran.
+        const WORKERS: usize = 8;
+        const EACH: usize = 12;
+        let store = db.open().await;
+        for w in 0..WORKERS {
+            register(&store, &format!("w{w}"), "default", &[], EACH as i64).await;
+        }
+        for n in 0..WORKERS * EACH {
+            store
+                .create_task(task(&format!("T-{n:03}"), 1))
+                .await
+                .unwrap();
+        }
+        let mut grants = Vec::new();
+        for w in 0..WORKERS {
+            let got = store
+                .claim_next(&format!("w{w}"), EACH as i64, rules())
+                .await
+                .unwrap();
+            assert_eq!(got.len(), EACH);
+            grants.push(got);
+        }
+        let mut handles = Vec::new();
+        for (w, held) in grants.into_iter().enumerate() {
+            let store = store.clone();
+            handles.push(tokio::spawn(async move {
+                let worker = format!("w{w}");
+                let mut outcomes = Vec::new();
+                for g in held {
+                    let send = || {
+                        store.progress(
+                            &worker,
+                            &g.task.vtid,
+                            Some(g.claim_token.clone()),
+                            "worker.execution.completed",
+                            None,
+                            json!({}),
+                            None,
+                            rules(),
+                        )
+                    };
+                    let (a, b) = tokio::join!(send(), send());
+                    outcomes.push((g.task.vtid.clone(), a, b));
+                }
+                outcomes
+            }));
+        }
+        for h in handles {
+            for (vtid, a, b) in h.await.unwrap() {
+                let moved = [&a, &b]
+                    .iter()
+                    .filter(|r| matches!(r, Ok(Applied::Moved { .. })))
+                    .count();
+                let stale = [&a, &b]
+                    .iter()
+                    .filter(|r| matches!(r, Err(e) if e.code == "claim_stale"))
+                    .count();
+                assert_eq!(
+                    (moved, stale),
+                    (1, 1),
+                    "{vtid}: one report completes it, its twin finds the claim gone: {a:?} / {b:?}"
+                );
+                let f = shepherd_core::event::EventFilter {
+                    task_id: Some(vtid.clone()),
+                    ..Default::default()
+                };
+                let kinds: Vec<String> = store
+                    .read_events(0, &f, 100)
+                    .await
+                    .unwrap()
+                    .events
+                    .into_iter()
+                    .map(|e| e.kind)
+                    .collect();
+                for (want, n) in [
+                    ("worker.execution.completed", 1),
+                    ("worker.claim.released", 1),
+                    ("run.completed", 1),
+                ] {
+                    assert_eq!(
+                        kinds.iter().filter(|k| *k == want).count(),
+                        n,
+                        "{vtid}: {want} in {kinds:?}"
+                    );
+                }
+            }
+        }
+        // Every worker is idle again, and can take a new task.
+        for w in 0..WORKERS {
+            assert_eq!(
+                store
+                    .claim_next(&format!("w{w}"), EACH as i64, rules())
+                    .await
+                    .unwrap()
+                    .len(),
+                0
+            );
+        }
+        if matches!(db.kind, common::Kind::Postgres) {
+            assert!(
+                store.prefetch_hits() > 0,
+                "no report ran on a prefetched read: the test did not exercise it"
+            );
+        }
+        store.close();
+    }
+);

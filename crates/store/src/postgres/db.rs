@@ -190,6 +190,20 @@ pub struct PgDb {
     /// events' INSERT), one answer instead of two. Anything else that goes
     /// out sends it first, so the order on the wire is unchanged.
     held: Option<(String, Vec<Value>)>,
+    /// The answer to the read this unit declared it would make first
+    /// ([`crate::sql::Prefetch`]), read by the writer together with the
+    /// other units' at the transaction's start. Handed out if the unit's
+    /// first statement is exactly that read; dropped at any other.
+    pub(super) prefetched: Option<Prefetched>,
+}
+
+/// A declared read's answer, waiting for the unit's first statement.
+pub(super) struct Prefetched {
+    pub(super) sql: String,
+    pub(super) params: Vec<Value>,
+    pub(super) rows: Vec<Row>,
+    /// The writer's count of answers handed out.
+    pub(super) hits: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Whether a deferred write can ride in front of an event insert as a CTE:
@@ -287,6 +301,45 @@ fn stmt_err(client: &ClientWrapper, e: tokio_postgres::Error) -> Error {
     map_err(e)
 }
 
+/// Sends every read of `reads` at once (tokio-postgres writes requests in
+/// the order they are first polled, so they go out back to back) and
+/// returns their answers in the same places. The first failure fails the
+/// lot: the caller then lets each unit read for itself.
+pub(super) async fn prefetch_reads(
+    client: &Conn,
+    reads: &[Option<&crate::sql::Prefetch>],
+) -> Result<Vec<Option<Vec<Row>>>, Error> {
+    let mut statements = Vec::with_capacity(reads.len());
+    for read in reads {
+        statements.push(match read {
+            Some(p) => Some(prepare(client, &p.sql).await?),
+            None => None,
+        });
+    }
+    let queries = reads
+        .iter()
+        .zip(&statements)
+        .map(|(read, stmt)| async move {
+            let (Some(p), Some(stmt)) = (read, stmt) else {
+                return Ok(None);
+            };
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                p.params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            let rows = client
+                .query(stmt, &refs)
+                .await
+                .map_err(|e| stmt_err(client, e))?;
+            rows.iter()
+                .map(convert_row)
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some)
+        });
+    futures::future::join_all(queries)
+        .await
+        .into_iter()
+        .collect()
+}
+
 impl PgDb {
     pub(super) fn new(client: Conn) -> Self {
         PgDb {
@@ -302,6 +355,7 @@ impl PgDb {
             shared: None,
             trusted: false,
             held: None,
+            prefetched: None,
         }
     }
 
@@ -355,6 +409,9 @@ impl PgDb {
     /// Sends BEGIN and the event lock if the writer left them to this unit
     /// and they have not gone out: before the unit's first statement.
     fn open(&mut self) {
+        // A statement went out before the declared read: that read's
+        // prefetched answer may no longer be what it would see.
+        self.prefetched = None;
         if !std::mem::take(&mut self.unbegun) {
             return;
         }
@@ -534,6 +591,12 @@ type OnRows = Box<dyn FnOnce(Vec<tokio_postgres::Row>) -> Result<(), Error> + Se
 
 impl Db for PgDb {
     async fn query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
+        if let Some(p) = self.prefetched.take() {
+            if p.sql == sql && p.params == params {
+                p.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(p.rows);
+            }
+        }
         self.ready().await?;
         self.open();
         let result = async {
@@ -596,6 +659,7 @@ impl Db for PgDb {
     }
 
     fn defer_event(&mut self, row: EventRow) {
+        self.prefetched = None;
         if self.failed.is_none() {
             self.events.push(row.params);
             self.event_records.push(row.event);

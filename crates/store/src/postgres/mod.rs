@@ -118,6 +118,7 @@ impl PgBackend {
                 node: node.clone(),
                 channel: channel.clone(),
                 peers: peers.clone(),
+                prefetch_hits: Arc::default(),
             },
             slot: Arc::default(),
             queued: Default::default(),
@@ -166,6 +167,14 @@ impl PgBackend {
         })
     }
 
+    /// Units that ran on a read the writer prefetched for them.
+    pub fn prefetch_hits(&self) -> u64 {
+        self.writer
+            .ctx
+            .prefetch_hits
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// What this node knows of other nodes on the same database.
     pub fn peers(&self) -> &Peers {
         &self.peers
@@ -178,7 +187,23 @@ impl PgBackend {
         T: Send + 'static,
         F: for<'a> FnOnce(&'a mut PgDb) -> BoxFuture<'a, Result<T, Error>> + Send + 'static,
     {
-        let (job, rx) = unit_job(f);
+        self.write_prefetched(None, f).await
+    }
+
+    /// [`PgBackend::write`] for a unit that declares the read it makes
+    /// first: queued behind other units, it gets that read's answer from
+    /// the writer instead of waiting for a round trip of its own (see
+    /// [`crate::sql::Prefetch`]).
+    pub async fn write_prefetched<T, F>(
+        &self,
+        prefetch: Option<crate::sql::Prefetch>,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: for<'a> FnOnce(&'a mut PgDb) -> BoxFuture<'a, Result<T, Error>> + Send + 'static,
+    {
+        let (job, rx) = unit_job(f, prefetch);
         let writer = &self.writer;
         let idle = writer.queued.load(std::sync::atomic::Ordering::Acquire) == 0;
         match writer.slot.clone().try_lock_owned() {
@@ -216,7 +241,8 @@ impl PgBackend {
         T: Send + 'static,
         F: for<'a> FnOnce(&'a mut PgDb) -> BoxFuture<'a, Result<T, Error>> + Send + 'static,
     {
-        let (jobs, answers): (Vec<Job>, Vec<_>) = units.into_iter().map(unit_job).unzip();
+        let (jobs, answers): (Vec<Job>, Vec<_>) =
+            units.into_iter().map(|f| unit_job(f, None)).unzip();
         if jobs.is_empty() {
             return Ok(Vec::new());
         }

@@ -33,9 +33,13 @@ use shepherd_core::Error;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::connect::{map_err, pool_err};
-use super::db::{begin_sql, send_simple, settle, Conn, LoneUnit, Opened, Pending, PgDb};
+use super::db::{
+    begin_sql, prefetch_reads, send_simple, settle, Conn, LoneUnit, Opened, Pending, PgDb,
+    Prefetched,
+};
 use super::delivery::Peers;
 use super::Published;
+use crate::sql::Prefetch;
 
 /// Advisory lock key that orders event-appending commits (see "Ordering"
 /// above).
@@ -44,8 +48,14 @@ pub const EVENT_LOCK: i64 = 0x5348_4550_0001;
 const MAX_BATCH: usize = 512;
 
 type Finisher = Box<dyn FnOnce(Option<Error>) + Send>;
-pub(super) type Job =
-    Box<dyn FnOnce(Result<PgDb, Error>) -> BoxFuture<'static, (bool, Finisher)> + Send>;
+type JobFn = Box<dyn FnOnce(Result<PgDb, Error>) -> BoxFuture<'static, (bool, Finisher)> + Send>;
+
+/// A unit of work queued for the writer, with the read it declared it
+/// will make first, if any (see [`Prefetch`]).
+pub(super) struct Job {
+    run: JobFn,
+    prefetch: Option<Prefetch>,
+}
 
 /// The node's writer: one connection, shared by the writer task and by
 /// callers that find it idle.
@@ -135,7 +145,7 @@ impl Writer {
                 Err(e) => {
                     let err = pool_err(e);
                     for job in batch {
-                        let (_, finish) = job(Err(err.clone())).await;
+                        let (_, finish) = (job.run)(Err(err.clone())).await;
                         finish(None);
                     }
                     return;
@@ -201,6 +211,9 @@ pub(super) struct WriterContext {
     pub(super) node: String,
     pub(super) channel: String,
     pub(super) peers: Arc<Peers>,
+    /// Units that ran on a prefetched read instead of a round trip of
+    /// their own (see [`Prefetch`]).
+    pub(super) prefetch_hits: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl WriterContext {
@@ -220,13 +233,16 @@ impl WriterContext {
 pub(super) const NOTIFY_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Wraps a unit of work as a writer job and the channel of its outcome.
-pub(super) fn unit_job<T, F>(f: F) -> (Job, oneshot::Receiver<Result<T, Error>>)
+pub(super) fn unit_job<T, F>(
+    f: F,
+    prefetch: Option<Prefetch>,
+) -> (Job, oneshot::Receiver<Result<T, Error>>)
 where
     T: Send + 'static,
     F: for<'a> FnOnce(&'a mut PgDb) -> BoxFuture<'a, Result<T, Error>> + Send + 'static,
 {
     let (tx, rx) = oneshot::channel();
-    let job: Job = Box::new(move |db: Result<PgDb, Error>| {
+    let run: JobFn = Box::new(move |db: Result<PgDb, Error>| {
         Box::pin(async move {
             let result = match db {
                 // Deferred writes belong to the unit: it succeeds only if they do.
@@ -246,7 +262,7 @@ where
             (ok, finish)
         })
     });
-    (job, rx)
+    (Job { run, prefetch }, rx)
 }
 
 /// Runs the units queued while the writer was busy, as many as are queued
@@ -328,6 +344,33 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
     // exist, so it cannot undo the failure; the transaction stays aborted
     // and commits nothing (see [`Db::trust_deferred_writes`]).
     let mut ended = String::new();
+    // The units' declared first reads, sent together (one round trip for
+    // all of them) in a savepoint of their own: if one fails, the units
+    // read for themselves and the transaction goes on.
+    let mut prefetched: Vec<Option<Vec<crate::sql::Row>>> = Vec::new();
+    if !single && batch.iter().any(|j| j.prefetch.is_some()) {
+        let declared: Vec<Option<&Prefetch>> = batch.iter().map(|j| j.prefetch.as_ref()).collect();
+        let valid = Prefetch::still_valid(&declared);
+        let wanted: Vec<Option<&Prefetch>> = declared
+            .iter()
+            .zip(&valid)
+            .map(|(p, ok)| p.filter(|_| *ok))
+            .collect();
+        if wanted.iter().any(Option::is_some) {
+            send("SAVEPOINT prefetch".to_owned(), &mut control);
+            match prefetch_reads(client, &wanted).await {
+                Ok(rows) => {
+                    prefetched = rows;
+                    ended = "RELEASE prefetch; ".to_owned();
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "prefetched reads failed; each unit reads for itself");
+                    ended = "ROLLBACK TO prefetch; RELEASE prefetch; ".to_owned();
+                }
+            }
+        }
+    }
+    let mut prefetched = prefetched.into_iter();
     for (i, job) in batch.into_iter().enumerate() {
         if !single {
             send(format!("{ended}SAVEPOINT u{i}"), &mut control);
@@ -340,8 +383,16 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
         } else {
             db.shared = Some(lone.clone());
         }
+        if let (Some(rows), Some(p)) = (prefetched.next().flatten(), job.prefetch) {
+            db.prefetched = Some(Prefetched {
+                sql: p.sql,
+                params: p.params,
+                rows,
+                hits: ctx.prefetch_hits.clone(),
+            });
+        }
         let appended = db.appended();
-        let (ok, finish) = job(Ok(db)).await;
+        let (ok, finish) = (job.run)(Ok(db)).await;
         if !single {
             ended = if ok {
                 format!("RELEASE u{i}; ")

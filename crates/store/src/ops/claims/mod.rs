@@ -34,8 +34,8 @@ mod report;
 pub use grant::{claim, claim_alone, claim_next, explain_eligible, lost_race, pending, Grant};
 pub use lease::{deregister, heartbeat, sweep, HeldClaim, SweepReport};
 pub(crate) use lease::{expire, release};
-pub use report::progress;
 pub(crate) use report::{apply_event, settle_seq, Holder};
+pub use report::{progress, progress_prefetch};
 pub use shepherd_core::claiming::LeaseRules;
 
 /// A claim's columns, read from its run row (aliased `c`): a run is one

@@ -32,6 +32,21 @@ fn progress_context_sql() -> String {
     )
 }
 
+/// The read [`progress`] makes first, declared so that a writer running
+/// the report with other units reads it for all of them at once. A report
+/// reads its task (with its run) and, when it is accepted, its own worker;
+/// it writes no other task, run or worker, and the agent's load only by
+/// ending a run (claims read that load; reports do not).
+pub fn progress_prefetch(worker_id: &str, vtid: &str) -> crate::sql::Prefetch {
+    let (task, worker) = (format!("task:{vtid}"), format!("worker:{worker_id}"));
+    crate::sql::Prefetch {
+        sql: progress_context_sql(),
+        params: params![vtid],
+        reads: vec![task.clone(), worker.clone()],
+        writes: vec![task, worker, "agent-load".to_owned()],
+    }
+}
+
 /// Reads a task with its active claim and what ending that claim needs.
 async fn task_with_holder<D: Db>(
     db: &mut D,
