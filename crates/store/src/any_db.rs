@@ -64,4 +64,12 @@ impl Db for AnyDb<'_> {
     fn appended_later(&self) -> Option<Appended> {
         forward!(self, db => db.appended_later())
     }
+
+    fn wrote(&mut self, key: String) {
+        forward!(self, db => db.wrote(key))
+    }
+
+    fn read_was_prefetched(&self) -> bool {
+        forward!(self, db => db.read_was_prefetched())
+    }
 }

@@ -1040,8 +1040,9 @@ impl Store {
         vtid: &str,
         rules: LeaseRules,
     ) -> Result<Grant, Error> {
+        let prefetch = claims::claim_prefetch(worker_id, vtid);
         let (now, id, vtid) = (self.now(), worker_id.to_owned(), vtid.to_owned());
-        self.write(move |db| {
+        self.write_prefetched(prefetch, move |db| {
             Box::pin(async move { claims::claim_alone(db, now, &id, &vtid, &rules).await })
         })
         .await

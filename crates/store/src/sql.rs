@@ -260,25 +260,43 @@ pub struct Prefetch {
 
 impl Prefetch {
     /// Which prefetched reads of a transaction's units are still true when
-    /// each unit runs (see [`Prefetch`]), in the units' order; `None` is a
-    /// unit that declared nothing (it may change anything).
+    /// each unit runs (see [`Prefetch`]), in the units' order, going by
+    /// what they declared; `None` is a unit that declared nothing (it may
+    /// change anything).
     pub fn still_valid(units: &[Option<&Prefetch>]) -> Vec<bool> {
-        let mut written: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        let mut anything = false;
+        let mut written = Written::default();
         units
             .iter()
-            .map(|unit| match unit {
-                None => {
-                    anything = true;
-                    false
-                }
-                Some(p) => {
-                    let valid = !anything && p.reads.iter().all(|k| !written.contains(k.as_str()));
-                    written.extend(p.writes.iter().map(String::as_str));
-                    valid
-                }
+            .map(|unit| {
+                let valid = unit.is_some_and(|p| written.admits(p));
+                written.record(*unit, &[]);
+                valid
             })
             .collect()
+    }
+}
+
+/// What the units run so far in a transaction may have changed.
+#[derive(Debug, Default)]
+pub struct Written {
+    keys: std::collections::HashSet<String>,
+    anything: bool,
+}
+
+impl Written {
+    /// Whether `p`'s prefetched answer is still what it would read now.
+    pub fn admits(&self, p: &Prefetch) -> bool {
+        !self.anything && p.reads.iter().all(|k| !self.keys.contains(k))
+    }
+
+    /// A unit ran: what it declared (`None`: anything) and what it said it
+    /// wrote besides ([`Db::wrote`]).
+    pub fn record(&mut self, declared: Option<&Prefetch>, extra: &[String]) {
+        match declared {
+            None => self.anything = true,
+            Some(p) => self.keys.extend(p.writes.iter().cloned()),
+        }
+        self.keys.extend(extra.iter().cloned());
     }
 }
 
@@ -329,6 +347,17 @@ pub trait Db: Send {
     /// whole transaction is rolled back and every unit in it fails (nothing
     /// of it is committed). Call it only after the unit's checks passed.
     fn trust_deferred_writes(&mut self) {}
+
+    /// The unit changed `key` (see [`Prefetch`]) beyond what it declared:
+    /// units after it in the transaction must not run on a prefetched read
+    /// of it. Backends that do not prefetch ignore it.
+    fn wrote(&mut self, _key: String) {}
+
+    /// Whether the unit's first read was answered from a prefetch, made at
+    /// the transaction's start, rather than read just now.
+    fn read_was_prefetched(&self) -> bool {
+        false
+    }
 
     /// A backend that learns the `seq`s of deferred events only from the
     /// database's answers returns where they will be once the unit commits;

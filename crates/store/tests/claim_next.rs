@@ -599,3 +599,68 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    claims_queued_together_respect_the_task_and_the_agents_limit,
+    |db: TestDb| async move {
+        // Sixteen workers of an agent limited to five runs all claim at
+        // once: some of them the same task, the rest one task each. On
+        // PostgreSQL the writer reads every claim's task and worker at
+        // the start of their shared transaction; each claim must still
+        // see the grants made before it in that transaction.
+        const WORKERS: usize = 16;
+        const LIMIT: i64 = 5;
+        let store = db.open().await;
+        store
+            .upsert_agent("capped", "builtin", vec![], Some(LIMIT))
+            .await
+            .unwrap();
+        for w in 0..WORKERS {
+            register(&store, &format!("w{w}"), "capped", &[], 2).await;
+        }
+        for n in 0..WORKERS {
+            let mut t = task(&format!("C-{n:02}"), 0);
+            t.agent_id = Some("capped".into());
+            store.create_task(t).await.unwrap();
+        }
+        let mut handles = Vec::new();
+        for w in 0..WORKERS {
+            let store = store.clone();
+            // Workers 0..4 all want C-00; the others each their own task.
+            let vtid = if w < 4 {
+                "C-00".to_owned()
+            } else {
+                format!("C-{w:02}")
+            };
+            handles.push(tokio::spawn(async move {
+                let r = store.claim_task(&format!("w{w}"), &vtid, rules()).await;
+                (vtid, r)
+            }));
+        }
+        let mut granted = Vec::new();
+        for h in handles {
+            let (vtid, r) = h.await.unwrap();
+            match r {
+                Ok(g) => granted.push(g.task.vtid),
+                Err(e) => assert!(
+                    ["already_claimed", "agent_at_capacity"].contains(&e.code),
+                    "{vtid}: {e:?}"
+                ),
+            }
+        }
+        assert_eq!(
+            granted.len(),
+            LIMIT as usize,
+            "the agent's limit, exactly: {granted:?}"
+        );
+        let zero = granted.iter().filter(|v| *v == "C-00").count();
+        assert!(zero <= 1, "C-00 granted {zero} times");
+        if matches!(db.kind, common::Kind::Postgres) {
+            assert!(
+                store.prefetch_hits() > 0,
+                "no claim ran on a prefetched read: the test did not exercise it"
+            );
+        }
+        store.close();
+    }
+);

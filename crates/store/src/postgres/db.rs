@@ -195,6 +195,11 @@ pub struct PgDb {
     /// other units' at the transaction's start. Handed out if the unit's
     /// first statement is exactly that read; dropped at any other.
     pub(super) prefetched: Option<Prefetched>,
+    /// The unit's first read was answered from [`PgDb::prefetched`].
+    read_was_prefetched: bool,
+    /// What the unit said it changed beyond what it declared
+    /// ([`Db::wrote`]), for the writer to weigh the next units' prefetches.
+    wrote: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// A declared read's answer, waiting for the unit's first statement.
@@ -356,6 +361,8 @@ impl PgDb {
             trusted: false,
             held: None,
             prefetched: None,
+            read_was_prefetched: false,
+            wrote: Arc::default(),
         }
     }
 
@@ -402,6 +409,11 @@ impl PgDb {
     }
 
     /// The events this unit appended; complete once the unit has committed.
+    /// Where the unit's [`Db::wrote`] keys collect.
+    pub(super) fn wrote_keys(&self) -> Arc<std::sync::Mutex<Vec<String>>> {
+        self.wrote.clone()
+    }
+
     pub fn appended(&self) -> Appended {
         self.appended.clone()
     }
@@ -594,6 +606,7 @@ impl Db for PgDb {
         if let Some(p) = self.prefetched.take() {
             if p.sql == sql && p.params == params {
                 p.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.read_was_prefetched = true;
                 return Ok(p.rows);
             }
         }
@@ -672,6 +685,17 @@ impl Db for PgDb {
 
     fn appended_later(&self) -> Option<Appended> {
         Some(self.appended.clone())
+    }
+
+    fn wrote(&mut self, key: String) {
+        self.wrote
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(key);
+    }
+
+    fn read_was_prefetched(&self) -> bool {
+        self.read_was_prefetched
     }
 
     fn dialect(&self) -> Dialect {

@@ -371,6 +371,9 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
         }
     }
     let mut prefetched = prefetched.into_iter();
+    // Checked again as the units run: a unit may say it wrote more than
+    // it declared ([`crate::sql::Db::wrote`]).
+    let mut written = crate::sql::Written::default();
     for (i, job) in batch.into_iter().enumerate() {
         if !single {
             send(format!("{ended}SAVEPOINT u{i}"), &mut control);
@@ -383,16 +386,24 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
         } else {
             db.shared = Some(lone.clone());
         }
-        if let (Some(rows), Some(p)) = (prefetched.next().flatten(), job.prefetch) {
-            db.prefetched = Some(Prefetched {
-                sql: p.sql,
-                params: p.params,
-                rows,
-                hits: ctx.prefetch_hits.clone(),
-            });
+        let rows = prefetched.next().flatten();
+        if let (Some(rows), Some(p)) = (rows, &job.prefetch) {
+            if written.admits(p) {
+                db.prefetched = Some(Prefetched {
+                    sql: p.sql.clone(),
+                    params: p.params.clone(),
+                    rows,
+                    hits: ctx.prefetch_hits.clone(),
+                });
+            }
         }
         let appended = db.appended();
+        let wrote = db.wrote_keys();
         let (ok, finish) = (job.run)(Ok(db)).await;
+        written.record(
+            job.prefetch.as_ref(),
+            &wrote.lock().unwrap_or_else(|p| p.into_inner()),
+        );
         if !single {
             ended = if ok {
                 format!("RELEASE u{i}; ")

@@ -342,6 +342,23 @@ pub fn lost_race(e: Error) -> Error {
     }
 }
 
+/// The read a claim makes first, declared so that a writer running it with
+/// other units reads it for all of them at once: the task (with its active
+/// run and that run's holder) and the claiming worker. A claim writes that
+/// task and worker, and, when it ends a lapsed claim first, that claim's
+/// holder, which it then reports ([`Db::wrote`]). The agent's load is not
+/// among the reads: a claim whose answer came from a prefetch reads the
+/// load again itself when the agent has a limit.
+pub fn claim_prefetch(worker_id: &str, vtid: &str) -> crate::sql::Prefetch {
+    let (task, worker) = (format!("task:{vtid}"), format!("worker:{worker_id}"));
+    crate::sql::Prefetch {
+        sql: claim_context_sql(),
+        params: params![vtid, worker_id],
+        reads: vec![task.clone(), worker.clone()],
+        writes: vec![task, worker],
+    }
+}
+
 async fn claim_inner<D: Db>(
     db: &mut D,
     now: Millis,
@@ -378,6 +395,7 @@ async fn claim_inner<D: Db>(
                 status.as_deref().unwrap_or(""),
             );
             if let (Some(reason), false) = (lapsed, swept) {
+                db.wrote(format!("worker:{}", active.claim.worker_id));
                 expire(db, now, &active.claim, &reason).await?;
                 swept = true;
                 continue;
@@ -389,13 +407,20 @@ async fn claim_inner<D: Db>(
             };
             return Err(Error::conflict("already_claimed", msg));
         }
-        break (
-            task,
-            worker,
-            r.opt_i64(at + 9)?,
-            r.i64(at + 10)?,
-            r.opt_string(at + 11)?,
-        );
+        let limit = r.opt_i64(at + 9)?;
+        let running = match limit {
+            // Read at the transaction's start: units before this one may
+            // have started or ended runs of the agent since.
+            Some(_) if db.read_was_prefetched() => db
+                .query_one(
+                    &format!("SELECT {}", runs::running_count_sql("$1")),
+                    params![&worker.agent_id],
+                )
+                .await?
+                .i64(0)?,
+            _ => r.i64(at + 10)?,
+        };
+        break (task, worker, limit, running, r.opt_string(at + 11)?);
     };
     eligibility(&worker, &task, now)?;
     if worker.active_claims >= worker.max_concurrent {

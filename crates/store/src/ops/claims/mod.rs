@@ -31,7 +31,9 @@ mod grant;
 mod lease;
 mod report;
 
-pub use grant::{claim, claim_alone, claim_next, explain_eligible, lost_race, pending, Grant};
+pub use grant::{
+    claim, claim_alone, claim_next, claim_prefetch, explain_eligible, lost_race, pending, Grant,
+};
 pub use lease::{deregister, heartbeat, sweep, HeldClaim, SweepReport};
 pub(crate) use lease::{expire, release};
 pub(crate) use report::{apply_event, settle_seq, Holder};

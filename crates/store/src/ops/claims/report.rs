@@ -35,15 +35,15 @@ fn progress_context_sql() -> String {
 /// The read [`progress`] makes first, declared so that a writer running
 /// the report with other units reads it for all of them at once. A report
 /// reads its task (with its run) and, when it is accepted, its own worker;
-/// it writes no other task, run or worker, and the agent's load only by
-/// ending a run (claims read that load; reports do not).
+/// it writes no other task, run or worker. (Ending a run changes its
+/// agent's load, which no declared read covers: see [`super::claim_prefetch`].)
 pub fn progress_prefetch(worker_id: &str, vtid: &str) -> crate::sql::Prefetch {
     let (task, worker) = (format!("task:{vtid}"), format!("worker:{worker_id}"));
     crate::sql::Prefetch {
         sql: progress_context_sql(),
         params: params![vtid],
         reads: vec![task.clone(), worker.clone()],
-        writes: vec![task, worker, "agent-load".to_owned()],
+        writes: vec![task, worker],
     }
 }
 
