@@ -179,6 +179,7 @@ async fn main() -> R<()> {
         h.await??;
     }
     let elapsed = t0.elapsed();
+    let prefetched = store.prefetch_hits();
     store.close();
     drop(store);
     // Closed sessions have flushed their statistics; give the log a moment.
@@ -193,6 +194,10 @@ async fn main() -> R<()> {
         "PostgreSQL, {} cycles by {workers} worker(s) in {:.2}s",
         per * workers,
         elapsed.as_secs_f64()
+    );
+    println!(
+        "units run on a prefetched read: {:.2} per cycle (a claim and a completion each)",
+        prefetched as f64 / done
     );
     println!(
         "statements per cycle: {:.2} (in {:.2} protocol messages)",
