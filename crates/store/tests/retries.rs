@@ -350,3 +350,60 @@ contract!(
         assert_eq!(bad.code, "invalid_max_attempts");
     }
 );
+
+// A created task is answered from what the creation wrote, not read back:
+// the answer must be exactly what a read of the task gives, whatever the
+// creation filled in (a NUL in the text, the agent's default policy, a
+// channel, a delay, a generated id).
+contract!(
+    a_created_task_is_what_reading_it_gives,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        store
+            .upsert_agent("agent-a", "builtin", vec!["gpu".into()], Some(2))
+            .await
+            .unwrap();
+        store
+            .set_agent_retry(
+                "agent-a",
+                Some(3),
+                Some(RetryBackoff {
+                    initial_ms: 500,
+                    max_ms: 2000,
+                }),
+            )
+            .await
+            .unwrap();
+        let variants = [
+            NewTask {
+                title: "with a NUL \0 inside".into(),
+                spec: "spec \0 too".into(),
+                capabilities: vec!["gpu".into(), "linux".into()],
+                agent_id: Some("agent-a".into()),
+                channel_id: Some("chan-1".into()),
+                priority: -7,
+                run_at: Some(4_102_444_800_000),
+                dispatch: false,
+                ..Default::default()
+            },
+            NewTask {
+                vtid: Some("R-CREATED".into()),
+                title: "dispatched at once".into(),
+                spec: "go".into(),
+                workflow: Some("autopilot".into()),
+                dispatch: true,
+                ..task("unused", Some(4), 100)
+            },
+            NewTask {
+                title: "plain".into(),
+                spec: String::new(),
+                ..Default::default()
+            },
+        ];
+        for new in variants {
+            let created = store.create_task(new).await.unwrap();
+            let (read, _) = store.task(&created.vtid, 0).await.unwrap();
+            assert_eq!(created, read.task);
+        }
+    }
+);

@@ -91,6 +91,14 @@ pub async fn get<D: Db>(db: &mut D, vtid: &str) -> Result<Option<Task>, Error> {
     }
 }
 
+/// Whether a task with this id exists (a look-up in the primary key alone).
+async fn exists<D: Db>(db: &mut D, vtid: &str) -> Result<bool, Error> {
+    Ok(db
+        .query_opt("SELECT 1 FROM tasks WHERE id = $1", params![vtid])
+        .await?
+        .is_some())
+}
+
 pub async fn require<D: Db>(db: &mut D, vtid: &str) -> Result<Task, Error> {
     get(db, vtid)
         .await?
@@ -161,7 +169,7 @@ async fn next_vtid<D: Db>(db: &mut D) -> Result<String, Error> {
             params![next.to_string()],
         );
         let vtid = format!("VTID-{next:05}");
-        if get(db, &vtid).await?.is_none() {
+        if !exists(db, &vtid).await? {
             return Ok(vtid);
         }
     }
@@ -228,7 +236,7 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
     let vtid = match &new.vtid {
         Some(v) => {
             validate_id("vtid", "invalid_vtid", v)?;
-            if get(db, v).await?.is_some() {
+            if exists(db, v).await? {
                 return Err(Error::conflict(
                     "task_exists",
                     format!("task {v:?} already exists"),
@@ -238,28 +246,57 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
         }
         None => next_vtid(db).await?,
     };
+    // The row as reading it back would give it (the insert is deferred,
+    // and a read of what was just written would cost a statement per task):
+    // text as the database stores it, every other column at its default.
+    let stored = |s: String| match crate::sql::storable_text(&s) {
+        std::borrow::Cow::Borrowed(_) => s,
+        std::borrow::Cow::Owned(replaced) => replaced,
+    };
+    let mut task = Task {
+        vtid: stored(vtid),
+        title: stored(new.title),
+        spec: stored(new.spec),
+        priority: new.priority,
+        capabilities: new.capabilities,
+        agent_id: new.agent_id.map(stored),
+        channel_id: new.channel_id.map(stored),
+        workflow: wf.name.to_owned(),
+        state: wf.draft_state.to_owned(),
+        spec_snapshot_id: None,
+        dispatched_at: None,
+        builder_worker_id: None,
+        cancel_requested_at: None,
+        attempts: 0,
+        created_at: now,
+        updated_at: now,
+        conversation_id: new.conversation_id.map(stored),
+        max_attempts,
+        retry_backoff,
+        run_at: new.run_at,
+        failures: Vec::new(),
+    };
     db.defer(
         "INSERT INTO tasks (id, title, spec, priority, capabilities, agent_id, channel_id, workflow, state, \
          attempts, created_at, updated_at, conversation_id, max_attempts, retry_backoff, run_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $10, $11, $12, $13, $14)",
         params![
-            &vtid,
-            &new.title,
-            &new.spec,
-            new.priority,
-            to_json(&new.capabilities),
-            &new.agent_id,
-            &new.channel_id,
+            &task.vtid,
+            &task.title,
+            &task.spec,
+            task.priority,
+            to_json(&task.capabilities),
+            &task.agent_id,
+            &task.channel_id,
             wf.name,
             wf.draft_state,
             now,
-            &new.conversation_id,
-            max_attempts,
-            retry_backoff.as_ref().map(to_json),
-            new.run_at
+            &task.conversation_id,
+            task.max_attempts,
+            task.retry_backoff.as_ref().map(to_json),
+            task.run_at
         ],
     );
-    let mut task = require(db, &vtid).await?;
     emit(
         db,
         now,
