@@ -96,9 +96,15 @@ impl Default for Settings {
     }
 }
 
-/// Everything a handler can reach. Cheap to clone.
+/// Everything a handler can reach, behind one reference count: each
+/// middleware layer and each `State` extractor clones it for every request,
+/// and a clone of the fields themselves would touch every `Arc` among them.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<StateFields>);
+
+/// What [`AppState`] holds (reached through it: `state.store`, ...).
+#[derive(Clone)]
+pub struct StateFields {
     pub store: Store,
     pub settings: Arc<Settings>,
     /// Cancelled when the server begins shutting down; long-lived responses
@@ -118,6 +124,14 @@ pub struct AppState {
     pub metrics: Arc<metrics::HttpMetrics>,
 }
 
+impl std::ops::Deref for AppState {
+    type Target = StateFields;
+
+    fn deref(&self) -> &StateFields {
+        &self.0
+    }
+}
+
 impl AppState {
     pub fn new(store: Store, settings: Settings, shutdown: CancellationToken) -> Self {
         let limits = Arc::new(limits::Limits::new(
@@ -128,7 +142,7 @@ impl AppState {
         // Every live reader of this store writes the same SSE frame for an
         // event: the store renders it once, when it publishes the event.
         store.render_live_frames(events::render_frame);
-        AppState {
+        AppState(Arc::new(StateFields {
             limits,
             metrics: Arc::default(),
             store,
@@ -137,7 +151,14 @@ impl AppState {
             started_at: shepherd_store::now_ms(),
             frames: Arc::default(),
             sessions: None,
-        }
+        }))
+    }
+
+    /// The same state, serving `sessions` (set before the state is shared).
+    pub fn with_sessions(self, sessions: Arc<shepherd_sessions::SessionManager>) -> Self {
+        let mut fields = Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone());
+        fields.sessions = Some(sessions);
+        AppState(Arc::new(fields))
     }
 
     /// The lease rules in force on this node.

@@ -89,10 +89,10 @@ pub async fn run(
     let store = open_store(&config).await?;
     recover(&store).await?;
     let token = CancellationToken::new();
-    let mut state = AppState::new(store.clone(), settings(&config), token.clone());
+    let state = AppState::new(store.clone(), settings(&config), token.clone());
     let tracker = TaskTracker::new();
     let sessions = crate::session_host::manager(&config, store.clone(), listener.local_addr()?)?;
-    state.sessions = Some(sessions.clone());
+    let state = state.with_sessions(sessions.clone());
     // Ends every PTY when the server stops (they are restored on attach).
     tracker.spawn(sessions.run(token.clone()));
     maintenance::start(&tracker, &state, &config, token.clone());
