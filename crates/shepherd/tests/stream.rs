@@ -54,7 +54,12 @@ async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
         .await
         .expect("the fast consumer got its event");
     assert_eq!(marker.event, "test.marker");
-    // The slow one drains what was buffered, then hears resync and the stream ends.
+    // The slow one drains what was buffered, then hears resync and the stream
+    // ends. On a starved machine the server may instead find it still
+    // draining when it fell out of the ring (its socket buffers not yet
+    // full): then it is caught up from the log, and must get every event
+    // through the marker, in order, with no gap. (Which verdict a stalled
+    // connection gets is pinned by the unit tests in api/src/events.rs.)
     let mut last_id = None;
     let mut resync = None;
     while let Some(f) = slow.next(Duration::from_secs(10)).await {
@@ -66,8 +71,21 @@ async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
             assert_eq!(id, prev + 1, "no gap before the resync");
         }
         last_id = f.id;
+        if f.event == "test.marker" {
+            break;
+        }
     }
-    let resync = resync.expect("a resync notice");
+    let Some(resync) = resync else {
+        let last = last_id.expect("some events");
+        assert_eq!(
+            Some(last),
+            writer.head().await.ok(),
+            "caught up instead of told to resync: every event through the marker"
+        );
+        writer.close();
+        s.stop().await;
+        return;
+    };
     assert_eq!(resync.data["reason"], "slow_consumer");
     assert!(
         slow.next(Duration::from_millis(500)).await.is_none(),
