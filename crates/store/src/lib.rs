@@ -391,24 +391,15 @@ impl Store {
             + Send
             + 'static,
     {
-        match &self.inner.backend {
-            Backend::Sqlite(b) => {
-                b.write(move |db| futures::executor::block_on(f(&mut AnyDb::Sqlite(db))))
-                    .await
-            }
-            Backend::Postgres(b) => {
-                b.write(move |db| Box::pin(async move { f(&mut AnyDb::Postgres(db)).await }))
-                    .await
-            }
-        }
+        self.write_prefetched(None, f).await
     }
 
-    /// [`Store::write`] for a unit whose first statement is the read
+    /// [`Store::write`] for a unit whose first statement may be the read
     /// `prefetch` declares: a PostgreSQL writer that runs it with other
-    /// units reads it for all of them in one round trip.
+    /// units reads it for all of them in one round trip (SQLite ignores it).
     pub(crate) async fn write_prefetched<T, F>(
         &self,
-        prefetch: sql::Prefetch,
+        prefetch: Option<sql::Prefetch>,
         f: F,
     ) -> Result<T, Error>
     where
@@ -418,9 +409,12 @@ impl Store {
             + 'static,
     {
         match &self.inner.backend {
-            Backend::Sqlite(_) => self.write(f).await,
+            Backend::Sqlite(b) => {
+                b.write(move |db| futures::executor::block_on(f(&mut AnyDb::Sqlite(db))))
+                    .await
+            }
             Backend::Postgres(b) => {
-                b.write_prefetched(Some(prefetch), move |db| {
+                b.write_prefetched(prefetch, move |db| {
                     Box::pin(async move { f(&mut AnyDb::Postgres(db)).await })
                 })
                 .await
@@ -1042,7 +1036,7 @@ impl Store {
     ) -> Result<Grant, Error> {
         let prefetch = claims::claim_prefetch(worker_id, vtid);
         let (now, id, vtid) = (self.now(), worker_id.to_owned(), vtid.to_owned());
-        self.write_prefetched(prefetch, move |db| {
+        self.write_prefetched(Some(prefetch), move |db| {
             Box::pin(async move { claims::claim_alone(db, now, &id, &vtid, &rules).await })
         })
         .await
@@ -1142,7 +1136,7 @@ impl Store {
         );
         let prefetch = claims::progress_prefetch(worker_id, &vtid);
         let (applied, appended) = self
-            .write_prefetched(prefetch, move |db| {
+            .write_prefetched(Some(prefetch), move |db| {
                 Box::pin(async move {
                     let appended = sql::Db::appended_later(db);
                     let applied = claims::progress(

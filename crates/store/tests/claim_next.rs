@@ -58,6 +58,16 @@ fn report(vtid: &str, token: Option<&str>, event: &str) -> ProgressReport {
     }
 }
 
+/// The types of `vtid`'s events, oldest first.
+async fn kinds_of(store: &Store, vtid: &str) -> Vec<String> {
+    let f = shepherd_core::event::EventFilter {
+        task_id: Some(vtid.to_owned()),
+        ..Default::default()
+    };
+    let page = store.read_events(0, &f, 100).await.unwrap();
+    page.events.into_iter().map(|e| e.kind).collect()
+}
+
 contract!(
     claim_next_takes_the_best_eligible_tasks,
     |db: TestDb| async move {
@@ -347,18 +357,7 @@ contract!(
             assert_eq!(g.spec, format!("# {}", g.task.vtid), "the dispatched spec");
             assert_eq!(g.task.attempts, 1);
             // Every grant is recorded: its claim, its run, its state change.
-            let f = shepherd_core::event::EventFilter {
-                task_id: Some(g.task.vtid.clone()),
-                ..Default::default()
-            };
-            let kinds: Vec<String> = store
-                .read_events(0, &f, 100)
-                .await
-                .unwrap()
-                .events
-                .into_iter()
-                .map(|e| e.kind)
-                .collect();
+            let kinds = kinds_of(&store, &g.task.vtid).await;
             // task.state_changed: once dispatched, once claimed.
             for (want, n) in [
                 ("worker.claim.granted", 1),
@@ -554,18 +553,7 @@ contract!(
                     (1, 1),
                     "{vtid}: one report completes it, its twin finds the claim gone: {a:?} / {b:?}"
                 );
-                let f = shepherd_core::event::EventFilter {
-                    task_id: Some(vtid.clone()),
-                    ..Default::default()
-                };
-                let kinds: Vec<String> = store
-                    .read_events(0, &f, 100)
-                    .await
-                    .unwrap()
-                    .events
-                    .into_iter()
-                    .map(|e| e.kind)
-                    .collect();
+                let kinds = kinds_of(&store, &vtid).await;
                 for (want, n) in [
                     ("worker.execution.completed", 1),
                     ("worker.claim.released", 1),

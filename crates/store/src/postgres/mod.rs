@@ -181,19 +181,10 @@ impl PgBackend {
     }
 
     /// Runs `f` inside the node's shared write transaction (see module docs)
-    /// and returns once it is committed.
-    pub async fn write<T, F>(&self, f: F) -> Result<T, Error>
-    where
-        T: Send + 'static,
-        F: for<'a> FnOnce(&'a mut PgDb) -> BoxFuture<'a, Result<T, Error>> + Send + 'static,
-    {
-        self.write_prefetched(None, f).await
-    }
-
-    /// [`PgBackend::write`] for a unit that declares the read it makes
-    /// first: queued behind other units, it gets that read's answer from
-    /// the writer instead of waiting for a round trip of its own (see
-    /// [`crate::sql::Prefetch`]).
+    /// and returns once it is committed. A unit that declares the read it
+    /// makes first (`prefetch`) and is queued behind other units gets that
+    /// read's answer from the writer instead of waiting for a round trip of
+    /// its own (see [`crate::sql::Prefetch`]).
     pub async fn write_prefetched<T, F>(
         &self,
         prefetch: Option<crate::sql::Prefetch>,
