@@ -342,4 +342,46 @@ async fn a_client_certificate_authenticates_to_a_server_that_asks_for_one() {
         err.message.contains("refused authentication (28000)"),
         "{err:?}"
     );
+
+    // `sslrootcert=system`: the server's chain is checked against the
+    // operating system's trust store, which `SSL_CERT_FILE` names. This is
+    // the only test of its binary, so setting the variable races nothing.
+    let identity = format!("sslcert={cert}&sslkey={key}&application_name=system_roots");
+    std::env::set_var("SSL_CERT_FILE", &root);
+    let store = open(cluster.url(&format!("sslrootcert=system&{identity}")))
+        .await
+        .expect("the system store holds the server's CA");
+    store
+        .head()
+        .await
+        .expect("a read over the verified connection");
+    store.close();
+    // A system store without the server's CA turns it away.
+    let other_root = write(&files, "other-ca.pem", &other.issuer.pem());
+    std::env::set_var("SSL_CERT_FILE", &other_root);
+    let err = open(cluster.url(&format!("sslrootcert=system&{identity}")))
+        .await
+        .err()
+        .expect("a CA the system does not trust");
+    assert_eq!(err.code, "database_unavailable", "{err:?}");
+    assert!(err.message.contains("UnknownIssuer"), "{err:?}");
+    // A store with nothing usable in it stops the start, saying where it looked.
+    let empty = write(&files, "empty.pem", "no certificate here\n");
+    std::env::set_var("SSL_CERT_FILE", &empty);
+    let empty_dir = files.join("no-certs");
+    std::fs::create_dir_all(&empty_dir).unwrap();
+    // This machine may name its own directory of certificates.
+    let cert_dir = std::env::var_os("SSL_CERT_DIR");
+    std::env::set_var("SSL_CERT_DIR", &empty_dir);
+    let err = open(cluster.url(&format!("sslrootcert=system&{identity}")))
+        .await
+        .err()
+        .expect("an empty system store");
+    assert_eq!(err.code, "bad_database_url", "{err:?}");
+    assert!(err.message.contains("SSL_CERT_FILE"), "{err:?}");
+    std::env::remove_var("SSL_CERT_FILE");
+    match cert_dir {
+        Some(dir) => std::env::set_var("SSL_CERT_DIR", dir),
+        None => std::env::remove_var("SSL_CERT_DIR"),
+    }
 }

@@ -143,8 +143,8 @@ pub(super) fn describe(e: &tokio_postgres::Error) -> String {
     if text.contains("invalid peer certificate") {
         text.push_str(
             " (with sslmode=verify-ca or verify-full the server's certificate must chain to \
-             sslrootcert=PATH, or to a public root if none is given; verify-full also checks \
-             that it names the host)",
+             sslrootcert=PATH, to the system's trust store with sslrootcert=system, or to a \
+             public root if none is given; verify-full also checks that it names the host)",
         );
     }
     text

@@ -20,7 +20,13 @@
 //! was supported (libpq would `prefer`): a local database pays nothing for
 //! TLS it did not ask for. The chain is checked against `sslrootcert=PATH`
 //! (PEM) when given, else against the Mozilla root set bundled with the
-//! binary (`webpki-roots`, as the HTTP client does).
+//! binary (`webpki-roots`, as the HTTP client does). `sslrootcert=system`
+//! (libpq 16's spelling) checks it against the operating system's trust
+//! store instead, where a deployment keeps its private or cloud CA:
+//! `SSL_CERT_FILE` / `SSL_CERT_DIR` when set, else the distribution's
+//! bundle. As in libpq, `system` means `verify-full` when no `sslmode` is
+//! given and refuses a weaker one, since trusting every public CA without
+//! checking the host name would accept any certificate money can buy.
 //!
 //! `sslcert=PATH&sslkey=PATH` (PEM: the client's certificate, chain after
 //! it, and its private key) authenticate the client to a server that asks
@@ -61,11 +67,21 @@ pub enum SslMode {
     VerifyFull,
 }
 
+/// Where the server's chain is checked against (`sslrootcert`); without
+/// it, the Mozilla set bundled with the binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootCerts {
+    /// A PEM file of its own.
+    File(PathBuf),
+    /// The operating system's trust store (`sslrootcert=system`).
+    System,
+}
+
 /// What a database URL asks of TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsSettings {
     pub mode: SslMode,
-    pub root_cert: Option<PathBuf>,
+    pub root_cert: Option<RootCerts>,
     /// The client's certificate (`sslcert`) and key (`sslkey`).
     pub client_cert: Option<PathBuf>,
     pub client_key: Option<PathBuf>,
@@ -86,10 +102,12 @@ pub fn split_url(url: &str) -> Result<(String, TlsSettings), Error> {
         return Ok((url.to_owned(), settings));
     };
     let mut kept = Vec::new();
+    let mut mode_given = false;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "sslmode" => {
+                mode_given = true;
                 settings.mode = match percent_decode(value).as_str() {
                     "disable" => SslMode::Disable,
                     "prefer" => SslMode::Prefer,
@@ -110,14 +128,31 @@ pub fn split_url(url: &str) -> Result<(String, TlsSettings), Error> {
                         "SHEPHERD_DATABASE_URL: {key} needs a file path"
                     )));
                 }
-                let slot = match key {
-                    "sslrootcert" => &mut settings.root_cert,
-                    "sslcert" => &mut settings.client_cert,
-                    _ => &mut settings.client_key,
-                };
-                *slot = Some(PathBuf::from(path));
+                match key {
+                    // libpq's name for the operating system's store; a file
+                    // of that name is `./system`.
+                    "sslrootcert" if path == "system" => {
+                        settings.root_cert = Some(RootCerts::System)
+                    }
+                    "sslrootcert" => {
+                        settings.root_cert = Some(RootCerts::File(PathBuf::from(path)))
+                    }
+                    "sslcert" => settings.client_cert = Some(PathBuf::from(path)),
+                    _ => settings.client_key = Some(PathBuf::from(path)),
+                }
             }
             _ => kept.push(pair),
+        }
+    }
+    if settings.root_cert == Some(RootCerts::System) {
+        if !mode_given {
+            settings.mode = SslMode::VerifyFull;
+        } else if settings.mode != SslMode::VerifyFull {
+            return Err(bad(
+                "SHEPHERD_DATABASE_URL: sslrootcert=system needs sslmode=verify-full (or no sslmode): \
+                 any public CA would otherwise vouch for any server"
+                    .into(),
+            ));
         }
     }
     match (&settings.client_cert, &settings.client_key) {
@@ -190,7 +225,7 @@ impl TlsSettings {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         match &self.root_cert {
-            Some(path) => {
+            Some(RootCerts::File(path)) => {
                 let pem = std::fs::read(path).map_err(|e| {
                     bad(format!(
                         "SHEPHERD_DATABASE_URL: sslrootcert {}: {e}",
@@ -218,6 +253,7 @@ impl TlsSettings {
                     )));
                 }
             }
+            Some(RootCerts::System) => system_roots(&mut roots)?,
             None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
         }
         // libpq: with a root certificate given, `require` checks the chain.
@@ -260,6 +296,30 @@ impl TlsSettings {
             config: Some(Arc::new(config)),
         })
     }
+}
+
+/// The operating system's trust store, for `sslrootcert=system`. A store
+/// that yields no certificate at all is an error at start: every
+/// connection would fail on it, later and less clearly. Certificates the
+/// store holds but rustls cannot use (an odd one in a bundle of hundreds)
+/// are skipped, as libpq's OpenSSL skips them.
+fn system_roots(roots: &mut rustls::RootCertStore) -> Result<(), Error> {
+    let found = rustls_native_certs::load_native_certs();
+    let (added, _unusable) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = match found.errors.first() {
+            Some(e) => format!(": {e}"),
+            None => String::new(),
+        };
+        return Err(Error::invalid(
+            "bad_database_url",
+            format!(
+                "SHEPHERD_DATABASE_URL: sslrootcert=system found no usable certificate in the \
+                 system's trust store (SSL_CERT_FILE / SSL_CERT_DIR, or the distribution's bundle){why}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The client's certificate chain (`sslcert`, PEM, its own certificate
@@ -498,7 +558,10 @@ mod tests {
         .unwrap();
         assert_eq!(url, "postgres://u@h/db?application_name=x");
         assert_eq!(s.mode, SslMode::VerifyFull);
-        assert_eq!(s.root_cert, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(
+            s.root_cert,
+            Some(RootCerts::File(PathBuf::from("/etc/ca.pem")))
+        );
 
         let (url, s) = split_url("postgres://u@h/db?sslmode=require").unwrap();
         assert_eq!(url, "postgres://u@h/db");
@@ -616,6 +679,35 @@ mod tests {
         let made = s.connector().unwrap();
         assert!(!made.config.unwrap().client_auth_cert_resolver.has_certs());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn sslrootcert_system_means_the_os_store_and_full_verification() {
+        // No sslmode: verify-full, as libpq does.
+        let (url, s) =
+            split_url("postgres://u@h/db?sslrootcert=system&application_name=x").unwrap();
+        assert_eq!(url, "postgres://u@h/db?application_name=x");
+        assert_eq!(s.root_cert, Some(RootCerts::System));
+        assert_eq!(s.mode, SslMode::VerifyFull);
+        let (_, s) = split_url("postgres://u@h/db?sslmode=verify-full&sslrootcert=system").unwrap();
+        assert_eq!(s.mode, SslMode::VerifyFull);
+        // A file named like it is still a file when given as a path.
+        let (_, s) = split_url("postgres://u@h/db?sslmode=verify-ca&sslrootcert=./system").unwrap();
+        assert_eq!(
+            s.root_cert,
+            Some(RootCerts::File(PathBuf::from("./system")))
+        );
+        // Any weaker mode is refused, in either order of the parameters.
+        for weak in ["disable", "prefer", "require", "verify-ca"] {
+            for url in [
+                format!("postgres://h/db?sslmode={weak}&sslrootcert=system"),
+                format!("postgres://h/db?sslrootcert=system&sslmode={weak}"),
+            ] {
+                let e = split_url(&url).unwrap_err();
+                assert_eq!(e.code, "bad_database_url", "{url}");
+                assert!(e.message.contains("verify-full"), "{url}: {}", e.message);
+            }
+        }
     }
 
     #[test]
