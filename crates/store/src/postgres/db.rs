@@ -11,10 +11,12 @@
 //! ([`autocommit_events_sql`]): the same one statement and one answer as an
 //! INSERT without any of this machinery.
 //!
-//! A unit's last deferred write is held back one step: if its event insert
-//! comes next, the two go out as one statement (the write as a CTE of the
-//! INSERT), so a typical claim or completion sends its events at no extra
-//! answer.
+//! A unit's deferred writes are held back and chained: consecutive writes to
+//! different tables go out as one statement (all but the last as CTEs of
+//! it), and if the unit's event insert comes next, the chain rides in front
+//! of it too. A completion (task, run, run count, events) is one statement,
+//! a grant (run, task, events) another. See [`WriteChain`] for why that is
+//! the same as sending them one by one.
 //!
 //! Prepared statements live with their connection (deadpool's per-client
 //! cache): a pooled connection prepares a statement once, whether the
@@ -185,11 +187,11 @@ pub struct PgDb {
     pub(super) shared: Option<Arc<LoneUnit>>,
     /// The unit called [`Db::trust_deferred_writes`].
     trusted: bool,
-    /// The unit's last deferred write, not sent yet: if the unit's events go
-    /// out next, both travel as one statement (the write as a CTE of the
-    /// events' INSERT), one answer instead of two. Anything else that goes
-    /// out sends it first, so the order on the wire is unchanged.
-    held: Option<(String, Vec<Value>)>,
+    /// The unit's deferred writes not sent yet: they go out as one
+    /// statement, in front of the events' INSERT if that comes next, one
+    /// answer instead of several. Anything else that goes out sends them
+    /// first, so the order on the wire is unchanged.
+    held: Option<WriteChain>,
     /// The answer to the read this unit declared it would make first
     /// ([`crate::sql::Prefetch`]), read by the writer together with the
     /// other units' at the transaction's start. Handed out if the unit's
@@ -211,11 +213,124 @@ pub(super) struct Prefetched {
     pub(super) hits: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// Whether a deferred write can ride in front of an event insert as a CTE:
-/// a plain UPDATE or INSERT (the statements that take a WITH of their own,
-/// or return rows, stay on their own).
+/// Whether a deferred write can be held in a [`WriteChain`]: a plain
+/// UPDATE or INSERT (the statements that take a WITH of their own, or
+/// return rows, stay on their own).
 fn combinable(sql: &str) -> bool {
-    (sql.starts_with("UPDATE ") || sql.starts_with("INSERT ")) && !sql.contains("RETURNING")
+    (sql.starts_with("UPDATE ") || sql.starts_with("INSERT INTO "))
+        && !sql.contains("RETURNING")
+        && !sql.contains(';')
+}
+
+/// The table a [`combinable`] write changes.
+fn target_table(sql: &str) -> &str {
+    let rest = sql
+        .strip_prefix("INSERT INTO ")
+        .or_else(|| sql.strip_prefix("UPDATE "))
+        .unwrap_or(sql);
+    rest.split([' ', '(']).next().unwrap_or(rest)
+}
+
+/// Whether a write reads nothing but the rows of its own table: no
+/// subquery, no `FROM` list of other tables.
+fn reads_only_its_table(sql: &str) -> bool {
+    !sql.contains("SELECT") && !sql.contains(" FROM ")
+}
+
+/// Deferred writes held back to go out as one statement: every write but
+/// the last becomes a CTE (`WITH w0 AS (…), w1 AS (…) <last>`), or all of
+/// them CTEs of the unit's event insert. PostgreSQL runs a statement's
+/// data-modifying CTEs on one snapshot, in no fixed order, so a write joins
+/// the chain only when that cannot differ from running the writes one after
+/// another:
+/// - no two writes of a chain change the same table (a second write to a
+///   table sends the chain first), so none changes a row another changed;
+/// - every write after the first reads nothing but its own table
+///   ([`reads_only_its_table`]), so none reads what an earlier one wrote.
+///   (The first may read anything: nothing before it in the chain wrote.)
+///
+/// Foreign keys are checked at the end of the statement, after every write
+/// of it, as they would be after the last of separate statements. A failure
+/// fails the whole statement, and with it the unit, as the first failing
+/// write of separate statements would.
+struct WriteChain {
+    /// Each write's text, its `$N` placeholders already shifted past the
+    /// parameters of the writes before it.
+    writes: Vec<String>,
+    params: Vec<Value>,
+    tables: Vec<String>,
+}
+
+impl WriteChain {
+    fn new(sql: &str, params: Vec<Value>) -> Self {
+        WriteChain {
+            writes: vec![sql.to_owned()],
+            params,
+            tables: vec![target_table(sql).to_owned()],
+        }
+    }
+
+    /// Whether `sql` may join the chain (see [`WriteChain`]).
+    fn admits(&self, sql: &str) -> bool {
+        reads_only_its_table(sql) && !self.tables.iter().any(|t| t == target_table(sql))
+    }
+
+    fn push(&mut self, sql: &str, params: Vec<Value>) {
+        self.writes.push(shift_placeholders(sql, self.params.len()));
+        self.tables.push(target_table(sql).to_owned());
+        self.params.extend(params);
+    }
+
+    /// `WITH w0 AS (…), … ` for every write but the last when `all` is
+    /// false, for every write when it is true (the events' INSERT follows).
+    fn ctes(&self, all: bool) -> String {
+        let n = if all {
+            self.writes.len()
+        } else {
+            self.writes.len() - 1
+        };
+        if n == 0 {
+            return String::new();
+        }
+        let parts: Vec<String> = self.writes[..n]
+            .iter()
+            .enumerate()
+            .map(|(i, w)| format!("w{i} AS ({w})"))
+            .collect();
+        format!("WITH {} ", parts.join(", "))
+    }
+
+    /// The chain as one statement of its own.
+    fn statement(self) -> (String, Vec<Value>) {
+        let sql = format!("{}{}", self.ctes(false), self.writes[self.writes.len() - 1]);
+        (sql, self.params)
+    }
+}
+
+/// `sql` with every `$N` placeholder renumbered `$N+by`. Our statements
+/// have no dollar-quoted strings, and no `$` inside their literals.
+fn shift_placeholders(sql: &str, by: usize) -> String {
+    if by == 0 {
+        return sql.to_owned();
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
+        out.push(c);
+        if c != '$' {
+            continue;
+        }
+        let mut n = String::new();
+        while let Some((_, d)) = chars.peek().filter(|(_, d)| d.is_ascii_digit()) {
+            n.push(*d);
+            chars.next();
+        }
+        match n.parse::<usize>() {
+            Ok(k) => out.push_str(&(k + by).to_string()),
+            Err(_) => out.push_str(&n),
+        }
+    }
+    out
 }
 
 /// What the writer shares with a unit that is alone in its transaction.
@@ -460,14 +575,15 @@ impl PgDb {
         let rows = std::mem::take(&mut self.events);
         let mut records = std::mem::take(&mut self.event_records);
         let (sql, mut params) = match self.held.take() {
-            // The held write rides in front, as a CTE: one statement.
-            Some((write, params)) => {
+            // The held writes ride in front, as CTEs: one statement.
+            Some(chain) => {
                 let insert = format!(
-                    "WITH held AS ({write}) INSERT INTO events ({}) VALUES {} RETURNING seq",
+                    "{}INSERT INTO events ({}) VALUES {} RETURNING seq",
+                    chain.ctes(true),
                     crate::sql::INSERT_COLUMNS,
-                    crate::sql::event_rows_sql_after(rows.len(), params.len(), None)
+                    crate::sql::event_rows_sql_after(rows.len(), chain.params.len(), None)
                 );
-                (std::borrow::Cow::Owned(insert), params)
+                (std::borrow::Cow::Owned(insert), chain.params)
             }
             None => (cache.get(rows.len(), sql), Vec::new()),
         };
@@ -498,9 +614,10 @@ impl PgDb {
         self.send_now(&sql, params, Some(on_rows));
     }
 
-    /// Sends the held write, if any, on its own.
+    /// Sends the held writes, if any, as one statement.
     fn release_held(&mut self) {
-        if let Some((sql, params)) = self.held.take() {
+        if let Some(chain) = self.held.take() {
+            let (sql, params) = chain.statement();
             self.send_now(&sql, params, None);
         }
     }
@@ -531,11 +648,17 @@ impl PgDb {
         // Opened now, so that a lone unit's held write is known to need a
         // transaction (see `end_unit`).
         self.open();
-        self.release_held();
         if on_rows.is_none() && combinable(sql) {
-            self.held = Some((sql.to_owned(), params));
+            match &mut self.held {
+                Some(chain) if chain.admits(sql) => chain.push(sql, params),
+                _ => {
+                    self.release_held();
+                    self.held = Some(WriteChain::new(sql, params));
+                }
+            }
             return;
         }
+        self.release_held();
         self.send_now(sql, params, on_rows);
     }
 
@@ -700,5 +823,79 @@ impl Db for PgDb {
 
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params;
+
+    #[test]
+    fn placeholders_shift_past_the_writes_before() {
+        assert_eq!(
+            shift_placeholders("UPDATE t SET a = $2, b = $10 WHERE id = $1", 3),
+            "UPDATE t SET a = $5, b = $13 WHERE id = $4"
+        );
+        assert_eq!(
+            shift_placeholders("UPDATE t SET a = $1", 0),
+            "UPDATE t SET a = $1"
+        );
+        // A `$` not followed by digits is kept as it is.
+        assert_eq!(
+            shift_placeholders("SELECT '$' || $1", 1),
+            "SELECT '$' || $2"
+        );
+    }
+
+    #[test]
+    fn a_chain_holds_one_write_per_table_and_later_writes_read_only_their_own() {
+        let upd_task = "UPDATE tasks SET state = $2 WHERE id = $1";
+        let upd_run = "UPDATE runs SET status = $2 WHERE id = $1";
+        let count = "INSERT INTO run_counts (agent_id, n) VALUES ($1, 1) \
+                     ON CONFLICT (agent_id) DO UPDATE SET n = run_counts.n + 1";
+        let reading = "UPDATE workers SET n = (SELECT COUNT(*) FROM runs) WHERE id = $1";
+        assert_eq!(target_table(upd_task), "tasks");
+        assert_eq!(target_table(count), "run_counts");
+        assert_eq!(target_table("INSERT INTO runs(id) VALUES ($1)"), "runs");
+
+        let mut chain = WriteChain::new(upd_task, params!["T", "done"]);
+        assert!(chain.admits(upd_run));
+        chain.push(upd_run, params!["R", "done"]);
+        assert!(chain.admits(count));
+        chain.push(count, params!["a"]);
+        // A second write to a table already in the chain, and a write that
+        // reads another table, must go out after it instead.
+        assert!(!chain.admits("UPDATE tasks SET updated_at = $2 WHERE id = $1"));
+        assert!(!chain.admits(reading));
+        // The first write of a chain may read what it likes.
+        let _ = WriteChain::new(reading, params!["w"]);
+
+        assert_eq!(
+            chain.ctes(true),
+            "WITH w0 AS (UPDATE tasks SET state = $2 WHERE id = $1), \
+             w1 AS (UPDATE runs SET status = $4 WHERE id = $3), \
+             w2 AS (INSERT INTO run_counts (agent_id, n) VALUES ($5, 1) \
+             ON CONFLICT (agent_id) DO UPDATE SET n = run_counts.n + 1) "
+        );
+        let (sql, params) = chain.statement();
+        assert!(sql.starts_with("WITH w0 AS (UPDATE tasks"), "{sql}");
+        assert!(sql.ends_with(", w1 AS (UPDATE runs SET status = $4 WHERE id = $3) INSERT INTO run_counts (agent_id, n) VALUES ($5, 1) ON CONFLICT (agent_id) DO UPDATE SET n = run_counts.n + 1"), "{sql}");
+        assert_eq!(params.len(), 5);
+        // A chain of one is the write itself.
+        let (sql, _) = WriteChain::new(upd_task, params!["T", "x"]).statement();
+        assert_eq!(sql, upd_task);
+    }
+
+    #[test]
+    fn only_plain_writes_are_held() {
+        assert!(combinable("UPDATE tasks SET a = $1"));
+        assert!(combinable("INSERT INTO runs (id) VALUES ($1)"));
+        assert!(!combinable(
+            "INSERT INTO runs (id) VALUES ($1) RETURNING id"
+        ));
+        assert!(!combinable("DELETE FROM runs WHERE id = $1"));
+        assert!(!combinable("WITH x AS (SELECT 1) UPDATE t SET a = 1"));
+        assert!(!combinable("UPDATE t SET a = 1; UPDATE u SET b = 2"));
     }
 }

@@ -1,0 +1,137 @@
+//! What one claim+complete cycle costs the embedded SQLite store: units of
+//! work per group commit, time in the writer's transactions, and bytes and
+//! write calls the process sends to the file system (WAL frames plus the
+//! checkpoints that copy them into the database file), measured rather
+//! than estimated.
+//!
+//! ```text
+//! cargo run --release -p shepherd-store --example sqlite_cycle_cost -- [CYCLES] [WORKERS]
+//! ```
+//!
+//! The database is a new file in a temporary directory, removed at the end.
+//! Bytes and calls come from `/proc/self/io` (`wchar`, `syscw`), so they
+//! cover every thread of this process: the writer, the checkpointer, and
+//! nothing else that writes while the cycles run.
+
+use serde_json::json;
+use shepherd_store::{Applied, LeaseRules, NewTask, Registration, Store, StoreConfig};
+
+type R<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const RULES: LeaseRules = LeaseRules {
+    ttl_ms: 3_600_000,
+    heartbeat_timeout_ms: 300_000,
+    not_before: 0,
+    cancel_grace_ms: 30_000,
+};
+
+/// (bytes written, write calls) by this process so far.
+fn written() -> R<(u64, u64)> {
+    let io = std::fs::read_to_string("/proc/self/io")?;
+    let field = |name: &str| -> u64 {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("wchar:"), field("syscw:")))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> R<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cycles: usize = args.first().map_or(Ok(4000), |s| s.parse())?;
+    let workers: usize = args.get(1).map_or(Ok(16), |s| s.parse())?;
+    let dir = std::env::temp_dir().join(format!("shepherd-sqlite-cycle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let url = format!("sqlite://{}", dir.join("shepherd.db").display());
+
+    let per = cycles.div_ceil(workers);
+    let store = Store::open(&StoreConfig::new(url.clone())).await?;
+    for w in 0..workers {
+        store
+            .register_worker(Registration {
+                worker_id: Some(format!("w{w}")),
+                agent_id: "default".into(),
+                worker_type: "builtin".into(),
+                max_concurrent: 1,
+                ..Default::default()
+            })
+            .await?;
+        for n in 0..per {
+            store
+                .create_task(NewTask {
+                    vtid: Some(format!("T-{w}-{n}")),
+                    title: "t".into(),
+                    spec: "s".into(),
+                    workflow: Some("simple".into()),
+                    dispatch: true,
+                    ..Default::default()
+                })
+                .await?;
+        }
+    }
+
+    let stats0 = store.writer_stats();
+    let io0 = written()?;
+    let t0 = std::time::Instant::now();
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let store = store.clone();
+        handles.push(tokio::spawn(async move {
+            for n in 0..per {
+                let vtid = format!("T-{w}-{n}");
+                let worker = format!("w{w}");
+                let g = store.claim_task(&worker, &vtid, RULES).await?;
+                let a = store
+                    .progress(
+                        &worker,
+                        &vtid,
+                        Some(g.claim_token),
+                        "worker.execution.completed",
+                        None,
+                        json!({}),
+                        None,
+                        RULES,
+                    )
+                    .await?;
+                if !matches!(a, Applied::Moved { .. }) {
+                    return Err(format!("{vtid} not moved").into());
+                }
+            }
+            R::Ok(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let io1 = written()?;
+    let stats1 = store.writer_stats();
+    store.close();
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let done = (per * workers) as f64;
+    let batches = (stats1.batches - stats0.batches) as f64;
+    let units = (stats1.units - stats0.units) as f64;
+    println!(
+        "SQLite, {} cycles by {workers} worker(s) in {elapsed:.2}s: {:.0} cycles/s",
+        per * workers,
+        done / elapsed
+    );
+    println!(
+        "group commits: {:.2} per cycle, {:.1} units each; {:.0} µs in transactions per cycle \
+         ({:.0}% of the run)",
+        batches / done,
+        units / batches,
+        (stats1.commit_seconds - stats0.commit_seconds) * 1e6 / done,
+        (stats1.commit_seconds - stats0.commit_seconds) * 100.0 / elapsed
+    );
+    println!(
+        "written: {:.1} KiB in {:.1} write calls per cycle",
+        (io1.0 - io0.0) as f64 / 1024.0 / done,
+        (io1.1 - io0.1) as f64 / done
+    );
+    Ok(())
+}
