@@ -636,16 +636,15 @@ impl Store {
     }
 
     /// Appends each group of `groups` as a unit of work of its own, all in
-    /// one batch (one transaction on PostgreSQL); unit `failing` then defers
-    /// a write that fails (a duplicate key), after declaring, if `trusting`,
-    /// that it trusts its deferred writes. Tests use it to check that
-    /// whatever each unit is told matches what was committed.
+    /// one batch (one transaction on PostgreSQL); unit `failing` fails as
+    /// `how` says. Tests use it to check that whatever each unit is told
+    /// matches what was committed.
     #[doc(hidden)]
     pub async fn append_groups_one_failing(
         &self,
         groups: Vec<Vec<NewEvent>>,
         failing: usize,
-        trusting: bool,
+        how: TestFailure,
     ) -> Result<Vec<Result<(), Error>>, Error> {
         let now = self.now();
         let units: Vec<_> = groups
@@ -654,13 +653,23 @@ impl Store {
             .map(|(i, events)| {
                 unit(move |db| {
                     Box::pin(async move {
-                        if i == failing && trusting {
+                        let fails = i == failing;
+                        if fails && how == TestFailure::Read {
+                            // Both databases refuse it as it runs.
+                            sql::Db::query(db, "SELECT abs(-9223372036854775807 - 1)", params![])
+                                .await?;
+                        }
+                        if fails && how == TestFailure::Refusal {
+                            sql::Db::query(db, "SELECT COUNT(*) FROM meta", params![]).await?;
+                            return Err(Error::conflict("refused", "refused after reading"));
+                        }
+                        if fails && how == TestFailure::TrustedWrite {
                             sql::Db::trust_deferred_writes(db);
                         }
                         for e in &events {
                             log::append_deferred(db, now, e);
                         }
-                        if i == failing {
+                        if fails && matches!(how, TestFailure::Write | TestFailure::TrustedWrite) {
                             for _ in 0..2 {
                                 sql::Db::defer(
                                     db,
@@ -1595,4 +1604,18 @@ mod tests {
             assert!(!redact_url(url).contains("hunter2"), "{url}");
         }
     }
+}
+
+/// How the failing unit of [`Store::append_groups_one_failing`] fails.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestFailure {
+    /// A deferred write the database refuses (a duplicate key).
+    Write,
+    /// The same, after the unit declared that it trusts its writes.
+    TrustedWrite,
+    /// A read the database refuses, before the unit writes anything.
+    Read,
+    /// The unit's own refusal after a read, before it writes anything.
+    Refusal,
 }

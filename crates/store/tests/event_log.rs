@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use shepherd_core::event::{EventFilter, EventRefs, NewEvent};
-use shepherd_store::TailItem;
+use shepherd_store::{TailItem, TestFailure};
 
 use common::{Kind, TestDb};
 
@@ -385,18 +385,35 @@ contract!(
     |db: TestDb| async move {
         let store = db.open().await;
         // Twice each way: on PostgreSQL the first round prepares the
-        // statements, the later ones pipeline them without waiting.
-        for (round, trusting) in [(0, false), (1, false), (2, true), (3, true)] {
+        // statements, the later ones pipeline them without waiting. The
+        // failing unit is the second of four, then the last (nothing after
+        // it can notice an aborted transaction before the COMMIT).
+        let ways = [
+            TestFailure::Write,
+            TestFailure::TrustedWrite,
+            TestFailure::Read,
+            TestFailure::Refusal,
+        ];
+        let cases = ways
+            .iter()
+            .flat_map(|h| [(*h, 1), (*h, 1), (*h, 3), (*h, 3)]);
+        for (round, (how, failing)) in cases.enumerate() {
             let groups: Vec<Vec<NewEvent>> = (0..4u64)
                 .map(|u| vec![event(&format!("batch{round}.unit{u}"), "T", u)])
                 .collect();
             let outcomes = store
-                .append_groups_one_failing(groups, 1, trusting)
+                .append_groups_one_failing(groups, failing, how)
                 .await
                 .unwrap();
             assert_eq!(outcomes.len(), 4);
-            let err = outcomes[1].as_ref().unwrap_err();
-            assert_eq!(err.code, "constraint_violation", "{err}");
+            let err = outcomes[failing].as_ref().unwrap_err();
+            match how {
+                TestFailure::Write | TestFailure::TrustedWrite => {
+                    assert_eq!(err.code, "constraint_violation", "{how:?}: {err}")
+                }
+                TestFailure::Refusal => assert_eq!(err.code, "refused", "{err}"),
+                TestFailure::Read => {}
+            }
             for (u, outcome) in outcomes.iter().enumerate() {
                 let kind = format!("batch{round}.unit{u}");
                 let filter = EventFilter {
@@ -406,13 +423,19 @@ contract!(
                 let found = store.read_events(0, &filter, 10).await.unwrap().events;
                 match outcome {
                     // Told it committed: its event is in the log, once.
-                    Ok(()) => assert_eq!(found.len(), 1, "{kind}: {found:?}"),
+                    Ok(()) => assert_eq!(found.len(), 1, "{how:?} {kind}: {found:?}"),
                     // Told it failed: nothing of it was committed.
-                    Err(_) => assert!(found.is_empty(), "{kind} failed yet wrote {found:?}"),
+                    Err(_) => assert!(
+                        found.is_empty(),
+                        "{how:?}: {kind} failed yet wrote {found:?}"
+                    ),
                 }
-                // A unit that did not trust a failing write fails alone.
-                if !trusting && u != 1 {
-                    assert!(outcome.is_ok(), "{kind}: {outcome:?}");
+                // A unit that refused before writing, or did not trust a
+                // failing write, fails alone. (A failure in the database
+                // without a savepoint, or of a trusted write, may take the
+                // whole transaction with it.)
+                if matches!(how, TestFailure::Write | TestFailure::Refusal) && u != failing {
+                    assert!(outcome.is_ok(), "{how:?} {kind}: {outcome:?}");
                 }
             }
         }

@@ -202,6 +202,54 @@ pub struct PgDb {
     /// What the unit said it changed beyond what it declared
     /// ([`Db::wrote`]), for the writer to weigh the next units' prefetches.
     wrote: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Set by the writer for a unit that shares its transaction: the
+    /// statement that opens the unit's savepoint, sent just before its
+    /// first write unless the unit trusts its writes by then (see
+    /// [`UnitTrace`]).
+    pub(super) savepoint: Option<String>,
+    /// What the writer needs to know of how the unit went.
+    trace: Arc<UnitTrace>,
+}
+
+/// What a unit sharing its transaction did, for the writer to end it.
+///
+/// Savepoints are opened lazily. A unit that fails before it writes has
+/// nothing to undo, and a unit that trusts its writes
+/// ([`Db::trust_deferred_writes`]) needs no savepoint at all: its checks
+/// passed on what it read, so it can only fail if the database does. Most
+/// units of the hot path (claims, reports) are one or the other, and each
+/// savepoint costs the database a subtransaction and the wire a message.
+/// The price: a unit that has no savepoint and fails in the database, or
+/// fails after its writes went out, cannot be rolled back alone, so the
+/// whole transaction is (as when a trusted write fails).
+#[derive(Debug, Default)]
+pub(super) struct UnitTrace {
+    /// The unit's savepoint went out: the writer releases it, or rolls
+    /// the unit back to it.
+    pub(super) savepoint: std::sync::atomic::AtomicBool,
+    /// A write of the unit went out with no savepoint before it.
+    pub(super) bare_write: std::sync::atomic::AtomicBool,
+    /// A statement of the unit failed in the database, which aborts the
+    /// transaction from there on.
+    pub(super) failed_in_db: std::sync::atomic::AtomicBool,
+}
+
+impl UnitTrace {
+    fn get(flag: &std::sync::atomic::AtomicBool) -> bool {
+        flag.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn set(flag: &std::sync::atomic::AtomicBool) {
+        flag.store(true, std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Whether the unit has a savepoint to release or roll back to.
+    pub(super) fn has_savepoint(&self) -> bool {
+        Self::get(&self.savepoint)
+    }
+    /// Whether a failure of the unit left writes, or an aborted
+    /// transaction, that only rolling back everything can undo.
+    pub(super) fn failure_spreads(&self) -> bool {
+        !self.has_savepoint() && (Self::get(&self.bare_write) || Self::get(&self.failed_in_db))
+    }
 }
 
 /// A declared read's answer, waiting for the unit's first statement.
@@ -478,7 +526,34 @@ impl PgDb {
             prefetched: None,
             read_was_prefetched: false,
             wrote: Arc::default(),
+            savepoint: None,
+            trace: Arc::default(),
         }
+    }
+
+    /// How the unit went, for the writer (see [`UnitTrace`]).
+    pub(super) fn trace(&self) -> Arc<UnitTrace> {
+        self.trace.clone()
+    }
+
+    /// Before a statement that writes: opens the unit's savepoint if the
+    /// writer asked for one and the unit does not trust its writes.
+    fn before_write(&mut self) {
+        let Some(sql) = self.savepoint.take() else {
+            return;
+        };
+        if self.trusted {
+            UnitTrace::set(&self.trace.bare_write);
+            return;
+        }
+        // Nothing of the unit is queued behind a barrier yet (only writes
+        // raise one, and this is the first), so this goes out in order.
+        match send_simple(&self.client, sql) {
+            Ok(Some(f)) => self.pending.push(f),
+            Ok(None) => {}
+            Err(e) => self.failed = Some(e),
+        }
+        UnitTrace::set(&self.trace.savepoint);
     }
 
     /// Ends a unit of work that returned `Ok`: its deferred writes must
@@ -555,7 +630,11 @@ impl PgDb {
     async fn settle(&mut self) -> Result<(), Error> {
         self.release_held();
         self.barrier = false;
-        settle(std::mem::take(&mut self.pending), self.failed.take()).await
+        let settled = settle(std::mem::take(&mut self.pending), self.failed.take()).await;
+        if settled.is_err() {
+            UnitTrace::set(&self.trace.failed_in_db);
+        }
+        settled
     }
 
     /// Sends the buffered events as one statement (pipelined); their `seq`s
@@ -636,6 +715,7 @@ impl PgDb {
     /// After a failed statement: the first error of the unit is the real cause
     /// (an aborted transaction refuses everything after it).
     async fn first_error(&mut self, e: Error) -> Error {
+        UnitTrace::set(&self.trace.failed_in_db);
         self.settle().await.err().unwrap_or(e)
     }
 
@@ -669,6 +749,7 @@ impl PgDb {
             return;
         }
         self.open();
+        self.before_write();
         let client = self.client.clone();
         let run = |client: Conn,
                    stmt: tokio_postgres::Statement,
@@ -735,6 +816,10 @@ impl Db for PgDb {
         }
         self.ready().await?;
         self.open();
+        // `INSERT … RETURNING` and the like come through here too.
+        if !sql.starts_with("SELECT ") {
+            self.before_write();
+        }
         let result = async {
             let stmt = prepare(&self.client, sql).await?;
             let refs: Vec<&(dyn ToSql + Sync)> =
@@ -756,6 +841,7 @@ impl Db for PgDb {
     async fn execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
         self.ready().await?;
         self.open();
+        self.before_write();
         let result = async {
             let stmt = prepare(&self.client, sql).await?;
             let refs: Vec<&(dyn ToSql + Sync)> =

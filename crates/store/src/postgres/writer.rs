@@ -337,13 +337,19 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
     let lone: Arc<LoneUnit> = Arc::default();
     let mut finishers = Vec::with_capacity(batch.len());
     let mut any_ok = false;
-    // How the previous unit ended, sent together with the next unit's
-    // SAVEPOINT as one message. Each unit's savepoint has its own name: if
-    // a trusted unit's write fails, the statements after it fail too, and a
-    // later unit's ROLLBACK TO then names a savepoint that never came to
-    // exist, so it cannot undo the failure; the transaction stays aborted
-    // and commits nothing (see [`Db::trust_deferred_writes`]).
+    // Savepoints released and not yet said so, sent in front of the next
+    // message that goes out anyway (a unit's SAVEPOINT, or the COMMIT): a
+    // unit that runs inside a savepoint not yet released is merged into
+    // the transaction with it, which is what RELEASE does anyway. A unit's
+    // savepoint is opened only when it writes without trusting its writes
+    // (see `UnitTrace`). Each has its own name: if a trusted unit's write
+    // fails, the statements after it fail too, and a later unit's ROLLBACK
+    // TO then names a savepoint that never came to exist, so it cannot undo
+    // the failure; the transaction stays aborted and commits nothing (see
+    // [`Db::trust_deferred_writes`]).
     let mut ended = String::new();
+    // The first failure that no savepoint could contain: nothing commits.
+    let mut spread: Option<Error> = None;
     // The units' declared first reads, sent together (one round trip for
     // all of them) in a savepoint of their own: if one fails, the units
     // read for themselves and the transaction goes on.
@@ -375,9 +381,6 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
     // it declared ([`crate::sql::Db::wrote`]).
     let mut written = crate::sql::Written::default();
     for (i, job) in batch.into_iter().enumerate() {
-        if !single {
-            send(format!("{ended}SAVEPOINT u{i}"), &mut control);
-        }
         let mut db = PgDb::new(client.clone());
         if single {
             // Nothing to roll back to: its answers can wait for the COMMIT's.
@@ -385,7 +388,9 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
             db.unbegun = lazy_begin;
         } else {
             db.shared = Some(lone.clone());
+            db.savepoint = Some(format!("{}SAVEPOINT u{i}", std::mem::take(&mut ended)));
         }
+        let trace = db.trace();
         let rows = prefetched.next().flatten();
         if let (Some(rows), Some(p)) = (rows, &job.prefetch) {
             if written.admits(p) {
@@ -405,11 +410,24 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
             &wrote.lock().unwrap_or_else(|p| p.into_inner()),
         );
         if !single {
-            ended = if ok {
-                format!("RELEASE u{i}; ")
-            } else {
-                format!("ROLLBACK TO u{i}; RELEASE u{i}; ")
-            };
+            if trace.has_savepoint() {
+                if ok {
+                    ended.push_str(&format!("RELEASE u{i}; "));
+                } else {
+                    // Before the next unit's first statement.
+                    send(
+                        format!("{ended}ROLLBACK TO u{i}; RELEASE u{i}"),
+                        &mut control,
+                    );
+                    ended.clear();
+                }
+            } else if !ok && trace.failure_spreads() && spread.is_none() {
+                spread = Some(Error::unavailable(
+                    crate::sql::DB_UNAVAILABLE,
+                    "a unit of work sharing this transaction failed after writing; \
+                     nothing of the transaction was committed: try again",
+                ));
+            }
         }
         any_ok |= ok;
         finishers.push((ok, finish, appended));
@@ -420,7 +438,7 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
         Opened::Transaction
     };
     if opened == Opened::Transaction {
-        let end = if !any_ok {
+        let end = if !any_ok || spread.is_some() {
             "ROLLBACK".to_owned()
         } else if notify {
             format!("{ended}{}; COMMIT", ctx.notify_sql())
@@ -432,7 +450,10 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
     // The units' own writes first: if one failed, that is the error, and
     // the COMMIT behind it failed (or rolled back) only because of it.
     let pending = std::mem::take(&mut *lone.pending.lock().unwrap_or_else(|p| p.into_inner()));
-    let unit_outcome = settle(pending, None).await;
+    let unit_outcome = match (settle(pending, None).await, spread) {
+        (Ok(()), Some(e)) => Err(e),
+        (outcome, _) => outcome,
+    };
     let outcome = settle(control, control_error).await;
     match (unit_outcome, outcome) {
         (Ok(()), Ok(())) => {
@@ -459,7 +480,7 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
             // connection was in, it leaves this batch outside a transaction.
             let _ = client.batch_execute("ROLLBACK").await;
             if !single {
-                tracing::warn!(error = %err, "a write the unit trusted failed; every unit in the batch is rolled back");
+                tracing::warn!(error = %err, "a unit's failure could not be rolled back alone (a trusted write failed, or a unit without a savepoint failed after writing); every unit in the batch is rolled back");
             }
             // A unit that failed on its own keeps its own error.
             for (ok, finish, _) in finishers {
