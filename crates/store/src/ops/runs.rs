@@ -130,11 +130,23 @@ pub(crate) struct Lease<'a> {
     pub expires_at: Millis,
 }
 
-/// Creates the run row of a new claim, lease included (pipelined), and
-/// records `run.started`. The row is the task's active claim from here on;
-/// the unique index `runs_one_active` refuses a second one.
+/// The run row of a new claim, lease included, not yet written: see
+/// [`insert_runs`].
+pub(crate) struct NewRun {
+    pub id: String,
+    params: Vec<Value>,
+}
+
+/// The columns [`NewRun::params`] holds, in order (`status` is `'running'`).
+const NEW_RUN_COLUMNS: &str = "id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, \
+     purpose, started_at, conversation_id, claim_id, claim_token, expires_at, status";
+const NEW_RUN_WIDTH: usize = 14;
+
+/// A new run of `task` by `worker` (the attempt a claim makes), and its
+/// `run.started` event, recorded now. The row is written by
+/// [`insert_runs`], together with the other runs of the same grant.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn create<D: Db>(
+pub(crate) fn new_run<D: Db>(
     db: &mut D,
     now: Millis,
     task: &Task,
@@ -142,29 +154,24 @@ pub(crate) async fn create<D: Db>(
     purpose: &str,
     attempt: i64,
     lease: Lease<'_>,
-) -> Result<String, Error> {
+) -> NewRun {
     let id = new_uuid();
-    db.defer(
-        "INSERT INTO runs (id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, purpose, status, started_at, \
-         conversation_id, claim_id, claim_token, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $11, $12, $13, $14)",
-        params![
-            &id,
-            &task.vtid,
-            &task.title,
-            &task.channel_id,
-            &worker.worker_id,
-            &worker.agent_id,
-            &worker.worker_type,
-            attempt,
-            purpose,
-            now,
-            &task.conversation_id,
-            lease.claim_id,
-            lease.token_hash,
-            lease.expires_at
-        ],
-    );
+    let params = params![
+        &id,
+        &task.vtid,
+        &task.title,
+        &task.channel_id,
+        &worker.worker_id,
+        &worker.agent_id,
+        &worker.worker_type,
+        attempt,
+        purpose,
+        now,
+        &task.conversation_id,
+        lease.claim_id,
+        lease.token_hash,
+        lease.expires_at
+    ];
     let refs = EventRefs::default()
         .run(&id)
         .task(&task.vtid)
@@ -184,7 +191,29 @@ pub(crate) async fn create<D: Db>(
             }),
         ),
     );
-    Ok(id)
+    NewRun { id, params }
+}
+
+/// Writes the rows of `runs` as one INSERT (pipelined). Each row is its
+/// task's active claim from here on; the unique index `runs_one_active`
+/// refuses a second one, failing the whole INSERT.
+pub(crate) fn insert_runs<D: Db>(db: &mut D, runs: Vec<NewRun>) {
+    if runs.is_empty() {
+        return;
+    }
+    let rows: Vec<String> = (0..runs.len())
+        .map(|r| {
+            let cols: Vec<String> = (1..=NEW_RUN_WIDTH)
+                .map(|k| format!("${}", r * NEW_RUN_WIDTH + k))
+                .collect();
+            format!("({}, 'running')", cols.join(", "))
+        })
+        .collect();
+    let sql = format!(
+        "INSERT INTO runs ({NEW_RUN_COLUMNS}) VALUES {}",
+        rows.join(", ")
+    );
+    db.defer(&sql, runs.into_iter().flat_map(|r| r.params).collect());
 }
 
 pub async fn get<D: Db>(db: &mut D, run_id: &str) -> Result<Option<Run>, Error> {
