@@ -138,7 +138,8 @@ pub(crate) struct NewRun {
 }
 
 /// The columns [`NewRun::params`] holds, in order (`status` is `'running'`).
-const NEW_RUN_COLUMNS: &str = "id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, \
+const NEW_RUN_COLUMNS: &str =
+    "id, task_id, task, channel_id, worker_id, agent_id, worker_type, attempt, \
      purpose, started_at, conversation_id, claim_id, claim_token, expires_at, status";
 const NEW_RUN_WIDTH: usize = 14;
 
