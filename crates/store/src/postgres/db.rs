@@ -362,16 +362,15 @@ fn shift_placeholders(sql: &str, by: usize) -> String {
         return sql.to_owned();
     }
     let mut out = String::with_capacity(sql.len() + 8);
-    let mut chars = sql.char_indices().peekable();
-    while let Some((_, c)) = chars.next() {
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
         out.push(c);
         if c != '$' {
             continue;
         }
         let mut n = String::new();
-        while let Some((_, d)) = chars.peek().filter(|(_, d)| d.is_ascii_digit()) {
-            n.push(*d);
-            chars.next();
+        while let Some(d) = chars.next_if(char::is_ascii_digit) {
+            n.push(d);
         }
         match n.parse::<usize>() {
             Ok(k) => out.push_str(&(k + by).to_string()),

@@ -388,7 +388,7 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
             db.unbegun = lazy_begin;
         } else {
             db.shared = Some(lone.clone());
-            db.savepoint = Some(format!("{}SAVEPOINT u{i}", std::mem::take(&mut ended)));
+            db.savepoint = Some(format!("{ended}SAVEPOINT u{i}"));
         }
         let trace = db.trace();
         let rows = prefetched.next().flatten();
@@ -411,21 +411,19 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
         );
         if !single {
             if trace.has_savepoint() {
+                // Its SAVEPOINT carried the releases owed until then.
+                ended.clear();
                 if ok {
                     ended.push_str(&format!("RELEASE u{i}; "));
                 } else {
                     // Before the next unit's first statement.
-                    send(
-                        format!("{ended}ROLLBACK TO u{i}; RELEASE u{i}"),
-                        &mut control,
-                    );
-                    ended.clear();
+                    send(format!("ROLLBACK TO u{i}; RELEASE u{i}"), &mut control);
                 }
             } else if !ok && trace.failure_spreads() && spread.is_none() {
                 spread = Some(Error::unavailable(
                     crate::sql::DB_UNAVAILABLE,
-                    "a unit of work sharing this transaction failed after writing; \
-                     nothing of the transaction was committed: try again",
+                    "a unit of work sharing this transaction failed in a way that cannot be \
+                     rolled back alone; nothing of the transaction was committed: try again",
                 ));
             }
         }
