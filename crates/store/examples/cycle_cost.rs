@@ -18,17 +18,10 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 
-use serde_json::json;
-use shepherd_store::{Applied, LeaseRules, NewTask, Registration, Store, StoreConfig};
+mod common;
 
-type R<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-const RULES: LeaseRules = LeaseRules {
-    ttl_ms: 3_600_000,
-    heartbeat_timeout_ms: 300_000,
-    not_before: 0,
-    cancel_grace_ms: 30_000,
-};
+use common::R;
+use shepherd_store::{Store, StoreConfig};
 
 async fn admin(url: &str) -> R<tokio_postgres::Client> {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
@@ -115,29 +108,7 @@ async fn main() -> R<()> {
 
     let per = cycles.div_ceil(workers);
     let store = Store::open(&StoreConfig::new(url.clone())).await?;
-    for w in 0..workers {
-        store
-            .register_worker(Registration {
-                worker_id: Some(format!("w{w}")),
-                agent_id: "default".into(),
-                worker_type: "builtin".into(),
-                max_concurrent: 1,
-                ..Default::default()
-            })
-            .await?;
-        for n in 0..per {
-            store
-                .create_task(NewTask {
-                    vtid: Some(format!("T-{w}-{n}")),
-                    title: "t".into(),
-                    spec: "s".into(),
-                    workflow: Some("simple".into()),
-                    dispatch: true,
-                    ..Default::default()
-                })
-                .await?;
-        }
-    }
+    common::seed(&store, workers, per).await?;
     store.close();
     drop(store);
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -147,38 +118,7 @@ async fn main() -> R<()> {
     let from = log_len(&log)?;
 
     let store = Store::open(&StoreConfig::new(url.clone())).await?;
-    let t0 = std::time::Instant::now();
-    let mut handles = Vec::new();
-    for w in 0..workers {
-        let store = store.clone();
-        handles.push(tokio::spawn(async move {
-            for n in 0..per {
-                let vtid = format!("T-{w}-{n}");
-                let worker = format!("w{w}");
-                let g = store.claim_task(&worker, &vtid, RULES).await?;
-                let a = store
-                    .progress(
-                        &worker,
-                        &vtid,
-                        Some(g.claim_token),
-                        "worker.execution.completed",
-                        None,
-                        json!({}),
-                        None,
-                        RULES,
-                    )
-                    .await?;
-                if !matches!(a, Applied::Moved { .. }) {
-                    return Err(format!("{vtid} not moved").into());
-                }
-            }
-            R::Ok(())
-        }));
-    }
-    for h in handles {
-        h.await??;
-    }
-    let elapsed = t0.elapsed();
+    let elapsed = common::run_cycles(&store, workers, per).await?;
     let prefetched = store.prefetch_hits();
     store.close();
     drop(store);
