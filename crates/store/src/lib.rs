@@ -220,6 +220,7 @@ impl ProgressReport {
         now: Millis,
         worker_id: &str,
         rules: &LeaseRules,
+        batch: &claims::BatchReads,
     ) -> Result<Applied, Error> {
         claims::progress(
             db,
@@ -232,6 +233,7 @@ impl ProgressReport {
             self.metadata,
             self.result,
             rules,
+            Some(batch),
         )
         .await
     }
@@ -1104,14 +1106,19 @@ impl Store {
         rules: LeaseRules,
     ) -> Result<Vec<Result<Applied, Error>>, Error> {
         let now = self.now();
+        // The reports run one after another in one transaction (write_many
+        // keeps them together), so they can share one read.
+        let batch = Arc::new(claims::BatchReads::new(
+            reports.iter().map(|r| r.vtid.clone()).collect(),
+        ));
         let units: Vec<_> = reports
             .into_iter()
             .map(|r| {
-                let id = worker_id.to_owned();
+                let (id, batch) = (worker_id.to_owned(), batch.clone());
                 unit(move |db| {
                     Box::pin(async move {
                         let appended = db.appended_later();
-                        let applied = r.apply(db, now, &id, &rules).await?;
+                        let applied = r.apply(db, now, &id, &rules, &batch).await?;
                         Ok((applied, appended))
                     })
                 })
@@ -1159,6 +1166,7 @@ impl Store {
                         metadata,
                         result,
                         &rules,
+                        None,
                     )
                     .await?;
                     Ok((applied, appended))

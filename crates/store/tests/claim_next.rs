@@ -282,6 +282,110 @@ contract!(
 );
 
 contract!(
+    a_batch_counts_its_workers_claims_down_run_by_run,
+    |db: TestDb| async move {
+        // The reports of a batch share one read taken before the first of
+        // them runs; each release must still carry the worker's claim count
+        // after it (seed 001 derives `worker_idle` from the one that reaches
+        // 0), not the count that read saw.
+        let store = db.open().await;
+        register(&store, "w", "default", &[], 4).await;
+        for v in ["A", "B", "C", "D"] {
+            store.create_task(task(v, 1)).await.unwrap();
+        }
+        let grants = store.claim_next("w", 4, rules()).await.unwrap();
+        assert_eq!(grants.len(), 4);
+        let token = |v: &str| {
+            grants
+                .iter()
+                .find(|g| g.task.vtid == v)
+                .map(|g| g.claim_token.clone())
+                .unwrap()
+        };
+        let head = store.head().await.unwrap();
+        let results = store
+            .progress_batch(
+                "w",
+                vec![
+                    report("A", Some(&token("A")), "worker.execution.completed"),
+                    report("B", Some(&token("B")), "worker.execution.started"),
+                    report("C", Some(&token("C")), "worker.execution.completed"),
+                    report("D", Some("sct_wrong"), "worker.execution.completed"),
+                    report("B", Some(&token("B")), "worker.execution.completed"),
+                    report("D", Some(&token("D")), "worker.execution.completed"),
+                ],
+                rules(),
+            )
+            .await
+            .unwrap();
+        let codes: Vec<_> = results
+            .iter()
+            .map(|r| match r {
+                Ok(Applied::Moved { task, .. }) => task.state.clone(),
+                Ok(Applied::Rejected { .. }) => "rejected".to_owned(),
+                Err(e) => e.code.to_owned(),
+            })
+            .collect();
+        assert_eq!(
+            codes,
+            ["done", "running", "done", "claim_stale", "done", "done"]
+        );
+        let page = store
+            .read_events(head, &shepherd_core::event::EventFilter::default(), 1_000)
+            .await
+            .unwrap();
+        let released: Vec<(String, i64)> = page
+            .events
+            .iter()
+            .filter(|e| e.kind == shepherd_core::event::kind::CLAIM_RELEASED)
+            .map(|e| {
+                (
+                    e.refs.task_id.clone().unwrap_or_default(),
+                    e.data["worker_active_claims"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        let expected: Vec<(String, i64)> = [("A", 3), ("C", 2), ("B", 1), ("D", 0)]
+            .iter()
+            .map(|(v, n)| (v.to_string(), *n))
+            .collect();
+        assert_eq!(released, expected);
+        let worker = store.worker("w").await.unwrap();
+        assert_eq!(worker.active_claims, 0);
+        // Claimed again and completed in a second batch: the count starts
+        // from what the database holds now.
+        store.create_task(task("E", 1)).await.unwrap();
+        let g = store.claim_next("w", 4, rules()).await.unwrap();
+        assert_eq!(g.len(), 1);
+        let head = store.head().await.unwrap();
+        store
+            .progress_batch(
+                "w",
+                vec![report(
+                    "E",
+                    Some(&g[0].claim_token),
+                    "worker.execution.completed",
+                )],
+                rules(),
+            )
+            .await
+            .unwrap();
+        let page = store
+            .read_events(head, &shepherd_core::event::EventFilter::default(), 1_000)
+            .await
+            .unwrap();
+        let counts: Vec<i64> = page
+            .events
+            .iter()
+            .filter(|e| e.kind == shepherd_core::event::kind::CLAIM_RELEASED)
+            .map(|e| e.data["worker_active_claims"].as_i64().unwrap())
+            .collect();
+        assert_eq!(counts, [0]);
+        store.close();
+    }
+);
+
+contract!(
     claim_next_waits_for_run_at_and_takes_retries,
     |db: TestDb| async move {
         let store = db.open().await;

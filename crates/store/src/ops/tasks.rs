@@ -580,5 +580,9 @@ pub async fn external_event<D: Db>(
     metadata: Value,
 ) -> Result<Applied, Error> {
     let task = require(db, vtid).await?;
-    claims::apply_event(db, now, task, None, event, message, metadata, None).await
+    Ok(
+        claims::apply_event(db, now, task, None, event, message, metadata, None)
+            .await?
+            .0,
+    )
 }

@@ -36,8 +36,8 @@ pub use grant::{
 };
 pub use lease::{deregister, heartbeat, sweep, HeldClaim, SweepReport};
 pub(crate) use lease::{expire, release};
-pub(crate) use report::{apply_event, settle_seq, Holder};
-pub use report::{progress, progress_prefetch};
+pub use report::progress_prefetch;
+pub(crate) use report::{apply_event, progress, settle_seq, BatchReads, Holder};
 pub use shepherd_core::claiming::LeaseRules;
 
 /// A claim's columns, read from its run row (aliased `c`): a run is one

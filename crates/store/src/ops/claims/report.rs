@@ -21,6 +21,16 @@ pub(crate) struct Holder {
 
 /// The task with its active claim, holder and run, in one statement.
 fn progress_context_sql() -> String {
+    progress_context_where("t.id = $1")
+}
+
+/// [`progress_context_sql`] for `n` tasks at once (`$1…$n`).
+fn progress_context_many_sql(n: usize) -> String {
+    let list = (1..=n).map(|i| format!("${i}")).collect::<Vec<_>>();
+    progress_context_where(&format!("t.id IN ({})", list.join(", ")))
+}
+
+fn progress_context_where(filter: &str) -> String {
     format!(
         "SELECT {TASK_COLUMNS}, c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
          w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, \
@@ -28,9 +38,97 @@ fn progress_context_sql() -> String {
          c.conversation_id, w.last_activity_at \
          FROM tasks t LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
          LEFT JOIN workers w ON w.id = c.worker_id \
-         WHERE t.id = $1"
+         WHERE {filter}"
     )
 }
+
+/// What the reports of one batch (one worker's, run in one transaction,
+/// one after another, with nothing else in between: see
+/// [`crate::Store::progress_batch`]) read together: the first of them to
+/// run reads every report's task, claim and holder in one statement, and
+/// each report then takes its own row instead of a round trip of its own.
+///
+/// A row read at the batch's start is still true when its report runs,
+/// except for what the batch's earlier reports changed: a report moves only
+/// its own task and run, so a task named twice is read afresh the second
+/// time (its row was taken by the first), and the worker's claim count and
+/// activity, which every report of the batch shares, are corrected here.
+pub(crate) struct BatchReads {
+    vtids: Vec<String>,
+    state: std::sync::Mutex<BatchState>,
+}
+
+#[derive(Default)]
+struct BatchState {
+    /// `None` until the first report reads; a row is taken by its task's first report.
+    rows: Option<std::collections::HashMap<String, Row>>,
+    /// Runs the batch's earlier reports ended: the holder's claim count read
+    /// at the start is that much too high.
+    ended: i64,
+    /// An earlier report recorded the worker's activity at this time.
+    active_at: Option<Millis>,
+}
+
+impl BatchReads {
+    pub(crate) fn new(vtids: Vec<String>) -> Self {
+        BatchReads {
+            vtids,
+            state: std::sync::Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, BatchState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `vtid`'s task with its holder, from the batch's read when it still
+    /// holds it, corrected for what earlier reports of the batch changed.
+    async fn task_with_holder<D: Db>(&self, db: &mut D, vtid: &str) -> Result<Context, Error> {
+        if self.state().rows.is_none() {
+            let rows = db
+                .query(
+                    &progress_context_many_sql(self.vtids.len()),
+                    self.vtids.iter().map(crate::sql::Value::from).collect(),
+                )
+                .await?;
+            let mut by_vtid = std::collections::HashMap::with_capacity(rows.len());
+            for r in rows {
+                by_vtid.insert(r.string(0)?, r);
+            }
+            self.state().rows = Some(by_vtid);
+        }
+        let (row, ended, active_at) = {
+            let mut state = self.state();
+            let row = state.rows.as_mut().and_then(|rows| rows.remove(vtid));
+            (row, state.ended, state.active_at)
+        };
+        let Some(row) = row else {
+            return task_with_holder(db, vtid).await;
+        };
+        let (task, mut active) = context_from_row(&row, vtid)?;
+        if let Some((_, holder)) = &mut active {
+            holder.active_claims -= ended;
+            if active_at.is_some() {
+                holder.last_activity_at = active_at;
+            }
+        }
+        Ok((task, active))
+    }
+
+    /// A report of the batch was applied: what it changed that the rows
+    /// read at the start do not show. A move under the claim recorded the
+    /// worker's activity (see [`workers::touch`]); a rejected event did not.
+    fn applied(&self, now: Millis, applied: &Applied, ended_run: bool) {
+        let mut state = self.state();
+        state.ended += i64::from(ended_run);
+        if matches!(applied, Applied::Moved { .. }) {
+            state.active_at = Some(now);
+        }
+    }
+}
+
+/// A task with its active claim and what ending that claim needs.
+type Context = (Task, Option<(ActiveClaim, Holder)>);
 
 /// The read [`progress`] makes first, declared so that a writer running
 /// the report with other units reads it for all of them at once. A report
@@ -48,17 +146,19 @@ pub fn progress_prefetch(worker_id: &str, vtid: &str) -> crate::sql::Prefetch {
 }
 
 /// Reads a task with its active claim and what ending that claim needs.
-async fn task_with_holder<D: Db>(
-    db: &mut D,
-    vtid: &str,
-) -> Result<(Task, Option<(ActiveClaim, Holder)>), Error> {
+async fn task_with_holder<D: Db>(db: &mut D, vtid: &str) -> Result<Context, Error> {
     let r = db
         .query_opt(&progress_context_sql(), params![vtid])
         .await?
         .ok_or_else(|| Error::not_found("task_not_found", format!("no task {vtid:?}")))?;
-    let task = task_from_row(&slice(&r, 0, TASK_WIDTH))?;
+    context_from_row(&r, vtid)
+}
+
+/// A row of [`progress_context_sql`].
+fn context_from_row(r: &Row, vtid: &str) -> Result<Context, Error> {
+    let task = task_from_row(&slice(r, 0, TASK_WIDTH))?;
     let at = TASK_WIDTH;
-    let active = match active_from(&r, at, vtid)? {
+    let active = match active_from(r, at, vtid)? {
         None => None,
         Some((active, heartbeat, status)) => {
             let run_channel = r.opt_string(at + 12)?;
@@ -90,7 +190,7 @@ async fn task_with_holder<D: Db>(
 
 /// A progress report from the worker holding the claim.
 #[allow(clippy::too_many_arguments)]
-pub async fn progress<D: Db>(
+pub(crate) async fn progress<D: Db>(
     db: &mut D,
     now: Millis,
     worker_id: &str,
@@ -101,8 +201,12 @@ pub async fn progress<D: Db>(
     metadata: Value,
     result: Option<String>,
     rules: &LeaseRules,
+    batch: Option<&BatchReads>,
 ) -> Result<Applied, Error> {
-    let (task, active) = task_with_holder(db, vtid).await?;
+    let (task, active) = match batch {
+        Some(batch) => batch.task_with_holder(db, vtid).await?,
+        None => task_with_holder(db, vtid).await?,
+    };
     let wf = workflow_of(&task)?;
     if wf.apply(&task.state, event) == Outcome::Unknown {
         return Err(Error::invalid(
@@ -162,7 +266,7 @@ pub async fn progress<D: Db>(
     db.trust_deferred_writes();
     crate::ops::conversations::note_agent_session(db, now, &task, &metadata).await?;
     crate::ops::runs::record_workspace(db, &fenced.0.claim.run_id, &metadata);
-    apply_event(
+    let (applied, ended_run) = apply_event(
         db,
         now,
         task,
@@ -172,7 +276,11 @@ pub async fn progress<D: Db>(
         metadata,
         result,
     )
-    .await
+    .await?;
+    if let Some(batch) = batch {
+        batch.applied(now, &applied, ended_run);
+    }
+    Ok(applied)
 }
 
 /// How many claims (active or not) `worker_id` has held on `vtid`.
@@ -220,7 +328,8 @@ pub(crate) fn settle_seq(mut applied: Applied, appended: Option<Appended>) -> Ap
 }
 
 /// Applies `event` to the task's workflow, recording it either way, and ends
-/// the run and the claim when the event finishes them.
+/// the run and the claim when the event finishes them; says whether it
+/// ended a run.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn apply_event<D: Db>(
     db: &mut D,
@@ -231,7 +340,7 @@ pub(crate) async fn apply_event<D: Db>(
     message: Option<String>,
     metadata: Value,
     result: Option<String>,
-) -> Result<Applied, Error> {
+) -> Result<(Applied, bool), Error> {
     let wf = workflow_of(&task)?;
     let mut refs = EventRefs::default()
         .task(&task.vtid)
@@ -264,7 +373,7 @@ pub(crate) async fn apply_event<D: Db>(
                 ),
             )
             .await?;
-            Ok(Applied::Rejected { task, seq })
+            Ok((Applied::Rejected { task, seq }, false))
         }
         Outcome::Move { to, trigger } => {
             let from = task.state.clone();
@@ -347,7 +456,7 @@ pub(crate) async fn apply_event<D: Db>(
             if ended && task.cancel_requested_at.is_some() && !wf.is_final(&task.state) {
                 set_state(db, now, &mut task, workflow::CANCELLED, "cancelled", refs).await?;
             }
-            Ok(Applied::Moved { task, from, seq })
+            Ok((Applied::Moved { task, from, seq }, ended))
         }
     }
 }
