@@ -571,6 +571,9 @@ async fn bench_claim_next(
     for r in created {
         r?;
     }
+    if let (Some(schema), true) = (&config.pg_schema, std::env::var_os("SHEPHERD_BENCH_ANALYZE").is_some()) {
+        pg_connect(&config.url, Some(schema)).await?.batch_execute("ANALYZE").await?;
+    }
     let done_count = Arc::new(AtomicU64::new(0));
     let (elapsed, tally) = drive(workers, |w, barrier| {
         let (store, worker, done_count) = (store.clone(), worker_id(w), done_count.clone());

@@ -1109,6 +1109,7 @@ impl Store {
         // The reports run one after another in one transaction (write_many
         // keeps them together), so they can share one read.
         let batch = Arc::new(claims::BatchReads::new(
+            worker_id,
             reports.iter().map(|r| r.vtid.clone()).collect(),
         ));
         let units: Vec<_> = reports

@@ -21,20 +21,25 @@ pub(crate) struct Holder {
 
 /// The task with its active claim, holder and run, in one statement.
 fn progress_context_sql() -> String {
-    progress_context_where("t.id = $1")
+    progress_context_where("c.worker_id", "t.id = $1")
 }
 
-/// [`progress_context_sql`] for `n` tasks at once (`$1…$n`).
+/// [`progress_context_sql`] for `n` tasks at once (`$2…$(n+1)`), reported
+/// on by worker `$1`. The holder's claim count is that worker's, counted
+/// once for all rows: it is only used for a report its holder made (any
+/// other is refused before it counts), so a row held by another worker
+/// may carry a count that is not its holder's.
 fn progress_context_many_sql(n: usize) -> String {
-    let list = (1..=n).map(|i| format!("${i}")).collect::<Vec<_>>();
-    progress_context_where(&format!("t.id IN ({})", list.join(", ")))
+    let list = (2..=n + 1).map(|i| format!("${i}")).collect::<Vec<_>>();
+    progress_context_where("$1", &format!("t.id IN ({})", list.join(", ")))
 }
 
-fn progress_context_where(filter: &str) -> String {
+/// The context read; `holder` names the worker whose active claims it counts.
+fn progress_context_where(holder: &str, filter: &str) -> String {
     format!(
         "SELECT {TASK_COLUMNS}, c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
          w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, \
-         (SELECT COUNT(*) FROM runs c2 WHERE c2.worker_id = c.worker_id AND c2.released_at IS NULL), \
+         (SELECT COUNT(*) FROM runs c2 WHERE c2.worker_id = {holder} AND c2.released_at IS NULL), \
          c.conversation_id, w.last_activity_at \
          FROM tasks t LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
          LEFT JOIN workers w ON w.id = c.worker_id \
@@ -54,6 +59,7 @@ fn progress_context_where(filter: &str) -> String {
 /// time (its row was taken by the first), and the worker's claim count and
 /// activity, which every report of the batch shares, are corrected here.
 pub(crate) struct BatchReads {
+    worker_id: String,
     vtids: Vec<String>,
     state: std::sync::Mutex<BatchState>,
 }
@@ -70,8 +76,9 @@ struct BatchState {
 }
 
 impl BatchReads {
-    pub(crate) fn new(vtids: Vec<String>) -> Self {
+    pub(crate) fn new(worker_id: &str, vtids: Vec<String>) -> Self {
         BatchReads {
+            worker_id: worker_id.to_owned(),
             vtids,
             state: std::sync::Mutex::default(),
         }
@@ -88,7 +95,10 @@ impl BatchReads {
             let rows = db
                 .query(
                     &progress_context_many_sql(self.vtids.len()),
-                    self.vtids.iter().map(crate::sql::Value::from).collect(),
+                    std::iter::once(&self.worker_id)
+                        .chain(&self.vtids)
+                        .map(crate::sql::Value::from)
+                        .collect(),
                 )
                 .await?;
             let mut by_vtid = std::collections::HashMap::with_capacity(rows.len());
