@@ -22,7 +22,8 @@
 //! Each worker works through its own pre-assigned list of tasks
 //! (`B-{worker}-{n}`, after a short untimed warm-up on `W-{worker}-{n}`), so
 //! the cycle cost is measured, not contention for the same task. Tasks (and
-//! rows) are created before timing starts. Every case gets a fresh database
+//! rows) are created before timing starts; on PostgreSQL every case's schema
+//! is then analysed (`ANALYZE`), as the baselines' tables are. Every case gets a fresh database
 //! (a file under `/tmp/shepherd-bench-claims-<unique>/`, removed afterwards,
 //! or a PostgreSQL schema `bench_<unique>`, dropped at the end). After each
 //! case every task must have ended `done` (the table's `verified` column);
@@ -492,6 +493,7 @@ async fn bench_store(
     for r in created {
         r?;
     }
+    analyze_seeded(config.pg_schema.as_deref().map(|s| (config.url.as_str(), s))).await?;
     let (elapsed, tally) = drive(workers, |w, barrier| {
         let store = store.clone();
         let worker = worker_id(w);
@@ -571,9 +573,7 @@ async fn bench_claim_next(
     for r in created {
         r?;
     }
-    if let (Some(schema), true) = (&config.pg_schema, std::env::var_os("SHEPHERD_BENCH_ANALYZE").is_some()) {
-        pg_connect(&config.url, Some(schema)).await?.batch_execute("ANALYZE").await?;
-    }
+    analyze_seeded(config.pg_schema.as_deref().map(|s| (config.url.as_str(), s))).await?;
     let done_count = Arc::new(AtomicU64::new(0));
     let (elapsed, tally) = drive(workers, |w, barrier| {
         let (store, worker, done_count) = (store.clone(), worker_id(w), done_count.clone());
@@ -795,6 +795,35 @@ async fn http_count(client: &reqwest::Client, base: &str, state: Option<&str>) -
 /// Environment for the server: a data directory, quiet logs, and for
 /// PostgreSQL the database and a fresh schema. An empty configuration file in
 /// `dir` keeps any `shepherd.toml` in the working directory out of the way.
+/// The PostgreSQL database and schema a server started with `vars` uses.
+fn pg_of(vars: &HashMap<String, String>) -> Option<(&str, &str)> {
+    Some((
+        vars.get("SHEPHERD_DATABASE_URL")?.as_str(),
+        vars.get("SHEPHERD_PG_SCHEMA")?.as_str(),
+    ))
+}
+
+/// Gives PostgreSQL's planner statistics on a case's freshly seeded
+/// schema, as the bare baselines' table gets them. A deployment's tables
+/// are analysed by autovacuum within a minute of their first writes and
+/// again as they grow; a case lasts seconds, so without this every case
+/// would measure plans made for tables the planner believes empty.
+async fn analyze_seeded(pg: Option<(&str, &str)>) -> BenchResult<()> {
+    if let Some((url, schema)) = pg {
+        let client = pg_connect(url, None).await?;
+        let tables: String = client
+            .query_one(
+                "SELECT string_agg(format('%I.%I', schemaname, tablename), ', ') \
+                 FROM pg_tables WHERE schemaname = $1",
+                &[&schema],
+            )
+            .await?
+            .get(0);
+        client.batch_execute(&format!("ANALYZE {tables}")).await?;
+    }
+    Ok(())
+}
+
 fn server_vars(dir: &Path, pg: Option<(&str, &str)>) -> BenchResult<HashMap<String, String>> {
     let file = dir.join("shepherd.toml");
     std::fs::write(&file, "")?;
@@ -816,7 +845,7 @@ async fn bench_http(
     per: u64,
     warm: u64,
 ) -> BenchResult<Measurement> {
-    let server = Server::start(vars).await?;
+    let server = Server::start(vars.clone()).await?;
     let base = server.base.clone();
     let setup = reqwest::Client::new();
     for w in 0..workers {
@@ -844,6 +873,7 @@ async fn bench_http(
     for r in created {
         r?;
     }
+    analyze_seeded(pg_of(&vars)).await?;
     let (elapsed, tally) = drive(workers, |w, barrier| {
         // One client (and so one keep-alive connection) per worker.
         let client = reqwest::Client::new();
@@ -885,7 +915,7 @@ async fn bench_claim_next_http(
     total: u64,
 ) -> BenchResult<Measurement> {
     use shepherd_protocol::connector::{ClaimNextResponse, EventApplied};
-    let server = Server::start(vars).await?;
+    let server = Server::start(vars.clone()).await?;
     let base = server.base.clone();
     let setup = reqwest::Client::new();
     for w in 0..workers {
@@ -911,6 +941,7 @@ async fn bench_claim_next_http(
     for r in created {
         r?;
     }
+    analyze_seeded(pg_of(&vars)).await?;
     let done_count = Arc::new(AtomicU64::new(0));
     let (elapsed, tally) = drive(workers, |w, barrier| {
         let client = reqwest::Client::new();
