@@ -493,7 +493,13 @@ async fn bench_store(
     for r in created {
         r?;
     }
-    analyze_seeded(config.pg_schema.as_deref().map(|s| (config.url.as_str(), s))).await?;
+    analyze_seeded(
+        config
+            .pg_schema
+            .as_deref()
+            .map(|s| (config.url.as_str(), s)),
+    )
+    .await?;
     let (elapsed, tally) = drive(workers, |w, barrier| {
         let store = store.clone();
         let worker = worker_id(w);
@@ -573,7 +579,13 @@ async fn bench_claim_next(
     for r in created {
         r?;
     }
-    analyze_seeded(config.pg_schema.as_deref().map(|s| (config.url.as_str(), s))).await?;
+    analyze_seeded(
+        config
+            .pg_schema
+            .as_deref()
+            .map(|s| (config.url.as_str(), s)),
+    )
+    .await?;
     let done_count = Arc::new(AtomicU64::new(0));
     let (elapsed, tally) = drive(workers, |w, barrier| {
         let (store, worker, done_count) = (store.clone(), worker_id(w), done_count.clone());
