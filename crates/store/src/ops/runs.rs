@@ -369,6 +369,26 @@ pub async fn append_steps<D: Db>(
             format!("run {run_id} has {stored} steps; the next must have index {stored}, not {start_index}"),
         ));
     }
+    // A first step means the worker is executing, which moves the task
+    // (simple: claimed → running): decided now, before any write, so that
+    // every write below rests on this transaction's reads alone.
+    let new_steps = (start_index + steps.len() as i64) > stored;
+    let mut starts = None;
+    if new_steps && run.purpose == "build" {
+        let task = tasks::require(db, &run.vtid).await?;
+        if task.cancel_requested_at.is_none() {
+            let wf = workflow_of(&task)?;
+            if let Outcome::Move { to, .. } = wf.apply(&task.state, workflow::EXECUTION_STARTED) {
+                if to != task.state {
+                    starts = Some((task, to));
+                }
+            }
+        }
+    }
+    // Fenced, in order, and numbered from the count this transaction read
+    // under the writer's ordering: the step rows cannot collide, and the
+    // rows updated exist. Only the database itself can refuse these writes.
+    db.trust_deferred_writes();
     let mut accepted = 0;
     let mut duplicates = 0;
     let mut tool_calls = run.tool_calls;
@@ -420,18 +440,11 @@ pub async fn append_steps<D: Db>(
             params![run_id, next_index, tool_calls, active_tool, now],
         );
         db.defer(workers::TOUCH_ACTIVITY, params![&run.worker_id, now]);
-        // A first step means the worker is executing (simple: claimed → running).
-        let mut task = tasks::require(db, &run.vtid).await?;
-        let wf = workflow_of(&task)?;
-        if run.purpose == "build" && task.cancel_requested_at.is_none() {
-            if let Outcome::Move { to, .. } = wf.apply(&task.state, workflow::EXECUTION_STARTED) {
-                if to != task.state {
-                    let r = EventRefs::default()
-                        .worker(&active.claim.worker_id)
-                        .run(run_id);
-                    set_state(db, now, &mut task, to, "first step", r).await?;
-                }
-            }
+        if let Some((mut task, to)) = starts {
+            let r = EventRefs::default()
+                .worker(&active.claim.worker_id)
+                .run(run_id);
+            set_state(db, now, &mut task, to, "first step", r).await?;
         }
     }
     Ok(StepsAck {
