@@ -160,18 +160,29 @@ async fn tls_config(params: &str) -> (TestDb, StoreConfig, String) {
 }
 
 /// Of the store's connections (pool and delivery): how many, how many encrypted.
+///
+/// The store opens its delivery connection in the background: this waits
+/// (up to 10 s) until a store's two kinds of connection are both there, so
+/// that a busy machine cannot make it count before the second connects.
 async fn encrypted(app: &str) -> (i64, i64) {
-    let row = raw()
-        .await
-        .query_one(
-            "SELECT count(*), count(*) FILTER (WHERE s.ssl) \
-             FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
-             WHERE a.application_name IN ($1, $1 || ' events')",
-            &[&app],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1))
+    let client = raw().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let row = client
+            .query_one(
+                "SELECT count(*), count(*) FILTER (WHERE s.ssl) \
+                 FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+                 WHERE a.application_name IN ($1, $1 || ' events')",
+                &[&app],
+            )
+            .await
+            .unwrap();
+        let (all, tls): (i64, i64) = (row.get(0), row.get(1));
+        if all >= 2 || std::time::Instant::now() > deadline {
+            return (all, tls);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 async fn open_err(config: &StoreConfig) -> shepherd_core::Error {
