@@ -403,7 +403,27 @@ async fn workspace_diff_and_prune(kind: Kind) {
         "{d}"
     );
 
-    let (ok, text) = shepherd(&env, &["runs", "diff", &id[..24], "--server", &s.base]);
+    // A prefix names the run: the shortest that no other run shares (run
+    // ids are time-ordered, so runs started in the same millisecond share
+    // most of theirs), and never under 8 characters.
+    let (_, all) = s.get("/api/v1/runs?limit=100", None).await;
+    let shared = all["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .filter(|other| *other != id)
+        .map(|other| {
+            other
+                .chars()
+                .zip(id.chars())
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    let prefix = &id[..(shared + 1).max(8)];
+    let (ok, text) = shepherd(&env, &["runs", "diff", prefix, "--server", &s.base]);
     assert!(ok);
     assert!(
         text.contains("+changed") && text.contains("shepherd/D-1-1"),
