@@ -493,13 +493,7 @@ async fn bench_store(
     for r in created {
         r?;
     }
-    analyze_seeded(
-        config
-            .pg_schema
-            .as_deref()
-            .map(|s| (config.url.as_str(), s)),
-    )
-    .await?;
+    analyze_seeded(pg_of_store(&config)).await?;
     let (elapsed, tally) = drive(workers, |w, barrier| {
         let store = store.clone();
         let worker = worker_id(w);
@@ -579,13 +573,7 @@ async fn bench_claim_next(
     for r in created {
         r?;
     }
-    analyze_seeded(
-        config
-            .pg_schema
-            .as_deref()
-            .map(|s| (config.url.as_str(), s)),
-    )
-    .await?;
+    analyze_seeded(pg_of_store(&config)).await?;
     let done_count = Arc::new(AtomicU64::new(0));
     let (elapsed, tally) = drive(workers, |w, barrier| {
         let (store, worker, done_count) = (store.clone(), worker_id(w), done_count.clone());
@@ -807,6 +795,11 @@ async fn http_count(client: &reqwest::Client, base: &str, state: Option<&str>) -
 /// Environment for the server: a data directory, quiet logs, and for
 /// PostgreSQL the database and a fresh schema. An empty configuration file in
 /// `dir` keeps any `shepherd.toml` in the working directory out of the way.
+/// The PostgreSQL database and schema a store opened with `config` uses.
+fn pg_of_store(config: &StoreConfig) -> Option<(&str, &str)> {
+    Some((config.url.as_str(), config.pg_schema.as_deref()?))
+}
+
 /// The PostgreSQL database and schema a server started with `vars` uses.
 fn pg_of(vars: &HashMap<String, String>) -> Option<(&str, &str)> {
     Some((

@@ -281,6 +281,25 @@ contract!(
     }
 );
 
+/// The claims released after `head`, in log order: each one's task and the
+/// worker's claim count after it (`worker_active_claims`).
+async fn releases_after(store: &Store, head: i64) -> Vec<(String, i64)> {
+    let page = store
+        .read_events(head, &shepherd_core::event::EventFilter::default(), 1_000)
+        .await
+        .unwrap();
+    page.events
+        .iter()
+        .filter(|e| e.kind == shepherd_core::event::kind::CLAIM_RELEASED)
+        .map(|e| {
+            (
+                e.refs.task_id.clone().unwrap_or_default(),
+                e.data["worker_active_claims"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 contract!(
     a_batch_counts_its_workers_claims_down_run_by_run,
     |db: TestDb| async move {
@@ -330,26 +349,11 @@ contract!(
             codes,
             ["done", "running", "done", "claim_stale", "done", "done"]
         );
-        let page = store
-            .read_events(head, &shepherd_core::event::EventFilter::default(), 1_000)
-            .await
-            .unwrap();
-        let released: Vec<(String, i64)> = page
-            .events
-            .iter()
-            .filter(|e| e.kind == shepherd_core::event::kind::CLAIM_RELEASED)
-            .map(|e| {
-                (
-                    e.refs.task_id.clone().unwrap_or_default(),
-                    e.data["worker_active_claims"].as_i64().unwrap(),
-                )
-            })
-            .collect();
         let expected: Vec<(String, i64)> = [("A", 3), ("C", 2), ("B", 1), ("D", 0)]
             .iter()
             .map(|(v, n)| (v.to_string(), *n))
             .collect();
-        assert_eq!(released, expected);
+        assert_eq!(releases_after(&store, head).await, expected);
         let worker = store.worker("w").await.unwrap();
         assert_eq!(worker.active_claims, 0);
         // Claimed again and completed in a second batch: the count starts
@@ -370,17 +374,7 @@ contract!(
             )
             .await
             .unwrap();
-        let page = store
-            .read_events(head, &shepherd_core::event::EventFilter::default(), 1_000)
-            .await
-            .unwrap();
-        let counts: Vec<i64> = page
-            .events
-            .iter()
-            .filter(|e| e.kind == shepherd_core::event::kind::CLAIM_RELEASED)
-            .map(|e| e.data["worker_active_claims"].as_i64().unwrap())
-            .collect();
-        assert_eq!(counts, [0]);
+        assert_eq!(releases_after(&store, head).await, [("E".to_owned(), 0)]);
         store.close();
     }
 );

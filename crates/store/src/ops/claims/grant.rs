@@ -221,7 +221,8 @@ pub async fn claim_next<D: Db>(
     };
     let mut grants = Vec::with_capacity(candidates.len());
     let mut writes = GrantWrites::default();
-    let mut holder = worker.clone();
+    // Each grant's events carry the worker's claim count after it.
+    let mut holder = worker;
     for (task, r) in candidates {
         // The agent's limit is reached: what was granted stands.
         if room == Some(0) {
