@@ -59,6 +59,36 @@ pub struct SqliteDb {
     failed: Option<Error>,
     /// Events this unit appended, published by the writer once committed.
     events: Vec<Event>,
+    /// How the unit shares its transaction (see [`UnitSavepoint`]).
+    pub(super) savepoint: UnitSavepoint,
+    /// The unit called [`Db::trust_deferred_writes`].
+    trusted: bool,
+}
+
+/// The savepoint of a unit of work that shares its transaction with
+/// others, opened lazily, as on PostgreSQL.
+///
+/// A unit that fails before it writes has nothing to undo, and a unit that
+/// trusts its writes ([`Db::trust_deferred_writes`]) checked everything on
+/// what it read, under the single writer, so only the database itself can
+/// make those writes fail. Neither needs a savepoint, and a savepoint is
+/// not free here: every page the unit changes is first copied into the
+/// savepoint's journal (4 KiB each, in memory), and it costs two
+/// statements. The hot path's units (claims, reports, step batches) are
+/// all one or the other. The price: a unit that wrote without a savepoint
+/// and then failed cannot be rolled back alone, so the writer rolls back
+/// the whole transaction and tells every unit so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum UnitSavepoint {
+    /// The unit has the transaction to itself: its failure rolls back all.
+    #[default]
+    Alone,
+    /// It shares the transaction and has not written yet.
+    NotYet,
+    /// Its savepoint is open: the writer releases it or rolls back to it.
+    Open,
+    /// It trusted its writes and wrote without a savepoint.
+    Bare,
 }
 
 impl SqliteDb {
@@ -67,13 +97,40 @@ impl SqliteDb {
             conn,
             failed: None,
             events: Vec::new(),
+            savepoint: UnitSavepoint::Alone,
+            trusted: false,
         }
     }
 
-    /// Forgets what an earlier unit left (a deferred failure, its events).
-    pub(super) fn begin_unit(&mut self) {
+    /// Forgets what an earlier unit left (a deferred failure, its events,
+    /// its trust); `shared` when the unit shares its transaction.
+    pub(super) fn begin_unit(&mut self, shared: bool) {
         self.failed = None;
         self.events.clear();
+        self.trusted = false;
+        self.savepoint = if shared {
+            UnitSavepoint::NotYet
+        } else {
+            UnitSavepoint::Alone
+        };
+    }
+
+    /// Before a statement that writes: opens the unit's savepoint if it
+    /// shares its transaction, has none yet and does not trust its writes.
+    fn before_write(&mut self) -> Result<(), Error> {
+        if self.savepoint != UnitSavepoint::NotYet {
+            return Ok(());
+        }
+        if self.trusted {
+            self.savepoint = UnitSavepoint::Bare;
+            return Ok(());
+        }
+        self.conn
+            .prepare_cached("SAVEPOINT unit")
+            .and_then(|mut s| s.execute([]))
+            .map_err(map_err)?;
+        self.savepoint = UnitSavepoint::Open;
+        Ok(())
     }
 
     /// The unit's deferred failure, if any: it fails the unit.
@@ -90,7 +147,14 @@ impl SqliteDb {
     }
 
     fn run_query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
-        let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
+        let sql = translate(sql);
+        // `INSERT … RETURNING` and the like come through here too.
+        if self.savepoint == UnitSavepoint::NotYet
+            && !self.conn.prepare_cached(&sql).map_err(map_err)?.readonly()
+        {
+            self.before_write()?;
+        }
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_err)?;
         let cols = stmt.column_count();
         let mut rows = stmt
             .query(rusqlite::params_from_iter(params.iter()))
@@ -113,6 +177,7 @@ impl SqliteDb {
     }
 
     fn run_execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
+        self.before_write()?;
         let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
         let n = stmt
             .execute(rusqlite::params_from_iter(params.iter()))
@@ -162,5 +227,8 @@ impl Db for SqliteDb {
     }
     fn dialect(&self) -> Dialect {
         Dialect::Sqlite
+    }
+    fn trust_deferred_writes(&mut self) {
+        self.trusted = true;
     }
 }

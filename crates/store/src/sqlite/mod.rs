@@ -3,9 +3,10 @@
 //! SQLite allows one writer at a time, and several pooled connections that
 //! each begin a write end in "database is locked". So every write goes to a
 //! single thread that owns the only write connection. It takes whatever units
-//! of work are queued, runs them in one transaction (each inside its own
-//! savepoint, so one failing unit rolls back alone), commits once, and only
-//! then answers the callers. Group commit is what makes many concurrent
+//! of work are queued, runs them in one transaction (each that writes
+//! without trusting its writes inside its own savepoint, so one failing unit
+//! rolls back alone: see `db::UnitSavepoint`), commits once, and only then
+//! answers the callers. Group commit is what makes many concurrent
 //! appenders fast without splitting any change from its events.
 //!
 //! Durability: with `synchronous=NORMAL` (the default) a committed
@@ -28,8 +29,8 @@ use shepherd_core::event::Event;
 use shepherd_core::Error;
 use tokio::sync::{oneshot, Semaphore};
 
-use db::map_err;
 pub use db::SqliteDb;
+use db::{map_err, UnitSavepoint};
 
 use crate::sql::{CommitSink, DB_UNAVAILABLE};
 
@@ -197,9 +198,11 @@ impl SqliteBackend {
         rx.await.map_err(|_| closed())?
     }
 
-    /// Runs every unit of `units`, in order, in one transaction, each in a
-    /// savepoint of its own: one that fails is rolled back alone and the
-    /// others still commit. Returns each unit's outcome, in order.
+    /// Runs every unit of `units`, in order, in one transaction: one that
+    /// fails is rolled back alone (to its savepoint) and the others still
+    /// commit, unless it trusted its writes and failed after making them,
+    /// which rolls back all (see `db::UnitSavepoint`). Returns each unit's
+    /// outcome, in order.
     pub async fn write_many<T, F>(&self, units: Vec<F>) -> Result<Vec<Result<T, Error>>, Error>
     where
         T: Send + 'static,
@@ -244,7 +247,7 @@ impl SqliteBackend {
                 .pop()
                 .ok_or_else(|| Error::internal("reader pool empty"))?;
             let result = (|| {
-                db.begin_unit();
+                db.begin_unit(false);
                 control(&db.conn, "BEGIN").map_err(map_err)?;
                 let r = f(&mut db);
                 let end = control(&db.conn, "COMMIT").map_err(map_err);
@@ -272,7 +275,6 @@ where
     let job: Job = Box::new(move |db: Result<&mut SqliteDb, Error>| {
         let (result, events) = match db {
             Ok(db) => {
-                db.begin_unit();
                 let r = f(db).and_then(|v| db.check().map(|_| v));
                 (r, db.take_events())
             }
@@ -333,29 +335,69 @@ fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
     let mut finishers = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
     let mut any_ok = false;
-    for job in batch {
-        if !single {
-            if let Err(e) = control(&db.conn, "SAVEPOINT unit") {
-                let (_, finish, _) = job(Err(map_err(e)));
-                finishers.push((false, finish));
-                continue;
-            }
-        }
+    // The first failure that no savepoint could contain: nothing commits.
+    let mut spread: Option<Error> = None;
+    let mut jobs = batch.into_iter();
+    for job in jobs.by_ref() {
+        // Savepoints are opened by the unit itself, lazily (see `UnitSavepoint`).
+        db.begin_unit(!single);
         let (ok, finish, unit_events) = job(Ok(&mut *db));
-        if !single {
-            let end = if ok {
-                control(&db.conn, "RELEASE unit")
-            } else {
-                control(&db.conn, "ROLLBACK TO unit")
-                    .and_then(|_| control(&db.conn, "RELEASE unit"))
-            };
-            if let Err(e) = end {
-                tracing::error!(error = %e, "savepoint handling failed");
+        match db.savepoint {
+            UnitSavepoint::Open => {
+                let end = if ok {
+                    control(&db.conn, "RELEASE unit")
+                } else {
+                    control(&db.conn, "ROLLBACK TO unit")
+                        .and_then(|_| control(&db.conn, "RELEASE unit"))
+                };
+                if let Err(e) = end {
+                    spread.get_or_insert(map_err(e));
+                }
             }
+            UnitSavepoint::Bare if !ok => {
+                spread.get_or_insert_with(|| {
+                    Error::unavailable(
+                        DB_UNAVAILABLE,
+                        "a unit of work sharing this transaction failed after writing without \
+                         a savepoint; nothing of the transaction was committed: try again",
+                    )
+                });
+            }
+            _ => {}
         }
         any_ok |= ok;
         events.extend(unit_events);
         finishers.push((ok, finish));
+        // Some failures (a full disk, an I/O error) make SQLite roll back
+        // the whole transaction by itself. The units after it would then
+        // run outside any transaction, each committing on its own: stop.
+        if db.conn.is_autocommit() {
+            spread.get_or_insert_with(|| {
+                Error::unavailable(
+                    DB_UNAVAILABLE,
+                    "the database rolled the write transaction back; nothing of it was \
+                     committed: try again",
+                )
+            });
+            break;
+        }
+    }
+    if let Some(err) = spread {
+        tracing::warn!(error = %err, "every unit in the batch is rolled back");
+        if !db.conn.is_autocommit() {
+            if let Err(e) = control(&db.conn, "ROLLBACK") {
+                tracing::error!(error = %e, "rollback failed");
+            }
+        }
+        // A unit that failed on its own keeps its own error.
+        for (ok, finish) in finishers {
+            finish(ok.then(|| err.clone()));
+        }
+        for job in jobs {
+            let (_, finish, _) = job(Err(err.clone()));
+            finish(None);
+        }
+        return;
     }
     let commit = if single && !any_ok {
         control(&db.conn, "ROLLBACK").map_err(map_err)
