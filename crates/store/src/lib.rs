@@ -677,6 +677,10 @@ impl Store {
                         for e in &events {
                             log::append_deferred(db, now, e);
                         }
+                        if fails && how == TestFailure::Panic {
+                            sql::Db::flush(db).await?;
+                            panic!("a unit of work panics after writing (test)");
+                        }
                         if fails && matches!(how, TestFailure::Write | TestFailure::TrustedWrite) {
                             for _ in 0..2 {
                                 sql::Db::defer(
@@ -1633,4 +1637,7 @@ pub enum TestFailure {
     Read,
     /// The unit's own refusal after a read, before it writes anything.
     Refusal,
+    /// A bug: the unit panics after writing its events (SQLite only; a
+    /// PostgreSQL writer task does not survive a panicking unit).
+    Panic,
 }

@@ -413,6 +413,7 @@ contract!(
                 }
                 TestFailure::Refusal => assert_eq!(err.code, "refused", "{err}"),
                 TestFailure::Read => {}
+                TestFailure::Panic => unreachable!("not among the ways tried here"),
             }
             for (u, outcome) in outcomes.iter().enumerate() {
                 let kind = format!("batch{round}.unit{u}");
@@ -490,6 +491,62 @@ contract!(
         }
     }
 );
+
+#[tokio::test]
+async fn sqlite_a_panicking_unit_rolls_back_its_batch_and_the_writer_serves_on() {
+    // A unit of work that panics (a bug) must not commit half of what it
+    // wrote, nor wedge the single write connection: whether it ran on the
+    // caller's thread (writer idle) or on the writer thread (queued behind
+    // a busy writer), its whole transaction rolls back, every unit of it
+    // is told it failed, and the next writes go through.
+    let db = common::TestDb::new(common::Kind::Sqlite).await;
+    let store = db.open().await;
+    for round in 0..6 {
+        let groups: Vec<Vec<NewEvent>> = (0..3u64)
+            .map(|u| vec![event(&format!("panic{round}.unit{u}"), "T", u)])
+            .collect();
+        // Odd rounds keep the writer busy with other writes meanwhile, so
+        // that the batch may queue for the writer thread instead.
+        let busy: Vec<_> = (0..if round % 2 == 1 { 8 } else { 0 })
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    store
+                        .append_events(vec![event(&format!("busy{round}.{i}"), "T", 9)])
+                        .await
+                })
+            })
+            .collect();
+        let outcomes = store
+            .append_groups_one_failing(groups, 1, TestFailure::Panic)
+            .await;
+        for b in busy {
+            b.await.unwrap().expect("the other writes go through");
+        }
+        match outcomes {
+            Err(e) => assert_eq!(e.code, "internal", "{e}"),
+            Ok(outcomes) => {
+                assert!(outcomes.iter().all(|o| o.is_err()), "{outcomes:?}")
+            }
+        }
+        for u in 0..3 {
+            let filter = EventFilter {
+                kinds: vec![format!("panic{round}.unit{u}")],
+                ..Default::default()
+            };
+            let found = store.read_events(0, &filter, 10).await.unwrap().events;
+            assert!(
+                found.is_empty(),
+                "round {round} unit {u} committed {found:?}"
+            );
+        }
+        store
+            .append_events(vec![event(&format!("after{round}"), "T", 1)])
+            .await
+            .expect("the writer serves on after a panicking unit");
+    }
+    store.close();
+}
 
 #[tokio::test]
 async fn postgres_notifies_commits_only_while_another_node_listens() {
