@@ -495,18 +495,18 @@ contract!(
 #[tokio::test]
 async fn sqlite_a_panicking_unit_rolls_back_its_batch_and_the_writer_serves_on() {
     // A unit of work that panics (a bug) must not commit half of what it
-    // wrote, nor wedge the single write connection: whether it ran on the
-    // caller's thread (writer idle) or on the writer thread (queued behind
-    // a busy writer), its whole transaction rolls back, every unit of it
-    // is told it failed, and the next writes go through.
+    // wrote, nor take the single writer thread down with it: whether its
+    // batch runs alone or together with other callers' writes, its whole
+    // transaction rolls back, every unit of it is told it failed, and the
+    // next writes go through.
     let db = common::TestDb::new(common::Kind::Sqlite).await;
     let store = db.open().await;
     for round in 0..6 {
         let groups: Vec<Vec<NewEvent>> = (0..3u64)
             .map(|u| vec![event(&format!("panic{round}.unit{u}"), "T", u)])
             .collect();
-        // Odd rounds keep the writer busy with other writes meanwhile, so
-        // that the batch may queue for the writer thread instead.
+        // Odd rounds send other writes meanwhile, which the writer may
+        // group into the same transaction.
         let busy: Vec<_> = (0..if round % 2 == 1 { 8 } else { 0 })
             .map(|i| {
                 let store = store.clone();
@@ -520,8 +520,26 @@ async fn sqlite_a_panicking_unit_rolls_back_its_batch_and_the_writer_serves_on()
         let outcomes = store
             .append_groups_one_failing(groups, 1, TestFailure::Panic)
             .await;
-        for b in busy {
-            b.await.unwrap().expect("the other writes go through");
+        // A write that shared the panicking unit's transaction is rolled
+        // back with it and told to try again; the others commit. Either
+        // way, what each is told is what the log holds.
+        for (i, b) in busy.into_iter().enumerate() {
+            let outcome = b.await.unwrap();
+            let filter = EventFilter {
+                kinds: vec![format!("busy{round}.{i}")],
+                ..Default::default()
+            };
+            let found = store.read_events(0, &filter, 10).await.unwrap().events;
+            match outcome {
+                Ok(_) => assert_eq!(found.len(), 1, "busy{round}.{i}: {found:?}"),
+                Err(e) => {
+                    assert_eq!(e.code, "database_unavailable", "{e}");
+                    assert!(
+                        found.is_empty(),
+                        "busy{round}.{i} failed yet wrote {found:?}"
+                    );
+                }
+            }
         }
         match outcomes {
             Err(e) => assert_eq!(e.code, "internal", "{e}"),

@@ -1,10 +1,9 @@
 //! The embedded SQLite store: one file, WAL, one writer thread, a read pool.
 //!
 //! SQLite allows one writer at a time, and several pooled connections that
-//! each begin a write end in "database is locked". So every write goes
-//! through the only write connection. A unit that finds it idle runs at once
-//! on its caller's thread; units that come while it is busy queue for the
-//! writer thread, which takes whatever is queued, runs it in one transaction (each that writes
+//! each begin a write end in "database is locked". So every write goes to a
+//! single thread that owns the only write connection. It takes whatever units
+//! of work are queued, runs them in one transaction (each that writes
 //! without trusting its writes inside its own savepoint, so one failing unit
 //! rolls back alone: see `db::UnitSavepoint`), commits once, and only then
 //! answers the callers. Group commit is what makes many concurrent
@@ -59,65 +58,10 @@ pub(crate) type Published = Arc<dyn CommitSink>;
 
 pub struct SqliteBackend {
     jobs: std::sync::mpsc::Sender<Vec<Job>>,
-    /// The write connection, shared by the writer thread and by callers
-    /// that find it idle (see [`SqliteBackend::write`]).
-    writer: Arc<Writer>,
     /// Dropping this stops the checkpointer thread.
     _checkpointer: std::sync::mpsc::Sender<()>,
     readers: Arc<Mutex<Vec<SqliteDb>>>,
     permits: Arc<Semaphore>,
-}
-
-/// The write connection and what its users share.
-struct Writer {
-    db: Mutex<SqliteDb>,
-    /// Units sent to the writer thread and not yet committed by it.
-    queued: std::sync::atomic::AtomicUsize,
-    publish: Published,
-}
-
-impl Writer {
-    /// The connection, outside any transaction. A unit that panicked on a
-    /// caller's thread leaves the lock poisoned and its transaction open:
-    /// that transaction is rolled back (nothing of it was acknowledged).
-    fn lock(&self) -> std::sync::MutexGuard<'_, SqliteDb> {
-        let guard = self.db.lock().unwrap_or_else(|p| {
-            self.db.clear_poison();
-            p.into_inner()
-        });
-        Self::reset(guard)
-    }
-
-    /// [`Writer::lock`] if nobody holds the connection now.
-    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, SqliteDb>> {
-        match self.db.try_lock() {
-            Ok(guard) => Some(Self::reset(guard)),
-            Err(std::sync::TryLockError::Poisoned(p)) => {
-                self.db.clear_poison();
-                Some(Self::reset(p.into_inner()))
-            }
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-
-    fn reset(guard: std::sync::MutexGuard<'_, SqliteDb>) -> std::sync::MutexGuard<'_, SqliteDb> {
-        if !guard.conn.is_autocommit() {
-            tracing::warn!(
-                "a write transaction was left open by a unit that panicked; rolling it back"
-            );
-            if let Err(e) = guard.conn.execute_batch("ROLLBACK") {
-                tracing::error!(error = %e, "rollback failed");
-            }
-        }
-        guard
-    }
-
-    /// Runs `batch` as one transaction and records it.
-    fn run(&self, db: &mut SqliteDb, batch: Vec<Job>) {
-        let (units, started) = (batch.len(), std::time::Instant::now());
-        run_batch(db, batch, &self.publish);
-        self.publish.batch(units, started.elapsed());
-    }
 }
 
 fn closed() -> Error {
@@ -236,19 +180,12 @@ impl SqliteBackend {
             })
             .map_err(|e| Error::internal(format!("cannot start the checkpoint thread: {e}")))?;
         let (jobs, rx) = std::sync::mpsc::channel::<Vec<Job>>();
-        let writer = Arc::new(Writer {
-            db: Mutex::new(SqliteDb::new(writer)),
-            queued: std::sync::atomic::AtomicUsize::new(0),
-            publish,
-        });
-        let thread_writer = writer.clone();
         std::thread::Builder::new()
             .name("shepherd-sqlite-writer".into())
-            .spawn(move || writer_loop(thread_writer, rx))
+            .spawn(move || writer_loop(SqliteDb::new(writer), rx, publish))
             .map_err(|e| Error::internal(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteBackend {
             jobs,
-            writer,
             _checkpointer: checkpointer,
             readers: Arc::new(Mutex::new(readers)),
             permits: Arc::new(Semaphore::new(READERS)),
@@ -257,39 +194,14 @@ impl SqliteBackend {
 
     /// Runs `f` on the write connection, inside a transaction shared with
     /// other queued units of work, and returns once the commit is durable.
-    ///
-    /// A unit that finds the writer idle (nothing queued, the connection
-    /// free) runs at once on the caller's thread, in a transaction of its
-    /// own: handing it to the writer thread and the answer back costs two
-    /// thread wake-ups, more than a lone SQLite write itself on a small
-    /// machine. Units that arrive while the writer is busy queue for the
-    /// writer thread, which commits them together (group commit).
     pub async fn write<T, F>(&self, f: F) -> Result<T, Error>
     where
         T: Send + 'static,
         F: FnOnce(&mut SqliteDb) -> Result<T, Error> + Send + 'static,
     {
         let (job, rx) = unit_job(f);
-        self.submit(vec![job])?;
+        self.jobs.send(vec![job]).map_err(|_| closed())?;
         rx.await.map_err(|_| abandoned())?
-    }
-
-    /// Runs `jobs` (one transaction) on this thread if the writer is idle,
-    /// else queues them for the writer thread.
-    fn submit(&self, jobs: Vec<Job>) -> Result<(), Error> {
-        use std::sync::atomic::Ordering;
-        if self.writer.queued.load(Ordering::Acquire) == 0 {
-            if let Some(mut db) = self.writer.try_lock() {
-                self.writer.run(&mut db, jobs);
-                return Ok(());
-            }
-        }
-        let n = jobs.len();
-        self.writer.queued.fetch_add(n, Ordering::AcqRel);
-        self.jobs.send(jobs).map_err(|_| {
-            self.writer.queued.fetch_sub(n, Ordering::AcqRel);
-            closed()
-        })
     }
 
     /// Runs every unit of `units`, in order, in one transaction: one that
@@ -307,7 +219,7 @@ impl SqliteBackend {
             return Ok(Vec::new());
         }
         // One message: the writer takes the group whole into one batch.
-        self.submit(jobs)?;
+        self.jobs.send(jobs).map_err(|_| closed())?;
         let mut out = Vec::with_capacity(answers.len());
         for rx in answers {
             out.push(rx.await.map_err(|_| abandoned())?);
@@ -386,7 +298,7 @@ where
     (job, rx)
 }
 
-fn writer_loop(writer: Arc<Writer>, rx: std::sync::mpsc::Receiver<Vec<Job>>) {
+fn writer_loop(mut db: SqliteDb, rx: std::sync::mpsc::Receiver<Vec<Job>>, publish: Published) {
     while let Some(mut batch) = next_job(&rx) {
         // A group sent together stays together, even past MAX_BATCH.
         while batch.len() < MAX_BATCH {
@@ -395,13 +307,9 @@ fn writer_loop(writer: Arc<Writer>, rx: std::sync::mpsc::Receiver<Vec<Job>>) {
                 Err(_) => break,
             }
         }
-        let units = batch.len();
-        writer.run(&mut writer.lock(), batch);
-        // Only now: callers that come while these units wait or run queue
-        // behind them instead of taking the connection first.
-        writer
-            .queued
-            .fetch_sub(units, std::sync::atomic::Ordering::AcqRel);
+        let (units, started) = (batch.len(), std::time::Instant::now());
+        run_batch(&mut db, batch, &publish);
+        publish.batch(units, started.elapsed());
     }
     tracing::debug!("SQLite writer stopped");
 }
@@ -443,8 +351,8 @@ fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
         let Ok((ok, finish, unit_events)) = run else {
             // A bug in the unit. What it wrote cannot be told apart from
             // the rest, so nothing commits; its caller hears of it through
-            // its answer, dropped with the unit ([`abandoned`]). The
-            // connection goes on serving.
+            // its answer, dropped with the unit ([`abandoned`]). The writer
+            // thread goes on serving.
             tracing::error!("a unit of work panicked; its whole transaction is rolled back");
             spread.get_or_insert_with(|| {
                 Error::unavailable(
