@@ -792,9 +792,6 @@ async fn http_count(client: &reqwest::Client, base: &str, state: Option<&str>) -
         .ok_or_else(|| format!("GET /api/v1/tasks: HTTP {status}: {body}").into())
 }
 
-/// Environment for the server: a data directory, quiet logs, and for
-/// PostgreSQL the database and a fresh schema. An empty configuration file in
-/// `dir` keeps any `shepherd.toml` in the working directory out of the way.
 /// The PostgreSQL database and schema a store opened with `config` uses.
 fn pg_of_store(config: &StoreConfig) -> Option<(&str, &str)> {
     Some((config.url.as_str(), config.pg_schema.as_deref()?))
@@ -829,6 +826,9 @@ async fn analyze_seeded(pg: Option<(&str, &str)>) -> BenchResult<()> {
     Ok(())
 }
 
+/// Environment for the server: a data directory, quiet logs, and for
+/// PostgreSQL the database and a fresh schema. An empty configuration file in
+/// `dir` keeps any `shepherd.toml` in the working directory out of the way.
 fn server_vars(dir: &Path, pg: Option<(&str, &str)>) -> BenchResult<HashMap<String, String>> {
     let file = dir.join("shepherd.toml");
     std::fs::write(&file, "")?;
