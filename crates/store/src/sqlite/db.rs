@@ -91,6 +91,25 @@ pub(super) enum UnitSavepoint {
     Bare,
 }
 
+impl UnitSavepoint {
+    /// Before a statement of the unit that writes: opens its savepoint if
+    /// it shares its transaction, has none yet and does not trust its writes.
+    fn before_write(&mut self, conn: &Connection, trusted: bool) -> Result<(), Error> {
+        if *self != UnitSavepoint::NotYet {
+            return Ok(());
+        }
+        if trusted {
+            *self = UnitSavepoint::Bare;
+            return Ok(());
+        }
+        conn.prepare_cached("SAVEPOINT unit")
+            .and_then(|mut s| s.execute([]))
+            .map_err(map_err)?;
+        *self = UnitSavepoint::Open;
+        Ok(())
+    }
+}
+
 impl SqliteDb {
     pub(super) fn new(conn: Connection) -> Self {
         SqliteDb {
@@ -115,22 +134,9 @@ impl SqliteDb {
         };
     }
 
-    /// Before a statement that writes: opens the unit's savepoint if it
-    /// shares its transaction, has none yet and does not trust its writes.
+    /// Before a statement that writes: see [`UnitSavepoint::before_write`].
     fn before_write(&mut self) -> Result<(), Error> {
-        if self.savepoint != UnitSavepoint::NotYet {
-            return Ok(());
-        }
-        if self.trusted {
-            self.savepoint = UnitSavepoint::Bare;
-            return Ok(());
-        }
-        self.conn
-            .prepare_cached("SAVEPOINT unit")
-            .and_then(|mut s| s.execute([]))
-            .map_err(map_err)?;
-        self.savepoint = UnitSavepoint::Open;
-        Ok(())
+        self.savepoint.before_write(&self.conn, self.trusted)
     }
 
     /// The unit's deferred failure, if any: it fails the unit.
@@ -147,14 +153,11 @@ impl SqliteDb {
     }
 
     fn run_query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
-        let sql = translate(sql);
+        let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
         // `INSERT … RETURNING` and the like come through here too.
-        if self.savepoint == UnitSavepoint::NotYet
-            && !self.conn.prepare_cached(&sql).map_err(map_err)?.readonly()
-        {
-            self.before_write()?;
+        if !stmt.readonly() {
+            self.savepoint.before_write(&self.conn, self.trusted)?;
         }
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_err)?;
         let cols = stmt.column_count();
         let mut rows = stmt
             .query(rusqlite::params_from_iter(params.iter()))

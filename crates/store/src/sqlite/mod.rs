@@ -68,6 +68,15 @@ fn closed() -> Error {
     Error::unavailable(DB_UNAVAILABLE, "the store is shut down")
 }
 
+/// Why a whole batch was rolled back, for each of its units that had
+/// succeeded: nothing of the transaction was committed.
+fn rolled_back(why: &str) -> Error {
+    Error::unavailable(
+        DB_UNAVAILABLE,
+        format!("{why}; nothing of the transaction was committed: try again"),
+    )
+}
+
 /// A queued unit is always run, even while the store closes; its answer
 /// is lost only if the unit panicked, which rolled back its transaction.
 fn abandoned() -> Error {
@@ -355,11 +364,7 @@ fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
             // thread goes on serving.
             tracing::error!("a unit of work panicked; its whole transaction is rolled back");
             spread.get_or_insert_with(|| {
-                Error::unavailable(
-                    DB_UNAVAILABLE,
-                    "a unit of work sharing this transaction failed unexpectedly; nothing of \
-                     the transaction was committed: try again",
-                )
+                rolled_back("a unit of work sharing this transaction failed unexpectedly")
             });
             break;
         };
@@ -377,10 +382,9 @@ fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
             }
             UnitSavepoint::Bare if !ok => {
                 spread.get_or_insert_with(|| {
-                    Error::unavailable(
-                        DB_UNAVAILABLE,
-                        "a unit of work sharing this transaction failed after writing without \
-                         a savepoint; nothing of the transaction was committed: try again",
+                    rolled_back(
+                        "a unit of work sharing this transaction failed after writing \
+                         without a savepoint",
                     )
                 });
             }
@@ -394,11 +398,7 @@ fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
         // run outside any transaction, each committing on its own: stop.
         if db.conn.is_autocommit() {
             spread.get_or_insert_with(|| {
-                Error::unavailable(
-                    DB_UNAVAILABLE,
-                    "the database rolled the write transaction back; nothing of it was \
-                     committed: try again",
-                )
+                rolled_back("the database rolled the write transaction back by itself")
             });
             break;
         }
