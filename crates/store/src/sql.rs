@@ -402,6 +402,15 @@ pub(crate) trait CommitSink: Send + Sync + 'static {
 
 /// Error codes for database failures that are not the client's fault.
 pub(crate) const DB_UNAVAILABLE: &str = "database_unavailable";
+
+/// What the caller of a unit of work that panicked is told. The panic is a
+/// bug in the unit; both writers contain it: what the unit wrote is rolled
+/// back and the writer goes on serving the other callers.
+pub(crate) fn unit_panicked() -> shepherd_core::Error {
+    shepherd_core::Error::internal(
+        "the write failed unexpectedly and was rolled back (see the server log)",
+    )
+}
 /// A uniqueness or foreign-key rule of the schema refused the write.
 pub const CONSTRAINT_VIOLATION: &str = "constraint_violation";
 

@@ -492,79 +492,120 @@ contract!(
     }
 );
 
-#[tokio::test]
-async fn sqlite_a_panicking_unit_rolls_back_its_batch_and_the_writer_serves_on() {
-    // A unit of work that panics (a bug) must not commit half of what it
-    // wrote, nor take the single writer thread down with it: whether its
-    // batch runs alone or together with other callers' writes, its whole
-    // transaction rolls back, every unit of it is told it failed, and the
-    // next writes go through.
-    let db = common::TestDb::new(common::Kind::Sqlite).await;
-    let store = db.open().await;
-    for round in 0..6 {
-        let groups: Vec<Vec<NewEvent>> = (0..3u64)
-            .map(|u| vec![event(&format!("panic{round}.unit{u}"), "T", u)])
-            .collect();
-        // Odd rounds send other writes meanwhile, which the writer may
-        // group into the same transaction.
-        let busy: Vec<_> = (0..if round % 2 == 1 { 8 } else { 0 })
-            .map(|i| {
+contract!(
+    a_panicking_unit_rolls_back_and_the_writer_serves_on,
+    |db: TestDb| async move {
+        // A unit of work that panics (a bug) must not commit half of what
+        // it wrote, nor take the writer (SQLite's thread, PostgreSQL's task
+        // or the caller running it inline) down with it: whether its batch
+        // runs alone or together with other callers' writes, nothing of it
+        // commits, its caller is told `internal`, every other unit is told
+        // what the log holds, and the next writes go through.
+        let store = db.open().await;
+        for round in 0..6 {
+            let groups: Vec<Vec<NewEvent>> = (0..3u64)
+                .map(|u| vec![event(&format!("panic{round}.unit{u}"), "T", u)])
+                .collect();
+            // Odd rounds send other writes meanwhile, which the writer may
+            // group into the same transaction.
+            let busy: Vec<_> = (0..if round % 2 == 1 { 8 } else { 0 })
+                .map(|i| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        store
+                            .append_events(vec![event(&format!("busy{round}.{i}"), "T", 9)])
+                            .await
+                    })
+                })
+                .collect();
+            // And a lone panicking write, which a busy writer runs on its
+            // own task (or thread) rather than on this caller's.
+            let lone = {
                 let store = store.clone();
+                let group = vec![vec![event(&format!("panic{round}.lone"), "T", 7)]];
                 tokio::spawn(async move {
                     store
-                        .append_events(vec![event(&format!("busy{round}.{i}"), "T", 9)])
+                        .append_groups_one_failing(group, 0, TestFailure::Panic)
                         .await
                 })
-            })
-            .collect();
-        let outcomes = store
-            .append_groups_one_failing(groups, 1, TestFailure::Panic)
-            .await;
-        // A write that shared the panicking unit's transaction is rolled
-        // back with it and told to try again; the others commit. Either
-        // way, what each is told is what the log holds.
-        for (i, b) in busy.into_iter().enumerate() {
-            let outcome = b.await.unwrap();
-            let filter = EventFilter {
-                kinds: vec![format!("busy{round}.{i}")],
-                ..Default::default()
             };
-            let found = store.read_events(0, &filter, 10).await.unwrap().events;
-            match outcome {
-                Ok(_) => assert_eq!(found.len(), 1, "busy{round}.{i}: {found:?}"),
-                Err(e) => {
+            let outcomes = store
+                .append_groups_one_failing(groups, 1, TestFailure::Panic)
+                .await;
+            // `failed`: the error the unit's caller was told, if any.
+            let told_committed = |kind: String, failed: Option<String>| {
+                let store = store.clone();
+                async move {
+                    let filter = EventFilter {
+                        kinds: vec![kind.clone()],
+                        ..Default::default()
+                    };
+                    let found = store.read_events(0, &filter, 10).await.unwrap().events;
+                    match failed {
+                        None => assert_eq!(found.len(), 1, "{kind}: {found:?}"),
+                        Some(e) => {
+                            assert!(found.is_empty(), "{kind} failed ({e}) yet wrote {found:?}")
+                        }
+                    }
+                }
+            };
+            // A write that shared the panicking unit's transaction is
+            // either rolled back with it and told to try again, or (behind
+            // a savepoint of its own) committed.
+            for (i, b) in busy.into_iter().enumerate() {
+                let outcome = b.await.unwrap().map(|_| ());
+                if let Err(e) = &outcome {
                     assert_eq!(e.code, "database_unavailable", "{e}");
-                    assert!(
-                        found.is_empty(),
-                        "busy{round}.{i} failed yet wrote {found:?}"
-                    );
+                }
+                told_committed(
+                    format!("busy{round}.{i}"),
+                    outcome.err().map(|e| e.to_string()),
+                )
+                .await;
+            }
+            // A panicking unit's caller is told `internal` if the unit ran,
+            // or "try again" if the batch it shared had already been rolled
+            // back for the other panicking unit: at least one of them ran.
+            let mut panic_codes = Vec::new();
+            let lone = lone
+                .await
+                .expect("the lone panicking write's caller is told");
+            let lone_error = match &lone {
+                Ok(outcomes) => outcomes[0].as_ref().expect_err("the lone unit failed"),
+                Err(e) => e,
+            };
+            panic_codes.push(lone_error.code);
+            told_committed(format!("panic{round}.lone"), Some(lone_error.to_string())).await;
+            match outcomes {
+                Err(e) => panic_codes.push(e.code),
+                Ok(outcomes) => {
+                    assert_eq!(outcomes.len(), 3);
+                    let err = outcomes[1].as_ref().expect_err("the panicking unit failed");
+                    panic_codes.push(err.code);
+                    for (u, outcome) in outcomes.iter().enumerate() {
+                        if let (Err(e), true) = (outcome, u != 1) {
+                            assert_eq!(e.code, "database_unavailable", "{e}");
+                        }
+                        let failed = outcome.as_ref().err().map(|e| e.to_string());
+                        told_committed(format!("panic{round}.unit{u}"), failed).await;
+                    }
                 }
             }
-        }
-        match outcomes {
-            Err(e) => assert_eq!(e.code, "internal", "{e}"),
-            Ok(outcomes) => {
-                assert!(outcomes.iter().all(|o| o.is_err()), "{outcomes:?}")
-            }
-        }
-        for u in 0..3 {
-            let filter = EventFilter {
-                kinds: vec![format!("panic{round}.unit{u}")],
-                ..Default::default()
-            };
-            let found = store.read_events(0, &filter, 10).await.unwrap().events;
             assert!(
-                found.is_empty(),
-                "round {round} unit {u} committed {found:?}"
+                panic_codes
+                    .iter()
+                    .all(|c| matches!(*c, "internal" | "database_unavailable"))
+                    && panic_codes.contains(&"internal"),
+                "round {round}: {panic_codes:?}"
             );
+            store
+                .append_events(vec![event(&format!("after{round}"), "T", 1)])
+                .await
+                .expect("the writer serves on after a panicking unit");
         }
-        store
-            .append_events(vec![event(&format!("after{round}"), "T", 1)])
-            .await
-            .expect("the writer serves on after a panicking unit");
+        store.close();
     }
-    store.close();
-}
+);
 
 #[tokio::test]
 async fn postgres_notifies_commits_only_while_another_node_listens() {

@@ -245,6 +245,12 @@ impl UnitTrace {
     pub(super) fn has_savepoint(&self) -> bool {
         Self::get(&self.savepoint)
     }
+    /// The unit panicked part-way: what it sent, and whether that
+    /// succeeded, is unknown. Only its savepoint, if it has one, or
+    /// rolling back everything undoes it.
+    pub(super) fn panicked(&self) {
+        Self::set(&self.bare_write)
+    }
     /// Whether a failure of the unit left writes, or an aborted
     /// transaction, that only rolling back everything can undo.
     pub(super) fn failure_spreads(&self) -> bool {

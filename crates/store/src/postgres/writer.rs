@@ -24,11 +24,13 @@
 //! ignores it, and only while other nodes are present: see `delivery`)
 //! tells the other nodes, whose pumps then read the log.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use shepherd_core::Error;
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -246,10 +248,25 @@ where
         Box::pin(async move {
             let result = match db {
                 // Deferred writes belong to the unit: it succeeds only if they do.
-                Ok(mut db) => match f(&mut db).await {
-                    Ok(v) => db.end_unit().await.map(|_| v),
-                    Err(e) => Err(e),
-                },
+                Ok(mut db) => {
+                    let trace = db.trace();
+                    match AssertUnwindSafe(f(&mut db)).catch_unwind().await {
+                        Ok(Ok(v)) => db.end_unit().await.map(|_| v),
+                        Ok(Err(e)) => Err(e),
+                        // A bug in the unit. Caught here, it neither ends
+                        // the writer task (every later write would find the
+                        // store shut down) nor unwinds a caller that runs
+                        // the writer inline with the connection mid-batch.
+                        // The writer rolls back what the unit sent.
+                        Err(_) => {
+                            tracing::error!(
+                                "a unit of work panicked; what it wrote is rolled back"
+                            );
+                            trace.panicked();
+                            Err(crate::sql::unit_panicked())
+                        }
+                    }
+                }
                 Err(e) => Err(e),
             };
             let ok = result.is_ok();

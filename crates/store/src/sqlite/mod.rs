@@ -80,7 +80,7 @@ fn rolled_back(why: &str) -> Error {
 /// A queued unit is always run, even while the store closes; its answer
 /// is lost only if the unit panicked, which rolled back its transaction.
 fn abandoned() -> Error {
-    Error::internal("the write failed unexpectedly and was rolled back (see the server log)")
+    crate::sql::unit_panicked()
 }
 
 /// Turns off SQLite's memory statistics, process-wide, before its first
