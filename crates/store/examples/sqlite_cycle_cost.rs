@@ -8,6 +8,10 @@
 //! cargo run --release -p shepherd-store --example sqlite_cycle_cost -- [CYCLES] [WORKERS]
 //! ```
 //!
+//! It then lists the writer's time per cycle statement by statement
+//! (`Store::start_statement_costs`), transaction control included: `COMMIT`
+//! is where SQLite writes the WAL frames of the group commit.
+//!
 //! The database is a new file in a temporary directory, removed at the end.
 //! Bytes and calls come from `/proc/self/io` (`wchar`, `syscw`), so they
 //! cover every thread of this process: the writer, the checkpointer, and
@@ -44,12 +48,14 @@ async fn main() -> R<()> {
     common::seed(&store, workers, per).await?;
 
     let stats0 = store.writer_stats();
+    store.start_statement_costs();
     let io0 = written()?;
     let elapsed = common::run_cycles(&store, workers, per)
         .await?
         .as_secs_f64();
     let io1 = written()?;
     let stats1 = store.writer_stats();
+    let statements = store.stop_statement_costs();
     store.close();
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
@@ -75,5 +81,20 @@ async fn main() -> R<()> {
         (io1.0 - io0.0) as f64 / 1024.0 / done,
         (io1.1 - io0.1) as f64 / done
     );
+    let timed: f64 = statements.iter().map(|s| s.time.as_secs_f64()).sum();
+    println!(
+        "the writer's statements: {:.0} µs per cycle; the costliest:",
+        timed * 1e6 / done
+    );
+    for s in statements.iter().take(12) {
+        let sql: String = s.sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        let sql: String = sql.chars().take(72).collect();
+        println!(
+            "  {:>6.1} µs/cycle {:>5.2} calls/cycle {:>6.1} µs each  {sql}",
+            s.time.as_secs_f64() * 1e6 / done,
+            s.calls as f64 / done,
+            s.time.as_secs_f64() * 1e6 / s.calls as f64,
+        );
+    }
     Ok(())
 }

@@ -87,6 +87,8 @@ pub(crate) struct Hub {
     render: OnceLock<FrameRenderer>,
     /// The writer's batch sizes and commit times (it already holds the hub).
     pub(crate) writer_stats: crate::writer_stats::WriterStats,
+    /// The SQLite writer's time per statement, when asked for.
+    pub(crate) statement_costs: crate::statement_costs::StatementCosts,
 }
 
 impl Hub {
@@ -98,6 +100,7 @@ impl Hub {
             last: std::sync::Mutex::new(None),
             render: OnceLock::new(),
             writer_stats: Default::default(),
+            statement_costs: Default::default(),
         }
     }
 

@@ -23,7 +23,10 @@ pub mod ops;
 mod postgres;
 pub mod sql;
 mod sqlite;
+mod statement_costs;
 pub mod writer_stats;
+
+pub use statement_costs::StatementCost;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -163,6 +166,9 @@ impl sql::CommitSink for hub::Hub {
     }
     fn wake(&self) {
         self.wake.notify_one();
+    }
+    fn statement_costs(&self) -> Option<&statement_costs::StatementCosts> {
+        Some(&self.statement_costs)
     }
 }
 
@@ -808,6 +814,19 @@ impl Store {
     /// The writer's batch sizes and commit times so far.
     pub fn writer_stats(&self) -> writer_stats::WriterSnapshot {
         self.hub().writer_stats.snapshot()
+    }
+
+    /// Starts timing every statement the SQLite writer runs, per SQL text
+    /// (see [`statement_costs`](crate::statement_costs)); a PostgreSQL
+    /// store records nothing.
+    pub fn start_statement_costs(&self) {
+        self.hub().statement_costs.start()
+    }
+
+    /// Stops the timing [`Store::start_statement_costs`] started and
+    /// returns what each statement cost, the costliest first.
+    pub fn stop_statement_costs(&self) -> Vec<StatementCost> {
+        self.hub().statement_costs.stop()
     }
 
     /// A live, gap-free reader starting after `cursor`.

@@ -398,6 +398,10 @@ pub(crate) trait CommitSink: Send + Sync + 'static {
     fn batch(&self, units: usize, took: std::time::Duration);
     /// Another node committed (PostgreSQL): the log has news to read.
     fn wake(&self);
+    /// Where the SQLite writer times its statements, if anywhere.
+    fn statement_costs(&self) -> Option<&crate::statement_costs::StatementCosts> {
+        None
+    }
 }
 
 /// Error codes for database failures that are not the client's fault.

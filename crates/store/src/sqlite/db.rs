@@ -63,6 +63,8 @@ pub struct SqliteDb {
     pub(super) savepoint: UnitSavepoint,
     /// The unit called [`Db::trust_deferred_writes`].
     trusted: bool,
+    /// The writer's: where it times its statements when asked to.
+    sink: Option<super::Published>,
 }
 
 /// The savepoint of a unit of work that shares its transaction with
@@ -118,7 +120,36 @@ impl SqliteDb {
             events: Vec::new(),
             savepoint: UnitSavepoint::Alone,
             trusted: false,
+            sink: None,
         }
+    }
+
+    /// The writer's connection: its statements are timed while the
+    /// store's statement tally is on (see `statement_costs`).
+    pub(super) fn timed_by(mut self, sink: super::Published) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    fn timer(&self) -> Option<std::time::Instant> {
+        self.sink.as_ref()?.statement_costs()?.started()
+    }
+
+    fn timed(&self, sql: &str, since: Option<std::time::Instant>) {
+        if let (Some(since), Some(costs)) =
+            (since, self.sink.as_ref().and_then(|s| s.statement_costs()))
+        {
+            costs.record(sql, since);
+        }
+    }
+
+    /// Runs a transaction-control statement through the statement cache (it
+    /// is run for every unit of work; parsing it each time shows in profiles).
+    pub(super) fn control(&self, sql: &str) -> Result<(), rusqlite::Error> {
+        let since = self.timer();
+        let result = self.conn.prepare_cached(sql)?.execute([]).map(|_| ());
+        self.timed(sql, since);
+        result
     }
 
     /// Forgets what an earlier unit left (a deferred failure, its events,
@@ -153,6 +184,13 @@ impl SqliteDb {
     }
 
     fn run_query(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
+        let since = self.timer();
+        let rows = self.run_query_untimed(sql, params);
+        self.timed(sql, since);
+        rows
+    }
+
+    fn run_query_untimed(&mut self, sql: &str, params: Vec<Value>) -> Result<Vec<Row>, Error> {
         let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
         // `INSERT … RETURNING` and the like come through here too.
         if !stmt.readonly() {
@@ -180,6 +218,13 @@ impl SqliteDb {
     }
 
     fn run_execute(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
+        let since = self.timer();
+        let n = self.run_execute_untimed(sql, params);
+        self.timed(sql, since);
+        n
+    }
+
+    fn run_execute_untimed(&mut self, sql: &str, params: Vec<Value>) -> Result<u64, Error> {
         self.before_write()?;
         let mut stmt = self.conn.prepare_cached(&translate(sql)).map_err(map_err)?;
         let n = stmt

@@ -191,7 +191,10 @@ impl SqliteBackend {
         let (jobs, rx) = std::sync::mpsc::channel::<Vec<Job>>();
         std::thread::Builder::new()
             .name("shepherd-sqlite-writer".into())
-            .spawn(move || writer_loop(SqliteDb::new(writer), rx, publish))
+            .spawn(move || {
+                let db = SqliteDb::new(writer).timed_by(publish.clone());
+                writer_loop(db, rx, publish)
+            })
             .map_err(|e| Error::internal(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteBackend {
             jobs,
@@ -263,9 +266,9 @@ impl SqliteBackend {
                 .ok_or_else(|| Error::internal("reader pool empty"))?;
             let result = (|| {
                 db.begin_unit(false);
-                control(&db.conn, "BEGIN").map_err(map_err)?;
+                db.control("BEGIN").map_err(map_err)?;
                 let r = f(&mut db);
-                let end = control(&db.conn, "COMMIT").map_err(map_err);
+                let end = db.control("COMMIT").map_err(map_err);
                 let r = r?;
                 end?;
                 Ok(r)
@@ -330,14 +333,8 @@ fn next_job(rx: &std::sync::mpsc::Receiver<Vec<Job>>) -> Option<Vec<Job>> {
     rx.recv().ok()
 }
 
-/// Runs a transaction-control statement through the statement cache (it is
-/// run for every unit of work; parsing it each time shows in profiles).
-fn control(conn: &Connection, sql: &str) -> Result<(), rusqlite::Error> {
-    conn.prepare_cached(sql)?.execute([]).map(|_| ())
-}
-
 fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
-    if let Err(e) = control(&db.conn, "BEGIN IMMEDIATE") {
+    if let Err(e) = db.control("BEGIN IMMEDIATE") {
         let err = map_err(e);
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in batch {
@@ -371,10 +368,10 @@ fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
         match db.savepoint {
             UnitSavepoint::Open => {
                 let end = if ok {
-                    control(&db.conn, "RELEASE unit")
+                    db.control("RELEASE unit")
                 } else {
-                    control(&db.conn, "ROLLBACK TO unit")
-                        .and_then(|_| control(&db.conn, "RELEASE unit"))
+                    db.control("ROLLBACK TO unit")
+                        .and_then(|_| db.control("RELEASE unit"))
                 };
                 if let Err(e) = end {
                     spread.get_or_insert(map_err(e));
@@ -406,7 +403,7 @@ fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
     if let Some(err) = spread {
         tracing::warn!(error = %err, "every unit in the batch is rolled back");
         if !db.conn.is_autocommit() {
-            if let Err(e) = control(&db.conn, "ROLLBACK") {
+            if let Err(e) = db.control("ROLLBACK") {
                 tracing::error!(error = %e, "rollback failed");
             }
         }
@@ -421,9 +418,9 @@ fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
         return;
     }
     let commit = if single && !any_ok {
-        control(&db.conn, "ROLLBACK").map_err(map_err)
+        db.control("ROLLBACK").map_err(map_err)
     } else {
-        control(&db.conn, "COMMIT").map_err(map_err)
+        db.control("COMMIT").map_err(map_err)
     };
     match commit {
         Ok(()) => {
