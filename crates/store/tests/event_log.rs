@@ -658,6 +658,76 @@ async fn postgres_notifies_commits_only_while_another_node_listens() {
     second.close();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_readers_joining_nodes_nobody_listened_to_miss_nothing() {
+    // Two nodes write at once, so each node's commits rarely follow the
+    // last event it published, and readers come and go on both nodes, each
+    // from where the last one left, so that each node spends stretches with
+    // nobody listening. Every reader must get every event after its cursor
+    // exactly once, in order: what it backfills, then what both nodes commit
+    // while it listens (the other node's events reach it only through its
+    // node's pump).
+    let db = TestDb::new(Kind::Postgres).await;
+    let nodes = [db.open().await, db.open().await];
+    let writers: Vec<_> = (0..4usize)
+        .map(|w| {
+            let node = nodes[w % 2].clone();
+            tokio::spawn(async move {
+                for i in 0..150u64 {
+                    node.append_events(vec![event("test.mixed", &format!("W{w}"), i)])
+                        .await
+                        .unwrap();
+                    if i % 10 == 0 {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut cursor = 0;
+    let mut round = 0;
+    loop {
+        let writing = writers.iter().any(|w| !w.is_finished());
+        // Nobody listens on either node for a while.
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        let node = &nodes[round % 2];
+        let mut tail = node.tail(cursor, EventFilter::default());
+        let mut got = Vec::new();
+        let mut until = cursor;
+        for wait in [0, 20] {
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            until = node.head().await.unwrap();
+            while until > cursor && got.last().is_none_or(|s| *s < until) {
+                match tokio::time::timeout(Duration::from_secs(10), tail.next()).await {
+                    Ok(Ok(TailItem::Event(e))) => got.push(e.seq),
+                    other => panic!("round {round}: after {:?}: {other:?}", got.last()),
+                }
+            }
+        }
+        drop(tail);
+        let want: Vec<i64> = nodes[0]
+            .read_events(cursor, &EventFilter::default(), 100_000)
+            .await
+            .unwrap()
+            .events
+            .iter()
+            .map(|e| e.seq)
+            .take_while(|s| *s <= until)
+            .collect();
+        assert_eq!(got, want, "round {round}, from {cursor}");
+        cursor = cursor.max(until);
+        round += 1;
+        if !writing {
+            break;
+        }
+    }
+    assert_eq!(cursor, nodes[0].head().await.unwrap());
+    assert!(round >= 3, "the writers ended before readers came and went");
+    for n in nodes {
+        n.close();
+    }
+}
+
 #[tokio::test]
 async fn postgres_plain_appends_wait_for_an_earlier_open_transaction() {
     // A node alone on its database may send a plain append as one statement
