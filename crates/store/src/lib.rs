@@ -651,8 +651,8 @@ impl Store {
 
     /// Appends each group of `groups` as a unit of work of its own, all in
     /// one batch (one transaction on PostgreSQL; a single group is a lone
-    /// write); unit `failing` fails as `how` says. Tests use it to check that whatever each unit is told
-    /// matches what was committed.
+    /// write); unit `failing` fails as `how` says. Tests use it to check
+    /// that whatever each unit is told matches what was committed.
     #[doc(hidden)]
     pub async fn append_groups_one_failing(
         &self,
@@ -817,8 +817,8 @@ impl Store {
     }
 
     /// Starts timing every statement the SQLite writer runs, per SQL text
-    /// (see [`statement_costs`](crate::statement_costs)); a PostgreSQL
-    /// store records nothing.
+    /// (see `store/src/statement_costs.rs`); a PostgreSQL store records
+    /// nothing.
     pub fn start_statement_costs(&self) {
         self.hub().statement_costs.start()
     }

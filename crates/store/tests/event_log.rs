@@ -721,6 +721,9 @@ async fn postgres_readers_joining_nodes_nobody_listened_to_miss_nothing() {
             break;
         }
     }
+    for w in writers {
+        w.await.expect("every write of both nodes succeeded");
+    }
     assert_eq!(cursor, nodes[0].head().await.unwrap());
     assert!(round >= 3, "the writers ended before readers came and went");
     for n in nodes {

@@ -77,12 +77,6 @@ fn rolled_back(why: &str) -> Error {
     )
 }
 
-/// A queued unit is always run, even while the store closes; its answer
-/// is lost only if the unit panicked, which rolled back its transaction.
-fn abandoned() -> Error {
-    crate::sql::unit_panicked()
-}
-
 /// Turns off SQLite's memory statistics, process-wide, before its first
 /// connection opens. They cost a global mutex on every allocation SQLite
 /// makes, and Shepherd never reads them. (Called later, after SQLite has
@@ -213,7 +207,9 @@ impl SqliteBackend {
     {
         let (job, rx) = unit_job(f);
         self.jobs.send(vec![job]).map_err(|_| closed())?;
-        rx.await.map_err(|_| abandoned())?
+        // A queued unit is always run, even while the store closes; its
+        // answer is lost only if the unit panicked, which rolled it back.
+        rx.await.map_err(|_| crate::sql::unit_panicked())?
     }
 
     /// Runs every unit of `units`, in order, in one transaction: one that
@@ -234,7 +230,7 @@ impl SqliteBackend {
         self.jobs.send(jobs).map_err(|_| closed())?;
         let mut out = Vec::with_capacity(answers.len());
         for rx in answers {
-            out.push(rx.await.map_err(|_| abandoned())?);
+            out.push(rx.await.map_err(|_| crate::sql::unit_panicked())?);
         }
         Ok(out)
     }
@@ -357,7 +353,7 @@ fn run_batch(db: &mut SqliteDb, batch: Vec<Job>, publish: &Published) {
         let Ok((ok, finish, unit_events)) = run else {
             // A bug in the unit. What it wrote cannot be told apart from
             // the rest, so nothing commits; its caller hears of it through
-            // its answer, dropped with the unit ([`abandoned`]). The writer
+            // its answer, dropped with the unit (`sql::unit_panicked`). The writer
             // thread goes on serving.
             tracing::error!("a unit of work panicked; its whole transaction is rolled back");
             spread.get_or_insert_with(|| {
