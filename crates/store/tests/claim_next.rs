@@ -383,9 +383,12 @@ contract!(
     claim_next_waits_for_run_at_and_takes_retries,
     |db: TestDb| async move {
         let store = db.open().await;
+        // The store's clock, moved by the test instead of waiting.
+        let t0 = shepherd_store::now_ms();
+        store.set_clock(Some(t0));
         register(&store, "w", "default", &[], 2).await;
         let mut later = task("LATER", 9);
-        later.run_at = Some(shepherd_store::now_ms() + 3_600_000);
+        later.run_at = Some(t0 + 3_600_000);
         store.create_task(later).await.unwrap();
         let mut flaky = task("FLAKY", 1);
         flaky.max_attempts = Some(2);
@@ -415,15 +418,17 @@ contract!(
             "{r:?}"
         );
         // Re-queued, but not before its backoff; then claimed again.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let again = loop {
-            let g = store.claim_next("w", 1, rules()).await.unwrap();
-            if let Some(g) = g.into_iter().next() {
-                break g;
-            }
-            assert!(std::time::Instant::now() < deadline, "the retry never came");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let run_at = match &r[0] {
+            Ok(Applied::Moved { task, .. }) => task.run_at.expect("a retry waits for its run_at"),
+            other => panic!("{other:?}"),
         };
+        assert!(run_at > t0, "a backoff of at least 100 ms");
+        store.set_clock(Some(run_at - 1));
+        assert!(store.claim_next("w", 1, rules()).await.unwrap().is_empty());
+        store.set_clock(Some(run_at));
+        let again = store.claim_next("w", 1, rules()).await.unwrap();
+        assert_eq!(again.len(), 1, "the retry is claimed at its run_at");
+        let again = again.into_iter().next().unwrap();
         assert_eq!(again.task.vtid, "FLAKY");
         assert_eq!(again.task.attempts, 2);
         let (later, _) = store.task("LATER", 0).await.unwrap();

@@ -2,10 +2,12 @@
 //! after its backoff as a new run, a cancel is never retried, exhausted
 //! attempts end `failed` with every reason, a lost claim uses an attempt,
 //! and a task is not claimable before its `run_at`.
+//!
+//! Time is the store's own clock, fixed at [`T0`] and moved by the tests
+//! (`Store::set_clock`): a backoff or a lease runs out exactly when the
+//! test says, and no test sleeps.
 
 mod common;
-
-use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use shepherd_core::event::EventFilter;
@@ -14,6 +16,16 @@ use shepherd_core::retry::RetryBackoff;
 use shepherd_store::{Applied, Grant, LeaseRules, NewTask, Registration, RunFilter, Store};
 
 use common::TestDb;
+
+/// Where every test's clock starts (2026-01-01T00:00:00Z).
+const T0: i64 = 1_767_225_600_000;
+
+/// A store whose clock stands at [`T0`] until a test moves it.
+async fn open_at_t0(db: &TestDb) -> Store {
+    let store = db.open().await;
+    store.set_clock(Some(T0));
+    store
+}
 
 fn rules() -> LeaseRules {
     LeaseRules {
@@ -72,18 +84,40 @@ async fn report(store: &Store, g: &Grant, event: &str, message: &str, metadata: 
     }
 }
 
-/// Claims `vtid` as soon as it is due, polling with a deadline.
+/// Moves the clock to `vtid`'s `run_at` and claims it there; one
+/// millisecond earlier it is refused as not due.
 async fn claim_when_due(store: &Store, worker: &str, vtid: &str) -> Grant {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match store.claim_task(worker, vtid, rules()).await {
-            Ok(g) => return g,
-            Err(e) if e.code == "task_not_due" && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("claim of {vtid}: {e:?}"),
-        }
-    }
+    let (d, _) = store.task(vtid, 0).await.unwrap();
+    let run_at = d
+        .task
+        .run_at
+        .expect("a task waiting for its retry has a run_at");
+    store.set_clock(Some(run_at - 1));
+    let early = store.claim_task(worker, vtid, rules()).await.unwrap_err();
+    assert_eq!(
+        early.code, "task_not_due",
+        "{vtid} claimed before its run_at"
+    );
+    store.set_clock(Some(run_at));
+    store
+        .claim_task(worker, vtid, rules())
+        .await
+        .unwrap_or_else(|e| panic!("claim of {vtid} at its run_at: {e:?}"))
+}
+
+/// Moves the clock past the heartbeat timeout of a worker last heard from
+/// at `last_heard` and sweeps: the claim it held expires then, not a
+/// millisecond earlier.
+async fn expire_claims(store: &Store, last_heard: i64) {
+    let timeout = rules().heartbeat_timeout_ms;
+    store.set_clock(Some(last_heard + timeout));
+    assert_eq!(
+        store.sweep(rules()).await.unwrap().expired,
+        0,
+        "expired early"
+    );
+    store.set_clock(Some(last_heard + timeout + 1));
+    assert_eq!(store.sweep(rules()).await.unwrap().expired, 1);
 }
 
 async fn count_events(store: &Store, vtid: &str, kind: &str) -> usize {
@@ -117,7 +151,7 @@ async fn runs_of(store: &Store, vtid: &str) -> Vec<shepherd_core::model::Run> {
 }
 
 contract!(fails_first_succeeds_second, |db: TestDb| async move {
-    let store = db.open().await;
+    let store = open_at_t0(&db).await;
     register(&store, "w1").await;
     store.create_task(task("R-1", Some(2), 300)).await.unwrap();
     let g1 = store.claim_task("w1", "R-1", rules()).await.unwrap();
@@ -159,7 +193,7 @@ contract!(fails_first_succeeds_second, |db: TestDb| async move {
 });
 
 contract!(cancelled_is_not_retried, |db: TestDb| async move {
-    let store = db.open().await;
+    let store = open_at_t0(&db).await;
     register(&store, "w1").await;
     store.create_task(task("R-2", Some(3), 0)).await.unwrap();
     let g = store.claim_task("w1", "R-2", rules()).await.unwrap();
@@ -188,7 +222,7 @@ contract!(cancelled_is_not_retried, |db: TestDb| async move {
 contract!(
     exhausted_attempts_fail_with_every_reason,
     |db: TestDb| async move {
-        let store = db.open().await;
+        let store = open_at_t0(&db).await;
         register(&store, "w1").await;
         store.create_task(task("R-4", Some(2), 0)).await.unwrap();
         let g = store.claim_task("w1", "R-4", rules()).await.unwrap();
@@ -242,41 +276,34 @@ contract!(
 );
 
 contract!(lost_claim_uses_an_attempt, |db: TestDb| async move {
-    let store = db.open().await;
+    let store = open_at_t0(&db).await;
     register(&store, "w1").await;
     store.create_task(task("R-6", Some(2), 0)).await.unwrap();
     store.claim_task("w1", "R-6", rules()).await.unwrap();
-    let short = LeaseRules {
-        heartbeat_timeout_ms: 1,
-        ..rules()
-    };
-    // The worker is silent beyond 1 ms; poll the sweeper until it sees it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.sweep(short).await.unwrap().expired == 0 {
-        assert!(Instant::now() < deadline, "claim never expired");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // The worker falls silent after its claim.
+    expire_claims(&store, T0).await;
     let (d, _) = store.task("R-6", 10).await.unwrap();
     assert_eq!(d.task.state, "pending");
     assert_eq!(d.task.failures.len(), 1);
     assert!(d.task.failures[0].reason.starts_with("claim lost"));
     assert_eq!(count_events(&store, "R-6", "task.retry_scheduled").await, 1);
-    // The second attempt loses its claim too: attempts are used up.
+    // The worker comes back, claims the second attempt and falls silent
+    // again: that attempt is lost too, and attempts are used up.
+    let (d, _) = store.task("R-6", 0).await.unwrap();
+    let back = d.task.run_at.expect("the retry waits for its run_at");
+    store.set_clock(Some(back));
+    store.heartbeat("w1", rules()).await.unwrap();
     claim_when_due(&store, "w1", "R-6").await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.sweep(short).await.unwrap().expired == 0 {
-        assert!(Instant::now() < deadline, "claim never expired");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    expire_claims(&store, back).await;
     let (d, _) = store.task("R-6", 10).await.unwrap();
     assert_eq!(d.task.state, "failed");
     assert_eq!(d.task.failures.len(), 2);
 });
 
 contract!(delayed_task_waits_for_run_at, |db: TestDb| async move {
-    let store = db.open().await;
+    let store = open_at_t0(&db).await;
     register(&store, "w1").await;
-    let run_at = shepherd_store::now_ms() + 400;
+    let run_at = T0 + 400;
     let mut t = task("R-7", None, 0);
     t.retry_backoff = None;
     t.run_at = Some(run_at);
@@ -285,25 +312,22 @@ contract!(delayed_task_waits_for_run_at, |db: TestDb| async move {
     assert!(store.pending_tasks("w1", 10).await.unwrap().is_empty());
     let early = store.claim_task("w1", "R-7", rules()).await.unwrap_err();
     assert_eq!(early.code, "task_not_due");
-    // Poll with a deadline until it shows up in the worker's queue.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let pending = store.pending_tasks("w1", 10).await.unwrap();
-        if !pending.is_empty() {
-            assert_eq!(pending[0].vtid, "R-7");
-            break;
-        }
-        assert!(Instant::now() < deadline, "delayed task never became due");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(shepherd_store::now_ms() >= run_at);
+    // Still not a millisecond before its run_at; then in the worker's queue.
+    store.set_clock(Some(run_at - 1));
+    assert!(store.pending_tasks("w1", 10).await.unwrap().is_empty());
+    store.set_clock(Some(run_at));
+    let pending = store.pending_tasks("w1", 10).await.unwrap();
+    assert_eq!(
+        pending.iter().map(|t| t.vtid.as_str()).collect::<Vec<_>>(),
+        ["R-7"]
+    );
     store.claim_task("w1", "R-7", rules()).await.unwrap();
 });
 
 contract!(
     agent_default_policy_applies_to_new_tasks,
     |db: TestDb| async move {
-        let store = db.open().await;
+        let store = open_at_t0(&db).await;
         store
             .upsert_agent("coder", "builtin", vec![], None)
             .await
@@ -358,7 +382,7 @@ contract!(
 contract!(
     a_created_task_is_what_reading_it_gives,
     |db: TestDb| async move {
-        let store = db.open().await;
+        let store = open_at_t0(&db).await;
         store
             .upsert_agent("agent-a", "builtin", vec!["gpu".into()], Some(2))
             .await
