@@ -15,7 +15,11 @@
 //!
 //! For each server:
 //!
-//! 1. warm-up: the append load (`POST /api/v1/tasks`) for 2 s;
+//! 1. warm-up: the append load (`POST /api/v1/tasks`) in 2 s slices until
+//!    the server's RSS grew less than 512 kB over the last two (at most
+//!    90 s): memory that grows with the load alone, such as a store's page
+//!    cache filling as its database grows, must be steady before the two
+//!    phases whose RSS difference is charged to the subscribers;
 //! 2. quiet: the same append load for `--secs` with no subscribers
 //!    (appends/s, create latency, server RSS and CPU);
 //! 3. `--subscribers` SSE clients connect to
@@ -83,7 +87,14 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-const WARMUP: Duration = Duration::from_secs(2);
+/// The warm-up runs the append load in slices of this length…
+const WARMUP_SLICE: Duration = Duration::from_secs(2);
+/// …until the server's memory grew less than this over the last two slices
+/// (about 0.5 KB per subscriber at the default 1,000, spread over the 10 s
+/// between the quiet and the load phase's means)…
+const WARMUP_STEADY_KB: u64 = 512;
+/// …or for at most this long.
+const WARMUP_MAX: Duration = Duration::from_secs(90);
 /// Subscribers opening their connection at the same time.
 const CONNECT_PARALLELISM: usize = 64;
 /// The marker every event title starts with.
@@ -1216,6 +1227,55 @@ impl Figures {
     }
 }
 
+/// Runs the append load until the server's memory stops growing.
+///
+/// Memory per subscriber is the difference between two phases' RSS, so
+/// whatever grows with the load alone (a store's page cache filling as the
+/// database grows, allocator arenas) must have stopped growing before the
+/// quiet phase starts, or it is charged to the subscribers. A server that
+/// has run for an hour is in that steady state; a fresh one reaches it
+/// after some tens of seconds of this load.
+async fn warm_up(server: &Server, opts: &Opts) -> Result<(), String> {
+    let started = Instant::now();
+    let mut rss = vec![server.rss_kb()];
+    let mut tasks = 0;
+    loop {
+        let w = run_appends(&server.base, "warmup", opts, WARMUP_SLICE).await;
+        if w.ok == 0 {
+            return Err(format!(
+                "{}: no task could be created during warm-up: {}",
+                server.label,
+                w.first_error.unwrap_or_default()
+            ));
+        }
+        tasks += w.ok;
+        rss.push(server.rss_kb());
+        let grew = rss[rss.len() - 1].saturating_sub(rss[rss.len().saturating_sub(3)]);
+        let steady = rss.len() >= 3 && grew < WARMUP_STEADY_KB;
+        println!(
+            "warm-up: {:>4.1} s, {tasks} tasks ({:.0}/s, {} failed), RSS {} (+{} kB over the last {} s){}",
+            started.elapsed().as_secs_f64(),
+            w.rate(),
+            w.failed,
+            mib(rss[rss.len() - 1]),
+            grew,
+            WARMUP_SLICE.as_secs() * (rss.len().min(3) as u64 - 1),
+            if steady { ", steady" } else { "" }
+        );
+        if steady {
+            return Ok(());
+        }
+        if started.elapsed() >= WARMUP_MAX {
+            println!(
+                "warm-up: memory still growing after {} s; memory per subscriber under load \
+                 includes that growth",
+                WARMUP_MAX.as_secs()
+            );
+            return Ok(());
+        }
+    }
+}
+
 async fn bench(server: &mut Server, opts: &Opts) -> Result<Figures, String> {
     server.wait_ready().await?;
     let base = server.base.clone();
@@ -1231,21 +1291,8 @@ async fn bench(server: &mut Server, opts: &Opts) -> Result<Figures, String> {
         mib(server.rss_kb())
     );
 
-    // 1. Warm-up.
-    let w = run_appends(&base, "warmup", opts, WARMUP).await;
-    println!(
-        "warm-up: {} tasks in {:.1} s ({:.0}/s), {} failed",
-        w.ok,
-        w.elapsed.as_secs_f64(),
-        w.rate(),
-        w.failed
-    );
-    if w.ok == 0 {
-        return Err(format!(
-            "{label}: no task could be created during warm-up: {}",
-            w.first_error.unwrap_or_default()
-        ));
-    }
+    // 1. Warm-up, until the server's memory is steady under the load.
+    warm_up(server, opts).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_idle_start = server.rss_kb();
 
