@@ -55,7 +55,7 @@
 //! executable directly):
 //!
 //! ```text
-//! cargo bench -p shepherd --bench sse                  # ~1-2 min: 5 s phases
+//! cargo bench -p shepherd --bench sse                  # ~3-5 min: 5 s phases, ~1 min warm-up
 //! cargo bench -p shepherd --bench sse -- --secs 30     # the full run
 //! ```
 //!
