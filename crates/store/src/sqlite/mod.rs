@@ -186,6 +186,7 @@ impl SqliteBackend {
         std::thread::Builder::new()
             .name("shepherd-sqlite-writer".into())
             .spawn(move || {
+                yield_to_request_threads();
                 let db = SqliteDb::new(writer).timed_by(publish.clone());
                 writer_loop(db, rx, publish)
             })
@@ -305,6 +306,27 @@ where
     });
     (job, rx)
 }
+
+/// Marks the calling thread (the writer) `SCHED_BATCH`: it keeps its fair
+/// share of CPU, but its wake-up no longer preempts a runtime thread in the
+/// middle of serving live streams. A group commit loses nothing by starting
+/// a moment later, while a stream preempted mid-write delays every event
+/// queued behind it. Measured on 2 cores at 2,000 events/s to 1,000 SSE
+/// subscribers, four alternating pairs: delivery p99 38-71 ms instead of
+/// 63-107 ms, and claim+complete cycles/s unchanged at 1 and 16 workers.
+#[cfg(target_os = "linux")]
+fn yield_to_request_threads() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: changes only the calling thread's policy; `param` outlives
+    // the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "writer thread stays SCHED_OTHER");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn yield_to_request_threads() {}
 
 fn writer_loop(mut db: SqliteDb, rx: std::sync::mpsc::Receiver<Vec<Job>>, publish: Published) {
     while let Some(mut batch) = next_job(&rx) {
