@@ -960,3 +960,44 @@ async fn corrupt_stored_values_are_reported_not_silently_replaced() {
     assert!(err.message.contains("events_pruned_through"), "{err:?}");
     store.close();
 }
+
+/// The scheduling policy (field 41 of `/proc/<pid>/task/<tid>/stat`) of
+/// every thread of this process whose name starts with `prefix`.
+#[cfg(target_os = "linux")]
+fn thread_policies(prefix: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name, which may hold spaces.
+        let after_name = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+        if let Some(policy) = after_name.split(' ').nth(38).and_then(|p| p.parse().ok()) {
+            out.push(policy);
+        }
+    }
+    out
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn sqlite_writer_thread_does_not_preempt_the_runtime() {
+    // The writer thread runs SCHED_BATCH (3), so its wake-ups do not cut
+    // into a runtime thread writing to live streams. (Its name and the
+    // checkpoint thread's share their first 15 characters, all `comm` keeps.)
+    const SCHED_BATCH: u32 = 3;
+    let db = TestDb::new(Kind::Sqlite).await;
+    let store = db.open().await;
+    store
+        .append_events(vec![event("test.ping", "T-1", 0)])
+        .await
+        .unwrap();
+    let policies = thread_policies("shepherd-sqlite");
+    assert!(
+        policies.contains(&SCHED_BATCH),
+        "no SQLite thread runs SCHED_BATCH: {policies:?}"
+    );
+    store.close();
+}
