@@ -255,6 +255,11 @@ pub struct StoreConfig {
     /// PostgreSQL only: use this schema (created if missing) instead of `public`.
     pub pg_schema: Option<String>,
     pub pg_pool_size: usize,
+    /// PostgreSQL only: analyse tables that outgrew their planner
+    /// statistics, without waiting for autovacuum (on by default; see
+    /// `postgres::statistics`). Off, the tables' statistics are autovacuum's
+    /// alone, as a test of plans on a fresh database needs.
+    pub pg_analyze_growing_tables: bool,
     /// What every operation takes as "now"; [`Clock::system`] by default.
     pub clock: Clock,
 }
@@ -266,6 +271,7 @@ impl StoreConfig {
             sqlite_sync: SyncMode::Normal,
             pg_schema: None,
             pg_pool_size: 16,
+            pg_analyze_growing_tables: true,
             clock: Clock::system(),
         }
     }
@@ -342,6 +348,7 @@ impl Store {
                     url,
                     schema: config.pg_schema.clone(),
                     pool_size: config.pg_pool_size,
+                    analyze_growing_tables: config.pg_analyze_growing_tables,
                 };
                 Backend::Postgres(PgBackend::open(&opts, published, shutdown.clone()).await?)
             }

@@ -322,3 +322,67 @@ async fn unsupported_tls_parameters_are_refused_by_name() {
         assert!(e.message.contains(named), "{param}: {}", e.message);
     }
 }
+
+/// Whether PostgreSQL records a manual `ANALYZE` of `table` in `schema`.
+/// Autovacuum's own analyses are recorded apart (`last_autoanalyze`), so
+/// only the store's refresh sets this.
+async fn analysed_by_store(client: &tokio_postgres::Client, schema: &str, table: &str) -> bool {
+    client
+        .query_one(
+            "SELECT COALESCE((SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables \
+             WHERE schemaname = $1 AND relname = $2), false)",
+            &[&schema, &table],
+        )
+        .await
+        .expect("read table statistics")
+        .get(0)
+}
+
+/// A new deployment's tables grow far faster than autovacuum looks at them,
+/// and the writer's cached plans were made for them empty (sequential
+/// scans, which cost a claim more with every run ever made). The store
+/// analyses a table once it changed by as many rows as it had, and leaves
+/// tables that hardly changed alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_that_outgrow_their_statistics_are_analysed() {
+    let db = TestDb::new(Kind::Postgres).await;
+    let schema = db.config().pg_schema.unwrap();
+    let store = db.open().await;
+    let client = raw().await;
+    for table in ["tasks", "events", "workers"] {
+        assert!(
+            !analysed_by_store(&client, &schema, table).await,
+            "{table} analysed before any write"
+        );
+    }
+    // Well past the threshold (500 changed rows) for tasks and events.
+    futures::future::try_join_all((0..700).map(|n| {
+        store.create_task(shepherd_store::NewTask {
+            vtid: Some(format!("G-{n:04}")),
+            title: "grow".into(),
+            spec: "s".into(),
+            ..Default::default()
+        })
+    }))
+    .await
+    .expect("create tasks");
+    // PostgreSQL publishes a session's change counts within about ten
+    // seconds and the store looks every two; the bound only turns a store
+    // that never analyses into a failure.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if analysed_by_store(&client, &schema, "tasks").await
+            && analysed_by_store(&client, &schema, "events").await
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "tasks and events were not analysed after growing from nothing to 700 rows"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // No worker registered: nothing to analyse there.
+    assert!(!analysed_by_store(&client, &schema, "workers").await);
+    store.close();
+}

@@ -18,6 +18,8 @@ pub struct PgOptions {
     /// Schema to use instead of `public` (tests use one fresh schema each).
     pub schema: Option<String>,
     pub pool_size: usize,
+    /// See `StoreConfig::pg_analyze_growing_tables`.
+    pub analyze_growing_tables: bool,
 }
 
 /// Parses the URL (and its TLS parameters), creates the schema if one is

@@ -9,7 +9,9 @@
 //! - `writer`: the node's writer, group commit and the ordering lock that
 //!   keeps the log in commit order across nodes;
 //! - `delivery`: the LISTEN connection that wakes the event pump, and how
-//!   nodes learn of each other (peers).
+//!   nodes learn of each other (peers);
+//! - `statistics`: analyses tables that outgrew their planner statistics,
+//!   so that the writer's cached plans follow a new deployment's growth.
 //!
 //! This module ties them together ([`PgBackend`]) and runs reads: on a
 //! pooled connection in a repeatable-read snapshot, or, for the event
@@ -21,6 +23,7 @@ mod connect;
 mod db;
 mod delivery;
 mod migrate;
+mod statistics;
 mod tls;
 mod writer;
 
@@ -151,6 +154,9 @@ impl PgBackend {
             },
             shutdown.clone(),
         ));
+        if opts.analyze_growing_tables {
+            tokio::spawn(statistics::refresh_loop(pool.clone(), shutdown.clone()));
+        }
         tokio::spawn(delivery::announce_loop(
             pool.clone(),
             channel,
@@ -366,6 +372,7 @@ mod tests {
             url,
             schema: Some(schema),
             pool_size,
+            analyze_growing_tables: true,
         };
         let b = PgBackend::open(&opts, Arc::new(Ignore), shutdown.clone())
             .await
