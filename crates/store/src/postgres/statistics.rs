@@ -31,12 +31,12 @@ use super::connect::{map_err, pool_err};
 
 /// How often a node looks at its tables' change counts. PostgreSQL
 /// publishes a busy session's counts about once a second.
-pub(super) const CHECK_INTERVAL: Duration = Duration::from_secs(2);
+const CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 /// A table with fewer changes than this since it was last analysed is left
 /// alone, however small it is: plans for a table of a few hundred rows are
 /// cheap whichever they are.
-pub(super) const MIN_CHANGES: i64 = 500;
+const MIN_CHANGES: i64 = 500;
 
 /// The schema's tables due for analysis (see the module docs), each as a
 /// quoted `schema.table` name.
@@ -67,7 +67,7 @@ pub(super) async fn refresh_loop(pool: Pool, shutdown: CancellationToken) {
 }
 
 /// Analyses each table of the schema that is due; returns their names.
-pub(super) async fn refresh_due(pool: &Pool) -> Result<Vec<String>, shepherd_core::Error> {
+async fn refresh_due(pool: &Pool) -> Result<Vec<String>, shepherd_core::Error> {
     let client = pool.get().await.map_err(pool_err)?;
     let due: Vec<String> = client
         .query(DUE_SQL, &[&MIN_CHANGES])
