@@ -144,9 +144,9 @@ async def stdio_session(server, notes, **env):
 
 
 @contextlib.asynccontextmanager
-async def http_session(server, notes):
+async def http_session(server, notes, token=TOKEN):
     client = httpx2.AsyncClient(
-        headers={"authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=300)
+        headers={"authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300)
     )
     async with client:
         async with streamable_http_client(server.url + "/mcp", http_client=client) as (read, write):
@@ -414,6 +414,14 @@ async def check_workers(server, data_dir, notes):
             await eventually(lambda: notes.updated.count(uri) > i, f"resources/updated #{i + 1}")
         res = await s.read_resource(uri)
         assert len(json.loads(res.contents[0].text)["steps"]) == 2
+    # Another worker may not read it: an authorisation error, not "internal".
+    async with http_session(server, notes, token=b["worker_token"]) as s:
+        try:
+            await s.read_resource(uri)
+            raise AssertionError("a worker read another worker's transcript")
+        except MCPError as e:
+            assert e.error.code == -32001, e.error
+            assert e.error.data["code"] in ("forbidden", "not_your_worker"), e.error.data
 
     # Restart; alpha is made stale on purpose (its last activity 30 min ago).
     server.stop()

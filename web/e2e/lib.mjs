@@ -161,9 +161,9 @@ export function gate(ws, vtid, phase) {
   writeFileSync(join(ws.control, `${vtid}.${phase}`), "");
 }
 
-export async function launchBrowser() {
+export async function launchBrowser({ args = [] } = {}) {
   if (!existsSync(CHROMIUM)) throw new Error(`no browser at ${CHROMIUM}: install Debian's chromium package`);
-  return chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-dev-shm-usage"], headless: true });
+  return chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-dev-shm-usage", ...args], headless: true });
 }
 
 /** Waits until `selector` matches exactly `n` elements. */

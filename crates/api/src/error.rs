@@ -54,6 +54,8 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorKind::Capacity => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::Misdirected => StatusCode::MISDIRECTED_REQUEST,
+        ErrorKind::Timeout => StatusCode::REQUEST_TIMEOUT,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }

@@ -7,12 +7,14 @@
 //! requests into store operations and errors into status codes, nothing more.
 
 pub mod auth;
+pub mod body_timeout;
 pub mod channels;
 pub mod connector;
 pub mod conversations;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod host;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
@@ -74,6 +76,18 @@ pub struct Settings {
     /// A connection whose peer takes nothing the server sends for this long
     /// is closed (`SHEPHERD_SEND_TIMEOUT`); zero: never.
     pub send_timeout: Duration,
+    /// The `Host` names this server answers to (`SHEPHERD_ALLOWED_HOSTS`
+    /// and what else it is known by); others get 421.
+    pub hosts: host::HostRule,
+    /// A connection must send a request's whole header within this
+    /// (`SHEPHERD_HEADER_TIMEOUT`).
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this, or 408 `body_timeout`
+    /// (`SHEPHERD_BODY_TIMEOUT`).
+    pub body_timeout: Duration,
+    /// Requests one credential may have in flight, streams apart
+    /// (`SHEPHERD_MAX_REQUESTS_PER_TOKEN`); 0: no cap.
+    pub max_requests_per_token: usize,
 }
 
 impl Default for Settings {
@@ -92,6 +106,10 @@ impl Default for Settings {
             max_worker_requests: 0,
             max_streams: 0,
             send_timeout: Duration::ZERO,
+            hosts: host::HostRule::default(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_requests_per_token: 0,
         }
     }
 }
@@ -134,11 +152,14 @@ impl std::ops::Deref for AppState {
 
 impl AppState {
     pub fn new(store: Store, settings: Settings, shutdown: CancellationToken) -> Self {
-        let limits = Arc::new(limits::Limits::new(
-            settings.max_requests,
-            settings.max_worker_requests,
-            settings.max_streams,
-        ));
+        let limits = Arc::new(
+            limits::Limits::new(
+                settings.max_requests,
+                settings.max_worker_requests,
+                settings.max_streams,
+            )
+            .with_per_token(settings.max_requests_per_token),
+        );
         // Every live reader of this store writes the same SSE frame for an
         // event: the store renders it once, when it publishes the event.
         store.render_live_frames(events::render_frame);
@@ -226,10 +247,20 @@ pub fn router(state: AppState) -> Router {
             .with_state(state),
     )
     // Outermost first: the error shape covers everything, metrics count
-    // shed requests too, and shedding happens before any other work.
+    // shed requests too, a foreign Host is refused before any work, and
+    // shedding happens before the rest. A body is read (in its time) while
+    // it holds its slots, so a slow one holds its own token's slots only.
+    .layer(axum::middleware::from_fn_with_state(
+        metrics_state.clone(),
+        body_timeout::read_body_in_time,
+    ))
     .layer(axum::middleware::from_fn_with_state(
         metrics_state.clone(),
         limits::shed,
+    ))
+    .layer(axum::middleware::from_fn_with_state(
+        metrics_state.clone(),
+        host::check_host,
     ))
     .layer(axum::middleware::from_fn_with_state(
         metrics_state,

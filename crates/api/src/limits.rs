@@ -18,9 +18,17 @@
 //! cannot heartbeat loses its claims, and the work is done twice. Requests
 //! to those routes take a slot of the general cap when one is free, and
 //! otherwise one of a small reserve that only they may use.
+//!
+//! One credential (a token, or none on a token-less loopback server) may
+//! hold at most `SHEPHERD_MAX_REQUESTS_PER_TOKEN` requests at once, beyond
+//! which it gets 429 `too_many_requests`: one misbehaving worker, or one
+//! stolen worker token sending slow bodies, then cannot take the slots
+//! everyone else needs.
 
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -59,6 +67,15 @@ pub struct Limits {
     pub shed_requests: AtomicU64,
     /// Streams refused with 503 `too_many_streams`.
     pub shed_streams: AtomicU64,
+    /// Requests one credential may have in flight; 0: no cap.
+    pub max_per_token: usize,
+    /// Requests in flight per credential (a keyed hash of it, so that no
+    /// token is kept in memory); an entry goes when its count is zero, so
+    /// invented tokens leave nothing behind.
+    per_token: Mutex<HashMap<u64, usize>>,
+    token_hasher: std::hash::RandomState,
+    /// Requests refused with 429 `too_many_requests`.
+    pub refused_per_token: AtomicU64,
 }
 
 impl Limits {
@@ -79,7 +96,63 @@ impl Limits {
             other_streams: AtomicI64::new(0),
             shed_requests: AtomicU64::new(0),
             shed_streams: AtomicU64::new(0),
+            max_per_token: 0,
+            per_token: Mutex::default(),
+            token_hasher: std::hash::RandomState::new(),
+            refused_per_token: AtomicU64::new(0),
         }
+    }
+
+    /// The same caps, and at most `n` requests in flight per credential.
+    pub fn with_per_token(mut self, n: usize) -> Self {
+        self.max_per_token = n;
+        self
+    }
+
+    /// Takes one of the credential's slots, or `None` when it holds all.
+    fn take_token_slot(&self, key: u64) -> Option<TokenSlot<'_>> {
+        let mut map = self.per_token.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(key).or_default();
+        if *n >= self.max_per_token {
+            return None;
+        }
+        *n += 1;
+        Some(TokenSlot { limits: self, key })
+    }
+}
+
+/// One request's slot of its credential's; freed when dropped.
+struct TokenSlot<'a> {
+    limits: &'a Limits,
+    key: u64,
+}
+
+impl Drop for TokenSlot<'_> {
+    fn drop(&mut self) {
+        let mut map = self
+            .limits
+            .per_token
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The credential a request carries (its `Authorization` header, or a
+/// browser WebSocket's token), as the key of its slots; valid or not, it is
+/// counted before it is checked, since checking costs a database read.
+fn credential_key(limits: &Limits, req: &Request) -> u64 {
+    let headers = req.headers();
+    match headers.get(axum::http::header::AUTHORIZATION) {
+        Some(v) => limits.token_hasher.hash_one(v.as_bytes()),
+        None => limits
+            .token_hasher
+            .hash_one(crate::auth::subprotocol_token(headers).unwrap_or_default()),
     }
 }
 
@@ -159,8 +232,8 @@ fn gauge(l: &Limits, class: Class) -> &AtomicI64 {
     }
 }
 
-fn refuse(code: &'static str, message: String) -> Response {
-    let mut res = ApiError::from(Error::new(ErrorKind::Unavailable, code, message)).into_response();
+fn refuse(kind: ErrorKind, code: &'static str, message: String) -> Response {
+    let mut res = ApiError::from(Error::new(kind, code, message)).into_response();
     res.headers_mut().insert(
         axum::http::header::RETRY_AFTER,
         HeaderValue::from(RETRY_AFTER_SECS),
@@ -176,6 +249,28 @@ pub async fn shed(State(state): State<AppState>, mut req: Request, next: Next) -
         Class::Exempt => return next.run(req).await,
         Class::Request | Class::Worker => &limits.requests,
         Class::Sse | Class::OtherStream => &limits.streams,
+    };
+    // Before the shared caps: a credential at its own cap takes no slot
+    // from anyone else.
+    let _token_slot = match class {
+        Class::Request | Class::Worker if limits.max_per_token > 0 => {
+            match limits.take_token_slot(credential_key(limits, &req)) {
+                Some(slot) => Some(slot),
+                None => {
+                    limits.refused_per_token.fetch_add(1, Ordering::Relaxed);
+                    return refuse(
+                        ErrorKind::Capacity,
+                        "too_many_requests",
+                        format!(
+                            "this token already has {} requests in flight \
+                             (SHEPHERD_MAX_REQUESTS_PER_TOKEN); retry shortly",
+                            limits.max_per_token
+                        ),
+                    );
+                }
+            }
+        }
+        _ => None,
     };
     let mut reserve = false;
     let permit = match sem {
@@ -196,6 +291,7 @@ pub async fn shed(State(state): State<AppState>, mut req: Request, next: Next) -
                     _ => {
                         limits.shed_requests.fetch_add(1, Ordering::Relaxed);
                         return refuse(
+                            ErrorKind::Unavailable,
                             "overloaded",
                             format!(
                                 "the server is handling its limit of {} requests and every one \
@@ -209,6 +305,7 @@ pub async fn shed(State(state): State<AppState>, mut req: Request, next: Next) -
             Err(_) if matches!(class, Class::Request | Class::Worker) => {
                 limits.shed_requests.fetch_add(1, Ordering::Relaxed);
                 return refuse(
+                    ErrorKind::Unavailable,
                     "overloaded",
                     format!(
                         "the server is handling its limit of {} requests; retry shortly",
@@ -219,6 +316,7 @@ pub async fn shed(State(state): State<AppState>, mut req: Request, next: Next) -
             Err(_) => {
                 limits.shed_streams.fetch_add(1, Ordering::Relaxed);
                 return refuse(
+                    ErrorKind::Unavailable,
                     "too_many_streams",
                     format!(
                         "the server holds its limit of {} open streams; retry shortly",

@@ -46,7 +46,7 @@ struct Histogram {
 #[derive(Default)]
 pub struct HttpMetrics {
     /// (route, method, status) → requests.
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    requests: Mutex<BTreeMap<(String, &'static str, u16), u64>>,
     /// route → time to the response's head.
     latency: Mutex<BTreeMap<String, Histogram>>,
     /// Live SSE deliveries' lag behind their events' timestamps.
@@ -60,7 +60,7 @@ impl std::fmt::Debug for HttpMetrics {
 }
 
 impl HttpMetrics {
-    fn observe(&self, route: String, method: String, status: u16, secs: f64) {
+    fn observe(&self, route: String, method: &'static str, status: u16, secs: f64) {
         if let Ok(mut m) = self.requests.lock() {
             *m.entry((route.clone(), method, status)).or_default() += 1;
         }
@@ -82,7 +82,7 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = req.method().as_str().to_owned();
+    let method = method_label(req.method());
     let started = Instant::now();
     let res = next.run(req).await;
     state.metrics.observe(
@@ -92,6 +92,26 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
         started.elapsed().as_secs_f64(),
     );
     res
+}
+
+/// The method as a label: the standard ones by name, any other `other`.
+/// A client may invent methods (hyper accepts any token up to the header
+/// limit), and each distinct label would be a counter kept for ever, so a
+/// raw method would let anyone, even without a token, grow the server's
+/// memory and this page without bound.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "other",
+    }
 }
 
 /// Escapes a label value as the text format requires.

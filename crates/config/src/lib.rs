@@ -31,6 +31,8 @@ const DURATIONS: &[&str] = &[
     "snapshot_interval",
     "runner_heartbeat",
     "send_timeout",
+    "header_timeout",
+    "body_timeout",
 ];
 
 /// Keys whose environment value is a number.
@@ -43,6 +45,7 @@ const NUMBERS: &[&str] = &[
     "max_streams",
     "max_worker_requests",
     "listen_backlog",
+    "max_requests_per_token",
 ];
 
 /// Keys read from `SHEPHERD_<KEY>` as they are (strings).
@@ -90,7 +93,13 @@ struct RawConfig {
     runner_heartbeat: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     send_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    header_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    body_timeout: Option<Duration>,
+    max_requests_per_token: Option<u64>,
     allowed_origins: Option<Vec<String>>,
+    allowed_hosts: Option<Vec<String>>,
     sessions_root: Option<PathBuf>,
     node_id: Option<String>,
     advertise_url: Option<String>,
@@ -141,6 +150,9 @@ pub struct Config {
     pub runner_heartbeat: Duration,
     /// Origins besides the server's own that browsers may call from.
     pub allowed_origins: Vec<String>,
+    /// Host names the server answers to besides loopback, its advertise
+    /// URL's and its allowed origins' (`name` or `name:port`).
+    pub allowed_hosts: Vec<String>,
     /// Relative paths in them (`cwd`, `repo`, a `command` program such as
     /// `./agent.sh`) are already resolved against the file's directory.
     pub agents: BTreeMap<String, AgentConfig>,
@@ -166,6 +178,14 @@ pub struct Config {
     /// Connections whose peer takes nothing sent for this long are closed
     /// (zero: never).
     pub send_timeout: Duration,
+    /// A connection that has not sent a request's whole header by then is
+    /// closed.
+    pub header_timeout: Duration,
+    /// A request whose body has not arrived by then answers 408.
+    pub body_timeout: Duration,
+    /// Requests one credential may have in flight (streams apart); more
+    /// answer 429 (0: no cap).
+    pub max_requests_per_token: usize,
     /// Where each top-level key's value came from (absent: the default).
     pub origins: BTreeMap<String, Origin>,
     /// What loading found worth a warning (a deprecated variable): the
@@ -193,6 +213,9 @@ pub const DEFAULT_MAX_STREAMS: u64 = 4096;
 pub const DEFAULT_MAX_WORKER_REQUESTS: u64 = 32;
 /// The listen backlog; Linux caps it at `net.core.somaxconn`.
 pub const DEFAULT_LISTEN_BACKLOG: u64 = 1024;
+/// Requests in flight per credential: far above what one client needs,
+/// far below the server's whole cap, so that one token cannot take it all.
+pub const DEFAULT_MAX_REQUESTS_PER_TOKEN: u64 = 64;
 
 /// A configuration error: which key, and what is wrong with it.
 #[derive(Debug)]
@@ -418,6 +441,15 @@ impl EnvLayer {
                 .collect();
             dict.insert("allowed_origins".into(), Value::Array(tag, list));
         }
+        if let Some(v) = env(vars, "SHEPHERD_ALLOWED_HOSTS") {
+            let list = v
+                .split(',')
+                .map(|o| o.trim())
+                .filter(|o| !o.is_empty())
+                .map(|o| Value::String(tag, o.to_owned()))
+                .collect();
+            dict.insert("allowed_hosts".into(), Value::Array(tag, list));
+        }
         let mut warnings = Vec::new();
         if let Some((var, t)) = token_var(vars) {
             if var == DEPRECATED_TOKEN_ENV {
@@ -632,6 +664,25 @@ impl Config {
                 )));
             }
         }
+        let allowed_hosts = file.allowed_hosts.unwrap_or_default();
+        for h in &allowed_hosts {
+            let name =
+                h.rsplit_once(':').map_or(
+                    h.as_str(),
+                    |(n, p)| {
+                        if p.parse::<u16>().is_ok() {
+                            n
+                        } else {
+                            h
+                        }
+                    },
+                );
+            if name.is_empty() || name.contains(['/', '*', '@', ':', ' ', '?', '#']) {
+                return Err(err(format!(
+                    "SHEPHERD_ALLOWED_HOSTS: expected host names like shepherd.example or shepherd.example:8443, got {h:?}"
+                )));
+            }
+        }
         let mut agents = file.agents;
         // Absolute, so that the resolved paths do not depend on the
         // directory the server later runs agents from.
@@ -670,6 +721,7 @@ impl Config {
             pg_schema: file.pg_schema,
             runner_heartbeat: dur("runner_heartbeat", file.runner_heartbeat, 30, 1)?,
             allowed_origins,
+            allowed_hosts,
             agents,
             sessions_root: file.sessions_root,
             node_id: file.node_id,
@@ -682,6 +734,12 @@ impl Config {
             listen_backlog: listen_backlog as u32,
             metrics_listen,
             send_timeout: dur("send_timeout", file.send_timeout, 120, 0)?,
+            header_timeout: dur("header_timeout", file.header_timeout, 10, 1)?,
+            body_timeout: dur("body_timeout", file.body_timeout, 30, 1)?,
+            max_requests_per_token: file
+                .max_requests_per_token
+                .unwrap_or(DEFAULT_MAX_REQUESTS_PER_TOKEN)
+                as usize,
             origins,
             warnings,
         })
@@ -736,6 +794,7 @@ impl Config {
             ("pg_schema", opt(&self.pg_schema)),
             ("runner_heartbeat", secs(&self.runner_heartbeat)),
             ("allowed_origins", self.allowed_origins.join(",")),
+            ("allowed_hosts", self.allowed_hosts.join(",")),
             (
                 "sessions_root",
                 path(&self.sessions_root).unwrap_or_default(),
@@ -747,6 +806,12 @@ impl Config {
             ("max_worker_requests", self.max_worker_requests.to_string()),
             ("listen_backlog", self.listen_backlog.to_string()),
             ("send_timeout", secs(&self.send_timeout)),
+            ("header_timeout", secs(&self.header_timeout)),
+            ("body_timeout", secs(&self.body_timeout)),
+            (
+                "max_requests_per_token",
+                self.max_requests_per_token.to_string(),
+            ),
             (
                 "metrics_listen",
                 self.metrics_listen
@@ -808,6 +873,7 @@ const KEYS: &[&str] = &[
     "pg_schema",
     "runner_heartbeat",
     "allowed_origins",
+    "allowed_hosts",
     "sessions_root",
     "node_id",
     "advertise_url",
@@ -817,6 +883,9 @@ const KEYS: &[&str] = &[
     "listen_backlog",
     "metrics_listen",
     "send_timeout",
+    "header_timeout",
+    "body_timeout",
+    "max_requests_per_token",
     "agents",
 ];
 

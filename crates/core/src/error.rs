@@ -26,6 +26,10 @@ pub enum ErrorKind {
     Invalid,
     /// A limit was reached; retry later (429).
     Capacity,
+    /// The request names a host this server is not known by (421).
+    Misdirected,
+    /// The client took too long to send its request (408).
+    Timeout,
     /// A dependency (the database) is unavailable (503).
     Unavailable,
     /// A bug or an unexpected failure (500). Never used for bad input.

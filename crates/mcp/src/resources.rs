@@ -41,14 +41,21 @@ fn transcript_uri(run_id: &str) -> String {
     format!("shepherd://runs/{run_id}/transcript")
 }
 
+/// JSON-RPC's server-defined code for a caller the API refused (401, 403):
+/// the specification has none of its own for authorisation, and "internal
+/// error" would send a client looking for a bug in the server.
+pub const NOT_AUTHORISED: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32001);
+
 /// A resource error: unknown URIs are "resource not found" (-32002 in the
-/// MCP specification); the API's refusals keep their code in `data`.
+/// MCP specification), refusals of the caller [`NOT_AUTHORISED`], other bad
+/// requests "invalid request"; the API's code is kept in `data`.
 fn resource_error(e: ApiError, uri: &str) -> McpError {
     let data = Some(json!({ "code": e.code, "uri": uri }));
-    if e.status == Some(404) {
-        McpError::resource_not_found(e.message, data)
-    } else {
-        McpError::internal_error(e.message, data)
+    match e.status {
+        Some(404) => McpError::resource_not_found(e.message, data),
+        Some(401 | 403) => McpError::new(NOT_AUTHORISED, e.message, data),
+        Some(s) if (400..500).contains(&s) => McpError::invalid_request(e.message, data),
+        _ => McpError::internal_error(e.message, data),
     }
 }
 

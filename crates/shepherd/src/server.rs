@@ -38,9 +38,10 @@ pub async fn open_store(config: &Config) -> anyhow_like::Result<Store> {
     Ok(store)
 }
 
-/// The HTTP settings a configuration implies.
-pub fn settings(config: &Config) -> Settings {
-    Settings {
+/// The HTTP settings a configuration implies, for a server listening on
+/// `port`.
+pub fn settings(config: &Config, port: u16) -> anyhow_like::Result<Settings> {
+    Ok(Settings {
         auth_token: config.auth_token.clone(),
         body_limit_bytes: config.body_limit_bytes,
         heartbeat_timeout: config.heartbeat_timeout,
@@ -59,8 +60,32 @@ pub fn settings(config: &Config) -> Settings {
         max_streams: config.max_streams,
         max_worker_requests: config.max_worker_requests,
         send_timeout: config.send_timeout,
+        hosts: host_rule(config, port)?,
+        header_timeout: config.header_timeout,
+        body_timeout: config.body_timeout,
+        max_requests_per_token: config.max_requests_per_token,
         ..Settings::default()
+    })
+}
+
+/// The names this server answers to: loopback and addresses on its port,
+/// and the hosts its configuration names (advertise URL, allowed origins,
+/// allowed hosts).
+fn host_rule(config: &Config, port: u16) -> anyhow_like::Result<shepherd_api::host::HostRule> {
+    let mut rule = shepherd_api::host::HostRule::new(port, false);
+    if let Some(url) = &config.advertise_url {
+        rule.allow_url(url)
+            .map_err(|e| format!("SHEPHERD_ADVERTISE_URL: {e}"))?;
     }
+    for origin in &config.allowed_origins {
+        rule.allow_url(origin)
+            .map_err(|e| format!("SHEPHERD_ALLOWED_ORIGINS: {e}"))?;
+    }
+    for host in &config.allowed_hosts {
+        rule.allow_host(host)
+            .map_err(|e| format!("SHEPHERD_ALLOWED_HOSTS: {e}"))?;
+    }
+    Ok(rule)
 }
 
 /// Binds a listening socket with the configured backlog (`listen_backlog`;
@@ -89,7 +114,8 @@ pub async fn run(
     let store = open_store(&config).await?;
     recover(&store).await?;
     let token = CancellationToken::new();
-    let state = AppState::new(store.clone(), settings(&config), token.clone());
+    let port = listener.local_addr()?.port();
+    let state = AppState::new(store.clone(), settings(&config, port)?, token.clone());
     let tracker = TaskTracker::new();
     let sessions = crate::session_host::manager(&config, store.clone(), listener.local_addr()?)?;
     let state = state.with_sessions(sessions.clone());

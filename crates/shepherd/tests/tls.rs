@@ -77,6 +77,10 @@ fn cli(env: &Env, ca: &str, server: &str, args: &[&str]) -> Output {
 async fn client_cli_and_runner_work_over_https() {
     let mut env = Env::new(Kind::Sqlite);
     env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
+    // The TLS front forwards the `Host` its clients send: its own address,
+    // on its own port, which the server is told to answer to (as an
+    // operator tells it a proxy's name).
+    env.set("SHEPHERD_ALLOWED_HOSTS", "127.0.0.1");
     let agent = env.script(
         "agent.sh",
         "#!/bin/sh\ncat >/dev/null\necho '{\"type\":\"action\",\"content\":[{\"type\":\"text\",\"text\":\"hello over tls\"}]}'\n",

@@ -21,6 +21,8 @@ pub struct Opts<'a> {
     pub origin: Option<&'a str>,
     pub protocols: Option<&'a str>,
     pub query: Option<String>,
+    /// A `Host` header instead of the URL's.
+    pub host: Option<&'a str>,
 }
 
 pub struct Term {
@@ -52,6 +54,10 @@ pub async fn try_connect(base: &str, path: &str, o: Opts<'_>) -> Result<Term, u1
             "authorization",
             HeaderValue::from_str(&format!("Bearer {t}")).unwrap(),
         );
+    }
+    if let Some(host) = o.host {
+        req.headers_mut()
+            .insert("host", HeaderValue::from_str(host).unwrap());
     }
     if let Some(origin) = o.origin {
         req.headers_mut()

@@ -1,0 +1,171 @@
+//! Clients that try to wear the server down, over raw TCP against the real
+//! server: invented HTTP methods leave no trace in memory or `/metrics`; a
+//! request whose body trickles in answers 408 `body_timeout`; one token's
+//! slow requests take only its own slots (429 `too_many_requests` beyond
+//! them), so the operator is still served.
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use common::{task, Env, Kind, Server, OPERATOR};
+
+fn addr(s: &Server) -> String {
+    s.base.trim_start_matches("http://").to_owned()
+}
+
+/// Sends a request's header and the first bytes of a longer body, and
+/// keeps the connection open.
+async fn slow_post(s: &Server, path: &str, token: &str) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr(s)).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"a\":",
+        addr(s)
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp
+}
+
+/// Reads a whole response from `tcp` (the server closes after an error).
+async fn response(tcp: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invented_methods_share_one_label() {
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    for i in 0..300 {
+        let method = format!("X{i:04}{}", "M".repeat(1000));
+        let mut tcp = TcpStream::connect(addr(&s)).await.unwrap();
+        let req = format!(
+            "{method} /api/v1/tasks HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            addr(&s)
+        );
+        tcp.write_all(req.as_bytes()).await.unwrap();
+        let res = response(&mut tcp).await;
+        assert!(res.starts_with("HTTP/1.1 405"), "{res}");
+    }
+    let metrics = s
+        .http
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !metrics.contains("X0001"),
+        "an invented method became a label"
+    );
+    assert!(
+        metrics.contains("method=\"other\""),
+        "invented methods are counted as other"
+    );
+    assert!(
+        metrics.len() < 200_000,
+        "/metrics grew to {} bytes",
+        metrics.len()
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickling_body_times_out_with_408() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_BODY_TIMEOUT", "1s");
+    let s = Server::start(&env).await;
+    let mut tcp = slow_post(&s, "/api/v1/tasks", OPERATOR).await;
+    let res = response(&mut tcp).await;
+    assert!(res.starts_with("HTTP/1.1 408"), "{res}");
+    assert!(res.contains("\"code\":\"body_timeout\""), "{res}");
+    // A body that arrives in time is served as before.
+    let (code, body) = s
+        .post("/api/v1/tasks", None, task("SLOW-1", "simple"))
+        .await;
+    assert_eq!(code, 201, "{body}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tokens_slow_requests_take_only_its_own_slots() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_TOKEN", OPERATOR);
+    env.set("SHEPHERD_MAX_REQUESTS", "4");
+    env.set("SHEPHERD_MAX_WORKER_REQUESTS", "0");
+    env.set("SHEPHERD_MAX_REQUESTS_PER_TOKEN", "3");
+    let s = Server::start(&env).await;
+    let (code, reg) = s
+        .post(
+            "/api/v1/worker/orchestrator/register",
+            Some(OPERATOR),
+            json!({ "worker_id": "slowpoke", "capabilities": ["x"], "max_concurrent": 1 }),
+        )
+        .await;
+    assert_eq!(code, 200, "{reg}");
+    let worker = reg["worker_token"].as_str().unwrap().to_owned();
+
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(slow_post(&s, "/api/v1/worker/orchestrator/heartbeat", &worker).await);
+    }
+    // Each slow request holds its slot once its header is read.
+    let mut refused = None;
+    for _ in 0..200 {
+        let res = s
+            .http
+            .post(s.url("/api/v1/worker/orchestrator/heartbeat"))
+            .bearer_auth(&worker)
+            .json(&json!({ "worker_id": "slowpoke" }))
+            .send()
+            .await
+            .unwrap();
+        if res.status().as_u16() == 429 {
+            refused = Some(res);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let refused = refused.expect("the fourth request of one token is refused");
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_requests");
+
+    // The operator still has a slot of the server's four.
+    let (code, body) = s.get("/api/v1/tasks", Some(OPERATOR)).await;
+    assert_eq!(code, 200, "{body}");
+
+    // Once the slow requests are gone, the worker is served again.
+    drop(held);
+    let mut served = false;
+    for _ in 0..200 {
+        let (code, _) = s
+            .post(
+                "/api/v1/worker/orchestrator/heartbeat",
+                Some(&worker),
+                json!({ "worker_id": "slowpoke" }),
+            )
+            .await;
+        if code == 200 {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(served, "the worker's slots come back");
+    s.stop().await;
+}
