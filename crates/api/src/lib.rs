@@ -19,6 +19,7 @@ pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod origin;
+pub mod parse_errors;
 pub mod reject;
 pub mod run_diff;
 pub mod runs;
