@@ -3,8 +3,9 @@
 //!
 //! [`router`] builds the whole application from an [`AppState`]; [`serve`]
 //! runs it on a listener the caller bound (tests bind `127.0.0.1:0`) until a
-//! shutdown future resolves. Only this crate knows HTTP: handlers translate
-//! requests into store operations and errors into status codes, nothing more.
+//! shutdown future resolves ([`tls::serve`] does the same over HTTPS). Only
+//! this crate knows HTTP: handlers translate requests into store operations
+//! and errors into status codes, nothing more.
 
 pub mod auth;
 pub mod channels;
@@ -24,6 +25,7 @@ pub mod scope;
 pub mod session_ws;
 pub mod sessions;
 pub mod tasks;
+pub mod tls;
 pub mod ui;
 pub mod usage;
 pub mod workers;
@@ -285,6 +287,17 @@ pub async fn serve(
             token.cancel();
         })
         .await
+}
+
+/// What the TLS listener sets on every accepted connection, as [`serve`]
+/// does: TCP_NODELAY and the send timeout.
+fn tune_connection(tcp: &tokio::net::TcpStream, send_timeout: Duration) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "could not set TCP_NODELAY");
+    }
+    if let Err(e) = set_send_timeout(tcp, send_timeout) {
+        tracing::debug!(error = %e, "could not set TCP_USER_TIMEOUT");
+    }
 }
 
 /// Closes the connection once data the server sent has waited `timeout`
