@@ -108,6 +108,42 @@ impl Trust {
         }
     }
 
+    /// The same trust as a rustls configuration, for connections made
+    /// without reqwest (the CLI's session WebSocket): the Mozilla roots
+    /// plus every certificate in the CA files.
+    pub fn rustls_config(&self) -> Result<rustls::ClientConfig, ClientError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        if let Some(config) = &self.tls_config {
+            return Ok(config.clone());
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for path in &self.ca_files {
+            let pem = std::fs::read(path).map_err(|e| {
+                ClientError::config(format!("{CA_CERT_ENV}={path}: cannot read: {e}"))
+            })?;
+            let not_pem =
+                || ClientError::config(format!("{CA_CERT_ENV}={path}: not a PEM certificate"));
+            let mut any = false;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                roots
+                    .add(cert.map_err(|_| not_pem())?)
+                    .map_err(|_| not_pem())?;
+                any = true;
+            }
+            if !any {
+                return Err(not_pem());
+            }
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        Ok(rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClientError::config(format!("TLS: {e}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth())
+    }
+
     /// Sets up `builder`'s TLS to trust this; an unreadable CA file, or
     /// one without a certificate, is an error naming it.
     pub fn apply(

@@ -334,7 +334,7 @@ async fn created_on(sse: &mut SseClient, vtid: &str) {
 }
 
 /// The session WebSocket over `wss://`: a terminal runs what is typed.
-async fn terminal_over_wss(s: &Server, ca: &Ca, env: &Env) {
+async fn terminal_over_wss(s: &Server, ca: &Ca, env: &Env) -> (String, String) {
     use futures::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     use tokio_tungstenite::tungstenite::Message;
@@ -398,6 +398,54 @@ async fn terminal_over_wss(s: &Server, ca: &Ca, env: &Env) {
         }
     }
     let _ = ws.close(None).await;
+    (sid.to_owned(), wid.to_owned())
+}
+
+/// `shepherd attach` over `wss://`, trusting the CA through
+/// `SHEPHERD_CA_CERT`: what is typed runs, and Ctrl-] d detaches.
+fn attach_over_cli(env: &Env, base: &str, ca: &str, sid: &str, wid: &str) {
+    use std::io::{Read, Write};
+    let mut child = common::Proc(
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["attach", sid, wid, "--server", base])
+            .envs(&env.vars)
+            .env("SHEPHERD_TOKEN", OPERATOR)
+            .env("SHEPHERD_CA_CERT", ca)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    stdin.write_all(b"echo via-cli-$((9*9))-tls\r").unwrap();
+    stdin.flush().unwrap();
+    let mut stdout = child.0.stdout.take().unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("via-cli-81-tls") {
+        let n = stdout.read(&mut buf).unwrap();
+        if n == 0 {
+            let mut err = String::new();
+            let _ = child.0.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("attach ended early: {seen}{err}");
+        }
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    stdin.write_all(&[0x1d, b'd']).unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            assert!(st.success());
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "attach did not detach"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `shepherd mcp` against `base`, trusting `ca` through `SHEPHERD_CA_CERT`
@@ -528,7 +576,8 @@ async fn the_listener_serves_https_and_reloads_its_certificate() {
         "{refused}"
     );
 
-    terminal_over_wss(&s, &first, &env).await;
+    let (sid, wid) = terminal_over_wss(&s, &first, &env).await;
+    tokio::task::block_in_place(|| attach_over_cli(&env, &s.base, &first_pem, &sid, &wid));
 
     // A certificate from another CA, served after SIGHUP.
     let second = Ca::new();
