@@ -614,3 +614,64 @@ async fn the_listener_serves_https_and_reloads_its_certificate() {
     drop(sse);
     s.stop().await;
 }
+
+/// `shepherd serve` with these TLS settings: it must refuse to start, and
+/// say so on stderr (returned).
+fn refused_start(env: &Env, vars: &[(&str, &str)]) -> String {
+    let mut child = common::Proc(
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .arg("serve")
+            .envs(&env.vars)
+            .env("SHEPHERD_LISTEN", "127.0.0.1:0")
+            .envs(vars.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve started with {vars:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    err
+}
+
+#[test]
+fn serve_refuses_a_half_or_unreadable_tls_setting() {
+    let env = Env::new(Kind::Sqlite);
+    let (cert, key) = (env.dir.join("cert.pem"), env.dir.join("key.pem"));
+    let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
+    let err = refused_start(&env, &[("SHEPHERD_TLS_CERT", &cert_s)]);
+    assert!(
+        err.contains("SHEPHERD_TLS_CERT") && err.contains("SHEPHERD_TLS_KEY"),
+        "{err}"
+    );
+    // Missing, then a key that is not the certificate's.
+    let both = [
+        ("SHEPHERD_TLS_CERT", cert_s.as_str()),
+        ("SHEPHERD_TLS_KEY", key_s.as_str()),
+    ];
+    let err = refused_start(&env, &both);
+    assert!(err.contains(&cert_s), "{err}");
+    let ca = Ca::new();
+    ca.issue(&cert, &key);
+    let other_key = env.dir.join("other-key.pem");
+    ca.issue(&env.dir.join("other-cert.pem"), &other_key);
+    std::fs::copy(&other_key, &key).unwrap();
+    let err = refused_start(&env, &both);
+    assert!(
+        err.contains("SHEPHERD_TLS_KEY") && err.contains(&key_s),
+        "{err}"
+    );
+}
