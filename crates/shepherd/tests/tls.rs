@@ -349,6 +349,8 @@ async fn terminal_over_wss(s: &Server, ca: &Ca, env: &Env) -> (String, String) {
         )
         .await;
     assert_eq!(st, 201, "{session}");
+    // Other nodes send clients to this address: https, as served.
+    assert_eq!(session["node_address"], s.base.as_str(), "{session}");
     let sid = session["id"].as_str().unwrap();
     let (st, w) = s
         .post(
