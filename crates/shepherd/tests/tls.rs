@@ -563,7 +563,7 @@ async fn the_listener_serves_https_and_reloads_its_certificate() {
 
     // `shepherd mcp` trusts the CA through SHEPHERD_CA_CERT, as the CLI
     // does, and refuses the certificate without it.
-    let answer = mcp_stdio(&env, &s.base, Some(&first_pem));
+    let answer = tokio::task::block_in_place(|| mcp_stdio(&env, &s.base, Some(&first_pem)));
     assert_eq!(answer["isError"], false, "{answer}");
     assert!(
         answer["structuredContent"]["workers"]
@@ -571,7 +571,7 @@ async fn the_listener_serves_https_and_reloads_its_certificate() {
             .is_some_and(|w| w.iter().any(|w| w["agent_id"] == "tls")),
         "the built-in runner's worker is listed: {answer}"
     );
-    let refused = mcp_stdio(&env, &s.base, None);
+    let refused = tokio::task::block_in_place(|| mcp_stdio(&env, &s.base, None));
     assert_eq!(refused["isError"], true, "{refused}");
     assert!(
         refused.to_string().to_lowercase().contains("certificate"),
@@ -580,6 +580,22 @@ async fn the_listener_serves_https_and_reloads_its_certificate() {
 
     let (sid, wid) = terminal_over_wss(&s, &first, &env).await;
     tokio::task::block_in_place(|| attach_over_cli(&env, &s.base, &first_pem, &sid, &wid));
+    // Without the CA, attach says why it cannot connect.
+    let out = tokio::task::block_in_place(|| {
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["attach", &sid, &wid, "--server", &s.base])
+            .envs(&env.vars)
+            .env("SHEPHERD_TOKEN", OPERATOR)
+            .env_remove("SHEPHERD_CA_CERT")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    });
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("certificate"),
+        "{err}"
+    );
 
     // A certificate from another CA, served after SIGHUP.
     let second = Ca::new();
