@@ -3,8 +3,9 @@
 //!
 //! [`router`] builds the whole application from an [`AppState`]; [`serve`]
 //! runs it on a listener the caller bound (tests bind `127.0.0.1:0`) until a
-//! shutdown future resolves. Only this crate knows HTTP: handlers translate
-//! requests into store operations and errors into status codes, nothing more.
+//! shutdown future resolves ([`tls::serve`] does the same over HTTPS). Only
+//! this crate knows HTTP: handlers translate requests into store operations
+//! and errors into status codes, nothing more.
 
 pub mod auth;
 pub mod body_timeout;
@@ -16,6 +17,7 @@ pub mod events;
 pub mod health;
 pub mod host;
 pub mod limits;
+pub mod listener;
 pub mod metrics;
 pub mod openapi;
 pub mod origin;
@@ -27,6 +29,7 @@ pub mod scope;
 pub mod session_ws;
 pub mod sessions;
 pub mod tasks;
+pub mod tls;
 pub mod ui;
 pub mod usage;
 pub mod workers;
@@ -37,7 +40,6 @@ use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue};
-use axum::serve::ListenerExt;
 use axum::Router;
 use shepherd_store::Store;
 use tokio::net::TcpListener;
@@ -291,68 +293,14 @@ async fn log_requests(
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops accepting,
-/// lets in-flight requests finish and returns.
+/// lets in-flight requests finish and returns (plain HTTP; [`tls::serve`]
+/// for HTTPS).
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let token = state.shutdown.clone();
-    let send_timeout = state.settings.send_timeout;
-    let app = router(state);
-    // Event streams write small frames that must leave at once, not wait for
-    // the peer's delayed ACK (Nagle), so every connection sets TCP_NODELAY.
-    let listener = listener.tap_io(move |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-        if let Err(e) = set_send_timeout(tcp, send_timeout) {
-            tracing::debug!(error = %e, "could not set TCP_USER_TIMEOUT");
-        }
-    });
-    // A shared make-service: each connection clones a pointer, not the router.
-    axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            token.cancel();
-        })
-        .await
-}
-
-/// Closes the connection once data the server sent has waited `timeout`
-/// unacknowledged, or untransmitted because the peer's receive window stayed
-/// shut (TCP_USER_TIMEOUT). A stream whose client stopped reading would
-/// otherwise hold its slot and its buffers for as long as the client keeps
-/// the connection open, since the server only learns that a client fell
-/// behind when it can write to it again; the same bound ends connections to
-/// peers that vanished without a FIN. Linux only; elsewhere a no-op.
-#[cfg(target_os = "linux")]
-fn set_send_timeout(tcp: &tokio::net::TcpStream, timeout: Duration) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    if timeout.is_zero() {
-        return Ok(());
-    }
-    let ms = libc::c_uint::try_from(timeout.as_millis()).unwrap_or(libc::c_uint::MAX);
-    // SAFETY: setsockopt on a socket this stream owns, with a pointer to a
-    // live c_uint and its exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            tcp.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_USER_TIMEOUT,
-            (&ms as *const libc::c_uint).cast(),
-            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-#[cfg(not(target_os = "linux"))]
-fn set_send_timeout(_tcp: &tokio::net::TcpStream, _timeout: Duration) -> std::io::Result<()> {
-    Ok(())
+    listener::serve(listener, state, listener::Handshake::Plain, shutdown).await
 }
 
 /// Sets the cursor header on a response.

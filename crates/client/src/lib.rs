@@ -21,6 +21,8 @@ use serde::Serialize;
 use shepherd_protocol as p;
 
 pub use error::ClientError;
+/// The TLS library whose configuration [`Trust::tls_config`] holds.
+pub use rustls;
 pub use sse::{Frame, Start};
 
 /// Environment variable naming a PEM file of a CA certificate to trust.
@@ -82,12 +84,99 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// What an `https://` server's certificate is checked against.
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    /// PEM files of CA certificates trusted besides the Mozilla roots
+    /// (every certificate in each file).
+    pub ca_files: Vec<String>,
+    /// A whole rustls configuration used instead (then `ca_files` is not
+    /// read): how the built-in runner trusts its own server's certificate.
+    pub tls_config: Option<rustls::ClientConfig>,
+}
+
+impl Trust {
+    /// The Mozilla roots plus the CA in `SHEPHERD_CA_CERT`, when it is set.
+    pub fn from_env() -> Trust {
+        Trust {
+            ca_files: std::env::var(CA_CERT_ENV)
+                .ok()
+                .filter(|p| !p.trim().is_empty())
+                .into_iter()
+                .collect(),
+            tls_config: None,
+        }
+    }
+
+    /// The same trust as a rustls configuration, for connections made
+    /// without reqwest (the CLI's session WebSocket): the Mozilla roots
+    /// plus every certificate in the CA files.
+    pub fn rustls_config(&self) -> Result<rustls::ClientConfig, ClientError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        if let Some(config) = &self.tls_config {
+            return Ok(config.clone());
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for path in &self.ca_files {
+            let pem = std::fs::read(path).map_err(|e| {
+                ClientError::config(format!("{CA_CERT_ENV}={path}: cannot read: {e}"))
+            })?;
+            let not_pem =
+                || ClientError::config(format!("{CA_CERT_ENV}={path}: not a PEM certificate"));
+            let mut any = false;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                roots
+                    .add(cert.map_err(|_| not_pem())?)
+                    .map_err(|_| not_pem())?;
+                any = true;
+            }
+            if !any {
+                return Err(not_pem());
+            }
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        Ok(rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClientError::config(format!("TLS: {e}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth())
+    }
+
+    /// Sets up `builder`'s TLS to trust this; an unreadable CA file, or
+    /// one without a certificate, is an error naming it.
+    pub fn apply(
+        &self,
+        builder: reqwest::ClientBuilder,
+    ) -> Result<reqwest::ClientBuilder, ClientError> {
+        if let Some(config) = &self.tls_config {
+            return Ok(builder.use_preconfigured_tls(config.clone()));
+        }
+        let mut b = builder.use_rustls_tls();
+        for path in &self.ca_files {
+            let pem = std::fs::read(path).map_err(|e| {
+                ClientError::config(format!("{CA_CERT_ENV}={path}: cannot read: {e}"))
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .ok()
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| {
+                    ClientError::config(format!("{CA_CERT_ENV}={path}: not a PEM certificate"))
+                })?;
+            for cert in certs {
+                b = b.add_root_certificate(cert);
+            }
+        }
+        Ok(b)
+    }
+}
+
 impl Client {
     /// A client of `server` (scheme optional) with `token`; reads
     /// `SHEPHERD_CA_CERT` for an extra CA to trust.
     pub fn new(server: &str, token: Option<String>) -> Result<Client, ClientError> {
-        let ca = std::env::var(CA_CERT_ENV).ok().filter(|p| !p.is_empty());
-        Client::with_ca(server, token, ca.as_deref())
+        Client::with_trust(server, token, &Trust::from_env())
     }
 
     /// As [`Client::new`], trusting the PEM CA certificate at `ca_path` too.
@@ -96,21 +185,25 @@ impl Client {
         token: Option<String>,
         ca_path: Option<&str>,
     ) -> Result<Client, ClientError> {
+        let trust = Trust {
+            ca_files: ca_path.map(str::to_owned).into_iter().collect(),
+            tls_config: None,
+        };
+        Client::with_trust(server, token, &trust)
+    }
+
+    /// A client of `server` that checks its certificate against `trust`.
+    pub fn with_trust(
+        server: &str,
+        token: Option<String>,
+        trust: &Trust,
+    ) -> Result<Client, ClientError> {
         let base = normalise_base(server)?;
-        let mut b = reqwest::Client::builder()
-            .use_rustls_tls()
+        let b = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .read_timeout(Duration::from_secs(60));
-        if let Some(path) = ca_path {
-            let pem = std::fs::read(path).map_err(|e| {
-                ClientError::config(format!("{CA_CERT_ENV}={path}: cannot read: {e}"))
-            })?;
-            let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| {
-                ClientError::config(format!("{CA_CERT_ENV}={path}: not a PEM certificate: {e}"))
-            })?;
-            b = b.add_root_certificate(cert);
-        }
-        let http = b
+        let http = trust
+            .apply(b)?
             .build()
             .map_err(|e| ClientError::config(format!("cannot set up HTTP: {e}")))?;
         Ok(Client {

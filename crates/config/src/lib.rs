@@ -61,6 +61,8 @@ const STRINGS: &[&str] = &[
     "node_id",
     "advertise_url",
     "metrics_listen",
+    "tls_cert",
+    "tls_key",
 ];
 
 /// The layered shape: every key optional (defaults are applied after).
@@ -108,6 +110,8 @@ struct RawConfig {
     max_worker_requests: Option<u64>,
     listen_backlog: Option<u64>,
     metrics_listen: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
     #[serde(default)]
     agents: BTreeMap<String, AgentConfig>,
 }
@@ -186,11 +190,23 @@ pub struct Config {
     /// Requests one credential may have in flight (streams apart); more
     /// answer 429 (0: no cap).
     pub max_requests_per_token: usize,
+    /// Serve HTTPS with this certificate chain and key (PEM files), read
+    /// again on SIGHUP and when either file changes; `None`: plain HTTP.
+    pub tls: Option<TlsFiles>,
     /// Where each top-level key's value came from (absent: the default).
     pub origins: BTreeMap<String, Origin>,
     /// What loading found worth a warning (a deprecated variable): the
     /// loader prints nothing, since logging is not set up yet when it runs.
     pub warnings: Vec<String>,
+}
+
+/// The listener's certificate chain and private key (`tls_cert`, `tls_key`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM: the server's certificate first, then the chain that signs it.
+    pub cert: PathBuf,
+    /// PEM: the certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// Where a configuration value came from.
@@ -683,6 +699,18 @@ impl Config {
                 )));
             }
         }
+        let tls = match (file.tls_cert, file.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            (None, None) => None,
+            // One without the other would serve plain HTTP where the
+            // operator asked for TLS: refuse rather than guess.
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(err(
+                    "SHEPHERD_TLS_CERT and SHEPHERD_TLS_KEY (tls_cert, tls_key) go together: \
+                     set both to serve HTTPS, or neither to serve plain HTTP",
+                ))
+            }
+        };
         let mut agents = file.agents;
         // Absolute, so that the resolved paths do not depend on the
         // directory the server later runs agents from.
@@ -740,6 +768,7 @@ impl Config {
                 .max_requests_per_token
                 .unwrap_or(DEFAULT_MAX_REQUESTS_PER_TOKEN)
                 as usize,
+            tls,
             origins,
             warnings,
         })
@@ -818,6 +847,16 @@ impl Config {
                     .map(|a| a.to_string())
                     .unwrap_or_default(),
             ),
+            (
+                "tls_cert",
+                path(&self.tls.as_ref().map(|t| t.cert.clone())).unwrap_or_default(),
+            ),
+            // A path, not the key itself: shown so an operator sees which
+            // file is served.
+            (
+                "tls_key",
+                path(&self.tls.as_ref().map(|t| t.key.clone())).unwrap_or_default(),
+            ),
         ];
         let mut out: Vec<Setting> = rows
             .into_iter()
@@ -886,6 +925,8 @@ const KEYS: &[&str] = &[
     "header_timeout",
     "body_timeout",
     "max_requests_per_token",
+    "tls_cert",
+    "tls_key",
     "agents",
 ];
 
@@ -1158,6 +1199,57 @@ mod tests {
             let e = load(&[(k, v)]).unwrap_err().to_string();
             assert!(e.contains(k), "{e} should name {k}");
         }
+    }
+
+    #[test]
+    fn tls_cert_and_key_go_together() {
+        assert_eq!(load(&[]).unwrap().tls, None);
+        let c = load(&[
+            ("SHEPHERD_TLS_CERT", "/etc/shepherd/cert.pem"),
+            ("SHEPHERD_TLS_KEY", "/etc/shepherd/key.pem"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.tls,
+            Some(TlsFiles {
+                cert: "/etc/shepherd/cert.pem".into(),
+                key: "/etc/shepherd/key.pem".into(),
+            })
+        );
+        let shown: BTreeMap<String, String> = c
+            .effective()
+            .into_iter()
+            .map(|s| (s.key, s.value))
+            .collect();
+        assert_eq!(shown["tls_cert"], "/etc/shepherd/cert.pem");
+        assert_eq!(shown["tls_key"], "/etc/shepherd/key.pem");
+        assert_eq!(
+            c.origins.get("tls_key"),
+            Some(&Origin::Env {
+                var: "SHEPHERD_TLS_KEY".into()
+            })
+        );
+        // One without the other is an error naming both, from either layer.
+        for vars in [
+            &[("SHEPHERD_TLS_CERT", "/c.pem")][..],
+            &[("SHEPHERD_TLS_KEY", "/k.pem")][..],
+        ] {
+            let e = load(vars).unwrap_err().to_string();
+            assert!(
+                e.contains("SHEPHERD_TLS_CERT") && e.contains("SHEPHERD_TLS_KEY"),
+                "{e}"
+            );
+        }
+        let path = file("tls", "tls_cert = \"/c.pem\"\n");
+        let e = load_file(&path, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("tls_key") && e.contains("SHEPHERD_TLS_KEY"),
+            "{e}"
+        );
+        // The file names one, the environment the other.
+        let c = load_file(&path, &[("SHEPHERD_TLS_KEY", "/k.pem")]).unwrap();
+        assert_eq!(c.tls.unwrap().cert, PathBuf::from("/c.pem"));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]

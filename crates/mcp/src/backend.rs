@@ -109,8 +109,19 @@ impl Api {
         }
     }
 
-    /// A remote server at `base`, with an optional bearer token.
+    /// A remote server at `base`, with an optional bearer token; an
+    /// `https://` server is trusted as by the CLI and the runner: the web
+    /// roots, plus the CA in `SHEPHERD_CA_CERT` when it is set.
     pub fn remote(base: &str, token: Option<&str>) -> Result<Self, ApiError> {
+        Self::remote_trusting(base, token, &shepherd_client::Trust::from_env())
+    }
+
+    /// As [`Api::remote`], checking the server's certificate against `trust`.
+    pub fn remote_trusting(
+        base: &str,
+        token: Option<&str>,
+        trust: &shepherd_client::Trust,
+    ) -> Result<Self, ApiError> {
         let authorization = match token {
             Some(t) => Some(HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
                 ApiError::new(
@@ -120,9 +131,17 @@ impl Api {
             })?),
             None => None,
         };
+        let http = trust
+            .apply(reqwest::Client::builder())
+            .and_then(|b| {
+                b.build().map_err(|e| shepherd_client::ClientError::Config {
+                    message: format!("cannot set up HTTP: {e}"),
+                })
+            })
+            .map_err(|e| ApiError::new("bad_config", e.to_string()))?;
         Ok(Api::new(
             Backend::Remote {
-                http: reqwest::Client::new(),
+                http,
                 base: base.trim_end_matches('/').to_owned(),
             },
             authorization,
@@ -158,13 +177,16 @@ impl Api {
                 let res = req.send().await.map_err(|e| {
                     ApiError::new(
                         "unreachable",
-                        format!("cannot reach the Shepherd server at {base}: {e}"),
+                        format!("cannot reach the Shepherd server at {base}: {}", causes(&e)),
                     )
                 })?;
                 let status = res.status();
                 let cursor = cursor_of(res.headers());
                 let bytes = res.bytes().await.map_err(|e| {
-                    ApiError::new("unreachable", format!("reading the answer failed: {e}"))
+                    ApiError::new(
+                        "unreachable",
+                        format!("reading the answer failed: {}", causes(&e)),
+                    )
                 })?;
                 (status, cursor, bytes)
             }
@@ -234,7 +256,7 @@ impl Api {
                 let res = req.send().await.map_err(|e| {
                     ApiError::new(
                         "unreachable",
-                        format!("cannot reach the Shepherd server at {base}: {e}"),
+                        format!("cannot reach the Shepherd server at {base}: {}", causes(&e)),
                     )
                 })?;
                 if !res.status().is_success() {
@@ -296,6 +318,19 @@ pub fn encode(s: &str) -> String {
         }
     }
     out
+}
+
+/// An error with its causes: reqwest's own message ("error sending
+/// request") hides why (refused, a certificate not trusted, DNS).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
 }
 
 fn cursor_of(headers: &http::HeaderMap) -> Option<i64> {

@@ -60,6 +60,10 @@ pub struct RunnerConfig {
     /// On stop, leave agents running under their shims for the next runner
     /// with this data directory (the built-in runner of `serve`).
     pub detach_on_stop: bool,
+    /// What the server's certificate is checked against: the web roots and
+    /// `SHEPHERD_CA_CERT` by default; the built-in runner of an HTTPS
+    /// `serve` trusts its own listener's certificate instead.
+    pub trust: shepherd_client::Trust,
 }
 
 impl RunnerConfig {
@@ -89,6 +93,7 @@ impl RunnerConfig {
                 .unwrap_or_else(|| PathBuf::from("shepherd")),
             lease_timeout: Duration::from_secs(270),
             detach_on_stop: false,
+            trust: shepherd_client::Trust::from_env(),
         }
     }
 
@@ -186,7 +191,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             }
         }
     }
-    let operator = Client::new(&config.server, config.token.clone()).map_err(|e| e.to_string())?;
+    let operator = Client::with_trust(&config.server, config.token.clone(), &config.trust)
+        .map_err(|e| e.to_string())?;
     // Workers a previous runner registered from this data directory lost
     // their processes with it: release their claims now rather than after
     // the heartbeat timeout, so their tasks go straight back to the queue.

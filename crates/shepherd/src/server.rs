@@ -111,6 +111,19 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow_like::Result<()> {
     config.check_exposure()?;
+    // The certificate is read before anything starts, so that a bad one is
+    // a start-up error rather than a server that fails every handshake.
+    let tls = match &config.tls {
+        Some(files) => Some(
+            shepherd_api::tls::ServedCert::load(&files.cert, &files.key).map_err(|e| {
+                format!(
+                    "SHEPHERD_TLS_CERT / SHEPHERD_TLS_KEY: {} ({})",
+                    e.message, e.code
+                )
+            })?,
+        ),
+        None => None,
+    };
     let store = open_store(&config).await?;
     recover(&store).await?;
     let token = CancellationToken::new();
@@ -122,6 +135,18 @@ pub async fn run(
     // Ends every PTY when the server stops (they are restored on attach).
     tracker.spawn(sessions.run(token.clone()));
     maintenance::start(&tracker, &state, &config, token.clone());
+    if let Some(cert) = &tls {
+        // SIGHUP is taken before the server answers anyone, so that a
+        // reload asked for as soon as it is up cannot end the process
+        // (SIGHUP's default action).
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| format!("cannot handle SIGHUP (TLS reload): {e}"))?;
+        tracker.spawn(cert.clone().watch(
+            Some(hangup),
+            shepherd_api::tls::POLL_INTERVAL,
+            token.clone(),
+        ));
+    }
     if let Some(addr) = config.metrics_listen {
         let metrics = bind(addr, config.listen_backlog)
             .map_err(|e| format!("SHEPHERD_METRICS_LISTEN: cannot listen on {addr}: {e}"))?;
@@ -136,7 +161,8 @@ pub async fn run(
     }
     tracker.close();
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, database = store.url(), backend = store.backend_name(), "shepherd is serving");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%addr, scheme, database = store.url(), backend = store.backend_name(), "shepherd is serving");
     // The built-in runner talks to this server over HTTP like any worker.
     let runner_stop = CancellationToken::new();
     let runner = if config.agents.is_empty() {
@@ -147,11 +173,20 @@ pub async fn run(
             local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
         let mut rc = shepherd_runner::RunnerConfig::new(
-            &format!("http://{local}"),
+            &format!("{scheme}://{local}"),
             config.auth_token.clone(),
             config.agents.clone(),
             config.data_dir.clone(),
         );
+        if let Some(cert) = &tls {
+            // It trusts the certificate this listener serves, whatever
+            // names and CA it has (it connects to an address, and a
+            // reload may bring another CA).
+            rc.trust = shepherd_client::Trust {
+                ca_files: Vec::new(),
+                tls_config: Some(cert.client_config()?),
+            };
+        }
         rc.heartbeat_interval = config.runner_heartbeat;
         rc.cancel_grace = config.cancel_grace;
         rc.set_heartbeat_timeout(config.heartbeat_timeout);
@@ -166,7 +201,7 @@ pub async fn run(
         }))
     };
     let stop = token.clone();
-    shepherd_api::serve(listener, state, async move {
+    let shutdown = async move {
         tokio::select! {
             _ = shutdown => {}
             _ = stop.cancelled() => {}
@@ -178,8 +213,14 @@ pub async fn run(
             let _ = tokio::time::timeout(std::time::Duration::from_secs(20), r).await;
         }
         tracing::info!("shutting down: no new connections; finishing requests in flight");
-    })
-    .await?;
+    };
+    match tls {
+        Some(cert) => {
+            let options = shepherd_api::tls::TlsOptions::new(cert);
+            shepherd_api::tls::serve(listener, state, options, shutdown).await?
+        }
+        None => shepherd_api::serve(listener, state, shutdown).await?,
+    }
     token.cancel();
     tracker.wait().await;
     store.close();

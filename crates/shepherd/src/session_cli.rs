@@ -230,6 +230,56 @@ impl Keys {
     }
 }
 
+/// Either kind of connection under the WebSocket.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// The WebSocket handshake's outcome: the socket, or the server's refusal.
+type Handshake = std::result::Result<
+    (
+        tokio_tungstenite::WebSocketStream<Box<dyn Io>>,
+        tokio_tungstenite::tungstenite::handshake::client::Response,
+    ),
+    tokio_tungstenite::tungstenite::Error,
+>;
+
+/// Opens the WebSocket of `req`: over TLS for `wss://`, trusting what the
+/// other verbs trust (the web roots and `SHEPHERD_CA_CERT`).
+async fn connect(
+    req: tokio_tungstenite::tungstenite::handshake::client::Request,
+) -> Result<Handshake> {
+    let uri = req.uri();
+    let secure = uri.scheme_str() == Some("wss");
+    let host = uri
+        .host()
+        .ok_or("the server address has no host")?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    let unreachable = |e: std::io::Error| format!("cannot reach the server at {host}:{port}: {e}");
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(unreachable)?;
+    // Keystrokes leave at once.
+    tcp.set_nodelay(true)?;
+    let io: Box<dyn Io> = if secure {
+        let config = shepherd_client::Trust::from_env()
+            .rustls_config()
+            .map_err(|e| e.to_string())?;
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.clone())?;
+        Box::new(
+            tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+                .connect(name, tcp)
+                .await
+                .map_err(unreachable)?,
+        )
+    } else {
+        Box::new(tcp)
+    };
+    Ok(tokio_tungstenite::client_async(req, io).await)
+}
+
 pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
     let url = format!(
         "{}/ws/session/{}/worker/{}",
@@ -251,7 +301,7 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
             HeaderValue::from_str(&format!("Bearer {t}"))?,
         );
     }
-    let (ws, _) = match tokio_tungstenite::connect_async(req).await {
+    let (ws, _) = match connect(req).await? {
         Ok(x) => x,
         Err(tokio_tungstenite::tungstenite::Error::Http(res)) => {
             let status = res.status().as_u16();

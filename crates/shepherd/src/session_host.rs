@@ -55,12 +55,14 @@ pub fn manager(
     addr: std::net::SocketAddr,
 ) -> std::io::Result<Arc<SessionManager>> {
     let mut mc = ManagerConfig::new(config.data_dir.clone(), node_id(config)?);
-    mc.node_address = Some(
-        config
-            .advertise_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{addr}")),
-    );
+    mc.node_address = Some(config.advertise_url.clone().unwrap_or_else(|| {
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{addr}")
+    }));
     mc.sessions_root = config.sessions_root.clone();
     mc.agents = config
         .agents

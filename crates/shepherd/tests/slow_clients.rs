@@ -1,6 +1,8 @@
 //! Clients that try to wear the server down, over raw TCP against the real
 //! server: invented HTTP methods leave no trace in memory or `/metrics`; a
-//! request whose body trickles in answers 408 `body_timeout`; one token's
+//! connection that never finishes its header is closed; a request whose
+//! body trickles in answers 408 `body_timeout`; requests hyper cannot parse
+//! answer in the standard error shape; one token's
 //! slow requests take only its own slots (429 `too_many_requests` beyond
 //! them), so the operator is still served.
 
@@ -167,5 +169,69 @@ async fn one_tokens_slow_requests_take_only_its_own_slots() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert!(served, "the worker's slots come back");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_that_never_ends_is_cut_off() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_HEADER_TIMEOUT", "1s");
+    let s = Server::start(&env).await;
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut tcp = TcpStream::connect(addr(&s)).await.unwrap();
+        tcp.write_all(b"GET /api/v1/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            .await
+            .unwrap();
+        held.push(tcp);
+    }
+    for tcp in &mut held {
+        let mut buf = [0u8; 512];
+        // Closed (perhaps after a 408), well before the test's own deadline.
+        let read = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match tcp.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => continue,
+                }
+            }
+        })
+        .await;
+        assert!(
+            read.is_ok(),
+            "a connection with an unfinished header stayed open"
+        );
+    }
+    // A whole request on a fresh connection is served as before.
+    let (code, _) = s.get("/api/v1/tasks", None).await;
+    assert_eq!(code, 200);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unparsable_requests_answer_in_the_error_shape() {
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let long = format!("/api/v1/tasks/{}", "a".repeat(70_000));
+    for (target, status, code) in [
+        (&b"/api/v1/tasks/\xff\xfe"[..], 400, "bad_request"),
+        (b"/api/v1/tasks/a\x01b", 400, "bad_request"),
+        (long.as_bytes(), 414, "uri_too_long"),
+    ] {
+        let mut tcp = TcpStream::connect(addr(&s)).await.unwrap();
+        let mut req = b"GET ".to_vec();
+        req.extend_from_slice(target);
+        req.extend_from_slice(format!(" HTTP/1.1\r\nHost: {}\r\n\r\n", addr(&s)).as_bytes());
+        tcp.write_all(&req).await.unwrap();
+        let res = response(&mut tcp).await;
+        assert!(res.starts_with(&format!("HTTP/1.1 {status}")), "{res}");
+        let body = res
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("{status}: not JSON ({e}): {res:?}"));
+        assert_eq!(v["error"]["code"], code, "{res}");
+    }
     s.stop().await;
 }

@@ -1,7 +1,11 @@
-//! `https://` end to end: a TLS front (rustls, with a certificate from a
-//! throwaway CA made by rcgen) before a real server; the client crate, every
+//! `https://` end to end, with certificates from throwaway CAs made by
+//! rcgen. A TLS front (rustls) before a real server: the client crate, every
 //! CLI verb and the runner reach it by trusting that CA through
-//! `SHEPHERD_CA_CERT`, and refuse it without.
+//! `SHEPHERD_CA_CERT`, and refuse it without. The server's own TLS listener
+//! (`SHEPHERD_TLS_CERT`, `SHEPHERD_TLS_KEY`): REST, SSE, the session
+//! WebSocket, `/mcp`, `shepherd mcp` and the built-in runner over it, plain
+//! HTTP refused, and a certificate from another CA served after SIGHUP
+//! while a stream opened before keeps flowing.
 
 mod common;
 
@@ -17,7 +21,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
-use common::{Env, Kind, Server, OPERATOR};
+use common::{Env, Kind, Server, SseClient, OPERATOR};
 
 /// A CA and a server certificate for 127.0.0.1 it signed; returns the CA's
 /// PEM and the server's TLS configuration.
@@ -239,4 +243,457 @@ async fn client_cli_and_runner_work_over_https() {
         .unwrap();
     assert!(!out.status.success());
     s.stop().await;
+}
+
+/// A throwaway certificate authority.
+struct Ca(CertifiedIssuer<'static, KeyPair>);
+
+impl Ca {
+    fn new() -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        Ca(CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap())
+    }
+
+    fn pem(&self) -> String {
+        self.0.pem()
+    }
+
+    /// A server certificate for 127.0.0.1 and localhost and its own key,
+    /// written to `cert` and `key` (PEM).
+    fn issue(&self, cert: &std::path::Path, key: &std::path::Path) {
+        let pair = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap()
+            .signed_by(&pair, &self.0)
+            .unwrap();
+        std::fs::write(cert, leaf.pem()).unwrap();
+        std::fs::write(key, pair.serialize_pem()).unwrap();
+    }
+
+    /// An HTTP client that trusts this CA only (no web roots).
+    fn http(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(self.pem().as_bytes()).unwrap())
+            .build()
+            .unwrap()
+    }
+
+    /// A rustls client configuration that trusts this CA only.
+    fn rustls(&self) -> tokio_rustls::rustls::ClientConfig {
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(self.pem().as_bytes()).unwrap())
+            .unwrap();
+        tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
+            tokio_rustls::rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+    }
+}
+
+/// Waits until task `vtid` is `done`, read through `c`.
+async fn done(c: &Client, vtid: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (t, _) = c.task(vtid).await.unwrap();
+        if t.task.state == "done" {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{vtid} is {}, not done",
+            t.task.state
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn tls_task(vtid: &str) -> p::CreateTask {
+    p::CreateTask {
+        vtid: Some(vtid.into()),
+        title: format!("{vtid} over the TLS listener"),
+        capabilities: vec!["tls".into()],
+        ..Default::default()
+    }
+}
+
+/// Reads `sse` until the `task.created` event of `vtid`.
+async fn created_on(sse: &mut SseClient, vtid: &str) {
+    loop {
+        let f = sse
+            .next(Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("the stream ended before {vtid} was created"));
+        if f.event == "task.created" && f.data["task_id"] == vtid {
+            return;
+        }
+    }
+}
+
+/// The session WebSocket over `wss://`: a terminal runs what is typed.
+async fn terminal_over_wss(s: &Server, ca: &Ca, env: &Env) -> (String, String) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = env.dir.join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap().display().to_string();
+    let (st, session) = s
+        .post(
+            "/api/v1/sessions",
+            Some(OPERATOR),
+            serde_json::json!({ "location_path": dir }),
+        )
+        .await;
+    assert_eq!(st, 201, "{session}");
+    // Other nodes send clients to this address: https, as served.
+    assert_eq!(session["node_address"], s.base.as_str(), "{session}");
+    let sid = session["id"].as_str().unwrap();
+    let (st, w) = s
+        .post(
+            &format!("/api/v1/sessions/{sid}/workers"),
+            Some(OPERATOR),
+            serde_json::json!({ "type": "terminal" }),
+        )
+        .await;
+    assert_eq!(st, 201, "{w}");
+    let wid = w["id"].as_str().unwrap();
+    let authority = s.base.trim_start_matches("https://");
+    let tcp = TcpStream::connect(authority).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(ca.rustls()))
+        .connect(
+            tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let mut req = format!("wss://{authority}/ws/session/{sid}/worker/{wid}")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {OPERATOR}").parse().unwrap(),
+    );
+    let (mut ws, _) = tokio_tungstenite::client_async(req, tls).await.unwrap();
+    ws.send(Message::Text(
+        serde_json::json!({"type": "input", "data": "echo over-$((6*7))-wss\r"})
+            .to_string()
+            .into(),
+    ))
+    .await
+    .unwrap();
+    let mut screen = String::new();
+    while !screen.contains("over-42-wss") {
+        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("no output over wss; screen so far: {screen}"))
+            .expect("the socket stays open")
+            .unwrap();
+        if let Message::Text(t) = msg {
+            let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+            if let Some(d) = v["data"].as_str() {
+                screen.push_str(d);
+            }
+        }
+    }
+    let _ = ws.close(None).await;
+    (sid.to_owned(), wid.to_owned())
+}
+
+/// `shepherd attach` over `wss://`, trusting the CA through
+/// `SHEPHERD_CA_CERT`: what is typed runs, and Ctrl-] d detaches.
+fn attach_over_cli(env: &Env, base: &str, ca: &str, sid: &str, wid: &str) {
+    use std::io::{Read, Write};
+    let mut child = common::Proc(
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["attach", sid, wid, "--server", base])
+            .envs(&env.vars)
+            .env("SHEPHERD_TOKEN", OPERATOR)
+            .env("SHEPHERD_CA_CERT", ca)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    stdin.write_all(b"echo via-cli-$((9*9))-tls\r").unwrap();
+    stdin.flush().unwrap();
+    let mut stdout = child.0.stdout.take().unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("via-cli-81-tls") {
+        let n = stdout.read(&mut buf).unwrap();
+        if n == 0 {
+            let mut err = String::new();
+            let _ = child.0.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("attach ended early: {seen}{err}");
+        }
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    stdin.write_all(&[0x1d, b'd']).unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            assert!(st.success());
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "attach did not detach"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `shepherd mcp` against `base`, trusting `ca` through `SHEPHERD_CA_CERT`
+/// (absent: only the web roots): the answer to a `list_workers` call.
+fn mcp_stdio(env: &Env, base: &str, ca: Option<&str>) -> serde_json::Value {
+    use std::io::{BufRead, BufReader, Write};
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shepherd"));
+    cmd.args(["mcp", "--server", base])
+        .envs(&env.vars)
+        .env("SHEPHERD_TOKEN", OPERATOR)
+        .env_remove("SHEPHERD_CA_CERT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some(ca) = ca {
+        cmd.env("SHEPHERD_CA_CERT", ca);
+    }
+    let mut child = common::Proc(cmd.spawn().unwrap());
+    let mut stdin = child.0.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    for m in [
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "tls-test", "version": "1"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "list_workers", "arguments": {}}}),
+    ] {
+        writeln!(stdin, "{m}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "shepherd mcp ended without answering"
+        );
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == 2 {
+            return v["result"].clone();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_serves_https_and_reloads_its_certificate() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_TOKEN", OPERATOR);
+    let agent = env.script(
+        "agent.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"type\":\"action\",\"content\":[{\"type\":\"text\",\"text\":\"hello over tls\"}]}'\n",
+    );
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    env.with_config_file(&format!(
+        "[agents.tls]\ncommand = [\"{agent}\"]\ncapabilities = [\"tls\"]\n"
+    ));
+    let (cert, key) = (env.dir.join("tls-cert.pem"), env.dir.join("tls-key.pem"));
+    let first = Ca::new();
+    first.issue(&cert, &key);
+    env.set("SHEPHERD_TLS_CERT", &cert.display().to_string());
+    env.set("SHEPHERD_TLS_KEY", &key.display().to_string());
+    let first_pem = env.dir.join("first-ca.pem");
+    std::fs::write(&first_pem, first.pem()).unwrap();
+    let first_pem = first_pem.display().to_string();
+    let s = Server::start_tls(&env, "127.0.0.1", first.http()).await;
+    let port = s.base.rsplit(':').next().unwrap().to_owned();
+
+    // REST through the project's client, trusting the CA.
+    let c = Client::with_ca(&s.base, Some(OPERATOR.into()), Some(&first_pem)).unwrap();
+    assert_eq!(c.health().await.unwrap().status, "ok");
+    // A stream opened now stays open across the reload below.
+    let head = c.head().await.unwrap();
+    let res = s
+        .http
+        .get(s.url(&format!("/api/events?after={head}")))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    let mut sse = SseClient::over(res);
+    c.create_task(&tls_task("TLS-A")).await.unwrap();
+    created_on(&mut sse, "TLS-A").await;
+    // The built-in runner reaches its own listener over https.
+    done(&c, "TLS-A").await;
+    let (st, list) = s.get("/api/v1/tasks", Some(OPERATOR)).await;
+    assert_eq!(st, 200, "{list}");
+    assert_eq!(list["tasks"][0]["vtid"], "TLS-A", "{list}");
+
+    // Plain HTTP on the TLS port gets no answer.
+    let plain = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .send()
+        .await;
+    assert!(plain.is_err(), "plain HTTP was answered: {plain:?}");
+
+    // /mcp over https.
+    let init = s
+        .http
+        .post(s.url("/mcp"))
+        .bearer_auth(OPERATOR)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "tls-test", "version": "1"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(init.status().as_u16(), 200);
+    assert!(init.text().await.unwrap().contains("\"shepherd\""));
+
+    // `shepherd mcp` trusts the CA through SHEPHERD_CA_CERT, as the CLI
+    // does, and refuses the certificate without it.
+    let answer = tokio::task::block_in_place(|| mcp_stdio(&env, &s.base, Some(&first_pem)));
+    assert_eq!(answer["isError"], false, "{answer}");
+    assert!(
+        answer["structuredContent"]["workers"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|w| w["agent_id"] == "tls")),
+        "the built-in runner's worker is listed: {answer}"
+    );
+    let refused = tokio::task::block_in_place(|| mcp_stdio(&env, &s.base, None));
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(
+        refused.to_string().to_lowercase().contains("certificate"),
+        "{refused}"
+    );
+
+    let (sid, wid) = terminal_over_wss(&s, &first, &env).await;
+    tokio::task::block_in_place(|| attach_over_cli(&env, &s.base, &first_pem, &sid, &wid));
+    // Without the CA, attach says why it cannot connect.
+    let out = tokio::task::block_in_place(|| {
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["attach", &sid, &wid, "--server", &s.base])
+            .envs(&env.vars)
+            .env("SHEPHERD_TOKEN", OPERATOR)
+            .env_remove("SHEPHERD_CA_CERT")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    });
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("certificate"),
+        "{err}"
+    );
+
+    // A certificate from another CA, served after SIGHUP.
+    let second = Ca::new();
+    second.issue(&cert, &key);
+    // SAFETY: kill(2) to this process, whose server handles SIGHUP.
+    assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGHUP) }, 0);
+    let trusting_second = second.http();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while trusting_second.get(s.url("/healthz")).send().await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new certificate is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let err = first
+        .http()
+        .get(s.url("/healthz"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:?}").to_lowercase().contains("certificate"),
+        "{err:?}"
+    );
+    // The stream opened under the first certificate still delivers, and
+    // the built-in runner still reaches its server.
+    let second_pem = env.dir.join("second-ca.pem");
+    std::fs::write(&second_pem, second.pem()).unwrap();
+    let c = Client::with_ca(&s.base, Some(OPERATOR.into()), second_pem.to_str()).unwrap();
+    c.create_task(&tls_task("TLS-B")).await.unwrap();
+    created_on(&mut sse, "TLS-B").await;
+    done(&c, "TLS-B").await;
+    drop(sse);
+    s.stop().await;
+}
+
+/// `shepherd serve` with these TLS settings: it must refuse to start, and
+/// say so on stderr (returned).
+fn refused_start(env: &Env, vars: &[(&str, &str)]) -> String {
+    let mut child = common::Proc(
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .arg("serve")
+            .envs(&env.vars)
+            .env("SHEPHERD_LISTEN", "127.0.0.1:0")
+            .envs(vars.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve started with {vars:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    err
+}
+
+#[test]
+fn serve_refuses_a_half_or_unreadable_tls_setting() {
+    let env = Env::new(Kind::Sqlite);
+    let (cert, key) = (env.dir.join("cert.pem"), env.dir.join("key.pem"));
+    let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
+    let err = refused_start(&env, &[("SHEPHERD_TLS_CERT", &cert_s)]);
+    assert!(
+        err.contains("SHEPHERD_TLS_CERT") && err.contains("SHEPHERD_TLS_KEY"),
+        "{err}"
+    );
+    // Missing, then a key that is not the certificate's.
+    let both = [
+        ("SHEPHERD_TLS_CERT", cert_s.as_str()),
+        ("SHEPHERD_TLS_KEY", key_s.as_str()),
+    ];
+    let err = refused_start(&env, &both);
+    assert!(err.contains(&cert_s), "{err}");
+    let ca = Ca::new();
+    ca.issue(&cert, &key);
+    let other_key = env.dir.join("other-key.pem");
+    ca.issue(&env.dir.join("other-cert.pem"), &other_key);
+    std::fs::copy(&other_key, &key).unwrap();
+    let err = refused_start(&env, &both);
+    assert!(
+        err.contains("SHEPHERD_TLS_KEY") && err.contains(&key_s),
+        "{err}"
+    );
 }

@@ -147,6 +147,40 @@ impl Server {
         }
     }
 
+    /// A server in this process serving HTTPS (the environment names its
+    /// certificate), reached at `https://HOST:PORT` with `http`, a client
+    /// that trusts that certificate.
+    pub async fn start_tls(env: &Env, host: &str, http: reqwest::Client) -> Server {
+        let config = env.config();
+        assert!(config.tls.is_some(), "the environment sets SHEPHERD_TLS_*");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("https://{host}:{}", listener.local_addr().unwrap().port());
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            shepherd::server::run(config, listener, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server");
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(Instant::now() < deadline, "{base} is not ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Server {
+            base,
+            stop: Some(tx),
+            handle: Some(handle),
+            http,
+        }
+    }
+
     pub async fn stop(mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
@@ -238,6 +272,16 @@ impl SseClient {
             stream: res.bytes_stream().boxed(),
             buf: String::new(),
         })
+    }
+
+    /// The stream of a response already received (from a client of one's
+    /// own: one that trusts a test CA).
+    pub fn over(res: reqwest::Response) -> SseClient {
+        assert_eq!(res.status().as_u16(), 200, "SSE status");
+        SseClient {
+            stream: res.bytes_stream().boxed(),
+            buf: String::new(),
+        }
     }
 
     async fn request(
