@@ -27,6 +27,7 @@ pub mod tasks;
 pub mod ui;
 pub mod usage;
 pub mod workers;
+pub mod workspace_repos;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -74,6 +75,9 @@ pub struct Settings {
     /// A connection whose peer takes nothing the server sends for this long
     /// is closed (`SHEPHERD_SEND_TIMEOUT`); zero: never.
     pub send_timeout: Duration,
+    /// The git repositories runs' diffs may be read from: the `repo` of each
+    /// configured worktree agent (see [`workspace_repos`]).
+    pub workspace_repos: Vec<std::path::PathBuf>,
 }
 
 impl Default for Settings {
@@ -92,6 +96,7 @@ impl Default for Settings {
             max_worker_requests: 0,
             max_streams: 0,
             send_timeout: Duration::ZERO,
+            workspace_repos: Vec::new(),
         }
     }
 }

@@ -59,8 +59,19 @@ pub fn settings(config: &Config) -> Settings {
         max_streams: config.max_streams,
         max_worker_requests: config.max_worker_requests,
         send_timeout: config.send_timeout,
+        workspace_repos: workspace_repos(config),
         ..Settings::default()
     }
+}
+
+/// The repositories configured worktree agents work in: the only ones the
+/// server reads runs' diffs from, whatever a worker reports.
+pub fn workspace_repos(config: &Config) -> Vec<std::path::PathBuf> {
+    config
+        .agents
+        .values()
+        .filter_map(|a| a.worktree_repo().map(|(repo, _)| repo.to_owned()))
+        .collect()
 }
 
 /// Binds a listening socket with the configured backlog (`listen_backlog`;
