@@ -239,7 +239,17 @@ impl AgentConfig {
             .continue_args
             .iter()
             .any(|a| a.contains(AGENT_SESSION_PLACEHOLDER));
-        let id = agent_session_id.filter(|s| !s.is_empty());
+        // The id came from a worker's report: the server refuses one that
+        // could read as an option, and it is checked again here, since a
+        // stored one may predate that check. One that fails is as good as
+        // none (the spec then carries the history).
+        let id = agent_session_id.filter(|s| !s.is_empty()).filter(|s| {
+            shepherd_core::cmdline::check_agent_session_id(s)
+                .inspect_err(|why| {
+                    tracing::warn!(agent_session_id = %s, %why, "ignored the conversation's agent session id")
+                })
+                .is_ok()
+        });
         if needs_id && id.is_none() {
             return None;
         }
@@ -353,6 +363,34 @@ mod tests {
         assert_eq!(fill("{{a}}", &[("{a}", "1")]), "{1}");
         assert_eq!(fill("", &[("{a}", "1")]), "");
         assert_eq!(fill("ü{a}ü", &[("{a}", "é")]), "üéü");
+    }
+
+    #[test]
+    fn a_reported_agent_session_id_never_becomes_an_option() {
+        let a = AgentConfig {
+            command: vec!["claude".into(), "-p".into(), "{spec}".into()],
+            continue_args: vec!["--resume".into(), "{agent_session_id}".into()],
+            ..Default::default()
+        };
+        for bad in ["--evil=/x", "-x", "a b", "x\n--evil", "{run_id}", "a=b"] {
+            assert_eq!(
+                a.continue_argv("next", "T-1", "r1", Some(bad)),
+                None,
+                "{bad:?}: the history goes in the spec instead"
+            );
+        }
+        let inline = AgentConfig {
+            continue_args: vec!["--resume={agent_session_id}".into()],
+            ..a.clone()
+        };
+        assert_eq!(
+            inline.continue_argv("next", "T-1", "r1", Some("--evil")),
+            None
+        );
+        let (argv, _) = inline
+            .continue_argv("next", "T-1", "r1", Some("abc_1-2"))
+            .unwrap();
+        assert_eq!(argv, vec!["claude", "-p", "next", "--resume=abc_1-2"]);
     }
 
     #[test]

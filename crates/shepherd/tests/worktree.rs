@@ -609,7 +609,9 @@ async fn report_workspace(
 /// the configured repository or through `..`, is refused (403
 /// `workspace_repo_not_allowed`) to the worker and the operator alike; a
 /// `base_commit` of `--output=…` is refused when reported (422
-/// `invalid_workspace`) and no file is written.
+/// `invalid_workspace`) and no file is written; an agent session id that
+/// would be an option on the next turn's command line is refused (422
+/// `invalid_agent_session_id`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_cannot_point_the_diff_at_another_repository_or_hand_git_options() {
     use common::OPERATOR;
@@ -740,6 +742,16 @@ async fn a_worker_cannot_point_the_diff_at_another_repository_or_hand_git_option
         );
     }
 
+    // The agent's own session id is the next turn's argument, never an option.
+    for bad in ["--evil=/x", "-x", "a b", "x\n--evil"] {
+        let (st, b) =
+            report_workspace(&s, &token, vtid, claim, json!({ "agent_session_id": bad })).await;
+        assert_eq!(
+            (st, code(&b).as_str()),
+            (422, "invalid_agent_session_id"),
+            "{bad:?}: {b}"
+        );
+    }
     // The configured repository is still served.
     let ws = json!({ "workspace": { "branch": "main", "base": "main",
         "base_commit": base, "repo": repo.display().to_string() } });
