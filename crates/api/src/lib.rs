@@ -33,6 +33,7 @@ pub mod tls;
 pub mod ui;
 pub mod usage;
 pub mod workers;
+pub mod workspace_repos;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -91,6 +92,9 @@ pub struct Settings {
     /// Requests one credential may have in flight, streams apart
     /// (`SHEPHERD_MAX_REQUESTS_PER_TOKEN`); 0: no cap.
     pub max_requests_per_token: usize,
+    /// The git repositories runs' diffs may be read from: the `repo` of each
+    /// configured worktree agent (see [`workspace_repos`]).
+    pub workspace_repos: Vec<std::path::PathBuf>,
 }
 
 impl Default for Settings {
@@ -113,6 +117,7 @@ impl Default for Settings {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             max_requests_per_token: 0,
+            workspace_repos: Vec::new(),
         }
     }
 }

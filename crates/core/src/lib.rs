@@ -8,6 +8,7 @@
 
 pub mod adapters;
 pub mod claiming;
+pub mod cmdline;
 pub mod error;
 pub mod event;
 pub mod model;

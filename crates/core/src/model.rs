@@ -225,6 +225,26 @@ pub struct RunWorkspace {
     pub repo: Option<String>,
 }
 
+impl RunWorkspace {
+    /// Checks what reaches git when the server reads the run's diff: the
+    /// branch is a branch name by git's rules, `base_commit` and `head` are
+    /// full object ids (see [`crate::cmdline`]). The reason, when refused.
+    pub fn check(&self) -> Result<(), String> {
+        crate::cmdline::check_branch_name(&self.branch)
+            .map_err(|why| format!("workspace.branch {:?}: {why}", self.branch))?;
+        let commits = std::iter::once(("base_commit", Some(&self.base_commit)))
+            .chain(std::iter::once(("head", self.head.as_ref())));
+        for (key, value) in commits {
+            if let Some(v) = value.filter(|v| !crate::cmdline::is_object_id(v)) {
+                return Err(format!(
+                    "workspace.{key} {v:?}: a full git object id (40 or 64 hex digits)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A channel (seed 002's resource, seed 000's `channel_id`): what runs and
 /// conversations belong to.
 #[derive(

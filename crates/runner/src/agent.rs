@@ -11,7 +11,8 @@ use shepherd_core::adapters::TranscriptFormat;
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     /// Program and arguments. `{spec}`, `{task_id}` and `{run_id}` are
-    /// replaced; without `{spec}` the spec is written to the process's stdin.
+    /// replaced, in one pass (a spec holding `{run_id}` stays as written);
+    /// without `{spec}` the spec is written to the process's stdin.
     #[serde(default)]
     pub command: Vec<String>,
     pub cwd: Option<PathBuf>,
@@ -181,21 +182,38 @@ impl AgentConfig {
     /// The command line with placeholders filled in; whether the spec still
     /// has to go to stdin.
     pub fn argv(&self, spec: &str, task_id: &str, run_id: &str) -> (Vec<String>, bool) {
-        let mut spec_used = false;
-        let argv = self
-            .command
-            .iter()
-            .map(|a| {
-                if a.contains("{spec}") {
-                    spec_used = true;
-                }
-                a.replace("{spec}", spec)
-                    .replace("{task_id}", task_id)
-                    .replace("{run_id}", run_id)
-            })
-            .collect();
+        let values = [
+            ("{spec}", spec),
+            ("{task_id}", task_id),
+            ("{run_id}", run_id),
+        ];
+        let spec_used = self.command.iter().any(|a| a.contains("{spec}"));
+        let argv = self.command.iter().map(|a| fill(a, &values)).collect();
         (argv, !spec_used)
     }
+}
+
+/// Fills the `{name}` placeholders of one argument in a single pass over
+/// the template: a value is copied as it is and never scanned again, so a
+/// spec that holds `{run_id}` or `{task_id}` reaches the agent as written.
+fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    'scan: while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        let at = &rest[i..];
+        for (placeholder, value) in values {
+            if let Some(after) = at.strip_prefix(placeholder) {
+                out.push_str(value);
+                rest = after;
+                continue 'scan;
+            }
+        }
+        out.push('{');
+        rest = &at[1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Placeholder in `continue_args` for the agent's own conversation id.
@@ -221,16 +239,27 @@ impl AgentConfig {
             .continue_args
             .iter()
             .any(|a| a.contains(AGENT_SESSION_PLACEHOLDER));
-        let id = agent_session_id.filter(|s| !s.is_empty());
+        // The id came from a worker's report: the server refuses one that
+        // could read as an option, and it is checked again here, since a
+        // stored one may predate that check. One that fails is as good as
+        // none (the spec then carries the history).
+        let id = agent_session_id.filter(|s| !s.is_empty()).filter(|s| {
+            shepherd_core::cmdline::check_agent_session_id(s)
+                .inspect_err(|why| {
+                    tracing::warn!(agent_session_id = %s, %why, "ignored the conversation's agent session id")
+                })
+                .is_ok()
+        });
         if needs_id && id.is_none() {
             return None;
         }
         let (mut argv, stdin) = self.argv(message, task_id, run_id);
-        argv.extend(self.continue_args.iter().map(|a| {
-            a.replace(AGENT_SESSION_PLACEHOLDER, id.unwrap_or_default())
-                .replace("{task_id}", task_id)
-                .replace("{run_id}", run_id)
-        }));
+        let values = [
+            (AGENT_SESSION_PLACEHOLDER, id.unwrap_or_default()),
+            ("{task_id}", task_id),
+            ("{run_id}", run_id),
+        ];
+        argv.extend(self.continue_args.iter().map(|a| fill(a, &values)));
         Some((argv, stdin))
     }
 }
@@ -302,6 +331,66 @@ mod tests {
             AgentConfig::default().continue_argv("x", "t", "r", Some("s")),
             None
         );
+    }
+
+    #[test]
+    fn placeholders_in_the_spec_are_not_filled() {
+        let a = AgentConfig {
+            command: vec![
+                "agent".into(),
+                "--task={task_id}".into(),
+                "{spec}".into(),
+                "run={run_id} {run_id}".into(),
+            ],
+            continue_args: vec!["--resume".into(), "{agent_session_id}".into()],
+            ..Default::default()
+        };
+        let spec = "{run_id} {task_id} {spec} {agent_session_id} {";
+        let (argv, _) = a.argv(spec, "T-{run_id}", "r1");
+        assert_eq!(argv, vec!["agent", "--task=T-{run_id}", spec, "run=r1 r1"]);
+        let (argv, _) = a.argv("{run_id}", "T-1", "r1");
+        assert_eq!(argv[2], "{run_id}");
+        let (argv, _) = a.continue_argv(spec, "T-1", "r1", Some("s-9")).unwrap();
+        assert_eq!(
+            argv,
+            vec!["agent", "--task=T-1", spec, "run=r1 r1", "--resume", "s-9"]
+        );
+    }
+
+    #[test]
+    fn fill_copies_values_without_scanning_them() {
+        assert_eq!(fill("{a}{b}{", &[("{a}", "{b}"), ("{b}", "x")]), "{b}x{");
+        assert_eq!(fill("{{a}}", &[("{a}", "1")]), "{1}");
+        assert_eq!(fill("", &[("{a}", "1")]), "");
+        assert_eq!(fill("ü{a}ü", &[("{a}", "é")]), "üéü");
+    }
+
+    #[test]
+    fn a_reported_agent_session_id_never_becomes_an_option() {
+        let a = AgentConfig {
+            command: vec!["claude".into(), "-p".into(), "{spec}".into()],
+            continue_args: vec!["--resume".into(), "{agent_session_id}".into()],
+            ..Default::default()
+        };
+        for bad in ["--evil=/x", "-x", "a b", "x\n--evil", "{run_id}", "a=b"] {
+            assert_eq!(
+                a.continue_argv("next", "T-1", "r1", Some(bad)),
+                None,
+                "{bad:?}: the history goes in the spec instead"
+            );
+        }
+        let inline = AgentConfig {
+            continue_args: vec!["--resume={agent_session_id}".into()],
+            ..a.clone()
+        };
+        assert_eq!(
+            inline.continue_argv("next", "T-1", "r1", Some("--evil")),
+            None
+        );
+        let (argv, _) = inline
+            .continue_argv("next", "T-1", "r1", Some("abc_1-2"))
+            .unwrap();
+        assert_eq!(argv, vec!["claude", "-p", "next", "--resume=abc_1-2"]);
     }
 
     #[test]

@@ -780,6 +780,13 @@ async fn supervise(
                 AdapterOutput::Status(s) => outbox.status = Some(s),
                 AdapterOutput::Result(r) => *result = Some(r),
                 AdapterOutput::SessionId(id) => {
+                    // The next turn's command line holds the id: one that
+                    // could read as an option is never kept (the server
+                    // would refuse the report that carries it, 422).
+                    if let Err(why) = shepherd_core::cmdline::check_agent_session_id(&id) {
+                        tracing::warn!(run_id = a.run_id, agent_session_id = %id, %why, "ignored the agent's session id");
+                        continue;
+                    }
                     // A conversation stores the id at once, so that a run
                     // that never reports its end still leaves it behind.
                     if conversation && outbox.session_id.as_deref() != Some(id.as_str()) {

@@ -106,6 +106,7 @@ pub async fn resolve_base(repo: &Path, base: Option<&str>) -> Result<(String, St
             "rev-parse",
             "--verify",
             "--quiet",
+            "--end-of-options",
             &format!("{base}^{{commit}}"),
         ],
     )
@@ -175,6 +176,7 @@ pub async fn create_for_conversation(
             "rev-parse",
             "--verify",
             "--quiet",
+            "--end-of-options",
             &format!("refs/heads/{branch}"),
         ],
     )
@@ -185,15 +187,30 @@ pub async fn create_for_conversation(
             // A worktree a crashed turn left is finished at start; one still
             // registered here would hold the branch, so git forgets stale ones.
             let _ = git(repo, &["worktree", "prune"]).await;
-            git(repo, &["worktree", "add", &path_s, &branch]).await?;
-            git(repo, &["merge-base", &base_tip, &branch])
-                .await
-                .unwrap_or(base_tip)
+            git(
+                repo,
+                &["worktree", "add", "--end-of-options", &path_s, &branch],
+            )
+            .await?;
+            git(
+                repo,
+                &["merge-base", "--end-of-options", &base_tip, &branch],
+            )
+            .await
+            .unwrap_or(base_tip)
         }
         None => {
             git(
                 repo,
-                &["worktree", "add", "-b", &branch, &path_s, &base_tip],
+                &[
+                    "worktree",
+                    "add",
+                    "-b",
+                    &branch,
+                    "--end-of-options",
+                    &path_s,
+                    &base_tip,
+                ],
             )
             .await?;
             base_tip
@@ -233,6 +250,7 @@ pub async fn create(
             "rev-parse",
             "--verify",
             "--quiet",
+            "--end-of-options",
             &format!("refs/heads/{branch}"),
         ],
     )
@@ -243,7 +261,15 @@ pub async fn create(
     }
     git(
         repo,
-        &["worktree", "add", "-b", &branch, &path_s, &base_commit],
+        &[
+            "worktree",
+            "add",
+            "-b",
+            &branch,
+            "--end-of-options",
+            &path_s,
+            &base_commit,
+        ],
     )
     .await?;
     Ok(Workspace {

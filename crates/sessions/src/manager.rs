@@ -43,13 +43,15 @@ impl AgentSpec {
     /// dropping only the placeholder would leave a flag such as `--resume`
     /// without its value, and passing it through would hand the agent a
     /// literal `{agent_session_id}`. The same rule as follow-up runs of a
-    /// conversation.
+    /// conversation. An id that could read as an option (see
+    /// `shepherd_core::cmdline::check_agent_session_id`) counts as none.
     pub fn continue_args_for(&self, agent_session_id: Option<&str>) -> Vec<String> {
         let needs_id = self
             .continue_args
             .iter()
             .any(|a| a.contains(AGENT_SESSION_PLACEHOLDER));
-        match agent_session_id.filter(|id| !id.is_empty()) {
+        let safe = |id: &&str| shepherd_core::cmdline::check_agent_session_id(id).is_ok();
+        match agent_session_id.filter(safe) {
             Some(id) => self
                 .continue_args
                 .iter()
@@ -830,5 +832,8 @@ mod tests {
         let plain = spec(&["--continue"]);
         assert_eq!(plain.continue_args_for(None), vec!["--continue"]);
         assert_eq!(plain.continue_args_for(Some("x")), vec!["--continue"]);
+        // An id that would be an option of its own is never passed.
+        assert!(resume.continue_args_for(Some("--evil=/x")).is_empty());
+        assert!(resume.continue_args_for(Some("a b")).is_empty());
     }
 }

@@ -64,6 +64,7 @@ pub fn settings(config: &Config, port: u16) -> anyhow_like::Result<Settings> {
         header_timeout: config.header_timeout,
         body_timeout: config.body_timeout,
         max_requests_per_token: config.max_requests_per_token,
+        workspace_repos: workspace_repos(config),
         ..Settings::default()
     })
 }
@@ -86,6 +87,16 @@ fn host_rule(config: &Config, port: u16) -> anyhow_like::Result<shepherd_api::ho
             .map_err(|e| format!("SHEPHERD_ALLOWED_HOSTS: {e}"))?;
     }
     Ok(rule)
+}
+
+/// The repositories configured worktree agents work in: the only ones the
+/// server reads runs' diffs from, whatever a worker reports.
+pub fn workspace_repos(config: &Config) -> Vec<std::path::PathBuf> {
+    config
+        .agents
+        .values()
+        .filter_map(|a| a.worktree_repo().map(|(repo, _)| repo.to_owned()))
+        .collect()
 }
 
 /// Binds a listening socket with the configured backlog (`listen_backlog`;

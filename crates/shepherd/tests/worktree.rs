@@ -585,3 +585,181 @@ async fn a_conversation_keeps_one_branch_across_its_turns() {
     );
     s.stop().await;
 }
+
+/// A worker that holds a claim reports a workspace; returns the answer.
+async fn report_workspace(
+    s: &Server,
+    token: &str,
+    vtid: &str,
+    claim_token: &str,
+    metadata: Value,
+) -> (u16, Value) {
+    s.post(
+        &format!("/api/v1/worker/orchestrator/tasks/{vtid}/progress"),
+        Some(token),
+        json!({ "event": "worker.building", "claim_token": claim_token, "metadata": metadata }),
+    )
+    .await
+}
+
+/// A worker token is not the operator: the repository, branch and commits
+/// it reports for its run reach git only when they are what a configured
+/// agent works in and cannot be read as options. Another repository on the
+/// host (with a secret committed), reached directly, through a symlink in
+/// the configured repository or through `..`, is refused (403
+/// `workspace_repo_not_allowed`) to the worker and the operator alike; a
+/// `base_commit` of `--output=…` is refused when reported (422
+/// `invalid_workspace`) and no file is written; an agent session id that
+/// would be an option on the next turn's command line is refused (422
+/// `invalid_agent_session_id`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cannot_point_the_diff_at_another_repository_or_hand_git_options() {
+    use common::OPERATOR;
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
+    let repo = make_repo(&env.dir);
+    let other = env.dir.join("other");
+    let secret = make_repo(&other);
+    std::fs::write(secret.join("secret.txt"), "the-secret-value\n").unwrap();
+    git(&secret, &["add", "secret.txt"]).unwrap();
+    git(
+        &secret,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "secret",
+        ],
+    )
+    .unwrap();
+    let secret_base = git(&secret, &["rev-parse", "main~1"]).unwrap();
+    std::os::unix::fs::symlink(&secret, repo.join("door")).unwrap();
+    env.with_config_file(&format!(
+        "[agents.coder]\ncommand = [\"bash\", \"-c\", \"cat > /dev/null\"]\nworkspace = \"worktree\"\nrepo = \"{}\"\n",
+        repo.display()
+    ));
+    let s = Server::start(&env).await;
+    let op = Some(OPERATOR);
+    let (st, b) = s
+        .post(
+            "/api/v1/worker/orchestrator/register",
+            op,
+            json!({ "worker_id": "intruder", "capabilities": ["intrude"], "max_concurrent": 4 }),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let token = b["worker_token"].as_str().unwrap().to_owned();
+    // Tasks only this worker can take (the built-in agent lacks the capability).
+    let mut claims = Vec::new();
+    for vtid in ["IN-1", "IN-2", "IN-3", "IN-4"] {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                op,
+                json!({ "vtid": vtid, "title": vtid, "capabilities": ["intrude"] }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let (st, g) = s
+            .post(
+                &format!("/api/v1/worker/orchestrator/tasks/{vtid}/claim"),
+                Some(&token),
+                json!({}),
+            )
+            .await;
+        assert_eq!(st, 200, "{g}");
+        claims.push((
+            vtid,
+            g["run_id"].as_str().unwrap().to_owned(),
+            g["claim_token"].as_str().unwrap().to_owned(),
+        ));
+    }
+    let code = |b: &Value| b["error"]["code"].as_str().unwrap_or_default().to_owned();
+
+    // Another repository: named outright, through a symlink inside the
+    // configured one, and through `..` from it.
+    let ways = [
+        secret.display().to_string(),
+        repo.join("door").display().to_string(),
+        format!("{}/../other/repo", repo.display()),
+    ];
+    for ((vtid, run_id, claim), path) in claims.iter().zip(&ways) {
+        let ws = json!({ "workspace": { "branch": "main", "base": "main",
+            "base_commit": secret_base, "repo": path } });
+        let (st, b) = report_workspace(&s, &token, vtid, claim, ws).await;
+        assert_eq!(st, 200, "{b}");
+        for who in [Some(token.as_str()), op] {
+            let (st, d) = s.get(&format!("/api/v1/runs/{run_id}/diff"), who).await;
+            assert!(
+                !d.to_string().contains("the-secret-value"),
+                "{path}: the secret leaked: {d}"
+            );
+            assert_eq!(
+                (st, code(&d).as_str()),
+                (403, "workspace_repo_not_allowed"),
+                "{path}: {d}"
+            );
+        }
+    }
+
+    // A commit that git would read as an option writes no file.
+    let (vtid, run_id, claim) = &claims[3];
+    let base = git(&repo, &["rev-parse", "main"]).unwrap();
+    let out = env.dir.join("pwned");
+    for (branch, base_commit, head) in [
+        ("main", format!("--output={}", out.display()), None),
+        (
+            "main",
+            base.clone(),
+            Some(format!("--output={}", out.display())),
+        ),
+        ("--output=/tmp/x", base.clone(), None),
+        ("@{-1}", base.clone(), None),
+    ] {
+        let ws = json!({ "workspace": { "branch": branch, "base": "main",
+            "base_commit": base_commit, "head": head, "repo": repo.display().to_string() } });
+        let (st, b) = report_workspace(&s, &token, vtid, claim, ws.clone()).await;
+        let (dst, d) = s.get(&format!("/api/v1/runs/{run_id}/diff"), op).await;
+        let written: Vec<_> = std::fs::read_dir(&env.dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n.to_string_lossy().starts_with("pwned"))
+            .collect();
+        assert!(written.is_empty(), "{ws}: git wrote {written:?}");
+        assert_eq!(
+            (st, code(&b).as_str()),
+            (422, "invalid_workspace"),
+            "{ws}: {b}"
+        );
+        assert_eq!(
+            (dst, code(&d).as_str()),
+            (422, "run_has_no_workspace"),
+            "nothing of {ws} was recorded: {d}"
+        );
+    }
+
+    // The agent's own session id is the next turn's argument, never an option.
+    for bad in ["--evil=/x", "-x", "a b", "x\n--evil"] {
+        let (st, b) =
+            report_workspace(&s, &token, vtid, claim, json!({ "agent_session_id": bad })).await;
+        assert_eq!(
+            (st, code(&b).as_str()),
+            (422, "invalid_agent_session_id"),
+            "{bad:?}: {b}"
+        );
+    }
+    // The configured repository is still served.
+    let ws = json!({ "workspace": { "branch": "main", "base": "main",
+        "base_commit": base, "repo": repo.display().to_string() } });
+    let (st, b) = report_workspace(&s, &token, vtid, claim, ws).await;
+    assert_eq!(st, 200, "{b}");
+    let (st, d) = s
+        .get(&format!("/api/v1/runs/{run_id}/diff"), Some(&token))
+        .await;
+    assert_eq!(st, 200, "{d}");
+    s.stop().await;
+}

@@ -519,3 +519,57 @@ contract!(bad_input, |db: TestDb| async move {
         .unwrap_err();
     assert_eq!(e.code, "invalid_page_token");
 });
+
+contract!(
+    an_agent_session_id_that_could_be_an_option_is_refused,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        setup(&store, "w1").await;
+        let c = store.create_conversation("repo-1").await.unwrap();
+        store
+            .send_message(&c.id, "hello", Multitask::Reject)
+            .await
+            .unwrap();
+        let g = claim_current(&store, "w1", &c.id).await;
+        let report = |meta: serde_json::Value| {
+            let (store, token, vtid) = (store.clone(), g.claim_token.clone(), g.task.vtid.clone());
+            async move {
+                store
+                    .progress(
+                        "w1",
+                        &vtid,
+                        Some(token),
+                        "worker.building",
+                        None,
+                        meta,
+                        None,
+                        rules(),
+                    )
+                    .await
+            }
+        };
+        let long = "a".repeat(shepherd_core::cmdline::AGENT_SESSION_ID_MAX + 1);
+        for bad in [
+            json!({ "agent_session_id": "--evil=/x" }),
+            json!({ "agent_session_id": "-x" }),
+            json!({ "agent_session_id": "a b" }),
+            json!({ "agent_session_id": "{run_id}" }),
+            json!({ "agent_session_id": long }),
+            json!({ "session_id": "--evil=/x" }),
+        ] {
+            let e = report(bad.clone()).await.expect_err(&bad.to_string());
+            assert_eq!(e.code, "invalid_agent_session_id", "{bad}: {e:?}");
+            assert_eq!(e.kind, shepherd_core::ErrorKind::Invalid);
+            let (view, _) = store.load_conversation(&c.id).await.unwrap();
+            assert_eq!(view.conversation.agent_session_id, None, "{bad}");
+        }
+        report(json!({ "agent_session_id": "0f8e2c1a-7b7d_X" }))
+            .await
+            .unwrap();
+        let (view, _) = store.load_conversation(&c.id).await.unwrap();
+        assert_eq!(
+            view.conversation.agent_session_id.as_deref(),
+            Some("0f8e2c1a-7b7d_X")
+        );
+    }
+);

@@ -340,3 +340,56 @@ contract!(pruning_transcripts_keeps_rows, |db: TestDb| async move {
     );
     store.close();
 });
+
+contract!(
+    a_reported_workspace_git_would_misread_is_refused,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        worker(&store, "w1", "a").await;
+        let run_id = run(&store, "w1", "WS-1", "workspace", None, None).await;
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        let report = |ws: serde_json::Value| {
+            let store = store.clone();
+            async move {
+                // Without a token: the worker has held one claim on the task.
+                store
+                    .progress(
+                        "w1",
+                        "WS-1",
+                        None,
+                        "worker.building",
+                        None,
+                        json!({ "workspace": ws }),
+                        None,
+                        rules(),
+                    )
+                    .await
+            }
+        };
+        let ws = |branch: &str, base_commit: &str, head: Option<&str>| {
+            json!({ "branch": branch, "base": "main", "base_commit": base_commit,
+                    "head": head, "repo": "/srv/repo" })
+        };
+        for bad in [
+            ws("shepherd/WS-1-1", "--output=/tmp/shepherd-pwned", None),
+            ws("shepherd/WS-1-1", "HEAD~1", None),
+            ws("shepherd/WS-1-1", "0123456", None),
+            ws("shepherd/WS-1-1", commit, Some("--output=/tmp/x")),
+            ws("-x", commit, None),
+            ws("--output=/tmp/x", commit, None),
+            ws("a..b", commit, None),
+            ws("main@{-1}", commit, None),
+        ] {
+            let e = report(bad.clone()).await.expect_err(&bad.to_string());
+            assert_eq!(e.code, "invalid_workspace", "{bad}: {e:?}");
+            assert_eq!(e.kind, shepherd_core::ErrorKind::Invalid);
+            let (r, _) = store.run(&run_id).await.unwrap();
+            assert_eq!(r.workspace, None, "nothing of {bad} is recorded");
+        }
+        report(ws("shepherd/WS-1-1", commit, None)).await.unwrap();
+        let (r, _) = store.run(&run_id).await.unwrap();
+        assert_eq!(r.workspace.unwrap().base_commit, commit);
+        // A shape that is not a workspace at all stays the worker's business.
+        report(json!({ "kind": "something else" })).await.unwrap();
+    }
+);

@@ -277,7 +277,12 @@ at the server's data",
         report.events = Some(n);
     }
     if let Some(age) = branches_older_than {
-        super::prune_branches::prune(&store, now - age.as_millis() as i64).await?;
+        super::prune_branches::prune(
+            &store,
+            &crate::server::workspace_repos(&config),
+            now - age.as_millis() as i64,
+        )
+        .await?;
     }
     store.close();
     if !table {

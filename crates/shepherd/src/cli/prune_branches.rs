@@ -5,10 +5,16 @@
 //! are touched; a branch a conversation still works on (a running run) is
 //! kept. The run rows keep their workspace record, and the diff route
 //! answers `workspace_branch_gone` for them afterwards.
+//!
+//! The recorded workspaces are what workers reported, so only repositories
+//! a configured agent names are touched (the rule of the diff route,
+//! `shepherd_api::workspace_repos`), only well-formed branch names are
+//! given to git, and always after `--end-of-options`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use shepherd_api::workspace_repos::{allowed_repo, RepoRefusal};
 use shepherd_core::time::{to_rfc3339, Millis};
 
 use super::Result;
@@ -38,11 +44,17 @@ struct Use {
 
 /// Deletes the branches of runs that ended before `cutoff`; prints each one
 /// it removed and each it could not.
-pub async fn prune(store: &shepherd_store::Store, cutoff: Millis) -> Result<()> {
+pub async fn prune(
+    store: &shepherd_store::Store,
+    repos: &[std::path::PathBuf],
+    cutoff: Millis,
+) -> Result<()> {
     let mut uses: BTreeMap<(String, String), Use> = BTreeMap::new();
     for (run_id, status, ended, w) in store.run_workspaces().await? {
         let Some(repo) = w.repo.clone() else { continue };
-        if !w.branch.starts_with("shepherd/") {
+        if !w.branch.starts_with("shepherd/")
+            || shepherd_core::cmdline::check_branch_name(&w.branch).is_err()
+        {
             continue;
         }
         let u = uses.entry((repo, w.branch.clone())).or_insert(Use {
@@ -63,13 +75,25 @@ pub async fn prune(store: &shepherd_store::Store, cutoff: Millis) -> Result<()> 
         let Some(ended) = u.ended.filter(|e| !u.running && *e < cutoff) else {
             continue;
         };
-        let repo_path = Path::new(&repo);
+        let repo_path = match allowed_repo(repos, Path::new(&repo)) {
+            Ok(p) => p,
+            // Gone: nothing to delete.
+            Err(RepoRefusal::Gone) => continue,
+            Err(RepoRefusal::NotAllowed) => {
+                println!(
+                    "kept branch {branch} in {repo}: not the repository of a configured agent"
+                );
+                continue;
+            }
+        };
+        let repo_path = repo_path.as_path();
         let exists = git(
             repo_path,
             &[
                 "rev-parse",
                 "--verify",
                 "--quiet",
+                "--end-of-options",
                 &format!("refs/heads/{branch}"),
             ],
         );
@@ -77,7 +101,7 @@ pub async fn prune(store: &shepherd_store::Store, cutoff: Millis) -> Result<()> 
             // Deleted by hand or by an earlier prune, or the repository is gone.
             continue;
         }
-        match git(repo_path, &["branch", "-D", &branch]) {
+        match git(repo_path, &["branch", "-D", "--end-of-options", &branch]) {
             Ok(_) => {
                 removed += 1;
                 println!(

@@ -898,23 +898,44 @@ async fn start_queued<D: Db>(db: &mut D, now: Millis, resource_id: &str) -> Resu
     Ok(())
 }
 
+/// The agent's own conversation id a progress report carries, checked
+/// before anything is written: the next turn's command line holds it
+/// (`--resume <id>`), so one that could read as an option (`--evil=/x`) or
+/// hold anything but ASCII letters, digits, `-` and `_` is refused with 422
+/// `invalid_agent_session_id`. `metadata.agent_session_id` names the id
+/// outright and is checked on any task; `metadata.session_id` is that id
+/// only on a conversation's task (elsewhere it is the worker's own
+/// business). `None` when the task has no conversation or no id is given.
+pub(crate) fn reported_agent_session(
+    task: &Task,
+    metadata: &Value,
+) -> Result<Option<String>, Error> {
+    let named = metadata.get("agent_session_id").and_then(Value::as_str);
+    let sid = match &task.conversation_id {
+        Some(_) => named.or_else(|| metadata.get("session_id").and_then(Value::as_str)),
+        None => named,
+    };
+    let Some(sid) = sid.filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    shepherd_core::cmdline::check_agent_session_id(sid).map_err(|why| {
+        Error::invalid(
+            "invalid_agent_session_id",
+            format!("metadata agent session id {sid:?}: {why}"),
+        )
+    })?;
+    Ok(task.conversation_id.as_ref().map(|_| sid.to_owned()))
+}
+
 /// Records the agent's own conversation id reported with a run's progress
-/// (`metadata.agent_session_id` or `metadata.session_id`), when it changed.
+/// (checked by [`reported_agent_session`]), when it changed.
 pub(crate) async fn note_agent_session<D: Db>(
     db: &mut D,
     now: Millis,
     task: &Task,
-    metadata: &Value,
+    sid: &str,
 ) -> Result<(), Error> {
     let Some(cid) = &task.conversation_id else {
-        return Ok(());
-    };
-    let Some(sid) = metadata
-        .get("agent_session_id")
-        .or_else(|| metadata.get("session_id"))
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty() && s.len() <= 256)
-    else {
         return Ok(());
     };
     let Some(c) = get(db, cid).await? else {

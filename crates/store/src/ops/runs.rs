@@ -73,19 +73,35 @@ pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
     })
 }
 
-/// Records the workspace a runner reports in a progress event's metadata
+/// The workspace a runner reports in a progress event's metadata
 /// (`metadata.workspace`, sent when the run starts and again with its head
-/// when it ends) on the run. Metadata without a well-formed workspace leaves
-/// the run as it was: a worker's other metadata is none of the store's
-/// business.
-pub(crate) fn record_workspace<D: Db>(db: &mut D, run_id: &str, metadata: &serde_json::Value) {
+/// when it ends). Metadata without a well-formed workspace is none: a
+/// worker's other metadata is none of the store's business. A well-formed
+/// one whose branch or commits could reach git as something else (an
+/// option such as `--output=/x`, a revision expression) is refused with
+/// 422 `invalid_workspace`, since the server later runs git with them.
+pub(crate) fn reported_workspace(
+    metadata: &serde_json::Value,
+) -> Result<Option<shepherd_core::model::RunWorkspace>, Error> {
     let Some(w) = metadata.get("workspace").filter(|w| !w.is_null()) else {
-        return;
+        return Ok(None);
     };
     let Ok(w) = serde_json::from_value::<shepherd_core::model::RunWorkspace>(w.clone()) else {
-        return;
+        return Ok(None);
     };
-    if let Ok(text) = serde_json::to_string(&w) {
+    w.check()
+        .map_err(|why| Error::invalid("invalid_workspace", why))?;
+    Ok(Some(w))
+}
+
+/// Records a reported workspace (checked by [`reported_workspace`]) on the
+/// run.
+pub(crate) fn record_workspace<D: Db>(
+    db: &mut D,
+    run_id: &str,
+    w: &shepherd_core::model::RunWorkspace,
+) {
+    if let Ok(text) = serde_json::to_string(w) {
         db.defer(
             "UPDATE runs SET workspace = $2 WHERE id = $1",
             params![run_id, text],

@@ -269,13 +269,21 @@ pub(crate) async fn progress<D: Db>(
             ),
         ));
     }
+    // What the server later hands to git or to an agent's command line is
+    // checked before anything is written.
+    let agent_session = crate::ops::conversations::reported_agent_session(&task, &metadata)?;
+    let workspace = crate::ops::runs::reported_workspace(&metadata)?;
     // The report is fenced and the task's state known from this
     // transaction's read (taken under the writer's ordering lock): what it
     // writes next only updates rows that read found, and inserts rows keyed
     // by this run, which only ends once.
     db.trust_deferred_writes();
-    crate::ops::conversations::note_agent_session(db, now, &task, &metadata).await?;
-    crate::ops::runs::record_workspace(db, &fenced.0.claim.run_id, &metadata);
+    if let Some(sid) = &agent_session {
+        crate::ops::conversations::note_agent_session(db, now, &task, sid).await?;
+    }
+    if let Some(w) = &workspace {
+        crate::ops::runs::record_workspace(db, &fenced.0.claim.run_id, w);
+    }
     let (applied, ended_run) = apply_event(
         db,
         now,
