@@ -488,8 +488,15 @@ pub async fn execute(
         .arg("--lease-timeout-ms")
         .arg(ctx.lease_timeout.as_millis().to_string())
         .arg("--")
-        .args(&argv)
-        .envs(&ctx.agent.env)
+        .args(&argv);
+    // Shepherd's own secrets stay with Shepherd: neither the shim nor the
+    // agent under it inherits them (the shim passes its environment on).
+    // Removed before the agent's configured `env` is added, so the operator
+    // can still hand an agent one of them on purpose.
+    for name in shepherd_core::secrets::SECRET_ENV {
+        cmd.env_remove(name);
+    }
+    cmd.envs(&ctx.agent.env)
         .env("SHEPHERD_TASK_ID", &a.vtid)
         .env("SHEPHERD_RUN_ID", &a.run_id)
         .env("SHEPHERD_TASK_TITLE", &a.title)

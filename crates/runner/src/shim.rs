@@ -209,6 +209,10 @@ pub fn main(args: ShimArgs) -> i32 {
         Ok(f) => Stdio::from(f),
         Err(_) => Stdio::null(),
     };
+    // The environment passes on as the runner gave it to the shim:
+    // Shepherd's secrets (`shepherd_core::secrets::SECRET_ENV`) already
+    // removed, then the agent's configured `env` added. Removing them here
+    // again would undo what the operator set for the agent on purpose.
     let mut cmd = std::process::Command::new(program);
     cmd.args(rest)
         .stdin(stdin)

@@ -245,6 +245,12 @@ impl PtyProcess {
         let mut cmd = pty_process::Command::new(&spec.program)
             .args(&spec.args)
             .current_dir(&spec.cwd);
+        // A terminal or agent tab does not inherit Shepherd's own secrets
+        // (what it prints is kept in scrollback). The spec's env comes
+        // after: an agent's configured `env` may set one on purpose.
+        for name in shepherd_core::secrets::SECRET_ENV {
+            cmd = cmd.env_remove(name);
+        }
         for (k, v) in &spec.env {
             cmd = cmd.env(k, v);
         }
