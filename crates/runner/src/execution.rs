@@ -79,6 +79,8 @@ pub struct RunContext {
     /// On stop, leave agents running under their shims (the built-in
     /// runner, whose server restarts) rather than stopping them.
     pub detach_on_stop: bool,
+    /// The umask the shim gives the agent (its own files stay private).
+    pub child_umask: Option<u32>,
     pub spool_dir: PathBuf,
     pub spool_cap_bytes: u64,
     /// How long the output must be quiet before buffered text becomes a step.
@@ -486,8 +488,11 @@ pub async fn execute(
         .arg("--grace-ms")
         .arg(grace.as_millis().to_string())
         .arg("--lease-timeout-ms")
-        .arg(ctx.lease_timeout.as_millis().to_string())
-        .arg("--")
+        .arg(ctx.lease_timeout.as_millis().to_string());
+    if let Some(mask) = ctx.child_umask {
+        cmd.arg("--umask").arg(format!("{mask:o}"));
+    }
+    cmd.arg("--")
         .args(&argv);
     // Shepherd's own secrets stay with Shepherd: neither the shim nor the
     // agent under it inherits them (the shim passes its environment on).

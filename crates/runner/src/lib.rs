@@ -60,6 +60,9 @@ pub struct RunnerConfig {
     /// On stop, leave agents running under their shims for the next runner
     /// with this data directory (the built-in runner of `serve`).
     pub detach_on_stop: bool,
+    /// The umask agents get (the one the process started with, before it
+    /// made its own files private); `None`: the process's own.
+    pub child_umask: Option<u32>,
 }
 
 impl RunnerConfig {
@@ -89,6 +92,7 @@ impl RunnerConfig {
                 .unwrap_or_else(|| PathBuf::from("shepherd")),
             lease_timeout: Duration::from_secs(270),
             detach_on_stop: false,
+            child_umask: None,
         }
     }
 
@@ -241,6 +245,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             shim_program: config.shim_program.clone(),
             lease_timeout: config.lease_timeout,
             detach_on_stop: config.detach_on_stop,
+            child_umask: config.child_umask,
             spool_dir: config.data_dir.join("runner").join("spool"),
             spool_cap_bytes: config.spool_cap_bytes,
             quiet_gap: config.quiet_gap,

@@ -78,6 +78,9 @@ pub struct ManagerConfig {
     /// Between SIGHUP and SIGKILL when a PTY's processes are ended.
     pub kill_grace: Duration,
     pub limits: Limits,
+    /// The umask terminals and agent tabs get (the one the server started
+    /// with, before it made its own files private); `None`: the server's.
+    pub child_umask: Option<u32>,
 }
 
 impl ManagerConfig {
@@ -94,6 +97,7 @@ impl ManagerConfig {
             agents: BTreeMap::new(),
             kill_grace: Duration::from_secs(2),
             limits: Limits::default(),
+            child_umask: None,
         }
     }
 }
@@ -469,6 +473,7 @@ impl SessionManager {
             env,
             cols: 80,
             rows: 24,
+            umask: self.config.child_umask,
         })
     }
 

@@ -207,6 +207,8 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
     pub cols: u16,
     pub rows: u16,
+    /// The process's umask; `None`: the server's own.
+    pub umask: Option<u32>,
 }
 
 /// Sent to the manager when a process ends.
@@ -253,6 +255,15 @@ impl PtyProcess {
         }
         for (k, v) in &spec.env {
             cmd = cmd.env(k, v);
+        }
+        if let Some(mask) = spec.umask {
+            // SAFETY: umask(2) is async-signal-safe.
+            cmd = unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask as libc::mode_t);
+                    Ok(())
+                })
+            };
         }
         let mut child = cmd
             .spawn(pts)

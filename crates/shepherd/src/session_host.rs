@@ -62,6 +62,7 @@ pub fn manager(
             .unwrap_or_else(|| format!("http://{addr}")),
     );
     mc.sessions_root = config.sessions_root.clone();
+    mc.child_umask = crate::private_data::inherited_umask();
     mc.agents = config
         .agents
         .iter()

@@ -255,6 +255,9 @@ pub enum Command {
         /// End the agent if no runner renews the lease for this long (ms).
         #[arg(long, default_value_t = 270_000)]
         lease_timeout_ms: u64,
+        /// The agent's umask, in octal (default: the shim's own).
+        #[arg(long, value_parser = parse_umask)]
+        umask: Option<u32>,
         /// The agent's command line.
         #[arg(last = true, required = true)]
         argv: Vec<String>,
@@ -507,4 +510,12 @@ mod tests {
         assert!(e.contains("no unit"), "{e}");
         assert!(parse_age("30y").is_err());
     }
+}
+
+/// A umask in octal (`22`, `022`, `0077`).
+pub fn parse_umask(s: &str) -> std::result::Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("expected an octal umask such as 022, got {s:?}"))
 }
