@@ -492,8 +492,7 @@ pub async fn execute(
     if let Some(mask) = ctx.child_umask {
         cmd.arg("--umask").arg(format!("{mask:o}"));
     }
-    cmd.arg("--")
-        .args(&argv);
+    cmd.arg("--").args(&argv);
     // Shepherd's own secrets stay with Shepherd: neither the shim nor the
     // agent under it inherits them (the shim passes its environment on).
     // Removed before the agent's configured `env` is added, so the operator

@@ -393,13 +393,19 @@ async fn tokens_come_from_a_file_or_the_environment_and_the_command_line_warns()
         // SHEPHERD_TOKEN_FILE and SHEPHERD_TOKEN: no warning either.
         let (ok, _, err) = shepherd(
             &dir,
-            &[("SHEPHERD_SERVER", base.as_str()), ("SHEPHERD_TOKEN_FILE", &file_s)],
+            &[
+                ("SHEPHERD_SERVER", base.as_str()),
+                ("SHEPHERD_TOKEN_FILE", &file_s),
+            ],
             &["task", "list"],
         );
         assert!(ok && !err.contains("warning"), "{err}");
         let (ok, _, err) = shepherd(
             &dir,
-            &[("SHEPHERD_SERVER", base.as_str()), ("SHEPHERD_TOKEN", TOKEN)],
+            &[
+                ("SHEPHERD_SERVER", base.as_str()),
+                ("SHEPHERD_TOKEN", TOKEN),
+            ],
             &["task", "list"],
         );
         assert!(ok && !warned(&err), "{err}");

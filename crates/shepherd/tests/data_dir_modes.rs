@@ -194,7 +194,9 @@ async fn the_data_directory_is_private_and_children_keep_the_umask() {
     }
     stop(server).await;
     assert!(
-        !std::fs::read_to_string(&log).unwrap().contains("made it private"),
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("made it private"),
         "a fresh data directory had nothing to tighten"
     );
 

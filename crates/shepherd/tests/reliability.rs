@@ -345,7 +345,10 @@ e2e!(
             .await;
         forbidden(st, &b);
         // The lists are beyond one worker's scope.
-        for path in ["/api/v1/resources", "/api/v1/resources/table-1/conversations"] {
+        for path in [
+            "/api/v1/resources",
+            "/api/v1/resources/table-1/conversations",
+        ] {
             for tok in [&w1, &w2] {
                 let (st, b) = s.get(path, Some(tok)).await;
                 forbidden(st, &b);
@@ -353,14 +356,27 @@ e2e!(
         }
         // The writes stay the operator's.
         for (path, body) in [
-            ("/api/v1/resources".to_owned(), json!({ "id": "t2", "name": "x", "agent_id": "external" })),
-            ("/api/v1/resources/table-1/conversations".to_owned(), json!({})),
-            (format!("/api/v1/conversations/{ran}/messages"), json!({ "text": "hi" })),
+            (
+                "/api/v1/resources".to_owned(),
+                json!({ "id": "t2", "name": "x", "agent_id": "external" }),
+            ),
+            (
+                "/api/v1/resources/table-1/conversations".to_owned(),
+                json!({}),
+            ),
+            (
+                format!("/api/v1/conversations/{ran}/messages"),
+                json!({ "text": "hi" }),
+            ),
             (format!("/api/v1/conversations/{ran}/cancel"), json!({})),
             (format!("/api/v1/conversations/{other}/activate"), json!({})),
         ] {
             let (st, b) = s.post(&path, Some(&w1), body).await;
-            assert_eq!((st, code(st, &b).as_str()), (403, "operator_only"), "{path}: {b}");
+            assert_eq!(
+                (st, code(st, &b).as_str()),
+                (403, "operator_only"),
+                "{path}: {b}"
+            );
         }
         // Its stream of the conversation carries the events that name it;
         // the other worker's carries none of the conversation's.

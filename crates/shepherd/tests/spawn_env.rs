@@ -94,8 +94,14 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
     let db = dir.join("shepherd.db");
     let secrets = [
         ("SHEPHERD_TOKEN", OPERATOR.to_owned()),
-        ("SHEPHERD_DATABASE_URL", format!("sqlite://{}", db.display())),
-        ("SHEPHERD_OIDC_CLIENT_SECRET", "oidc-secret-value".to_owned()),
+        (
+            "SHEPHERD_DATABASE_URL",
+            format!("sqlite://{}", db.display()),
+        ),
+        (
+            "SHEPHERD_OIDC_CLIENT_SECRET",
+            "oidc-secret-value".to_owned(),
+        ),
         ("SHEPHERD_WEBHOOK_SECRET", "webhook-secret-value".to_owned()),
     ];
     let port = free_port();
@@ -141,12 +147,7 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
         json!({ "type": "terminal" }),
         json!({ "type": "agent", "agent_id": "envdump" }),
     ] {
-        let (st, w) = call(
-            &base,
-            &format!("/api/v1/sessions/{sid}/workers"),
-            Some(tab),
-        )
-        .await;
+        let (st, w) = call(&base, &format!("/api/v1/sessions/{sid}/workers"), Some(tab)).await;
         assert_eq!(st, 201, "{w}");
     }
 
@@ -176,7 +177,11 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
         }
         assert_eq!(has(&seen, "SHEPHERD_AUTH_TOKEN"), None, "{file}");
         if configured {
-            assert_eq!(has(&seen, "AGENT_SETTING").as_deref(), Some("chosen"), "{file}");
+            assert_eq!(
+                has(&seen, "AGENT_SETTING").as_deref(),
+                Some("chosen"),
+                "{file}"
+            );
         }
     }
     // A graceful stop ends the tabs' processes with the server.

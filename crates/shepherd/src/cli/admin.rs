@@ -126,7 +126,8 @@ pub async fn runner(g: &Global, data_dir: Option<PathBuf>) -> Result<()> {
     let token = g.token.clone().or_else(|| config.auth_token.clone());
     let data_dir = data_dir.unwrap_or_else(|| config.data_dir.clone());
     crate::private_data::tighten_and_log(&data_dir, None);
-    let mut rc = shepherd_runner::RunnerConfig::new(&g.server, token, config.agents.clone(), data_dir);
+    let mut rc =
+        shepherd_runner::RunnerConfig::new(&g.server, token, config.agents.clone(), data_dir);
     rc.child_umask = crate::private_data::inherited_umask();
     rc.heartbeat_interval = config.runner_heartbeat;
     rc.cancel_grace = config.cancel_grace;

@@ -113,8 +113,7 @@ impl Cli {
         // propagated to the other level, so the source says which it was).
         let typed = TokenSources {
             token: on_command_line(&matches, "token") || on_command_line(m, "token"),
-            token_file: on_command_line(&matches, "token_file")
-                || on_command_line(m, "token_file"),
+            token_file: on_command_line(&matches, "token_file") || on_command_line(m, "token_file"),
         };
         if let Err(e) = cli.resolve_token(typed) {
             eprintln!("error: {e}");
@@ -581,6 +580,14 @@ pub fn parse_age(s: &str) -> std::result::Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
+/// A umask in octal (`22`, `022`, `0077`).
+pub fn parse_umask(s: &str) -> std::result::Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("expected an octal umask such as 022, got {s:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -593,12 +600,4 @@ mod tests {
         assert!(e.contains("no unit"), "{e}");
         assert!(parse_age("30y").is_err());
     }
-}
-
-/// A umask in octal (`22`, `022`, `0077`).
-pub fn parse_umask(s: &str) -> std::result::Result<u32, String> {
-    u32::from_str_radix(s, 8)
-        .ok()
-        .filter(|m| *m <= 0o777)
-        .ok_or_else(|| format!("expected an octal umask such as 022, got {s:?}"))
 }
