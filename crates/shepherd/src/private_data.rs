@@ -6,8 +6,8 @@
 //! (finding 7 of issue 35). So the server-side verbs create what they
 //! create under the umask `077` (directories `0700`, files `0600`), set
 //! before any thread starts, and `serve` and `runner` take group and other
-//! permissions away from what an older version left behind, saying so in
-//! the log.
+//! permissions away from what an older version left behind (the directory
+//! and Shepherd's own entries in it), saying so in the log.
 //!
 //! The agents and terminals Shepherd starts get the umask the process was
 //! started with back ([`inherited_umask`]): what they create is the user's
@@ -46,16 +46,44 @@ pub struct Tightened {
     pub failed: usize,
 }
 
+/// What Shepherd keeps in its data directory: the only entries [`tighten`]
+/// touches (with everything under the directories), so that a data
+/// directory set to one that holds other things (`.`, a home directory)
+/// does not have those changed.
+const OWN_FILES: &[&str] = &[
+    "shepherd.db",
+    "shepherd.db-wal",
+    "shepherd.db-shm",
+    "node-id",
+];
+const OWN_DIRS: &[&str] = &["runner", "sessions"];
+/// The agents' checkouts: the directory is made private, which closes them
+/// to others as well; what is in them (the user's work) keeps its modes.
+const WORKTREES: &str = "worktrees";
+
 /// Takes group and other permissions away from the data directory and
-/// everything Shepherd keeps in it, and from a SQLite database kept
-/// elsewhere (with its `-wal` and `-shm`; not its directory, which is not
-/// Shepherd's). Symbolic links are never followed. The checkouts under
-/// `worktrees/` are the agents' work: only that directory itself is made
-/// private, which closes them to others as well.
+/// what Shepherd keeps in it, and from a SQLite database kept elsewhere
+/// (with its `-wal` and `-shm`; not its directory, which is not
+/// Shepherd's). Symbolic links are never followed.
 pub fn tighten(data_dir: &Path, database: Option<&Path>) -> Tightened {
     let mut t = Tightened::default();
-    if data_dir.exists() {
-        walk(data_dir, &data_dir.join("worktrees"), &mut t);
+    if data_dir.exists() && private(data_dir, true, &mut t) {
+        for name in OWN_FILES {
+            let p = data_dir.join(name);
+            if p.exists() {
+                private(&p, false, &mut t);
+            }
+        }
+        for name in OWN_DIRS {
+            let p = data_dir.join(name);
+            if p.exists() {
+                walk(&p, &mut t);
+            }
+        }
+        let p = data_dir.join(WORKTREES);
+        if p.exists() {
+            private(&p, true, &mut t);
+        }
     }
     if let Some(db) = database.filter(|db| !db.starts_with(data_dir)) {
         for suffix in ["", "-wal", "-shm"] {
@@ -70,8 +98,8 @@ pub fn tighten(data_dir: &Path, database: Option<&Path>) -> Tightened {
     t
 }
 
-fn walk(dir: &Path, worktrees: &Path, t: &mut Tightened) {
-    if !private(dir, true, t) || dir == worktrees {
+fn walk(dir: &Path, t: &mut Tightened) {
+    if !private(dir, true, t) {
         return;
     }
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -81,7 +109,7 @@ fn walk(dir: &Path, worktrees: &Path, t: &mut Tightened) {
     for entry in entries.flatten() {
         // The entry's own type: a symbolic link is neither, and is skipped.
         match entry.file_type() {
-            Ok(ft) if ft.is_dir() => walk(&entry.path(), worktrees, t),
+            Ok(ft) if ft.is_dir() => walk(&entry.path(), t),
             Ok(ft) if ft.is_file() => {
                 private(&entry.path(), false, t);
             }
@@ -175,6 +203,7 @@ mod tests {
             (seg.join("00000000000000000000.seg"), 0o644),
             (data.join("worktrees/T-1/src/lib.rs"), 0o644),
             (root.join("elsewhere/secret"), 0o644),
+            (data.join("notes.txt"), 0o644),
         ] {
             std::fs::write(&p, "x").unwrap();
             set(&p, m);
@@ -210,6 +239,8 @@ mod tests {
         assert_eq!(mode(&data.join("worktrees/T-1")), 0o755);
         assert_eq!(mode(&data.join("worktrees/T-1/src/lib.rs")), 0o644);
         assert_eq!(mode(&root.join("elsewhere/secret")), 0o644);
+        // What is not Shepherd's is left as it is.
+        assert_eq!(mode(&data.join("notes.txt")), 0o644);
         // A second pass has nothing to do.
         assert_eq!(tighten(&data, None), Tightened::default());
         // A database outside the data directory: the file, not its directory.
