@@ -6,6 +6,10 @@
 //! step persisted so far and the cursor that answer is valid at (body and
 //! `X-Shepherd-Cursor`); tailing `/api/events?after=<cursor>&conversation_id=<id>`
 //! then gives exactly what followed, once.
+//!
+//! Resources and their conversations are the operator's: a worker token
+//! reads only a conversation it ran a run of (`scope::check_conversation`),
+//! and writes nothing here.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -107,8 +111,10 @@ pub struct NoQuery {}
 #[utoipa::path(get, path = "/api/v1/resources", tag = "conversations", responses((status = 200, body = ResourceList)))]
 pub async fn list_resources(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiQuery(_none): ApiQuery<NoQuery>,
 ) -> ApiResult<impl IntoResponse> {
+    crate::scope::operator_only(&caller, "the resource list")?;
     let shepherd_store::Listing {
         items: list,
         cursor,
@@ -141,9 +147,11 @@ pub async fn create_conversation(
     (status = 400, description = "invalid_limit, invalid_page_token", body = crate::openapi::ErrorBody)))]
 pub async fn list_conversations(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ConversationsQuery>,
 ) -> ApiResult<impl IntoResponse> {
+    crate::scope::operator_only(&caller, "a resource's conversations")?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=200).contains(&limit) {
         return Err(Error::bad_request(
@@ -171,10 +179,12 @@ pub async fn list_conversations(
     (status = 200, body = ConversationDetail), (status = 404, description = "conversation_not_found", body = crate::openapi::ErrorBody)))]
 pub async fn get_conversation(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     ApiQuery(_none): ApiQuery<NoQuery>,
 ) -> ApiResult<impl IntoResponse> {
     let (view, cursor) = state.store.load_conversation(&id).await?;
+    crate::scope::check_conversation(&caller, &view.workers)?;
     let c = view.conversation;
     Ok((
         cursor_header(cursor),

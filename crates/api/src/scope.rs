@@ -1,9 +1,11 @@
 //! What a worker token may read (PRODUCT.md decision 9, narrowed).
 //!
 //! A worker token proves only that its holder is one worker. It may read
-//! the pending tasks it may take, the tasks and runs it holds or held, its
-//! own worker record and the events that name it; every other read answers
-//! 403 `forbidden`, and lists and streams are narrowed to what it may see.
+//! the pending tasks it may take, the tasks and runs it holds or held, the
+//! conversations it ran a run of, its own worker record and the events that
+//! name it; every other read answers 403 `forbidden`, and lists and streams
+//! are narrowed to what it may see (or, as resources and conversation lists,
+//! are the operator's).
 //! The operator token reads everything. Writes keep their own checks.
 
 use shepherd_core::model::{Run, Task};
@@ -50,6 +52,18 @@ async fn may_take(state: &AppState, worker_id: &str, task: &Task) -> Result<bool
 pub fn check_run(caller: &Caller, run: &Run) -> Result<(), Error> {
     match caller {
         Caller::Worker(w) if w != &run.worker_id => Err(forbidden("another worker's run")),
+        _ => Ok(()),
+    }
+}
+
+/// A conversation is visible to a worker that ran one of its runs (the
+/// operator's messages are its spec; another conversation's are not its
+/// business). `ran_by` lists the workers that ran its runs.
+pub fn check_conversation(caller: &Caller, ran_by: &[String]) -> Result<(), Error> {
+    match caller {
+        Caller::Worker(w) if !ran_by.contains(w) => {
+            Err(forbidden("a conversation it ran no run of"))
+        }
         _ => Ok(()),
     }
 }

@@ -49,17 +49,24 @@ impl std::fmt::Display for Lapse {
 /// is lapsed whoever touches it first, so no outcome depends on sweep
 /// timing. Within the start grace (`rules.not_before`) nothing lapses. A
 /// holder status that is not a known word counts as live.
+///
+/// The grant (`granted_at`) is hearing from the holder too: a worker that
+/// asks for work after a quiet spell (one that heartbeats only while it
+/// holds work) gets a lease that runs from the grant, not one that was
+/// already silent past the timeout when it was handed out. Only this claim
+/// counts from its grant; the worker's other claims keep their own silence.
 pub fn lapse(
     now: Millis,
     rules: &LeaseRules,
     expires_at: Millis,
+    granted_at: Millis,
     last_heartbeat: Millis,
     holder_status: &str,
 ) -> Option<Lapse> {
     if now < rules.not_before {
         return None;
     }
-    let silent_for = now - last_heartbeat;
+    let silent_for = now - last_heartbeat.max(granted_at);
     if holder_status == WorkerStatus::Terminated.as_str() {
         Some(Lapse::Deregistered)
     } else if silent_for > rules.heartbeat_timeout_ms {
@@ -198,30 +205,57 @@ mod tests {
     fn a_lease_lapses_for_the_first_reason_that_holds() {
         let now = 2_000_000;
         // Live: heard from recently, TTL ahead.
-        assert_eq!(lapse(now, &RULES, now + 1, now - 1_000, "active"), None);
+        assert_eq!(lapse(now, &RULES, now + 1, 0, now - 1_000, "active"), None);
         // Deregistered wins over silence and TTL.
         assert_eq!(
-            lapse(now, &RULES, now - 1, now - 99_000, "terminated"),
+            lapse(now, &RULES, now - 1, 0, now - 99_000, "terminated"),
             Some(Lapse::Deregistered)
         );
         // Silence wins over TTL, and says for how long.
-        let silent = lapse(now, &RULES, now - 1, now - 45_000, "active");
+        let silent = lapse(now, &RULES, now - 1, 0, now - 45_000, "active");
         assert_eq!(silent, Some(Lapse::Silent { for_ms: 45_000 }));
         assert_eq!(silent.unwrap().to_string(), "no heartbeat for 45s");
         // Exactly at the timeout is not yet silent; the TTL is.
         assert_eq!(
-            lapse(now, &RULES, now - 1, now - 30_000, "active"),
+            lapse(now, &RULES, now - 1, 0, now - 30_000, "active"),
             Some(Lapse::TtlPassed)
         );
-        assert_eq!(lapse(now, &RULES, now, now, "active"), None);
+        assert_eq!(lapse(now, &RULES, now, 0, now, "active"), None);
+    }
+
+    #[test]
+    fn a_new_claim_is_silent_only_from_its_grant() {
+        let now = 2_000_000;
+        // The worker was last heard from 45 s ago, and asked for work 1 s
+        // ago: the claim granted then is live.
+        assert_eq!(
+            lapse(now, &RULES, now + 1, now - 1_000, now - 45_000, "active"),
+            None
+        );
+        // Silent 30 s after the grant (no heartbeat since) it lapses, and
+        // says for how long since it was last heard from: the grant.
+        assert_eq!(
+            lapse(now, &RULES, now + 1, now - 30_001, now - 45_000, "active"),
+            Some(Lapse::Silent { for_ms: 30_001 })
+        );
+        // A heartbeat after the grant counts from the heartbeat.
+        assert_eq!(
+            lapse(now, &RULES, now + 1, now - 40_000, now - 1_000, "active"),
+            None
+        );
+        // A grant does not revive a deregistered holder.
+        assert_eq!(
+            lapse(now, &RULES, now + 1, now, now - 45_000, "terminated"),
+            Some(Lapse::Deregistered)
+        );
     }
 
     #[test]
     fn nothing_lapses_within_the_start_grace() {
         let now = RULES.not_before - 1;
-        assert_eq!(lapse(now, &RULES, 0, 0, "terminated"), None);
+        assert_eq!(lapse(now, &RULES, 0, 0, 0, "terminated"), None);
         assert_eq!(
-            lapse(RULES.not_before, &RULES, 0, 0, "terminated"),
+            lapse(RULES.not_before, &RULES, 0, 0, 0, "terminated"),
             Some(Lapse::Deregistered)
         );
     }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod event;
 pub mod model;
 pub mod retry;
+pub mod secrets;
 pub mod status;
 pub mod time;
 pub mod transcript;

@@ -79,6 +79,8 @@ pub struct RunContext {
     /// On stop, leave agents running under their shims (the built-in
     /// runner, whose server restarts) rather than stopping them.
     pub detach_on_stop: bool,
+    /// The umask the shim gives the agent (its own files stay private).
+    pub child_umask: Option<u32>,
     pub spool_dir: PathBuf,
     pub spool_cap_bytes: u64,
     /// How long the output must be quiet before buffered text becomes a step.
@@ -486,10 +488,19 @@ pub async fn execute(
         .arg("--grace-ms")
         .arg(grace.as_millis().to_string())
         .arg("--lease-timeout-ms")
-        .arg(ctx.lease_timeout.as_millis().to_string())
-        .arg("--")
-        .args(&argv)
-        .envs(&ctx.agent.env)
+        .arg(ctx.lease_timeout.as_millis().to_string());
+    if let Some(mask) = ctx.child_umask {
+        cmd.arg("--umask").arg(format!("{mask:o}"));
+    }
+    cmd.arg("--").args(&argv);
+    // Shepherd's own secrets stay with Shepherd: neither the shim nor the
+    // agent under it inherits them (the shim passes its environment on).
+    // Removed before the agent's configured `env` is added, so the operator
+    // can still hand an agent one of them on purpose.
+    for name in shepherd_core::secrets::SECRET_ENV {
+        cmd.env_remove(name);
+    }
+    cmd.envs(&ctx.agent.env)
         .env("SHEPHERD_TASK_ID", &a.vtid)
         .env("SHEPHERD_RUN_ID", &a.run_id)
         .env("SHEPHERD_TASK_TITLE", &a.title)

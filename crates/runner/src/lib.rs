@@ -64,6 +64,9 @@ pub struct RunnerConfig {
     /// `SHEPHERD_CA_CERT` by default; the built-in runner of an HTTPS
     /// `serve` trusts its own listener's certificate instead.
     pub trust: shepherd_client::Trust,
+    /// The umask agents get (the one the process started with, before it
+    /// made its own files private); `None`: the process's own.
+    pub child_umask: Option<u32>,
 }
 
 impl RunnerConfig {
@@ -94,6 +97,7 @@ impl RunnerConfig {
             lease_timeout: Duration::from_secs(270),
             detach_on_stop: false,
             trust: shepherd_client::Trust::from_env(),
+            child_umask: None,
         }
     }
 
@@ -247,6 +251,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             shim_program: config.shim_program.clone(),
             lease_timeout: config.lease_timeout,
             detach_on_stop: config.detach_on_stop,
+            child_umask: config.child_umask,
             spool_dir: config.data_dir.join("runner").join("spool"),
             spool_cap_bytes: config.spool_cap_bytes,
             quiet_gap: config.quiet_gap,

@@ -151,6 +151,9 @@ pub struct ShimArgs {
     pub grace: Duration,
     /// How old the lease may grow before the agent is ended.
     pub lease_timeout: Duration,
+    /// The agent's umask; `None`: the shim's own. The shim's files (the
+    /// agent's output) stay under the runner's private mask.
+    pub umask: Option<u32>,
     pub argv: Vec<String>,
 }
 
@@ -209,6 +212,10 @@ pub fn main(args: ShimArgs) -> i32 {
         Ok(f) => Stdio::from(f),
         Err(_) => Stdio::null(),
     };
+    // The environment passes on as the runner gave it to the shim:
+    // Shepherd's secrets (`shepherd_core::secrets::SECRET_ENV`) already
+    // removed, then the agent's configured `env` added. Removing them here
+    // again would undo what the operator set for the agent on purpose.
     let mut cmd = std::process::Command::new(program);
     cmd.args(rest)
         .stdin(stdin)
@@ -216,9 +223,13 @@ pub fn main(args: ShimArgs) -> i32 {
         .stderr(err)
         .process_group(0);
     // SAFETY: only async-signal-safe calls between fork and exec: the agent
-    // gets the default dispositions back, not the shim's.
+    // gets the default dispositions back, not the shim's, and its umask.
+    let umask = args.umask;
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            if let Some(mask) = umask {
+                libc::umask(mask as libc::mode_t);
+            }
             libc::signal(libc::SIGTERM, libc::SIG_DFL);
             libc::signal(libc::SIGHUP, libc::SIG_DFL);
             libc::signal(libc::SIGINT, libc::SIG_DFL);

@@ -80,6 +80,9 @@ pub struct ManagerConfig {
     /// Between SIGHUP and SIGKILL when a PTY's processes are ended.
     pub kill_grace: Duration,
     pub limits: Limits,
+    /// The umask terminals and agent tabs get (the one the server started
+    /// with, before it made its own files private); `None`: the server's.
+    pub child_umask: Option<u32>,
 }
 
 impl ManagerConfig {
@@ -96,6 +99,7 @@ impl ManagerConfig {
             agents: BTreeMap::new(),
             kill_grace: Duration::from_secs(2),
             limits: Limits::default(),
+            child_umask: None,
         }
     }
 }
@@ -331,7 +335,11 @@ impl SessionManager {
 
     // ----- sessions -----
 
-    /// Checks a location: an existing directory, inside the sessions root if one is set.
+    /// Checks a location: an existing directory, inside the sessions root if
+    /// one is set, after every link on the way is resolved. Called when a
+    /// session is created and again before every process is started in it
+    /// ([`SessionManager::launch_dir`]): what is checked is the directory
+    /// the path leads to now.
     pub fn check_location(&self, path: &str) -> Result<PathBuf, Error> {
         let p = Path::new(path);
         if path.trim().is_empty() || !p.is_absolute() {
@@ -356,7 +364,8 @@ impl SessionManager {
                 return Err(Error::invalid(
                     "outside_sessions_root",
                     format!(
-                        "location_path {path:?} is outside the sessions root {}",
+                        "location_path {path:?} leads to {}, outside the sessions root {}",
+                        canon.display(),
                         root.display()
                     ),
                 ));
@@ -402,15 +411,13 @@ impl SessionManager {
 
     // ----- workers -----
 
-    fn launch(
-        &self,
-        s: &SessionRecord,
-        kind: &str,
-        agent_id: Option<&str>,
-        continue_: bool,
-    ) -> Result<LaunchSpec, Error> {
-        let cwd = PathBuf::from(&s.location_path);
-        if !cwd.is_dir() {
+    /// The directory a process of `s` starts in: its location checked
+    /// again, as at creation. The directory (or one on its path) may have
+    /// been replaced by a link since, to somewhere outside the sessions
+    /// root; then nothing is started. The spawn itself starts the process in
+    /// exactly the directory checked here (see `PtyProcess::spawn`).
+    fn launch_dir(&self, s: &SessionRecord) -> Result<PathBuf, Error> {
+        if !Path::new(&s.location_path).is_dir() {
             return Err(Error::invalid(
                 "invalid_location",
                 format!(
@@ -419,6 +426,22 @@ impl SessionManager {
                 ),
             ));
         }
+        self.check_location(&s.location_path).map_err(|e| {
+            Error::invalid(
+                e.code,
+                format!("nothing was started: the session's {}", e.message),
+            )
+        })
+    }
+
+    fn launch(
+        &self,
+        s: &SessionRecord,
+        kind: &str,
+        agent_id: Option<&str>,
+        continue_: bool,
+    ) -> Result<LaunchSpec, Error> {
+        let cwd = self.launch_dir(s)?;
         let mut env = vec![
             ("TERM".to_owned(), "xterm-256color".to_owned()),
             ("SHEPHERD_SESSION_ID".to_owned(), s.id.clone()),
@@ -471,6 +494,7 @@ impl SessionManager {
             env,
             cols: 80,
             rows: 24,
+            umask: self.config.child_umask,
         })
     }
 
@@ -776,8 +800,10 @@ impl SessionManager {
                 format!("worker {worker_id:?} is a {} tab", w.kind),
             ));
         }
-        let diff = git(&s.location_path, &["diff"]).await?;
-        let status = git(&s.location_path, &["status", "--porcelain"]).await?;
+        // git runs in the location too: checked again like a launch.
+        let dir = self.launch_dir(&s)?.display().to_string();
+        let diff = git(&dir, &["diff"]).await?;
+        let status = git(&dir, &["status", "--porcelain"]).await?;
         Ok(GitDiff { diff, status })
     }
 }

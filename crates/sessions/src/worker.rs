@@ -8,6 +8,9 @@
 //! the channel's bounded window is given a fresh `history` instead of the
 //! frames it missed.
 
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -207,6 +210,36 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
     pub cols: u16,
     pub rows: u16,
+    /// The process's umask; `None`: the server's own.
+    pub umask: Option<u32>,
+}
+
+/// Opens `dir` (the manager's check resolved it: a path without links) and
+/// confirms that the descriptor is that very directory: a link put on its
+/// path since the check is refused, not followed.
+fn open_checked_dir(dir: &Path) -> Result<std::fs::File, String> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| {
+            format!(
+                "cannot open the session's location {}: {e}; nothing was started",
+                dir.display()
+            )
+        })?;
+    // Where the descriptor really is (Linux): a directory on the path
+    // replaced by a link since the check shows here.
+    if let Ok(actual) = std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())) {
+        if actual != dir {
+            return Err(format!(
+                "the session's location {} changed while a process was starting (it led to {}); nothing was started",
+                dir.display(),
+                actual.display()
+            ));
+        }
+    }
+    Ok(f)
 }
 
 /// Sent to the manager when a process ends.
@@ -245,12 +278,39 @@ impl PtyProcess {
         let mut cmd = pty_process::Command::new(&spec.program)
             .args(&spec.args)
             .current_dir(&spec.cwd);
+        // A terminal or agent tab does not inherit Shepherd's own secrets
+        // (what it prints is kept in scrollback). The spec's env comes
+        // after: an agent's configured `env` may set one on purpose.
+        for name in shepherd_core::secrets::SECRET_ENV {
+            cmd = cmd.env_remove(name);
+        }
         for (k, v) in &spec.env {
             cmd = cmd.env(k, v);
         }
+        // The process starts in the directory the manager checked, not in
+        // whatever its path leads to by the time the child runs: the
+        // directory is opened now, confirmed to be the one checked, and the
+        // child moves into it through the descriptor.
+        let dir = open_checked_dir(&spec.cwd)?;
+        let dir_fd = dir.as_raw_fd();
+        let umask = spec.umask;
+        // SAFETY: between fork and exec only fchdir(2) and umask(2), both
+        // async-signal-safe; the descriptor stays open until after spawn.
+        cmd = unsafe {
+            cmd.pre_exec(move || {
+                if libc::fchdir(dir_fd) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(mask) = umask {
+                    libc::umask(mask as libc::mode_t);
+                }
+                Ok(())
+            })
+        };
         let mut child = cmd
             .spawn(pts)
             .map_err(|e| format!("cannot start {:?}: {e}", spec.program))?;
+        drop(dir);
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
         let (mut reader, writer) = pty.into_split();
         let (done_tx, done) = watch::channel(false);
@@ -364,6 +424,25 @@ impl PtyProcess {
 mod tests {
     use super::*;
     use crate::scrollback::Limits;
+
+    #[test]
+    fn a_location_is_opened_only_as_the_directory_checked() {
+        let root = std::env::temp_dir().join(format!("shepherd-cwd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let real = root.join("real");
+        std::fs::create_dir_all(real.join("inner")).unwrap();
+        let real = real.canonicalize().unwrap();
+        std::os::unix::fs::symlink(&real, root.join("link")).unwrap();
+        std::os::unix::fs::symlink(real.join("inner"), root.join("last")).unwrap();
+        assert!(open_checked_dir(&real.join("inner")).is_ok());
+        // A link as the last component is not followed.
+        let e = open_checked_dir(&root.join("last")).unwrap_err();
+        assert!(e.contains("nothing was started"), "{e}");
+        // A link on the way is seen through the descriptor.
+        let e = open_checked_dir(&root.join("link/inner")).unwrap_err();
+        assert!(e.contains("changed while a process was starting"), "{e}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn a_client_too_far_behind_loses_its_place_but_not_the_screen() {

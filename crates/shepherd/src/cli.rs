@@ -27,6 +27,7 @@ pub fn main(cli: Cli) -> ExitCode {
         dir,
         grace_ms,
         lease_timeout_ms,
+        umask,
         argv,
     } = &cli.command
     {
@@ -34,9 +35,18 @@ pub fn main(cli: Cli) -> ExitCode {
             dir: dir.clone(),
             grace: std::time::Duration::from_millis(*grace_ms),
             lease_timeout: std::time::Duration::from_millis(*lease_timeout_ms),
+            umask: *umask,
             argv: argv.clone(),
         });
         return ExitCode::from(code.clamp(0, 255) as u8);
+    }
+    // The server-side verbs create the data directory and what is in it:
+    // private to this user, set before the runtime starts any thread.
+    if matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Runner { .. } | Command::Migrate | Command::Prune { .. }
+    ) {
+        crate::private_data::restrict_umask();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

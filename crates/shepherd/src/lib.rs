@@ -6,6 +6,7 @@ pub mod chat_cli;
 pub mod cli;
 pub mod config;
 pub mod maintenance;
+pub mod private_data;
 pub mod render;
 pub mod server;
 pub mod session_cli;

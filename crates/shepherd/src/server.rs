@@ -204,6 +204,7 @@ pub async fn run(
         // A restart of the server leaves agents running under their shims;
         // the next start with this data directory carries their runs on.
         rc.detach_on_stop = true;
+        rc.child_umask = crate::private_data::inherited_umask();
         let stop = runner_stop.clone();
         Some(tokio::spawn(async move {
             if let Err(e) = shepherd_runner::run(rc, stop).await {

@@ -64,6 +64,7 @@ pub fn manager(
         format!("{scheme}://{addr}")
     }));
     mc.sessions_root = config.sessions_root.clone();
+    mc.child_umask = crate::private_data::inherited_umask();
     mc.agents = config
         .agents
         .iter()

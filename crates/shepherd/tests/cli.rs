@@ -360,3 +360,80 @@ async fn task_list_watch_redraws_when_an_event_arrives() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_come_from_a_file_or_the_environment_and_the_command_line_warns() {
+    use std::os::unix::fs::PermissionsExt;
+    const TOKEN: &str = "operator-token-from-a-file-0123";
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_TOKEN", TOKEN);
+    let s = Server::start(&env).await;
+    let dir = env.dir.clone();
+    let base = s.base.clone();
+    // As `echo TOKEN > file` writes it: a line end follows.
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file_s = file.display().to_string();
+    let warned = |err: &str| err.contains("visible to other users");
+    tokio::task::block_in_place(|| {
+        let server = [("SHEPHERD_SERVER", base.as_str())];
+        // Without a token: refused.
+        let (ok, _, err) = shepherd(&dir, &server, &["task", "list"]);
+        assert!(!ok && err.contains("401"), "{err}");
+        // --token-file, after the verb or before it: no warning.
+        for args in [
+            &["task", "list", "--token-file", &file_s][..],
+            &["--token-file", &file_s, "task", "list"],
+        ] {
+            let (ok, _, err) = shepherd(&dir, &server, args);
+            assert!(ok, "{args:?}: {err}");
+            assert!(!warned(&err) && !err.contains("warning"), "{args:?}: {err}");
+        }
+        // SHEPHERD_TOKEN_FILE and SHEPHERD_TOKEN: no warning either.
+        let (ok, _, err) = shepherd(
+            &dir,
+            &[
+                ("SHEPHERD_SERVER", base.as_str()),
+                ("SHEPHERD_TOKEN_FILE", &file_s),
+            ],
+            &["task", "list"],
+        );
+        assert!(ok && !err.contains("warning"), "{err}");
+        let (ok, _, err) = shepherd(
+            &dir,
+            &[
+                ("SHEPHERD_SERVER", base.as_str()),
+                ("SHEPHERD_TOKEN", TOKEN),
+            ],
+            &["task", "list"],
+        );
+        assert!(ok && !warned(&err), "{err}");
+        // --token still works, and says it can be seen.
+        for args in [
+            &["task", "list", "--token", TOKEN][..],
+            &["--token", TOKEN, "task", "list"],
+        ] {
+            let (ok, _, err) = shepherd(&dir, &server, args);
+            assert!(ok && warned(&err), "{args:?}: {err}");
+        }
+        // A file other users can read is used, with a warning.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let (ok, _, err) = shepherd(&dir, &server, &["task", "list", "--token-file", &file_s]);
+        assert!(ok && err.contains("chmod 600"), "{err}");
+        // Refusals: both given, a missing or empty file.
+        let (ok, _, err) = shepherd(
+            &dir,
+            &server,
+            &["task", "list", "--token", TOKEN, "--token-file", &file_s],
+        );
+        assert!(!ok && err.contains("not both"), "{err}");
+        let missing = dir.join("missing").display().to_string();
+        let (ok, _, err) = shepherd(&dir, &server, &["task", "list", "--token-file", &missing]);
+        assert!(!ok && err.contains("cannot read it"), "{err}");
+        std::fs::write(&file, "\n").unwrap();
+        let (ok, _, err) = shepherd(&dir, &server, &["task", "list", "--token-file", &file_s]);
+        assert!(!ok && err.contains("empty"), "{err}");
+    });
+    s.stop().await;
+}

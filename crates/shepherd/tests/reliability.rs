@@ -271,6 +271,144 @@ e2e!(
     }
 );
 
+e2e!(
+    worker_tokens_read_only_conversations_they_ran,
+    |kind: Kind| async move {
+        // A worker token used to read every resource and conversation:
+        // the operator's messages and other workers' transcripts. Now it
+        // reads a conversation only when it ran one of its runs, as runs
+        // themselves; lists are the operator's.
+        let mut env = Env::new(kind);
+        env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
+        let s = Server::start(&env).await;
+        let op = Some(OPERATOR);
+        // Two workers of an agent that only external workers run.
+        let mut tokens = Vec::new();
+        for id in ["w-one", "w-two"] {
+            let (st, b) = s
+                .post(
+                    "/api/v1/worker/orchestrator/register",
+                    op,
+                    json!({ "worker_id": id, "agent_id": "external", "max_concurrent": 2 }),
+                )
+                .await;
+            assert_eq!(st, 200, "{b}");
+            tokens.push(b["worker_token"].as_str().unwrap().to_owned());
+        }
+        let (w1, w2) = (tokens[0].clone(), tokens[1].clone());
+        let (st, b) = s
+            .post(
+                "/api/v1/resources",
+                op,
+                json!({ "id": "table-1", "name": "Leads", "agent_id": "external" }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let new_chat = || async {
+            let (st, c) = s
+                .post("/api/v1/resources/table-1/conversations", op, json!({}))
+                .await;
+            assert_eq!(st, 201, "{c}");
+            c["id"].as_str().unwrap().to_owned()
+        };
+        let ran = new_chat().await;
+        let (st, b) = s
+            .post(
+                &format!("/api/v1/conversations/{ran}/messages"),
+                op,
+                json!({ "text": "the operator's private question" }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let vtid = b["message"]["task_id"].as_str().unwrap().to_owned();
+        claim(&s, &w1, &vtid).await;
+        // Another conversation, whose message no worker has taken.
+        let other = new_chat().await;
+
+        // The worker that ran the conversation's run reads it, messages
+        // and all.
+        let (st, c) = s
+            .get(&format!("/api/v1/conversations/{ran}"), Some(&w1))
+            .await;
+        assert_eq!(st, 200, "{c}");
+        assert_eq!(
+            c["messages"][0]["text"], "the operator's private question",
+            "{c}"
+        );
+        // Another worker, or a conversation it did not run: forbidden.
+        let (st, b) = s
+            .get(&format!("/api/v1/conversations/{ran}"), Some(&w2))
+            .await;
+        forbidden(st, &b);
+        let (st, b) = s
+            .get(&format!("/api/v1/conversations/{other}"), Some(&w1))
+            .await;
+        forbidden(st, &b);
+        // The lists are beyond one worker's scope.
+        for path in [
+            "/api/v1/resources",
+            "/api/v1/resources/table-1/conversations",
+        ] {
+            for tok in [&w1, &w2] {
+                let (st, b) = s.get(path, Some(tok)).await;
+                forbidden(st, &b);
+            }
+        }
+        // The writes stay the operator's.
+        for (path, body) in [
+            (
+                "/api/v1/resources".to_owned(),
+                json!({ "id": "t2", "name": "x", "agent_id": "external" }),
+            ),
+            (
+                "/api/v1/resources/table-1/conversations".to_owned(),
+                json!({}),
+            ),
+            (
+                format!("/api/v1/conversations/{ran}/messages"),
+                json!({ "text": "hi" }),
+            ),
+            (format!("/api/v1/conversations/{ran}/cancel"), json!({})),
+            (format!("/api/v1/conversations/{other}/activate"), json!({})),
+        ] {
+            let (st, b) = s.post(&path, Some(&w1), body).await;
+            assert_eq!(
+                (st, code(st, &b).as_str()),
+                (403, "operator_only"),
+                "{path}: {b}"
+            );
+        }
+        // Its stream of the conversation carries the events that name it;
+        // the other worker's carries none of the conversation's.
+        let stream = format!("/api/events?after=0&conversation_id={ran}");
+        let mut sse = SseClient::connect(&s.base, &stream, Some(&w1), None).await;
+        loop {
+            let f = sse
+                .next(Duration::from_secs(10))
+                .await
+                .expect("the worker's own events of the conversation arrive");
+            assert_eq!(f.data["worker_id"], "w-one", "{:?}", f.data);
+            if f.data["type"] == "worker.claim.granted" {
+                break;
+            }
+        }
+        let mut sse = SseClient::connect(&s.base, &stream, Some(&w2), None).await;
+        if let Some(f) = sse.next(Duration::from_secs(1)).await {
+            assert_ne!(f.data["conversation_id"], json!(ran), "{:?}", f.data);
+        }
+        // The operator reads everything.
+        for path in [
+            "/api/v1/resources".to_owned(),
+            "/api/v1/resources/table-1/conversations".to_owned(),
+            format!("/api/v1/conversations/{ran}"),
+            format!("/api/v1/conversations/{other}"),
+        ] {
+            assert_eq!(s.get(&path, op).await.0, 200, "{path}");
+        }
+        s.stop().await;
+    }
+);
+
 /// Opens a request whose body never finishes, so that it holds a request
 /// slot; returns the socket (dropping it ends the request).
 async fn held_request(s: &Server) -> tokio::net::TcpStream {

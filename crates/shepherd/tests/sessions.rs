@@ -551,6 +551,85 @@ e2e!(bad_requests_have_their_codes, |kind: Kind| async move {
 });
 
 e2e!(
+    a_location_moved_outside_the_root_starts_nothing,
+    |kind: Kind| async move {
+        // The sessions root was checked only when a session was created:
+        // replacing its directory by a link to a directory elsewhere (as
+        // /etc) afterwards opened the next terminal there. Every launch (a
+        // new tab, a restart, a restore) checks the location again.
+        let mut env = Env::new(kind);
+        let root = env.dir.join("root");
+        let inside = root.join("inside");
+        let outside = env.dir.join("outside");
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        env.set("SHEPHERD_SESSIONS_ROOT", &root.display().to_string());
+        let s = Server::start(&env).await;
+        let dir = inside.canonicalize().unwrap().display().to_string();
+        let sid = new_session(&s, None, &dir).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (st, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
+        assert_eq!(st, 201, "{w}");
+        let wid = w["id"].as_str().unwrap().to_owned();
+
+        // The session's directory becomes a link to one outside the root.
+        std::fs::rename(&inside, root.join("moved-away")).unwrap();
+        std::os::unix::fs::symlink(&outside, &inside).unwrap();
+        let refused = |st: u16, e: &Value, what: &str| {
+            assert_eq!(
+                (st, e["error"]["code"].as_str()),
+                (422, Some("outside_sessions_root")),
+                "{what}: {e}"
+            );
+            assert!(
+                e["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&*outside.canonicalize().unwrap().to_string_lossy()),
+                "{what}: the message says where it leads: {e}"
+            );
+        };
+        let (st, e) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
+        refused(st, &e, "a new tab");
+        let (st, e) = s
+            .post(
+                &format!("/api/v1/sessions/{sid}/workers/{wid}/restart"),
+                None,
+                json!({ "mode": "new" }),
+            )
+            .await;
+        refused(st, &e, "a restart");
+        // A restore after the server restarted: the seed's exit message,
+        // and the reason in the log.
+        s.stop().await;
+        let s = Server::start(&env).await;
+        let mut t = connect(&s.base, &sid, &wid, None).await;
+        assert_eq!(
+            t.next(WAIT).await,
+            Some(json!({"type": "exit", "exitCode": 1, "signal": null}))
+        );
+        let exited = events_of(&s, "session.worker.exited").await;
+        assert!(
+            exited.iter().any(|e| e["worker_id"] == wid.as_str()
+                && e["data"]["restore_failed"] == true
+                && e["data"]["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("outside the sessions root")),
+            "{exited:?}"
+        );
+        // Back where it was, a tab starts again.
+        std::fs::remove_file(&inside).unwrap();
+        std::fs::rename(root.join("moved-away"), &inside).unwrap();
+        let (st, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
+        assert_eq!(st, 201, "{w}");
+        s.stop().await;
+    }
+);
+
+e2e!(
     a_token_is_required_when_configured,
     |kind: Kind| async move {
         let mut env = Env::new(kind);

@@ -1142,3 +1142,77 @@ async fn claim_tokens_are_stored_hashed_and_still_fence() {
     .unwrap();
     store.close();
 }
+
+contract!(
+    a_grant_starts_the_lease_of_a_quiet_worker,
+    |db: TestDb| async move {
+        // A worker that has been quiet longer than the heartbeat timeout
+        // (it heartbeats only while it holds work) claims a task: the grant
+        // is hearing from it, so the new claim's lease runs from the grant,
+        // by vtid and by claim-next alike. Before, the claim lapsed at once
+        // ("no heartbeat for 4s") on the next heartbeat, report or sweep.
+        let store = db.open().await;
+        let lease = LeaseRules {
+            ttl_ms: 30_000,
+            heartbeat_timeout_ms: 3_000,
+            not_before: 0,
+            cancel_grace_ms: 30_000,
+        };
+        let t0 = 1_900_000_000_000;
+        store.set_clock(Some(t0));
+        for w in ["quiet-a", "quiet-b"] {
+            register(&store, w, &[]).await;
+        }
+        store.create_task(task("Q-1", "simple")).await.unwrap();
+        store.create_task(task("Q-2", "simple")).await.unwrap();
+        // Four seconds of silence, then a claim of each kind.
+        let grant_at = t0 + 4_000;
+        store.set_clock(Some(grant_at));
+        let by_vtid = store.claim_task("quiet-a", "Q-1", lease).await.unwrap();
+        let next = store.claim_next("quiet-b", 1, lease).await.unwrap();
+        assert_eq!(next.len(), 1, "claim-next granted the waiting task");
+        let by_next = &next[0];
+        assert_eq!(by_next.task.vtid, "Q-2");
+        // A moment later: the sweeper finds nothing lapsed, a report under
+        // the claim is accepted, and the heartbeat still holds the claim.
+        store.set_clock(Some(grant_at + 3));
+        assert_eq!(store.sweep(lease).await.unwrap().expired, 0);
+        let applied = store
+            .progress(
+                "quiet-a",
+                "Q-1",
+                Some(by_vtid.claim_token.clone()),
+                "worker.execution.started",
+                None,
+                json!({}),
+                None,
+                lease,
+            )
+            .await
+            .expect("a fresh claim is not stale");
+        assert_eq!(state_of(&applied), "running");
+        for (w, g) in [("quiet-a", &by_vtid), ("quiet-b", by_next)] {
+            let (_, held) = store.heartbeat(w, lease).await.unwrap();
+            let held: Vec<&str> = held.iter().map(|c| c.run_id.as_str()).collect();
+            assert_eq!(held, vec![g.claim.run_id.as_str()], "{w} keeps its claim");
+        }
+        // A claim-next grant never heartbeated is live until the timeout
+        // after the grant has passed, and lapses then.
+        register(&store, "quiet-c", &[]).await;
+        let later = grant_at + 60_000;
+        store.set_clock(Some(later));
+        // (The first two claims, unheard of since, lapse here.)
+        assert_eq!(store.sweep(lease).await.unwrap().expired, 2);
+        let third = store.claim_next("quiet-c", 1, lease).await.unwrap();
+        assert_eq!(third.len(), 1);
+        store.set_clock(Some(later + 3_000));
+        assert_eq!(store.sweep(lease).await.unwrap().expired, 0);
+        // Past the timeout from the grant, silent since: the claim lapses.
+        store.set_clock(Some(later + 3_001));
+        assert_eq!(store.sweep(lease).await.unwrap().expired, 1);
+        let (run, _) = store.run(&third[0].claim.run_id).await.unwrap();
+        assert_eq!(run.status, "failed");
+        assert!(run.result.unwrap_or_default().contains("no heartbeat"));
+        store.close();
+    }
+);

@@ -298,6 +298,8 @@ struct MClaim {
     token: String,
     run_id: String,
     expires_at: i64,
+    /// When it was granted: a grant is hearing from the holder.
+    granted_at: i64,
     validate: bool,
     /// The run's cancel request.
     cancel_at: Option<i64>,
@@ -382,13 +384,15 @@ impl Model {
     }
 
     /// README: a lease lapses when its worker is gone, silent past the
-    /// heartbeat timeout, or its TTL passed; never inside the start grace.
+    /// heartbeat timeout (counted from its last heartbeat or the claim's
+    /// grant, whichever is later), or its TTL passed; never inside the
+    /// start grace.
     fn lapsed(&self, c: &MClaim, last_hb: i64, status: &str) -> bool {
         if self.now < self.rules.not_before {
             return false;
         }
         status == "terminated"
-            || self.now - last_hb > self.rules.heartbeat_timeout_ms
+            || self.now - last_hb.max(c.granted_at) > self.rules.heartbeat_timeout_ms
             || c.expires_at < self.now
     }
 
@@ -535,6 +539,7 @@ impl Model {
             token: String::new(),
             run_id: String::new(),
             expires_at: now + ttl,
+            granted_at: now,
             validate,
             cancel_at: None,
             steps: 0,
@@ -764,8 +769,10 @@ impl Model {
             };
             let holder = self.workers[c.worker].clone();
             let grace_over = matches!(c.cancel_at, Some(at) if at < now - r.cancel_grace_ms);
-            let selected =
-                c.expires_at < now || holder.last_hb < now - r.heartbeat_timeout_ms || grace_over;
+            let silent_since = now - r.heartbeat_timeout_ms;
+            let selected = c.expires_at < now
+                || (holder.last_hb < silent_since && c.granted_at < silent_since)
+                || grace_over;
             if !selected {
                 continue;
             }

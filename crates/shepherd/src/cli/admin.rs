@@ -110,6 +110,8 @@ pub async fn serve(g: &Global, listen: Option<&str>) -> Result<()> {
     }
     init_tracing(&config);
     config.check_exposure()?;
+    let database = crate::private_data::sqlite_path(&config.database_url);
+    crate::private_data::tighten_and_log(&config.data_dir, database.as_deref());
     let listener = crate::server::bind(config.listen, config.listen_backlog)
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     crate::server::run(config, listener, crate::server::shutdown_signal()).await
@@ -122,12 +124,11 @@ pub async fn runner(g: &Global, data_dir: Option<PathBuf>) -> Result<()> {
         return Err("no agents configured: declare [agents.NAME] tables in shepherd.toml".into());
     }
     let token = g.token.clone().or_else(|| config.auth_token.clone());
-    let mut rc = shepherd_runner::RunnerConfig::new(
-        &g.server,
-        token,
-        config.agents.clone(),
-        data_dir.clone().unwrap_or_else(|| config.data_dir.clone()),
-    );
+    let data_dir = data_dir.unwrap_or_else(|| config.data_dir.clone());
+    crate::private_data::tighten_and_log(&data_dir, None);
+    let mut rc =
+        shepherd_runner::RunnerConfig::new(&g.server, token, config.agents.clone(), data_dir);
+    rc.child_umask = crate::private_data::inherited_umask();
     rc.heartbeat_interval = config.runner_heartbeat;
     rc.cancel_grace = config.cancel_grace;
     rc.set_heartbeat_timeout(config.heartbeat_timeout);

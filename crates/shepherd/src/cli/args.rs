@@ -50,6 +50,8 @@ pub struct BeforeVerb {
     pub server: Option<String>,
     #[arg(long, hide = true)]
     pub token: Option<String>,
+    #[arg(long, hide = true)]
+    pub token_file: Option<PathBuf>,
     #[arg(short = 'o', long, value_enum, hide = true)]
     pub output: Option<Output>,
     /// Configuration file (serve, migrate, runner, prune, config).
@@ -68,9 +70,14 @@ pub struct ClientFlags {
         default_value = "http://127.0.0.1:7700"
     )]
     pub server: String,
-    /// Bearer token (the operator token, or a worker token).
+    /// Bearer token (the operator token, or a worker token). On the command
+    /// line it is visible to other users (`ps`): prefer SHEPHERD_TOKEN or
+    /// --token-file.
     #[arg(long, global = true, env = "SHEPHERD_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Read the bearer token from this file (its first line; keep it mode 600).
+    #[arg(long, global = true, env = "SHEPHERD_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -96,10 +103,49 @@ impl Cli {
             m = sub;
         }
         // (`value_source` panics for an option the verb does not have.)
-        let after_verb = m.try_get_raw("server").is_ok_and(|v| v.is_some())
-            && m.value_source("server") == Some(clap::parser::ValueSource::CommandLine);
+        let on_command_line = |m: &clap::ArgMatches, id: &str| {
+            m.try_get_raw(id).is_ok_and(|v| v.is_some())
+                && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        };
+        let after_verb = on_command_line(m, "server");
         cli.gather(after_verb);
+        // Before the verb or after it (a global option's value is also
+        // propagated to the other level, so the source says which it was).
+        let typed = TokenSources {
+            token: on_command_line(&matches, "token") || on_command_line(m, "token"),
+            token_file: on_command_line(&matches, "token_file") || on_command_line(m, "token_file"),
+        };
+        if let Err(e) = cli.resolve_token(typed) {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
         cli
+    }
+
+    /// Settles [`Global::token`]: `--token` typed on the command line, else
+    /// the file `--token-file` (or SHEPHERD_TOKEN_FILE) names, else
+    /// SHEPHERD_TOKEN. A token typed on the command line works but is
+    /// visible to every user of the machine (`ps`, `/proc/PID/cmdline`):
+    /// said on stderr. Both typed is refused: which one was meant?
+    pub fn resolve_token(&mut self, typed: TokenSources) -> std::result::Result<(), String> {
+        let file = self
+            .command
+            .client_flags()
+            .and_then(|c| c.token_file.clone())
+            .or_else(|| self.before_verb.token_file.clone());
+        if typed.token && typed.token_file {
+            return Err("give --token or --token-file, not both".into());
+        }
+        if typed.token {
+            eprintln!(
+                "warning: a token given with --token is visible to other users of this machine (ps, /proc); set SHEPHERD_TOKEN or use --token-file instead"
+            );
+            return Ok(());
+        }
+        if let Some(path) = file {
+            self.global.token = Some(read_token_file(&path)?);
+        }
+        Ok(())
     }
 
     /// Fills [`Cli::global`]: options after the verb win over the same
@@ -142,6 +188,42 @@ impl Cli {
         }
         self.global = g;
     }
+}
+
+/// Which token options were typed on the command line (not taken from the
+/// environment).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokenSources {
+    pub token: bool,
+    pub token_file: bool,
+}
+
+/// The token in `path`: its content without the line end (or surrounding
+/// blanks) an editor or `echo` leaves. A file other users may read is
+/// used, with a warning: the token is only as private as the file.
+pub fn read_token_file(path: &std::path::Path) -> std::result::Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--token-file {shown}: cannot read it: {e}"))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("--token-file {shown}: the file is empty"));
+    }
+    if token.contains(['\n', '\r']) {
+        return Err(format!(
+            "--token-file {shown}: the file holds more than one line; it should hold the token alone"
+        ));
+    }
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            eprintln!(
+                "warning: --token-file {shown} is open to other users (mode {mode:o}); make it private: chmod 600 {shown}"
+            );
+        }
+    }
+    Ok(token.to_owned())
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -255,6 +337,9 @@ pub enum Command {
         /// End the agent if no runner renews the lease for this long (ms).
         #[arg(long, default_value_t = 270_000)]
         lease_timeout_ms: u64,
+        /// The agent's umask, in octal (default: the shim's own).
+        #[arg(long, value_parser = parse_umask)]
+        umask: Option<u32>,
         /// The agent's command line.
         #[arg(last = true, required = true)]
         argv: Vec<String>,
@@ -493,6 +578,14 @@ pub fn parse_age(s: &str) -> std::result::Result<Duration, String> {
         _ => return Err(format!("unknown unit {unit:?}; use s, m, h, d or w")),
     };
     Ok(Duration::from_secs(secs))
+}
+
+/// A umask in octal (`22`, `022`, `0077`).
+pub fn parse_umask(s: &str) -> std::result::Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("expected an octal umask such as 022, got {s:?}"))
 }
 
 #[cfg(test)]

@@ -89,6 +89,9 @@ pub struct ConversationView {
     /// The run now replying, if one is running.
     pub active_run_id: Option<String>,
     pub messages: Vec<MessageView>,
+    /// The workers that ran its runs: what a worker token may read of it
+    /// is the conversations it took part in (as with runs).
+    pub workers: Vec<String>,
 }
 
 /// What to do with a message sent while the conversation (or its resource)
@@ -1055,6 +1058,12 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
                 .push(r.json::<TranscriptStep>(1)?);
         }
     }
+    let mut workers: Vec<String> = Vec::new();
+    for run in &runs {
+        if !workers.contains(&run.worker_id) {
+            workers.push(run.worker_id.clone());
+        }
+    }
     let mut by_task: std::collections::HashMap<String, Vec<Run>> = Default::default();
     let mut active_run_id = None;
     for run in runs {
@@ -1104,5 +1113,6 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
         conversation,
         active_run_id,
         messages: out,
+        workers,
     })
 }

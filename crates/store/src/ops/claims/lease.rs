@@ -259,10 +259,15 @@ pub async fn sweep<D: Db>(
     rules: &LeaseRules,
 ) -> Result<SweepReport, Error> {
     let mut report = SweepReport::default();
+    // Candidates only: `lapse_reason` decides. A claim granted after its
+    // holder's last heartbeat is silent only since its grant (its run's
+    // start), so a quiet worker's fresh claim is not selected (and, at the
+    // LIMIT, does not crowd out claims that did lapse).
     let sql = format!(
         "SELECT {CLAIM_COLUMNS}, c.cancel_requested_at FROM runs c \
          JOIN workers w ON w.id = c.worker_id \
-         WHERE c.released_at IS NULL AND (c.expires_at < $1 OR w.last_heartbeat_at < $2 OR c.cancel_requested_at < $3) \
+         WHERE c.released_at IS NULL AND (c.expires_at < $1 \
+         OR (w.last_heartbeat_at < $2 AND c.started_at < $2) OR c.cancel_requested_at < $3) \
          ORDER BY c.started_at, c.id LIMIT 500"
     );
     let rows = db

@@ -170,7 +170,8 @@ fn active_from(r: &Row, at: usize, vtid: &str) -> Result<Option<ActiveWithHolder
 
 /// Why a lease lapsed, if it did. The one rule for every path that touches
 /// a claim (claim, heartbeat, report, sweep): a lapsed lease is lapsed
-/// whoever touches it first, so no outcome depends on sweep timing.
+/// whoever touches it first, so no outcome depends on sweep timing. The
+/// claim's grant (its run's start) counts as hearing from its holder.
 pub(crate) fn lapse_reason(
     now: Millis,
     rules: &LeaseRules,
@@ -178,5 +179,13 @@ pub(crate) fn lapse_reason(
     last_heartbeat: i64,
     status: &str,
 ) -> Option<String> {
-    claiming::lapse(now, rules, claim.expires_at, last_heartbeat, status).map(|l| l.to_string())
+    claiming::lapse(
+        now,
+        rules,
+        claim.expires_at,
+        claim.claimed_at,
+        last_heartbeat,
+        status,
+    )
+    .map(|l| l.to_string())
 }

@@ -1,0 +1,197 @@
+//! What the processes Shepherd spawns inherit from it: the real binary
+//! (`shepherd serve`, its environment holding the operator token and the
+//! other secret settings) runs an agent through the built-in runner and its
+//! shim, a terminal tab and an agent tab on real PTYs, each of which writes
+//! its environment to a file. None holds Shepherd's own secrets; what the
+//! agent's configuration sets explicitly is there.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::{Env, Kind, Proc, OPERATOR};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn call(base: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let http = reqwest::Client::new();
+    let req = match body {
+        Some(b) => http.post(format!("{base}{path}")).json(&b),
+        None => http.get(format!("{base}{path}")),
+    };
+    // Not listening yet: status 0.
+    let Ok(r) = req.bearer_auth(OPERATOR).send().await else {
+        return (0, Value::Null);
+    };
+    let st = r.status().as_u16();
+    (st, r.json().await.unwrap_or_default())
+}
+
+/// The `NAME=value` lines a process wrote, once the file is complete.
+async fn env_of(path: &std::path::Path) -> Vec<String> {
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            // Each dump ends with a marker line: the file is whole.
+            if text.contains("DUMP_DONE=1") {
+                return text.lines().map(str::to_owned).collect();
+            }
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "{} was not written in time",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn has(env: &[String], name: &str) -> Option<String> {
+    env.iter()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")).map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawned_agents_and_terminals_do_not_inherit_shepherds_secrets() {
+    let mut env = Env::new(Kind::Sqlite);
+    let dir = env.dir.clone();
+    let dump = |name: &str| {
+        format!(
+            "env > {out}.tmp; echo DUMP_DONE=1 >> {out}.tmp; mv {out}.tmp {out}",
+            out = dir.join(name).display()
+        )
+    };
+    // A terminal tab runs $SHELL: this one writes its environment first.
+    let shell = env.script(
+        "dump-shell.sh",
+        &format!("#!/bin/sh\n{}\nexec /bin/sh\n", dump("terminal.env")),
+    );
+    std::fs::set_permissions(&shell, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.set("SHELL", &shell);
+    let agent_cmd = dump("agent.env");
+    let tab_cmd = format!("{}; exec cat", dump("tab.env"));
+    env.with_config_file(&format!(
+        r#"
+[agents.envdump]
+command = ["sh", "-c", "{agent_cmd}"]
+interactive_command = ["sh", "-c", "{tab_cmd}"]
+env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" }}
+"#
+    ));
+    // The server's own secrets, as an operator would set them.
+    let db = dir.join("shepherd.db");
+    let secrets = [
+        ("SHEPHERD_TOKEN", OPERATOR.to_owned()),
+        (
+            "SHEPHERD_DATABASE_URL",
+            format!("sqlite://{}", db.display()),
+        ),
+        (
+            "SHEPHERD_OIDC_CLIENT_SECRET",
+            "oidc-secret-value".to_owned(),
+        ),
+        ("SHEPHERD_WEBHOOK_SECRET", "webhook-secret-value".to_owned()),
+    ];
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = Proc(
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .arg("serve")
+            .envs(&env.vars)
+            .envs(secrets.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn shepherd"),
+    );
+    let start = Instant::now();
+    while call(&base, "/readyz", None).await.0 != 200 {
+        assert!(start.elapsed() < WAIT, "the server did not become ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // An agent run by the built-in runner, under its shim.
+    let (st, b) = call(
+        &base,
+        "/api/v1/tasks",
+        Some(json!({ "vtid": "ENV-1", "title": "env", "spec": "go", "agent_id": "envdump" })),
+    )
+    .await;
+    assert_eq!(st, 201, "{b}");
+    // A terminal tab and an agent tab, each on a PTY.
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let (st, s) = call(
+        &base,
+        "/api/v1/sessions",
+        Some(json!({ "location_path": work.display().to_string() })),
+    )
+    .await;
+    assert_eq!(st, 201, "{s}");
+    let sid = s["id"].as_str().unwrap();
+    for tab in [
+        json!({ "type": "terminal" }),
+        json!({ "type": "agent", "agent_id": "envdump" }),
+    ] {
+        let (st, w) = call(&base, &format!("/api/v1/sessions/{sid}/workers"), Some(tab)).await;
+        assert_eq!(st, 201, "{w}");
+    }
+
+    for (file, configured) in [
+        ("agent.env", true),
+        ("terminal.env", false),
+        ("tab.env", true),
+    ] {
+        let seen = env_of(&dir.join(file)).await;
+        // It is a process Shepherd started, told what it is part of.
+        assert!(
+            seen.iter().any(|l| l.starts_with("SHEPHERD_")),
+            "{file}: {seen:?}"
+        );
+        for (name, value) in &secrets {
+            let got = has(&seen, name);
+            if *name == "SHEPHERD_WEBHOOK_SECRET" && configured {
+                // The agent's configuration sets it on purpose.
+                assert_eq!(got.as_deref(), Some("given-on-purpose"), "{file}");
+            } else {
+                assert_eq!(got, None, "{file} inherited {name}");
+            }
+            assert!(
+                !seen.iter().any(|l| l.contains(value.as_str())),
+                "{file} holds the value of {name}"
+            );
+        }
+        assert_eq!(has(&seen, "SHEPHERD_AUTH_TOKEN"), None, "{file}");
+        if configured {
+            assert_eq!(
+                has(&seen, "AGENT_SETTING").as_deref(),
+                Some("chosen"),
+                "{file}"
+            );
+        }
+    }
+    // A graceful stop ends the tabs' processes with the server.
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(server.0.id() as i32, libc::SIGTERM);
+    }
+    let start = Instant::now();
+    while server.0.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < WAIT, "the server did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
