@@ -3903,7 +3903,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description workspace_repo_not_allowed */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3930,7 +3930,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description run_has_no_workspace, git_failed */
+            /** @description run_has_no_workspace, invalid_workspace, git_failed */
             422: {
                 headers: {
                     [name: string]: unknown;
