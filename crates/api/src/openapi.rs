@@ -89,9 +89,12 @@ impl utoipa::Modify for CommonErrors {
                         .entry(status.to_owned())
                         .or_insert_with(|| error(what).into());
                 };
+                // The Host rule holds on every route.
+                add("421", "host_not_allowed");
                 if protected {
                     add("401", "unauthorized: a token is needed (or it is wrong)");
                     add("403", "origin_not_allowed, operator_only");
+                    add("429", "too_many_requests (its token's requests in flight)");
                 }
                 let has_query = op.parameters.as_ref().is_some_and(|ps| {
                     ps.iter()
@@ -102,6 +105,7 @@ impl utoipa::Modify for CommonErrors {
                 }
                 if op.request_body.is_some() {
                     add("400", "malformed_json, unsupported_media_type");
+                    add("408", "body_timeout");
                     add("413", "payload_too_large");
                     add("422", "invalid_body");
                 }

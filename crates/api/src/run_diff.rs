@@ -44,7 +44,7 @@ async fn git(repo: &FsPath, args: &[&str]) -> Result<String, String> {
 /// The diff of a worktree run's branch against the commit it started from.
 #[utoipa::path(get, path = "/api/v1/runs/{run_id}/diff", tag = "runs", params(("run_id" = String, Path)), responses(
     (status = 200, body = RunDiff),
-    (status = 403, description = "workspace_repo_not_allowed", body = crate::openapi::ErrorBody),
+    (status = 403, description = "forbidden, origin_not_allowed, workspace_repo_not_allowed", body = crate::openapi::ErrorBody),
     (status = 404, description = "run_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "workspace_repo_gone, workspace_branch_gone", body = crate::openapi::ErrorBody),
     (status = 422, description = "run_has_no_workspace, invalid_workspace, git_failed", body = crate::openapi::ErrorBody)))]

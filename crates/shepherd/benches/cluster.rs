@@ -80,6 +80,7 @@ impl Node {
             ("SHEPHERD_PG_SCHEMA", schema.into()),
             ("SHEPHERD_NODE_ID", name.into()),
             ("SHEPHERD_MAX_REQUESTS", "0".into()),
+            ("SHEPHERD_MAX_REQUESTS_PER_TOKEN", "0".into()),
         ] {
             vars.insert(k.to_owned(), v);
         }
