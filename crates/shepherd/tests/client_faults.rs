@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use shepherd_core::event::{EventRefs, NewEvent};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use common::{task, wait_for, Env, Kind, Proc, Server, SseClient, OPERATOR};
+use common::{free_port, task, wait_for, Env, Kind, Proc, Server, SseClient, OPERATOR};
 
 /// Clients hanging up mid-request, concurrently.
 const ABORTERS: usize = 64;
@@ -186,14 +186,6 @@ const SLOW: usize = 8;
 /// The flood: batches of events, each followed by a marker.
 const BATCHES: usize = 40;
 const PER_BATCH: usize = 2000;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

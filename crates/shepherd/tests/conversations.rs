@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{Env, Server, SseClient};
+use common::{free_port, Env, Server, SseClient};
 
 /// The scripted agent: records its argv, prompt and pid beside itself,
 /// resumes the session `--resume` names (else starts a new one), and writes
@@ -502,14 +502,6 @@ e2e!(
 );
 
 // ----- the real binary, killed mid-reply -----
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn spawn(env: &Env, port: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_shepherd"))

@@ -15,17 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{Env, Kind, Proc};
+use common::{free_port, Env, Kind, Proc};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The permission bits, in octal ("700").
 fn mode(p: &Path) -> String {

@@ -11,15 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use common::{task, wait_for, Env, Kind, Proc, Server, SseClient, OPERATOR};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::{free_port, task, wait_for, Env, Kind, Proc, Server, SseClient, OPERATOR};
 
 /// `shepherd serve` as a child process on `port`, stderr piped.
 async fn spawn_serve(env: &Env, port: u16) -> Proc {

@@ -10,15 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{task, Env, Kind, SseClient};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::{free_port, task, Env, Kind, SseClient};
 
 struct Proc {
     child: Child,

@@ -14,18 +14,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{Env, Kind};
+use common::{free_port, Env, Kind};
 use ws::{connect, eventually, session_members};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Proc {
     child: Child,

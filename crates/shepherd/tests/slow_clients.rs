@@ -121,7 +121,8 @@ async fn one_tokens_slow_requests_take_only_its_own_slots() {
     }
     // Each slow request holds its slot once its header is read.
     let mut refused = None;
-    for _ in 0..200 {
+    let mut seen = Vec::new();
+    for _ in 0..800 {
         let res = s
             .http
             .post(s.url("/api/v1/worker/orchestrator/heartbeat"))
@@ -134,9 +135,12 @@ async fn one_tokens_slow_requests_take_only_its_own_slots() {
             refused = Some(res);
             break;
         }
+        seen.push(res.status().as_u16());
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let refused = refused.expect("the fourth request of one token is refused");
+    let refused = refused.unwrap_or_else(|| {
+        panic!("the fourth request of one token is refused; answers: {seen:?}")
+    });
     assert_eq!(
         refused
             .headers()

@@ -13,17 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{Env, Kind, Proc, OPERATOR};
+use common::{free_port, Env, Kind, Proc, OPERATOR};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 async fn call(base: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let http = reqwest::Client::new();

@@ -16,6 +16,18 @@ use tokio::sync::oneshot;
 
 pub const OPERATOR: &str = "operator-token-0123456789";
 
+/// A port free a moment ago, for a server spawned as a child process (which
+/// must be told its address). Another process may take it in between, so
+/// prefer binding `127.0.0.1:0` in-process ([`Server::start`]) where the
+/// test can.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind 127.0.0.1:0")
+        .local_addr()
+        .expect("the bound address")
+        .port()
+}
+
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 pub fn unique() -> String {
