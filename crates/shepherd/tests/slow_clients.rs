@@ -138,9 +138,8 @@ async fn one_tokens_slow_requests_take_only_its_own_slots() {
         seen.push(res.status().as_u16());
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let refused = refused.unwrap_or_else(|| {
-        panic!("the fourth request of one token is refused; answers: {seen:?}")
-    });
+    let refused = refused
+        .unwrap_or_else(|| panic!("the fourth request of one token is refused; answers: {seen:?}"));
     assert_eq!(
         refused
             .headers()
