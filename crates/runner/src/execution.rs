@@ -13,7 +13,6 @@ use shepherd_core::adapters::{adapter_for, AdapterOutput, TranscriptFormat};
 use shepherd_core::usage::Usage;
 use shepherd_core::workflow;
 
-use crate::lines::{char_boundary_before_end, decode, MAX_LINE_BYTES};
 use crate::shim::{write_atomic, ExitRecord, RunFiles};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +23,10 @@ use crate::spool::Spool;
 use crate::worktree::{self, Workspace};
 use shepherd_client::{Client, ClientError};
 use shepherd_protocol::{AppendSteps, ProgressBody, SetStatus, TranscriptStep};
+
+mod tail;
+
+use tail::{follow, push_tail, tail_of, Line};
 
 /// What the server handed over with a claim.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -109,15 +112,6 @@ pub enum Ending {
 }
 
 const STEP_BATCH: usize = 50;
-const TAIL_BYTES: usize = 4000;
-
-enum Line {
-    /// A line and the offset just past it in its file.
-    Out(String, u64),
-    Err(String, u64),
-    OutClosed,
-    ErrClosed,
-}
 
 struct Outbox {
     spool: Spool,
@@ -234,29 +228,6 @@ async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(
     Ok(())
 }
 
-fn push_tail(tail: &mut String, line: &str) {
-    tail.push_str(line);
-    tail.push('\n');
-    if tail.len() > TAIL_BYTES * 2 {
-        let mut cut = tail.len() - TAIL_BYTES;
-        while !tail.is_char_boundary(cut) {
-            cut += 1;
-        }
-        tail.drain(..cut);
-    }
-}
-
-fn tail_of(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.trim_end().to_owned();
-    }
-    let mut cut = s.len() - max;
-    while !s.is_char_boundary(cut) {
-        cut += 1;
-    }
-    format!("…{}", s[cut..].trim_end())
-}
-
 /// How far a runner had read a run when it left, and what it had not yet
 /// delivered: the next runner with the same data directory carries on from
 /// exactly there, so no line of the agent's output is read twice or lost.
@@ -337,96 +308,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// Reads a file the agent writes to as it grows, from `offset`, handing on
-/// each line with the offset just past it. Ends once the shim has recorded
-/// the agent's exit and everything written before it has been read.
-async fn tail(
-    path: PathBuf,
-    mut offset: u64,
-    run: RunFiles,
-    tx: mpsc::Sender<Line>,
-    err: bool,
-    stop: CancellationToken,
-) {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let wrap = |text: String, end: u64| {
-        if err {
-            Line::Err(text, end)
-        } else {
-            Line::Out(text, end)
-        }
-    };
-    let mut file: Option<tokio::fs::File> = None;
-    // Bytes from `offset` on, read but not yet handed on (a partial line).
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        if file.is_none() {
-            if let Ok(mut f) = tokio::fs::File::open(&path).await {
-                if f.seek(std::io::SeekFrom::Start(offset)).await.is_ok() {
-                    file = Some(f);
-                }
-            }
-        }
-        // Looked at before reading: whatever the agent wrote before the
-        // exit was recorded is in the file by then.
-        let finished = run.path("exit").exists();
-        let n = match &mut file {
-            Some(f) => f.read(&mut chunk).await.unwrap_or(0),
-            None => 0,
-        };
-        if n > 0 {
-            buf.extend_from_slice(&chunk[..n]);
-            let mut start = 0;
-            while let Some(i) = buf[start..].iter().position(|&b| b == b'\n') {
-                let mut line = &buf[start..start + i];
-                if line.last() == Some(&b'\r') {
-                    line = &line[..line.len() - 1];
-                }
-                let end = offset + (start + i + 1) as u64;
-                if tx.send(wrap(decode(line), end)).await.is_err() {
-                    return;
-                }
-                start += i + 1;
-            }
-            buf.drain(..start);
-            offset += start as u64;
-            while buf.len() >= MAX_LINE_BYTES {
-                let mut cut = char_boundary_before_end(&buf[..MAX_LINE_BYTES]);
-                if cut == 0 {
-                    cut = MAX_LINE_BYTES;
-                }
-                let piece: Vec<u8> = buf.drain(..cut).collect();
-                offset += cut as u64;
-                if tx.send(wrap(decode(&piece), offset)).await.is_err() {
-                    return;
-                }
-            }
-            continue;
-        }
-        if finished {
-            if !buf.is_empty() {
-                let end = offset + buf.len() as u64;
-                if tx.send(wrap(decode(&buf), end)).await.is_err() {
-                    return;
-                }
-            }
-            let _ = tx
-                .send(if err {
-                    Line::ErrClosed
-                } else {
-                    Line::OutClosed
-                })
-                .await;
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-            _ = stop.cancelled() => return,
-        }
-    }
 }
 
 fn signal_pid(pid: i32, sig: i32) {
@@ -722,7 +603,7 @@ async fn supervise(
     };
     let (tx, mut rx) = mpsc::channel::<Line>(256);
     let readers = CancellationToken::new();
-    tokio::spawn(tail(
+    tokio::spawn(follow(
         run.path("out"),
         st.out_offset,
         run.clone(),
@@ -730,7 +611,7 @@ async fn supervise(
         false,
         readers.clone(),
     ));
-    tokio::spawn(tail(
+    tokio::spawn(follow(
         run.path("err"),
         st.err_offset,
         run.clone(),
