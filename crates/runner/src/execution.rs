@@ -1,7 +1,6 @@
 //! One run: start the agent process, turn its output into steps, deliver
 //! them (surviving server restarts), obey cancel and timeout, report the end.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -9,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use shepherd_core::adapters::{adapter_for, AdapterOutput, TranscriptFormat};
+use shepherd_core::adapters::{adapter_for, TranscriptFormat};
 use shepherd_core::usage::Usage;
 use shepherd_core::workflow;
 
@@ -21,11 +20,13 @@ use crate::agent::AgentConfig;
 use crate::process::{signal_group, GroupRecords};
 use crate::spool::Spool;
 use crate::worktree::{self, Workspace};
-use shepherd_client::{Client, ClientError};
-use shepherd_protocol::{AppendSteps, ProgressBody, SetStatus, TranscriptStep};
+use shepherd_client::Client;
+use shepherd_protocol::ProgressBody;
 
+mod outbox;
 mod tail;
 
+use outbox::Outbox;
 use tail::{follow, push_tail, tail_of, Line};
 
 /// What the server handed over with a claim.
@@ -109,123 +110,6 @@ pub enum Ending {
     LeaseExpired,
     /// This runner stopped and left the agent running under its shim.
     Detached,
-}
-
-const STEP_BATCH: usize = 50;
-
-struct Outbox {
-    spool: Spool,
-    progress: VecDeque<(String, Option<String>, Value)>,
-    status: Option<String>,
-    claim_lost: bool,
-    /// The agent's own conversation id, reported with the end of the run.
-    session_id: Option<String>,
-    /// Usage not yet reported (the running total).
-    usage: Option<Usage>,
-    /// The run's usage so far.
-    usage_total: Usage,
-}
-
-impl Outbox {
-    fn is_empty(&self) -> bool {
-        self.spool.pending() == 0
-            && self.progress.is_empty()
-            && self.status.is_none()
-            && self.usage.is_none()
-    }
-}
-
-/// Sends what is waiting, in order: steps, then progress, then live status.
-/// Returns Err only when the server is unreachable (try again later).
-async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(), ClientError> {
-    while out.spool.pending() > 0 && !out.claim_lost {
-        let (first, batch) =
-            out.spool
-                .next_batch(STEP_BATCH)
-                .map_err(|e| ClientError::Unreachable {
-                    message: format!("spool: {e}"),
-                })?;
-        let count = batch.len() as u64;
-        let steps: Result<Vec<TranscriptStep>, _> =
-            batch.into_iter().map(serde_json::from_value).collect();
-        let steps = match steps {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(run_id = a.run_id, error = %e, first, "spooled steps are not transcript steps; skipping them");
-                out.spool.acknowledge(first + count);
-                continue;
-            }
-        };
-        let body = AppendSteps {
-            claim_token: a.claim_token.clone(),
-            start_index: first as i64,
-            steps,
-        };
-        match ctx.connector.append_steps(&a.run_id, &body).await {
-            Ok(ack) => out
-                .spool
-                .acknowledge(u64::try_from(ack.next_index).unwrap_or(first + count)),
-            Err(e) if e.is_retryable() => return Err(e),
-            Err(e) if e.code() == "claim_stale" || e.code() == "not_your_claim" => {
-                out.claim_lost = true;
-            }
-            Err(e) => {
-                // A batch the server will never take (it refused it as
-                // invalid): skip it rather than wedge the run, and say so.
-                tracing::error!(run_id = a.run_id, error = %e, first, "steps refused; skipping them");
-                out.spool.acknowledge(first + count);
-            }
-        }
-    }
-    while let Some((event, message, metadata)) = out.progress.front().cloned() {
-        if out.claim_lost {
-            break;
-        }
-        let body = ProgressBody {
-            event: event.clone(),
-            message: message.clone(),
-            metadata,
-            claim_token: Some(a.claim_token.clone()),
-            ..Default::default()
-        };
-        match ctx.connector.progress(&a.vtid, &body).await {
-            Ok(_) => {}
-            Err(e) if e.is_retryable() => return Err(e),
-            Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
-            Err(e) => tracing::warn!(run_id = a.run_id, event, error = %e, "progress refused"),
-        }
-        out.progress.pop_front();
-    }
-    if let Some(text) = out.status.clone() {
-        let body = SetStatus {
-            claim_token: a.claim_token.clone(),
-            status: text.clone(),
-        };
-        match ctx.connector.set_status(&a.run_id, &body).await {
-            Err(e) if e.is_retryable() => return Err(e),
-            Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
-            _ => {}
-        }
-        if out.status.as_deref() == Some(text.as_str()) {
-            out.status = None;
-        }
-    }
-    if let Some(usage) = out.usage.filter(|_| !out.claim_lost) {
-        let body = shepherd_protocol::SetUsage {
-            claim_token: a.claim_token.clone(),
-            usage,
-        };
-        match ctx.connector.set_usage(&a.run_id, &body).await {
-            Err(e) if e.is_retryable() => return Err(e),
-            Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
-            Err(e) => tracing::warn!(run_id = a.run_id, error = %e, "usage refused"),
-            Ok(_) => {}
-        }
-        if out.usage == Some(usage) {
-            out.usage = None;
-        }
-    }
-    Ok(())
 }
 
 /// How far a runner had read a run when it left, and what it had not yet
@@ -590,8 +474,6 @@ async fn supervise(
 ) -> Ending {
     let format = ctx.agent.format();
     let mut adapter = adapter_for(format);
-    use std::sync::atomic::Ordering::Relaxed;
-    let skip_steps = std::sync::atomic::AtomicU64::new(st.skip_steps);
     let mut outbox = Outbox {
         spool,
         progress: st.progress.into_iter().collect(),
@@ -600,6 +482,8 @@ async fn supervise(
         session_id: st.session_id,
         usage: st.usage,
         usage_total: st.usage_total,
+        result: st.result,
+        skip_steps: st.skip_steps,
     };
     let (tx, mut rx) = mpsc::channel::<Line>(256);
     let readers = CancellationToken::new();
@@ -631,7 +515,6 @@ async fn supervise(
         .unwrap_or(ctx.default_cancel_grace);
     let mut out_tail = st.out_tail;
     let mut err_tail = st.err_tail;
-    let mut result: Option<String> = st.result;
     let mut stopping: Option<(Ending, tokio::time::Instant)> = None;
     let mut killed = false;
     let mut exit: Option<ExitRecord> = None;
@@ -646,58 +529,6 @@ async fn supervise(
     let tick = Duration::from_millis(100);
     let group = |run: &RunFiles| run.agent_pgid().unwrap_or(0);
 
-    let conversation = a.conversation.is_some();
-    let handle_outputs = |outputs: Vec<AdapterOutput>,
-                          outbox: &mut Outbox,
-                          result: &mut Option<String>| {
-        for o in outputs {
-            match o {
-                AdapterOutput::Step(_) if skip_steps.load(Relaxed) > 0 => {
-                    skip_steps.fetch_sub(1, Relaxed);
-                }
-                AdapterOutput::Step(s) => {
-                    if let Ok(v) = serde_json::to_value(&s) {
-                        if let Err(e) = outbox.spool.push(&v) {
-                            tracing::error!(error = %e, "cannot spool a step");
-                        }
-                    }
-                }
-                AdapterOutput::Progress {
-                    event,
-                    message,
-                    metadata,
-                } => outbox
-                    .progress
-                    .push_back((event, message, metadata.unwrap_or(Value::Null))),
-                AdapterOutput::Status(s) => outbox.status = Some(s),
-                AdapterOutput::Result(r) => *result = Some(r),
-                AdapterOutput::SessionId(id) => {
-                    // The next turn's command line holds the id: one that
-                    // could read as an option is never kept (the server
-                    // would refuse the report that carries it, 422).
-                    if let Err(why) = shepherd_core::cmdline::check_agent_session_id(&id) {
-                        tracing::warn!(run_id = a.run_id, agent_session_id = %id, %why, "ignored the agent's session id");
-                        continue;
-                    }
-                    // A conversation stores the id at once, so that a run
-                    // that never reports its end still leaves it behind.
-                    if conversation && outbox.session_id.as_deref() != Some(id.as_str()) {
-                        outbox.progress.push_back((
-                            "worker.building".into(),
-                            Some("agent session".into()),
-                            json!({ "agent_session_id": id }),
-                        ));
-                    }
-                    outbox.session_id = Some(id)
-                }
-                AdapterOutput::Usage(u) => {
-                    outbox.usage = Some(u);
-                    outbox.usage_total = u;
-                }
-            }
-        }
-    };
-
     loop {
         // Stop reading output while the spool is over its bound.
         let can_read = (out_open || err_open) && !outbox.spool.is_full();
@@ -706,7 +537,7 @@ async fn supervise(
                 Some(Line::Out(l, end)) => {
                     push_tail(&mut out_tail, &l);
                     let outs = adapter.push_line(&l);
-                    handle_outputs(outs, &mut outbox, &mut result);
+                    outbox.take(outs, &a);
                     out_offset = end;
                     last_output = tokio::time::Instant::now();
                     pending_quiet_flush = true;
@@ -715,7 +546,7 @@ async fn supervise(
                     push_tail(&mut err_tail, &l);
                     if format == TranscriptFormat::Text {
                         let outs = adapter.push_line(&l);
-                        handle_outputs(outs, &mut outbox, &mut result);
+                        outbox.take(outs, &a);
                         last_output = tokio::time::Instant::now();
                         pending_quiet_flush = true;
                     }
@@ -796,11 +627,11 @@ async fn supervise(
         }
         if pending_quiet_flush && now.duration_since(last_output) >= ctx.quiet_gap {
             let outs = adapter.flush();
-            handle_outputs(outs, &mut outbox, &mut result);
+            outbox.take(outs, &a);
             pending_quiet_flush = false;
         }
         if now >= next_delivery && !outbox.is_empty() {
-            match deliver(&ctx, &a, &mut outbox).await {
+            match outbox.deliver(&ctx, &a).await {
                 Ok(()) => {
                     if unreachable_logged {
                         tracing::info!(
@@ -854,8 +685,8 @@ async fn supervise(
         // The agent runs on under its shim; the next runner started with
         // this data directory carries the run on from exactly here.
         let outs = adapter.flush();
-        handle_outputs(outs, &mut outbox, &mut result);
-        let _ = tokio::time::timeout(Duration::from_secs(2), deliver(&ctx, &a, &mut outbox)).await;
+        outbox.take(outs, &a);
+        let _ = tokio::time::timeout(Duration::from_secs(2), outbox.deliver(&ctx, &a)).await;
         let state = ReaderState {
             out_offset,
             err_offset,
@@ -863,12 +694,12 @@ async fn supervise(
             session_id: outbox.session_id.clone(),
             usage: outbox.usage,
             usage_total: outbox.usage_total,
-            result,
+            result: outbox.result.take(),
             progress: outbox.progress.iter().cloned().collect(),
             status: outbox.status.clone(),
             out_tail,
             err_tail,
-            skip_steps: skip_steps.load(Relaxed),
+            skip_steps: outbox.skip_steps,
         };
         let saved = serde_json::to_vec(&state)
             .map_err(std::io::Error::other)
@@ -896,7 +727,7 @@ async fn supervise(
         end_workspace(w, &a, &how).await;
     }
     let outs = adapter.finish();
-    handle_outputs(outs, &mut outbox, &mut result);
+    outbox.take(outs, &a);
 
     let status = exit.unwrap_or(ExitRecord {
         code: None,
@@ -913,13 +744,15 @@ async fn supervise(
             _ => Ending::Signalled(status.signal.unwrap_or(0)),
         },
     };
-    let result_text = result
+    let result_text = outbox
+        .result
+        .take()
         .or_else(|| adapter.last_assistant_text().map(str::to_owned))
         .or_else(|| Some(tail_of(&out_tail, 2000)).filter(|s| !s.is_empty()));
     // Deliver every step before the end, however long the server is away.
     let mut waited = false;
     while !outbox.is_empty() && !outbox.claim_lost {
-        if deliver(&ctx, &a, &mut outbox).await.is_err() {
+        if outbox.deliver(&ctx, &a).await.is_err() {
             if !waited {
                 tracing::warn!(
                     run_id = a.run_id,
