@@ -9,7 +9,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use shepherd_core::adapters::{adapter_for, TranscriptFormat};
-use shepherd_core::usage::Usage;
 use shepherd_core::workflow;
 
 use crate::shim::{write_atomic, ExitRecord, RunFiles};
@@ -24,10 +23,14 @@ use shepherd_client::Client;
 use shepherd_protocol::ProgressBody;
 
 mod outbox;
+mod saved;
 mod tail;
 
 use outbox::Outbox;
 use tail::{follow, push_tail, tail_of, Line};
+
+use saved::ReaderState;
+pub use saved::{SavedRun, SavedWorkspace};
 
 /// What the server handed over with a claim.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -110,81 +113,6 @@ pub enum Ending {
     LeaseExpired,
     /// This runner stopped and left the agent running under its shim.
     Detached,
-}
-
-/// How far a runner had read a run when it left, and what it had not yet
-/// delivered: the next runner with the same data directory carries on from
-/// exactly there, so no line of the agent's output is read twice or lost.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ReaderState {
-    out_offset: u64,
-    err_offset: u64,
-    delivered: u64,
-    session_id: Option<String>,
-    usage: Option<Usage>,
-    usage_total: Usage,
-    result: Option<String>,
-    progress: Vec<(String, Option<String>, Value)>,
-    status: Option<String>,
-    out_tail: String,
-    err_tail: String,
-    /// Steps the adapter makes again before it reaches new output: those
-    /// already in the spool when the output is read again from its start.
-    #[serde(default)]
-    skip_steps: u64,
-}
-
-/// What a run directory's `run.json` holds: the assignment, and what the
-/// next runner needs to carry the run on.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SavedRun {
-    pub agent: String,
-    pub worker_id: String,
-    pub assignment: Assignment,
-    /// Wall-clock start (ms), so the agent's timeout spans a restart.
-    pub started_ms: u64,
-    #[serde(default)]
-    pub workspace: Option<SavedWorkspace>,
-}
-
-/// A worktree run's workspace, with the paths [`Workspace`] does not serialize.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SavedWorkspace {
-    pub branch: String,
-    pub base: String,
-    pub base_commit: String,
-    pub path: PathBuf,
-    pub repo: PathBuf,
-}
-
-impl SavedWorkspace {
-    fn of(w: &Workspace) -> SavedWorkspace {
-        SavedWorkspace {
-            branch: w.branch.clone(),
-            base: w.base.clone(),
-            base_commit: w.base_commit.clone(),
-            path: w.path.clone(),
-            repo: w.repo.clone(),
-        }
-    }
-
-    fn workspace(&self) -> Workspace {
-        Workspace {
-            branch: self.branch.clone(),
-            base: self.base.clone(),
-            base_commit: self.base_commit.clone(),
-            head: None,
-            path: self.path.clone(),
-            repo: self.repo.clone(),
-        }
-    }
-}
-
-impl SavedRun {
-    pub fn load(run: &RunFiles) -> Option<SavedRun> {
-        let text = std::fs::read_to_string(run.path("run.json")).ok()?;
-        serde_json::from_str(&text).ok()
-    }
 }
 
 fn now_ms() -> u64 {
