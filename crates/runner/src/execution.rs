@@ -1,5 +1,17 @@
 //! One run: start the agent process, turn its output into steps, deliver
 //! them (surviving server restarts), obey cancel and timeout, report the end.
+//!
+//! This file holds what a run is (its assignment, context and ending), how
+//! it starts ([`execute`]) or is carried on after a restart ([`adopt`]), and
+//! how its end is reported. What happens between start and end lives in
+//! submodules: `supervise` (the loop that follows the agent), `tail` (its
+//! output files, followed as they grow), `outbox` (what waits for the
+//! server) and `saved` (what a run directory keeps for the next runner).
+
+mod outbox;
+mod saved;
+mod supervise;
+mod tail;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -8,29 +20,19 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use shepherd_core::adapters::{adapter_for, TranscriptFormat};
+use shepherd_client::Client;
 use shepherd_core::workflow;
-
-use crate::shim::{write_atomic, ExitRecord, RunFiles};
-use tokio::sync::mpsc;
+use shepherd_protocol::ProgressBody;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::AgentConfig;
-use crate::process::{signal_group, GroupRecords};
+use crate::process::GroupRecords;
+use crate::shim::{write_atomic, RunFiles};
 use crate::spool::Spool;
 use crate::worktree::{self, Workspace};
-use shepherd_client::Client;
-use shepherd_protocol::ProgressBody;
-
-mod outbox;
-mod saved;
-mod tail;
-
-use outbox::Outbox;
-use tail::{follow, push_tail, tail_of, Line};
-
 use saved::ReaderState;
 pub use saved::{SavedRun, SavedWorkspace};
+use supervise::{supervise, Started};
 
 /// What the server handed over with a claim.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -120,15 +122,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-fn signal_pid(pid: i32, sig: i32) {
-    if pid > 1 {
-        // SAFETY: kill(2) on one process; no memory is involved.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
 }
 
 /// Runs the assignment to its end and reports it. Never panics on agent behaviour.
@@ -306,19 +299,14 @@ pub async fn execute(
             json!({ "pgid": pgid, "workspace": workspace }),
         ));
     }
-    supervise(
-        ctx,
-        a,
+    let started = Started {
         run,
         spool,
-        st,
         workspace,
-        saved.started_ms,
+        started_ms: saved.started_ms,
         shim_pid,
-        cancel,
-        shutdown,
-    )
-    .await
+    };
+    supervise(ctx, a, started, st, cancel, shutdown).await
 }
 
 /// Carries on a run a previous runner left to its shim: reads what the
@@ -371,372 +359,14 @@ pub async fn adopt(
         "re-adopted a run left running by a previous runner"
     );
     let workspace = saved.workspace.as_ref().map(SavedWorkspace::workspace);
-    supervise(
-        ctx,
-        a,
+    let started = Started {
         run,
         spool,
-        st,
         workspace,
-        saved.started_ms,
+        started_ms: saved.started_ms,
         shim_pid,
-        cancel,
-        shutdown,
-    )
-    .await
-}
-
-/// Follows a started run to its end (or until this runner leaves it).
-#[allow(clippy::too_many_arguments)]
-async fn supervise(
-    ctx: Arc<RunContext>,
-    a: Assignment,
-    run: RunFiles,
-    spool: Spool,
-    st: ReaderState,
-    mut workspace: Option<Workspace>,
-    started_ms: u64,
-    shim_pid: i32,
-    cancel: CancellationToken,
-    shutdown: CancellationToken,
-) -> Ending {
-    let format = ctx.agent.format();
-    let mut adapter = adapter_for(format);
-    let mut outbox = Outbox {
-        spool,
-        progress: st.progress.into_iter().collect(),
-        status: st.status,
-        claim_lost: false,
-        session_id: st.session_id,
-        usage: st.usage,
-        usage_total: st.usage_total,
-        result: st.result,
-        skip_steps: st.skip_steps,
     };
-    let (tx, mut rx) = mpsc::channel::<Line>(256);
-    let readers = CancellationToken::new();
-    tokio::spawn(follow(
-        run.path("out"),
-        st.out_offset,
-        run.clone(),
-        tx.clone(),
-        false,
-        readers.clone(),
-    ));
-    tokio::spawn(follow(
-        run.path("err"),
-        st.err_offset,
-        run.clone(),
-        tx.clone(),
-        true,
-        readers.clone(),
-    ));
-    drop(tx);
-    let mut out_offset = st.out_offset;
-    let mut err_offset = st.err_offset;
-
-    let timeout = ctx.agent.timeout_secs.map(Duration::from_secs);
-    let grace = ctx
-        .agent
-        .cancel_grace_secs
-        .map(Duration::from_secs)
-        .unwrap_or(ctx.default_cancel_grace);
-    let mut out_tail = st.out_tail;
-    let mut err_tail = st.err_tail;
-    let mut stopping: Option<(Ending, tokio::time::Instant)> = None;
-    let mut killed = false;
-    let mut exit: Option<ExitRecord> = None;
-    let mut out_open = true;
-    let mut err_open = true;
-    let mut last_output = tokio::time::Instant::now();
-    let mut pending_quiet_flush = false;
-    let mut next_delivery = tokio::time::Instant::now();
-    let mut unreachable_logged = false;
-    let mut lease_touched = tokio::time::Instant::now();
-    let mut leaving = false;
-    let tick = Duration::from_millis(100);
-    let group = |run: &RunFiles| run.agent_pgid().unwrap_or(0);
-
-    loop {
-        // Stop reading output while the spool is over its bound.
-        let can_read = (out_open || err_open) && !outbox.spool.is_full();
-        tokio::select! {
-            line = rx.recv(), if can_read => match line {
-                Some(Line::Out(l, end)) => {
-                    push_tail(&mut out_tail, &l);
-                    let outs = adapter.push_line(&l);
-                    outbox.take(outs, &a);
-                    out_offset = end;
-                    last_output = tokio::time::Instant::now();
-                    pending_quiet_flush = true;
-                }
-                Some(Line::Err(l, end)) => {
-                    push_tail(&mut err_tail, &l);
-                    if format == TranscriptFormat::Text {
-                        let outs = adapter.push_line(&l);
-                        outbox.take(outs, &a);
-                        last_output = tokio::time::Instant::now();
-                        pending_quiet_flush = true;
-                    }
-                    err_offset = end;
-                }
-                Some(Line::OutClosed) => out_open = false,
-                Some(Line::ErrClosed) => err_open = false,
-                None => {
-                    out_open = false;
-                    err_open = false;
-                }
-            },
-            _ = cancel.cancelled(), if stopping.is_none() => {
-                tracing::info!(run_id = a.run_id, shim = shim_pid, "cancel: SIGTERM to the agent through its shim");
-                signal_pid(shim_pid, libc::SIGTERM);
-                stopping = Some((Ending::Cancelled, tokio::time::Instant::now() + grace));
-            }
-            _ = shutdown.cancelled(), if stopping.is_none() && !leaving => {
-                if ctx.detach_on_stop {
-                    leaving = true;
-                } else {
-                    signal_pid(shim_pid, libc::SIGTERM);
-                    stopping = Some((Ending::Signalled(libc::SIGTERM), tokio::time::Instant::now() + grace.min(Duration::from_secs(5))));
-                }
-            }
-            _ = tokio::time::sleep(tick) => {}
-        }
-        let now = tokio::time::Instant::now();
-        if leaving && exit.is_none() {
-            break;
-        }
-        if exit.is_none() {
-            exit = run.exit();
-            if exit.is_none() && shim_pid > 0 && run.live_shim().is_none() {
-                // The shim died without a word (killed): nothing will
-                // write the exit status; the agent's group goes with it.
-                signal_group(group(&run), libc::SIGKILL);
-                exit = Some(ExitRecord {
-                    code: None,
-                    signal: Some(libc::SIGKILL),
-                    error: Some("its shim was killed".into()),
-                    lease_expired: false,
-                });
-                let _ = write_atomic(
-                    &run.path("exit"),
-                    &serde_json::to_vec(&exit).unwrap_or_default(),
-                );
-            }
-        }
-        if now.duration_since(lease_touched) >= Duration::from_secs(1) {
-            run.touch_lease();
-            lease_touched = now;
-        }
-        if let (Some(t), None) = (timeout, &stopping) {
-            if now_ms().saturating_sub(started_ms) > t.as_millis() as u64 {
-                tracing::info!(
-                    run_id = a.run_id,
-                    "timeout: SIGTERM to the agent through its shim"
-                );
-                signal_pid(shim_pid, libc::SIGTERM);
-                stopping = Some((
-                    Ending::TimedOut(t.as_secs()),
-                    now + grace.min(Duration::from_secs(10)),
-                ));
-            }
-        }
-        if let Some((_, deadline)) = &stopping {
-            if now >= *deadline && !killed {
-                let pgid = group(&run);
-                tracing::info!(
-                    run_id = a.run_id,
-                    pgid,
-                    "grace over: SIGKILL to the process group"
-                );
-                signal_group(pgid, libc::SIGKILL);
-                killed = true;
-            }
-        }
-        if pending_quiet_flush && now.duration_since(last_output) >= ctx.quiet_gap {
-            let outs = adapter.flush();
-            outbox.take(outs, &a);
-            pending_quiet_flush = false;
-        }
-        if now >= next_delivery && !outbox.is_empty() {
-            match outbox.deliver(&ctx, &a).await {
-                Ok(()) => {
-                    if unreachable_logged {
-                        tracing::info!(
-                            run_id = a.run_id,
-                            "server reachable again; steps delivered"
-                        );
-                        unreachable_logged = false;
-                    }
-                }
-                Err(e) => {
-                    if !unreachable_logged {
-                        tracing::warn!(run_id = a.run_id, error = %e, pending = outbox.spool.pending(), "server unreachable; steps kept on disk");
-                        unreachable_logged = true;
-                    }
-                    next_delivery = now + Duration::from_millis(500);
-                }
-            }
-        }
-        if let (Some(max), Some(cost), None) = (
-            ctx.agent.max_cost_usd,
-            outbox.usage_total.cost_usd,
-            &stopping,
-        ) {
-            if cost > max {
-                let reason =
-                    format!("budget_exceeded: cost ${cost:.4} passed max_cost_usd ${max:.4}");
-                tracing::info!(
-                    run_id = a.run_id,
-                    reason,
-                    "SIGTERM to the agent through its shim"
-                );
-                signal_pid(shim_pid, libc::SIGTERM);
-                stopping = Some((Ending::BudgetExceeded(reason), now + grace));
-            }
-        }
-        if outbox.claim_lost && stopping.is_none() {
-            tracing::warn!(
-                run_id = a.run_id,
-                "claim lost (expired or re-granted): stopping the agent"
-            );
-            signal_group(group(&run), libc::SIGKILL);
-            stopping = Some((Ending::ClaimLost, now));
-            killed = true;
-        }
-        if exit.is_some() && !out_open && !err_open {
-            break;
-        }
-    }
-    readers.cancel();
-    if leaving {
-        // The agent runs on under its shim; the next runner started with
-        // this data directory carries the run on from exactly here.
-        let outs = adapter.flush();
-        outbox.take(outs, &a);
-        let _ = tokio::time::timeout(Duration::from_secs(2), outbox.deliver(&ctx, &a)).await;
-        let state = ReaderState {
-            out_offset,
-            err_offset,
-            delivered: outbox.spool.delivered(),
-            session_id: outbox.session_id.clone(),
-            usage: outbox.usage,
-            usage_total: outbox.usage_total,
-            result: outbox.result.take(),
-            progress: outbox.progress.iter().cloned().collect(),
-            status: outbox.status.clone(),
-            out_tail,
-            err_tail,
-            skip_steps: outbox.skip_steps,
-        };
-        let saved = serde_json::to_vec(&state)
-            .map_err(std::io::Error::other)
-            .and_then(|b| write_atomic(&run.path("reader.json"), &b));
-        if let Err(e) = saved {
-            tracing::error!(run_id = a.run_id, error = %e, "cannot record how far the run was read");
-        }
-        outbox.spool.keep();
-        tracing::info!(
-            run_id = a.run_id,
-            "left running under its shim for the next start"
-        );
-        return Ending::Detached;
-    }
-    // Make sure nothing of the group survives the run.
-    let pgid = group(&run);
-    if crate::process::group_alive(pgid) {
-        signal_group(pgid, libc::SIGKILL);
-    }
-    if let Some(w) = &mut workspace {
-        let how = match &stopping {
-            Some((e, _)) => format!("{e:?}"),
-            None => format!("exit {:?}", exit.as_ref().and_then(|s| s.code)),
-        };
-        end_workspace(w, &a, &how).await;
-    }
-    let outs = adapter.finish();
-    outbox.take(outs, &a);
-
-    let status = exit.unwrap_or(ExitRecord {
-        code: None,
-        signal: Some(libc::SIGKILL),
-        error: None,
-        lease_expired: false,
-    });
-    let ending = match stopping {
-        Some((e, _)) => e,
-        None => match (&status.error, status.code, status.lease_expired) {
-            (Some(e), _, _) if status.signal.is_none() => Ending::SpawnFailed(e.clone()),
-            (_, _, true) => Ending::LeaseExpired,
-            (_, Some(c), _) => Ending::Exited(c),
-            _ => Ending::Signalled(status.signal.unwrap_or(0)),
-        },
-    };
-    let result_text = outbox
-        .result
-        .take()
-        .or_else(|| adapter.last_assistant_text().map(str::to_owned))
-        .or_else(|| Some(tail_of(&out_tail, 2000)).filter(|s| !s.is_empty()));
-    // Deliver every step before the end, however long the server is away.
-    let mut waited = false;
-    while !outbox.is_empty() && !outbox.claim_lost {
-        if outbox.deliver(&ctx, &a).await.is_err() {
-            if !waited {
-                tracing::warn!(
-                    run_id = a.run_id,
-                    "waiting for the server to deliver the last steps"
-                );
-                waited = true;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                _ = shutdown.cancelled() => break,
-            }
-        }
-    }
-    if outbox.claim_lost {
-        drop(outbox);
-        let _ = std::fs::remove_dir_all(&run.dir);
-        return Ending::ClaimLost;
-    }
-    let reason = match &ending {
-        Ending::Exited(0) => String::new(),
-        Ending::Exited(c) => format!("exit code {c}: {}", tail_of(&err_tail, 500)),
-        Ending::Signalled(s) => format!("killed by signal {s}"),
-        Ending::TimedOut(t) => format!("timed out after {t}s"),
-        Ending::Cancelled => "cancelled".into(),
-        Ending::ClaimLost => "claim lost".into(),
-        Ending::LeaseExpired => {
-            "ended by its shim: no runner renewed its lease within the timeout".into()
-        }
-        Ending::Detached => String::new(),
-        Ending::SpawnFailed(r) | Ending::BudgetExceeded(r) => r.clone(),
-    };
-    let metadata = json!({
-        "session_id": outbox.session_id,
-        "ending": format!("{ending:?}"),
-        "workspace": workspace,
-        "usage": (!outbox.usage_total.is_empty()).then_some(outbox.usage_total),
-        // An exit code the agent does not retry on makes the failure final.
-        "retryable": match ending {
-            Ending::Exited(c) if c != 0 => ctx.agent.retries_exit_code(c),
-            _ => true,
-        },
-    });
-    report_end(
-        &ctx,
-        &a,
-        &ending,
-        result_text.as_deref(),
-        &reason,
-        metadata,
-        &shutdown,
-    )
-    .await;
-    drop(outbox);
-    let _ = std::fs::remove_dir_all(&run.dir);
-    tracing::info!(run_id = a.run_id, ?ending, "run ended");
-    ending
+    supervise(ctx, a, started, st, cancel, shutdown).await
 }
 
 /// Commits what the agent left in its worktree, removes the worktree and
