@@ -99,6 +99,16 @@ pub struct RunContext {
     pub data_dir: PathBuf,
 }
 
+impl RunContext {
+    /// How long an agent has between SIGTERM and SIGKILL.
+    fn cancel_grace(&self) -> Duration {
+        self.agent
+            .cancel_grace_secs
+            .map(Duration::from_secs)
+            .unwrap_or(self.default_cancel_grace)
+    }
+}
+
 /// How the process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
@@ -132,53 +142,122 @@ pub async fn execute(
     shutdown: CancellationToken,
 ) -> Ending {
     let run = RunFiles::new(&ctx.data_dir, &a.run_id);
-    if let Err(e) = std::fs::create_dir_all(&run.dir) {
-        return spawn_failed(
-            &ctx,
-            &a,
-            format!("cannot create the run directory: {e}"),
-            &shutdown,
-        )
-        .await;
-    }
-    let spool = match Spool::create(&run.dir, "steps", ctx.spool_cap_bytes) {
+    let started = match start(&ctx, &a, run).await {
         Ok(s) => s,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&run.dir);
-            return spawn_failed(
-                &ctx,
-                &a,
-                format!("cannot create the step spool: {e}"),
-                &shutdown,
-            )
-            .await;
-        }
+        Err(reason) => return spawn_failed(&ctx, &a, reason, &shutdown).await,
     };
+    let pgid = agent_group(&started.run).await;
+    tracing::info!(
+        run_id = a.run_id,
+        vtid = a.vtid,
+        pgid,
+        shim = started.shim_pid,
+        agent = ctx.agent_name,
+        "agent process started"
+    );
+    let mut st = ReaderState::default();
+    if pgid > 0 {
+        st.progress.push((
+            workflow::EXECUTION_STARTED.into(),
+            Some(format!("{} started", ctx.agent_name)),
+            json!({ "pgid": pgid, "workspace": started.workspace }),
+        ));
+    }
+    supervise(ctx, a, started, st, cancel, shutdown).await
+}
+
+/// Everything before the agent runs: the run directory with its spool and
+/// the agent's stdin, the shim's command, the worktree, `run.json`, and the
+/// shim itself. On failure the run directory is gone again (a worktree's
+/// changes are committed first) and the reason is what the server is told.
+async fn start(ctx: &RunContext, a: &Assignment, run: RunFiles) -> Result<Started, String> {
+    let spool = open_run_dir(ctx, &run)?;
     let (argv, stdin_text) = a.command(&ctx.agent);
     if let Some(text) = &stdin_text {
         if let Err(e) = std::fs::write(run.path("stdin"), text) {
-            drop(spool);
-            let _ = std::fs::remove_dir_all(&run.dir);
-            return spawn_failed(&ctx, &a, format!("cannot write the spec: {e}"), &shutdown).await;
+            remove_run_dir(&run, spool);
+            return Err(format!("cannot write the spec: {e}"));
         }
     }
-    let grace = ctx
-        .agent
-        .cancel_grace_secs
-        .map(Duration::from_secs)
-        .unwrap_or(ctx.default_cancel_grace);
+    let mut cmd = shim_command(ctx, a, &run, &argv);
+    let mut workspace = match make_workspace(ctx, a).await {
+        Ok(w) => w,
+        Err(reason) => {
+            remove_run_dir(&run, spool);
+            return Err(reason);
+        }
+    };
+    if let Some(w) = &workspace {
+        cmd.current_dir(&w.path)
+            .env("SHEPHERD_WORKSPACE_BRANCH", &w.branch);
+    }
+    let saved = SavedRun {
+        agent: ctx.agent_name.clone(),
+        worker_id: ctx.worker_id.clone(),
+        assignment: a.clone(),
+        started_ms: now_ms(),
+        workspace: workspace.as_ref().map(SavedWorkspace::of),
+    };
+    let written = serde_json::to_vec(&saved)
+        .map_err(std::io::Error::other)
+        .and_then(|b| write_atomic(&run.path("run.json"), &b))
+        .map_err(|e| format!("cannot record the run: {e}"));
+    run.touch_lease();
+    let shim_pid = match written.and_then(|()| spawn_shim(cmd)) {
+        Ok(pid) => pid,
+        Err(reason) => {
+            if let Some(w) = &mut workspace {
+                end_workspace(w, a, "not started").await;
+            }
+            remove_run_dir(&run, spool);
+            return Err(reason);
+        }
+    };
+    Ok(Started {
+        run,
+        spool,
+        workspace,
+        started_ms: saved.started_ms,
+        shim_pid,
+    })
+}
+
+/// Creates the run directory and its step spool.
+fn open_run_dir(ctx: &RunContext, run: &RunFiles) -> Result<Spool, String> {
+    std::fs::create_dir_all(&run.dir)
+        .map_err(|e| format!("cannot create the run directory: {e}"))?;
+    Spool::create(&run.dir, "steps", ctx.spool_cap_bytes).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&run.dir);
+        format!("cannot create the step spool: {e}")
+    })
+}
+
+/// Removes the directory of a run that did not start, the spool first.
+fn remove_run_dir(run: &RunFiles, spool: Spool) {
+    drop(spool);
+    let _ = std::fs::remove_dir_all(&run.dir);
+}
+
+/// The command that starts `shepherd shim` for this run, with the agent's
+/// command line after `--`, in its own session, without Shepherd's secrets.
+fn shim_command(
+    ctx: &RunContext,
+    a: &Assignment,
+    run: &RunFiles,
+    argv: &[String],
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(&ctx.shim_program);
     cmd.arg("shim")
         .arg("--dir")
         .arg(&run.dir)
         .arg("--grace-ms")
-        .arg(grace.as_millis().to_string())
+        .arg(ctx.cancel_grace().as_millis().to_string())
         .arg("--lease-timeout-ms")
         .arg(ctx.lease_timeout.as_millis().to_string());
     if let Some(mask) = ctx.child_umask {
         cmd.arg("--umask").arg(format!("{mask:o}"));
     }
-    cmd.arg("--").args(&argv);
+    cmd.arg("--").args(argv);
     // Shepherd's own secrets stay with Shepherd: neither the shim nor the
     // agent under it inherits them (the shim passes its environment on).
     // Removed before the agent's configured `env` is added, so the operator
@@ -208,105 +287,58 @@ pub async fn execute(
     if let Some(cwd) = &ctx.agent.cwd {
         cmd.current_dir(cwd);
     }
-    let mut workspace: Option<Workspace> = None;
-    if let Some((repo, base)) = ctx.agent.worktree_repo() {
-        let made = match &a.conversation {
-            Some(c) => {
-                worktree::create_for_conversation(
-                    &ctx.data_dir,
-                    repo,
-                    base,
-                    &c.conversation_id,
-                    &a.run_id,
-                )
-                .await
-            }
-            None => {
-                worktree::create(&ctx.data_dir, repo, base, &a.vtid, a.attempt, &a.run_id).await
-            }
-        };
-        match made {
-            Ok(w) => {
-                cmd.current_dir(&w.path)
-                    .env("SHEPHERD_WORKSPACE_BRANCH", &w.branch);
-                workspace = Some(w);
-            }
-            Err(reason) => {
-                drop(spool);
-                let _ = std::fs::remove_dir_all(&run.dir);
-                return spawn_failed(&ctx, &a, reason, &shutdown).await;
-            }
+    cmd
+}
+
+/// The run's own git worktree, for an agent configured with a `repo`: a
+/// conversation's turns share one branch, a task's attempts each have theirs.
+async fn make_workspace(ctx: &RunContext, a: &Assignment) -> Result<Option<Workspace>, String> {
+    let Some((repo, base)) = ctx.agent.worktree_repo() else {
+        return Ok(None);
+    };
+    let made = match &a.conversation {
+        Some(c) => {
+            worktree::create_for_conversation(
+                &ctx.data_dir,
+                repo,
+                base,
+                &c.conversation_id,
+                &a.run_id,
+            )
+            .await
         }
-    }
-    let saved = SavedRun {
-        agent: ctx.agent_name.clone(),
-        worker_id: ctx.worker_id.clone(),
-        assignment: a.clone(),
-        started_ms: now_ms(),
-        workspace: workspace.as_ref().map(SavedWorkspace::of),
+        None => worktree::create(&ctx.data_dir, repo, base, &a.vtid, a.attempt, &a.run_id).await,
     };
-    let written = serde_json::to_vec(&saved)
-        .map_err(std::io::Error::other)
-        .and_then(|b| write_atomic(&run.path("run.json"), &b));
-    run.touch_lease();
-    let spawned = match written {
-        Ok(()) => cmd
-            .spawn()
-            .map_err(|e| format!("cannot start the shim: {e}")),
-        Err(e) => Err(format!("cannot record the run: {e}")),
-    };
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(reason) => {
-            if let Some(w) = &mut workspace {
-                end_workspace(w, &a, "not started").await;
-            }
-            drop(spool);
-            let _ = std::fs::remove_dir_all(&run.dir);
-            return spawn_failed(&ctx, &a, reason, &shutdown).await;
-        }
-    };
+    made.map(Some)
+}
+
+/// Starts the shim; returns its pid (0 if it has none to tell).
+fn spawn_shim(mut cmd: tokio::process::Command) -> Result<i32, String> {
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the shim: {e}"))?;
     let shim_pid = child.id().map(|p| p as i32).unwrap_or(0);
     // The shim is reaped when it exits; if this runner leaves first, the
     // shim lives on (it leads its own session) and a later runner finds it.
     tokio::spawn(async move {
         let _ = child.wait().await;
     });
-    // The agent's group, once the shim has started it (or its failure).
+    Ok(shim_pid)
+}
+
+/// The agent's group, once the shim has started it; 0 if the shim recorded
+/// a failure instead, or said nothing within 10 seconds.
+async fn agent_group(run: &RunFiles) -> i32 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let pgid = loop {
+    loop {
         if let Some(p) = run.agent_pgid() {
-            break p;
+            return p;
         }
         if run.exit().is_some() || tokio::time::Instant::now() > deadline {
-            break 0;
+            return 0;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    tracing::info!(
-        run_id = a.run_id,
-        vtid = a.vtid,
-        pgid,
-        shim = shim_pid,
-        agent = ctx.agent_name,
-        "agent process started"
-    );
-    let mut st = ReaderState::default();
-    if pgid > 0 {
-        st.progress.push((
-            workflow::EXECUTION_STARTED.into(),
-            Some(format!("{} started", ctx.agent_name)),
-            json!({ "pgid": pgid, "workspace": workspace }),
-        ));
     }
-    let started = Started {
-        run,
-        spool,
-        workspace,
-        started_ms: saved.started_ms,
-        shim_pid,
-    };
-    supervise(ctx, a, started, st, cancel, shutdown).await
 }
 
 /// Carries on a run a previous runner left to its shim: reads what the

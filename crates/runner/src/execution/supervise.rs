@@ -168,11 +168,7 @@ impl Supervisor {
             skip_steps: st.skip_steps,
         };
         let timeout = ctx.agent.timeout_secs.map(Duration::from_secs);
-        let grace = ctx
-            .agent
-            .cancel_grace_secs
-            .map(Duration::from_secs)
-            .unwrap_or(ctx.default_cancel_grace);
+        let grace = ctx.cancel_grace();
         let now = Instant::now();
         Supervisor {
             a,
