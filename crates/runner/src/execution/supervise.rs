@@ -5,9 +5,10 @@
 //! One task per run does everything in turn: read the agent's output and
 //! feed it to the adapter, deliver what the outbox holds, watch the shim,
 //! renew the lease, and enforce cancel, shutdown, timeout, budget and the
-//! claim. Nothing is shared, so nothing is locked, and a run's effects
-//! happen in the order the loop meets them. The loop wakes at least every
-//! [`TICK`] for what has no event of its own (the exit file, the clocks).
+//! claim. The run's state belongs to this one task, so nothing is locked,
+//! and a run's effects happen in the order the loop meets them. The loop
+//! wakes at least every [`TICK`] for what has no event of its own (the exit
+//! file, the clocks).
 
 use std::sync::Arc;
 use std::time::Duration;
