@@ -1,7 +1,18 @@
 //! One run: start the agent process, turn its output into steps, deliver
 //! them (surviving server restarts), obey cancel and timeout, report the end.
+//!
+//! This file holds what a run is (its assignment, context and ending), how
+//! it starts ([`execute`]) or is carried on after a restart ([`adopt`]), and
+//! how its end is reported. What happens between start and end lives in
+//! submodules: `supervise` (the loop that follows the agent), `tail` (its
+//! output files, followed as they grow), `outbox` (what waits for the
+//! server) and `saved` (what a run directory keeps for the next runner).
 
-use std::collections::VecDeque;
+mod outbox;
+mod saved;
+mod supervise;
+mod tail;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -9,21 +20,19 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use shepherd_core::adapters::{adapter_for, AdapterOutput, TranscriptFormat};
-use shepherd_core::usage::Usage;
+use shepherd_client::Client;
 use shepherd_core::workflow;
-
-use crate::lines::{char_boundary_before_end, decode, MAX_LINE_BYTES};
-use crate::shim::{write_atomic, ExitRecord, RunFiles};
-use tokio::sync::mpsc;
+use shepherd_protocol::ProgressBody;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::AgentConfig;
-use crate::process::{signal_group, GroupRecords};
+use crate::process::GroupRecords;
+use crate::shim::{write_atomic, RunFiles};
 use crate::spool::Spool;
 use crate::worktree::{self, Workspace};
-use shepherd_client::{Client, ClientError};
-use shepherd_protocol::{AppendSteps, ProgressBody, SetStatus, TranscriptStep};
+use saved::ReaderState;
+pub use saved::{SavedRun, SavedWorkspace};
+use supervise::{supervise, Started};
 
 /// What the server handed over with a claim.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -90,6 +99,16 @@ pub struct RunContext {
     pub data_dir: PathBuf,
 }
 
+impl RunContext {
+    /// How long an agent has between SIGTERM and SIGKILL.
+    fn cancel_grace(&self) -> Duration {
+        self.agent
+            .cancel_grace_secs
+            .map(Duration::from_secs)
+            .unwrap_or(self.default_cancel_grace)
+    }
+}
+
 /// How the process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
@@ -108,334 +127,11 @@ pub enum Ending {
     Detached,
 }
 
-const STEP_BATCH: usize = 50;
-const TAIL_BYTES: usize = 4000;
-
-enum Line {
-    /// A line and the offset just past it in its file.
-    Out(String, u64),
-    Err(String, u64),
-    OutClosed,
-    ErrClosed,
-}
-
-struct Outbox {
-    spool: Spool,
-    progress: VecDeque<(String, Option<String>, Value)>,
-    status: Option<String>,
-    claim_lost: bool,
-    /// The agent's own conversation id, reported with the end of the run.
-    session_id: Option<String>,
-    /// Usage not yet reported (the running total).
-    usage: Option<Usage>,
-    /// The run's usage so far.
-    usage_total: Usage,
-}
-
-impl Outbox {
-    fn is_empty(&self) -> bool {
-        self.spool.pending() == 0
-            && self.progress.is_empty()
-            && self.status.is_none()
-            && self.usage.is_none()
-    }
-}
-
-/// Sends what is waiting, in order: steps, then progress, then live status.
-/// Returns Err only when the server is unreachable (try again later).
-async fn deliver(ctx: &RunContext, a: &Assignment, out: &mut Outbox) -> Result<(), ClientError> {
-    while out.spool.pending() > 0 && !out.claim_lost {
-        let (first, batch) =
-            out.spool
-                .next_batch(STEP_BATCH)
-                .map_err(|e| ClientError::Unreachable {
-                    message: format!("spool: {e}"),
-                })?;
-        let count = batch.len() as u64;
-        let steps: Result<Vec<TranscriptStep>, _> =
-            batch.into_iter().map(serde_json::from_value).collect();
-        let steps = match steps {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(run_id = a.run_id, error = %e, first, "spooled steps are not transcript steps; skipping them");
-                out.spool.acknowledge(first + count);
-                continue;
-            }
-        };
-        let body = AppendSteps {
-            claim_token: a.claim_token.clone(),
-            start_index: first as i64,
-            steps,
-        };
-        match ctx.connector.append_steps(&a.run_id, &body).await {
-            Ok(ack) => out
-                .spool
-                .acknowledge(u64::try_from(ack.next_index).unwrap_or(first + count)),
-            Err(e) if e.is_retryable() => return Err(e),
-            Err(e) if e.code() == "claim_stale" || e.code() == "not_your_claim" => {
-                out.claim_lost = true;
-            }
-            Err(e) => {
-                // A batch the server will never take (it refused it as
-                // invalid): skip it rather than wedge the run, and say so.
-                tracing::error!(run_id = a.run_id, error = %e, first, "steps refused; skipping them");
-                out.spool.acknowledge(first + count);
-            }
-        }
-    }
-    while let Some((event, message, metadata)) = out.progress.front().cloned() {
-        if out.claim_lost {
-            break;
-        }
-        let body = ProgressBody {
-            event: event.clone(),
-            message: message.clone(),
-            metadata,
-            claim_token: Some(a.claim_token.clone()),
-            ..Default::default()
-        };
-        match ctx.connector.progress(&a.vtid, &body).await {
-            Ok(_) => {}
-            Err(e) if e.is_retryable() => return Err(e),
-            Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
-            Err(e) => tracing::warn!(run_id = a.run_id, event, error = %e, "progress refused"),
-        }
-        out.progress.pop_front();
-    }
-    if let Some(text) = out.status.clone() {
-        let body = SetStatus {
-            claim_token: a.claim_token.clone(),
-            status: text.clone(),
-        };
-        match ctx.connector.set_status(&a.run_id, &body).await {
-            Err(e) if e.is_retryable() => return Err(e),
-            Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
-            _ => {}
-        }
-        if out.status.as_deref() == Some(text.as_str()) {
-            out.status = None;
-        }
-    }
-    if let Some(usage) = out.usage.filter(|_| !out.claim_lost) {
-        let body = shepherd_protocol::SetUsage {
-            claim_token: a.claim_token.clone(),
-            usage,
-        };
-        match ctx.connector.set_usage(&a.run_id, &body).await {
-            Err(e) if e.is_retryable() => return Err(e),
-            Err(e) if e.code() == "claim_stale" => out.claim_lost = true,
-            Err(e) => tracing::warn!(run_id = a.run_id, error = %e, "usage refused"),
-            Ok(_) => {}
-        }
-        if out.usage == Some(usage) {
-            out.usage = None;
-        }
-    }
-    Ok(())
-}
-
-fn push_tail(tail: &mut String, line: &str) {
-    tail.push_str(line);
-    tail.push('\n');
-    if tail.len() > TAIL_BYTES * 2 {
-        let mut cut = tail.len() - TAIL_BYTES;
-        while !tail.is_char_boundary(cut) {
-            cut += 1;
-        }
-        tail.drain(..cut);
-    }
-}
-
-fn tail_of(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.trim_end().to_owned();
-    }
-    let mut cut = s.len() - max;
-    while !s.is_char_boundary(cut) {
-        cut += 1;
-    }
-    format!("…{}", s[cut..].trim_end())
-}
-
-/// How far a runner had read a run when it left, and what it had not yet
-/// delivered: the next runner with the same data directory carries on from
-/// exactly there, so no line of the agent's output is read twice or lost.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ReaderState {
-    out_offset: u64,
-    err_offset: u64,
-    delivered: u64,
-    session_id: Option<String>,
-    usage: Option<Usage>,
-    usage_total: Usage,
-    result: Option<String>,
-    progress: Vec<(String, Option<String>, Value)>,
-    status: Option<String>,
-    out_tail: String,
-    err_tail: String,
-    /// Steps the adapter makes again before it reaches new output: those
-    /// already in the spool when the output is read again from its start.
-    #[serde(default)]
-    skip_steps: u64,
-}
-
-/// What a run directory's `run.json` holds: the assignment, and what the
-/// next runner needs to carry the run on.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SavedRun {
-    pub agent: String,
-    pub worker_id: String,
-    pub assignment: Assignment,
-    /// Wall-clock start (ms), so the agent's timeout spans a restart.
-    pub started_ms: u64,
-    #[serde(default)]
-    pub workspace: Option<SavedWorkspace>,
-}
-
-/// A worktree run's workspace, with the paths [`Workspace`] does not serialize.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SavedWorkspace {
-    pub branch: String,
-    pub base: String,
-    pub base_commit: String,
-    pub path: PathBuf,
-    pub repo: PathBuf,
-}
-
-impl SavedWorkspace {
-    fn of(w: &Workspace) -> SavedWorkspace {
-        SavedWorkspace {
-            branch: w.branch.clone(),
-            base: w.base.clone(),
-            base_commit: w.base_commit.clone(),
-            path: w.path.clone(),
-            repo: w.repo.clone(),
-        }
-    }
-
-    fn workspace(&self) -> Workspace {
-        Workspace {
-            branch: self.branch.clone(),
-            base: self.base.clone(),
-            base_commit: self.base_commit.clone(),
-            head: None,
-            path: self.path.clone(),
-            repo: self.repo.clone(),
-        }
-    }
-}
-
-impl SavedRun {
-    pub fn load(run: &RunFiles) -> Option<SavedRun> {
-        let text = std::fs::read_to_string(run.path("run.json")).ok()?;
-        serde_json::from_str(&text).ok()
-    }
-}
-
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// Reads a file the agent writes to as it grows, from `offset`, handing on
-/// each line with the offset just past it. Ends once the shim has recorded
-/// the agent's exit and everything written before it has been read.
-async fn tail(
-    path: PathBuf,
-    mut offset: u64,
-    run: RunFiles,
-    tx: mpsc::Sender<Line>,
-    err: bool,
-    stop: CancellationToken,
-) {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let wrap = |text: String, end: u64| {
-        if err {
-            Line::Err(text, end)
-        } else {
-            Line::Out(text, end)
-        }
-    };
-    let mut file: Option<tokio::fs::File> = None;
-    // Bytes from `offset` on, read but not yet handed on (a partial line).
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        if file.is_none() {
-            if let Ok(mut f) = tokio::fs::File::open(&path).await {
-                if f.seek(std::io::SeekFrom::Start(offset)).await.is_ok() {
-                    file = Some(f);
-                }
-            }
-        }
-        // Looked at before reading: whatever the agent wrote before the
-        // exit was recorded is in the file by then.
-        let finished = run.path("exit").exists();
-        let n = match &mut file {
-            Some(f) => f.read(&mut chunk).await.unwrap_or(0),
-            None => 0,
-        };
-        if n > 0 {
-            buf.extend_from_slice(&chunk[..n]);
-            let mut start = 0;
-            while let Some(i) = buf[start..].iter().position(|&b| b == b'\n') {
-                let mut line = &buf[start..start + i];
-                if line.last() == Some(&b'\r') {
-                    line = &line[..line.len() - 1];
-                }
-                let end = offset + (start + i + 1) as u64;
-                if tx.send(wrap(decode(line), end)).await.is_err() {
-                    return;
-                }
-                start += i + 1;
-            }
-            buf.drain(..start);
-            offset += start as u64;
-            while buf.len() >= MAX_LINE_BYTES {
-                let mut cut = char_boundary_before_end(&buf[..MAX_LINE_BYTES]);
-                if cut == 0 {
-                    cut = MAX_LINE_BYTES;
-                }
-                let piece: Vec<u8> = buf.drain(..cut).collect();
-                offset += cut as u64;
-                if tx.send(wrap(decode(&piece), offset)).await.is_err() {
-                    return;
-                }
-            }
-            continue;
-        }
-        if finished {
-            if !buf.is_empty() {
-                let end = offset + buf.len() as u64;
-                if tx.send(wrap(decode(&buf), end)).await.is_err() {
-                    return;
-                }
-            }
-            let _ = tx
-                .send(if err {
-                    Line::ErrClosed
-                } else {
-                    Line::OutClosed
-                })
-                .await;
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-            _ = stop.cancelled() => return,
-        }
-    }
-}
-
-fn signal_pid(pid: i32, sig: i32) {
-    if pid > 1 {
-        // SAFETY: kill(2) on one process; no memory is involved.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
 }
 
 /// Runs the assignment to its end and reports it. Never panics on agent behaviour.
@@ -446,53 +142,122 @@ pub async fn execute(
     shutdown: CancellationToken,
 ) -> Ending {
     let run = RunFiles::new(&ctx.data_dir, &a.run_id);
-    if let Err(e) = std::fs::create_dir_all(&run.dir) {
-        return spawn_failed(
-            &ctx,
-            &a,
-            format!("cannot create the run directory: {e}"),
-            &shutdown,
-        )
-        .await;
-    }
-    let spool = match Spool::create(&run.dir, "steps", ctx.spool_cap_bytes) {
+    let started = match start(&ctx, &a, run).await {
         Ok(s) => s,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&run.dir);
-            return spawn_failed(
-                &ctx,
-                &a,
-                format!("cannot create the step spool: {e}"),
-                &shutdown,
-            )
-            .await;
-        }
+        Err(reason) => return spawn_failed(&ctx, &a, reason, &shutdown).await,
     };
+    let pgid = agent_group(&started.run).await;
+    tracing::info!(
+        run_id = a.run_id,
+        vtid = a.vtid,
+        pgid,
+        shim = started.shim_pid,
+        agent = ctx.agent_name,
+        "agent process started"
+    );
+    let mut st = ReaderState::default();
+    if pgid > 0 {
+        st.progress.push((
+            workflow::EXECUTION_STARTED.into(),
+            Some(format!("{} started", ctx.agent_name)),
+            json!({ "pgid": pgid, "workspace": started.workspace }),
+        ));
+    }
+    supervise(ctx, a, started, st, cancel, shutdown).await
+}
+
+/// Everything before the agent runs: the run directory with its spool and
+/// the agent's stdin, the shim's command, the worktree, `run.json`, and the
+/// shim itself. On failure the run directory is gone again (a worktree's
+/// changes are committed first) and the reason is what the server is told.
+async fn start(ctx: &RunContext, a: &Assignment, run: RunFiles) -> Result<Started, String> {
+    let spool = open_run_dir(ctx, &run)?;
     let (argv, stdin_text) = a.command(&ctx.agent);
     if let Some(text) = &stdin_text {
         if let Err(e) = std::fs::write(run.path("stdin"), text) {
-            drop(spool);
-            let _ = std::fs::remove_dir_all(&run.dir);
-            return spawn_failed(&ctx, &a, format!("cannot write the spec: {e}"), &shutdown).await;
+            remove_run_dir(&run, spool);
+            return Err(format!("cannot write the spec: {e}"));
         }
     }
-    let grace = ctx
-        .agent
-        .cancel_grace_secs
-        .map(Duration::from_secs)
-        .unwrap_or(ctx.default_cancel_grace);
+    let mut cmd = shim_command(ctx, a, &run, &argv);
+    let mut workspace = match make_workspace(ctx, a).await {
+        Ok(w) => w,
+        Err(reason) => {
+            remove_run_dir(&run, spool);
+            return Err(reason);
+        }
+    };
+    if let Some(w) = &workspace {
+        cmd.current_dir(&w.path)
+            .env("SHEPHERD_WORKSPACE_BRANCH", &w.branch);
+    }
+    let saved = SavedRun {
+        agent: ctx.agent_name.clone(),
+        worker_id: ctx.worker_id.clone(),
+        assignment: a.clone(),
+        started_ms: now_ms(),
+        workspace: workspace.as_ref().map(SavedWorkspace::of),
+    };
+    let written = serde_json::to_vec(&saved)
+        .map_err(std::io::Error::other)
+        .and_then(|b| write_atomic(&run.path("run.json"), &b))
+        .map_err(|e| format!("cannot record the run: {e}"));
+    run.touch_lease();
+    let shim_pid = match written.and_then(|()| spawn_shim(cmd)) {
+        Ok(pid) => pid,
+        Err(reason) => {
+            if let Some(w) = &mut workspace {
+                end_workspace(w, a, "not started").await;
+            }
+            remove_run_dir(&run, spool);
+            return Err(reason);
+        }
+    };
+    Ok(Started {
+        run,
+        spool,
+        workspace,
+        started_ms: saved.started_ms,
+        shim_pid,
+    })
+}
+
+/// Creates the run directory and its step spool.
+fn open_run_dir(ctx: &RunContext, run: &RunFiles) -> Result<Spool, String> {
+    std::fs::create_dir_all(&run.dir)
+        .map_err(|e| format!("cannot create the run directory: {e}"))?;
+    Spool::create(&run.dir, "steps", ctx.spool_cap_bytes).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&run.dir);
+        format!("cannot create the step spool: {e}")
+    })
+}
+
+/// Removes the directory of a run that did not start, the spool first.
+fn remove_run_dir(run: &RunFiles, spool: Spool) {
+    drop(spool);
+    let _ = std::fs::remove_dir_all(&run.dir);
+}
+
+/// The command that starts `shepherd shim` for this run, with the agent's
+/// command line after `--`, in its own session, without Shepherd's secrets.
+fn shim_command(
+    ctx: &RunContext,
+    a: &Assignment,
+    run: &RunFiles,
+    argv: &[String],
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(&ctx.shim_program);
     cmd.arg("shim")
         .arg("--dir")
         .arg(&run.dir)
         .arg("--grace-ms")
-        .arg(grace.as_millis().to_string())
+        .arg(ctx.cancel_grace().as_millis().to_string())
         .arg("--lease-timeout-ms")
         .arg(ctx.lease_timeout.as_millis().to_string());
     if let Some(mask) = ctx.child_umask {
         cmd.arg("--umask").arg(format!("{mask:o}"));
     }
-    cmd.arg("--").args(&argv);
+    cmd.arg("--").args(argv);
     // Shepherd's own secrets stay with Shepherd: neither the shim nor the
     // agent under it inherits them (the shim passes its environment on).
     // Removed before the agent's configured `env` is added, so the operator
@@ -522,110 +287,58 @@ pub async fn execute(
     if let Some(cwd) = &ctx.agent.cwd {
         cmd.current_dir(cwd);
     }
-    let mut workspace: Option<Workspace> = None;
-    if let Some((repo, base)) = ctx.agent.worktree_repo() {
-        let made = match &a.conversation {
-            Some(c) => {
-                worktree::create_for_conversation(
-                    &ctx.data_dir,
-                    repo,
-                    base,
-                    &c.conversation_id,
-                    &a.run_id,
-                )
-                .await
-            }
-            None => {
-                worktree::create(&ctx.data_dir, repo, base, &a.vtid, a.attempt, &a.run_id).await
-            }
-        };
-        match made {
-            Ok(w) => {
-                cmd.current_dir(&w.path)
-                    .env("SHEPHERD_WORKSPACE_BRANCH", &w.branch);
-                workspace = Some(w);
-            }
-            Err(reason) => {
-                drop(spool);
-                let _ = std::fs::remove_dir_all(&run.dir);
-                return spawn_failed(&ctx, &a, reason, &shutdown).await;
-            }
+    cmd
+}
+
+/// The run's own git worktree, for an agent configured with a `repo`: a
+/// conversation's turns share one branch, a task's attempts each have theirs.
+async fn make_workspace(ctx: &RunContext, a: &Assignment) -> Result<Option<Workspace>, String> {
+    let Some((repo, base)) = ctx.agent.worktree_repo() else {
+        return Ok(None);
+    };
+    let made = match &a.conversation {
+        Some(c) => {
+            worktree::create_for_conversation(
+                &ctx.data_dir,
+                repo,
+                base,
+                &c.conversation_id,
+                &a.run_id,
+            )
+            .await
         }
-    }
-    let saved = SavedRun {
-        agent: ctx.agent_name.clone(),
-        worker_id: ctx.worker_id.clone(),
-        assignment: a.clone(),
-        started_ms: now_ms(),
-        workspace: workspace.as_ref().map(SavedWorkspace::of),
+        None => worktree::create(&ctx.data_dir, repo, base, &a.vtid, a.attempt, &a.run_id).await,
     };
-    let written = serde_json::to_vec(&saved)
-        .map_err(std::io::Error::other)
-        .and_then(|b| write_atomic(&run.path("run.json"), &b));
-    run.touch_lease();
-    let spawned = match written {
-        Ok(()) => cmd
-            .spawn()
-            .map_err(|e| format!("cannot start the shim: {e}")),
-        Err(e) => Err(format!("cannot record the run: {e}")),
-    };
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(reason) => {
-            if let Some(w) = &mut workspace {
-                end_workspace(w, &a, "not started").await;
-            }
-            drop(spool);
-            let _ = std::fs::remove_dir_all(&run.dir);
-            return spawn_failed(&ctx, &a, reason, &shutdown).await;
-        }
-    };
+    made.map(Some)
+}
+
+/// Starts the shim; returns its pid (0 if it has none to tell).
+fn spawn_shim(mut cmd: tokio::process::Command) -> Result<i32, String> {
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the shim: {e}"))?;
     let shim_pid = child.id().map(|p| p as i32).unwrap_or(0);
     // The shim is reaped when it exits; if this runner leaves first, the
     // shim lives on (it leads its own session) and a later runner finds it.
     tokio::spawn(async move {
         let _ = child.wait().await;
     });
-    // The agent's group, once the shim has started it (or its failure).
+    Ok(shim_pid)
+}
+
+/// The agent's group, once the shim has started it; 0 if the shim recorded
+/// a failure instead, or said nothing within 10 seconds.
+async fn agent_group(run: &RunFiles) -> i32 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let pgid = loop {
+    loop {
         if let Some(p) = run.agent_pgid() {
-            break p;
+            return p;
         }
         if run.exit().is_some() || tokio::time::Instant::now() > deadline {
-            break 0;
+            return 0;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    tracing::info!(
-        run_id = a.run_id,
-        vtid = a.vtid,
-        pgid,
-        shim = shim_pid,
-        agent = ctx.agent_name,
-        "agent process started"
-    );
-    let mut st = ReaderState::default();
-    if pgid > 0 {
-        st.progress.push((
-            workflow::EXECUTION_STARTED.into(),
-            Some(format!("{} started", ctx.agent_name)),
-            json!({ "pgid": pgid, "workspace": workspace }),
-        ));
     }
-    supervise(
-        ctx,
-        a,
-        run,
-        spool,
-        st,
-        workspace,
-        saved.started_ms,
-        shim_pid,
-        cancel,
-        shutdown,
-    )
-    .await
 }
 
 /// Carries on a run a previous runner left to its shim: reads what the
@@ -678,423 +391,14 @@ pub async fn adopt(
         "re-adopted a run left running by a previous runner"
     );
     let workspace = saved.workspace.as_ref().map(SavedWorkspace::workspace);
-    supervise(
-        ctx,
-        a,
+    let started = Started {
         run,
         spool,
-        st,
         workspace,
-        saved.started_ms,
+        started_ms: saved.started_ms,
         shim_pid,
-        cancel,
-        shutdown,
-    )
-    .await
-}
-
-/// Follows a started run to its end (or until this runner leaves it).
-#[allow(clippy::too_many_arguments)]
-async fn supervise(
-    ctx: Arc<RunContext>,
-    a: Assignment,
-    run: RunFiles,
-    spool: Spool,
-    st: ReaderState,
-    mut workspace: Option<Workspace>,
-    started_ms: u64,
-    shim_pid: i32,
-    cancel: CancellationToken,
-    shutdown: CancellationToken,
-) -> Ending {
-    let format = ctx.agent.format();
-    let mut adapter = adapter_for(format);
-    use std::sync::atomic::Ordering::Relaxed;
-    let skip_steps = std::sync::atomic::AtomicU64::new(st.skip_steps);
-    let mut outbox = Outbox {
-        spool,
-        progress: st.progress.into_iter().collect(),
-        status: st.status,
-        claim_lost: false,
-        session_id: st.session_id,
-        usage: st.usage,
-        usage_total: st.usage_total,
     };
-    let (tx, mut rx) = mpsc::channel::<Line>(256);
-    let readers = CancellationToken::new();
-    tokio::spawn(tail(
-        run.path("out"),
-        st.out_offset,
-        run.clone(),
-        tx.clone(),
-        false,
-        readers.clone(),
-    ));
-    tokio::spawn(tail(
-        run.path("err"),
-        st.err_offset,
-        run.clone(),
-        tx.clone(),
-        true,
-        readers.clone(),
-    ));
-    drop(tx);
-    let mut out_offset = st.out_offset;
-    let mut err_offset = st.err_offset;
-
-    let timeout = ctx.agent.timeout_secs.map(Duration::from_secs);
-    let grace = ctx
-        .agent
-        .cancel_grace_secs
-        .map(Duration::from_secs)
-        .unwrap_or(ctx.default_cancel_grace);
-    let mut out_tail = st.out_tail;
-    let mut err_tail = st.err_tail;
-    let mut result: Option<String> = st.result;
-    let mut stopping: Option<(Ending, tokio::time::Instant)> = None;
-    let mut killed = false;
-    let mut exit: Option<ExitRecord> = None;
-    let mut out_open = true;
-    let mut err_open = true;
-    let mut last_output = tokio::time::Instant::now();
-    let mut pending_quiet_flush = false;
-    let mut next_delivery = tokio::time::Instant::now();
-    let mut unreachable_logged = false;
-    let mut lease_touched = tokio::time::Instant::now();
-    let mut leaving = false;
-    let tick = Duration::from_millis(100);
-    let group = |run: &RunFiles| run.agent_pgid().unwrap_or(0);
-
-    let conversation = a.conversation.is_some();
-    let handle_outputs = |outputs: Vec<AdapterOutput>,
-                          outbox: &mut Outbox,
-                          result: &mut Option<String>| {
-        for o in outputs {
-            match o {
-                AdapterOutput::Step(_) if skip_steps.load(Relaxed) > 0 => {
-                    skip_steps.fetch_sub(1, Relaxed);
-                }
-                AdapterOutput::Step(s) => {
-                    if let Ok(v) = serde_json::to_value(&s) {
-                        if let Err(e) = outbox.spool.push(&v) {
-                            tracing::error!(error = %e, "cannot spool a step");
-                        }
-                    }
-                }
-                AdapterOutput::Progress {
-                    event,
-                    message,
-                    metadata,
-                } => outbox
-                    .progress
-                    .push_back((event, message, metadata.unwrap_or(Value::Null))),
-                AdapterOutput::Status(s) => outbox.status = Some(s),
-                AdapterOutput::Result(r) => *result = Some(r),
-                AdapterOutput::SessionId(id) => {
-                    // The next turn's command line holds the id: one that
-                    // could read as an option is never kept (the server
-                    // would refuse the report that carries it, 422).
-                    if let Err(why) = shepherd_core::cmdline::check_agent_session_id(&id) {
-                        tracing::warn!(run_id = a.run_id, agent_session_id = %id, %why, "ignored the agent's session id");
-                        continue;
-                    }
-                    // A conversation stores the id at once, so that a run
-                    // that never reports its end still leaves it behind.
-                    if conversation && outbox.session_id.as_deref() != Some(id.as_str()) {
-                        outbox.progress.push_back((
-                            "worker.building".into(),
-                            Some("agent session".into()),
-                            json!({ "agent_session_id": id }),
-                        ));
-                    }
-                    outbox.session_id = Some(id)
-                }
-                AdapterOutput::Usage(u) => {
-                    outbox.usage = Some(u);
-                    outbox.usage_total = u;
-                }
-            }
-        }
-    };
-
-    loop {
-        // Stop reading output while the spool is over its bound.
-        let can_read = (out_open || err_open) && !outbox.spool.is_full();
-        tokio::select! {
-            line = rx.recv(), if can_read => match line {
-                Some(Line::Out(l, end)) => {
-                    push_tail(&mut out_tail, &l);
-                    let outs = adapter.push_line(&l);
-                    handle_outputs(outs, &mut outbox, &mut result);
-                    out_offset = end;
-                    last_output = tokio::time::Instant::now();
-                    pending_quiet_flush = true;
-                }
-                Some(Line::Err(l, end)) => {
-                    push_tail(&mut err_tail, &l);
-                    if format == TranscriptFormat::Text {
-                        let outs = adapter.push_line(&l);
-                        handle_outputs(outs, &mut outbox, &mut result);
-                        last_output = tokio::time::Instant::now();
-                        pending_quiet_flush = true;
-                    }
-                    err_offset = end;
-                }
-                Some(Line::OutClosed) => out_open = false,
-                Some(Line::ErrClosed) => err_open = false,
-                None => {
-                    out_open = false;
-                    err_open = false;
-                }
-            },
-            _ = cancel.cancelled(), if stopping.is_none() => {
-                tracing::info!(run_id = a.run_id, shim = shim_pid, "cancel: SIGTERM to the agent through its shim");
-                signal_pid(shim_pid, libc::SIGTERM);
-                stopping = Some((Ending::Cancelled, tokio::time::Instant::now() + grace));
-            }
-            _ = shutdown.cancelled(), if stopping.is_none() && !leaving => {
-                if ctx.detach_on_stop {
-                    leaving = true;
-                } else {
-                    signal_pid(shim_pid, libc::SIGTERM);
-                    stopping = Some((Ending::Signalled(libc::SIGTERM), tokio::time::Instant::now() + grace.min(Duration::from_secs(5))));
-                }
-            }
-            _ = tokio::time::sleep(tick) => {}
-        }
-        let now = tokio::time::Instant::now();
-        if leaving && exit.is_none() {
-            break;
-        }
-        if exit.is_none() {
-            exit = run.exit();
-            if exit.is_none() && shim_pid > 0 && run.live_shim().is_none() {
-                // The shim died without a word (killed): nothing will
-                // write the exit status; the agent's group goes with it.
-                signal_group(group(&run), libc::SIGKILL);
-                exit = Some(ExitRecord {
-                    code: None,
-                    signal: Some(libc::SIGKILL),
-                    error: Some("its shim was killed".into()),
-                    lease_expired: false,
-                });
-                let _ = write_atomic(
-                    &run.path("exit"),
-                    &serde_json::to_vec(&exit).unwrap_or_default(),
-                );
-            }
-        }
-        if now.duration_since(lease_touched) >= Duration::from_secs(1) {
-            run.touch_lease();
-            lease_touched = now;
-        }
-        if let (Some(t), None) = (timeout, &stopping) {
-            if now_ms().saturating_sub(started_ms) > t.as_millis() as u64 {
-                tracing::info!(
-                    run_id = a.run_id,
-                    "timeout: SIGTERM to the agent through its shim"
-                );
-                signal_pid(shim_pid, libc::SIGTERM);
-                stopping = Some((
-                    Ending::TimedOut(t.as_secs()),
-                    now + grace.min(Duration::from_secs(10)),
-                ));
-            }
-        }
-        if let Some((_, deadline)) = &stopping {
-            if now >= *deadline && !killed {
-                let pgid = group(&run);
-                tracing::info!(
-                    run_id = a.run_id,
-                    pgid,
-                    "grace over: SIGKILL to the process group"
-                );
-                signal_group(pgid, libc::SIGKILL);
-                killed = true;
-            }
-        }
-        if pending_quiet_flush && now.duration_since(last_output) >= ctx.quiet_gap {
-            let outs = adapter.flush();
-            handle_outputs(outs, &mut outbox, &mut result);
-            pending_quiet_flush = false;
-        }
-        if now >= next_delivery && !outbox.is_empty() {
-            match deliver(&ctx, &a, &mut outbox).await {
-                Ok(()) => {
-                    if unreachable_logged {
-                        tracing::info!(
-                            run_id = a.run_id,
-                            "server reachable again; steps delivered"
-                        );
-                        unreachable_logged = false;
-                    }
-                }
-                Err(e) => {
-                    if !unreachable_logged {
-                        tracing::warn!(run_id = a.run_id, error = %e, pending = outbox.spool.pending(), "server unreachable; steps kept on disk");
-                        unreachable_logged = true;
-                    }
-                    next_delivery = now + Duration::from_millis(500);
-                }
-            }
-        }
-        if let (Some(max), Some(cost), None) = (
-            ctx.agent.max_cost_usd,
-            outbox.usage_total.cost_usd,
-            &stopping,
-        ) {
-            if cost > max {
-                let reason =
-                    format!("budget_exceeded: cost ${cost:.4} passed max_cost_usd ${max:.4}");
-                tracing::info!(
-                    run_id = a.run_id,
-                    reason,
-                    "SIGTERM to the agent through its shim"
-                );
-                signal_pid(shim_pid, libc::SIGTERM);
-                stopping = Some((Ending::BudgetExceeded(reason), now + grace));
-            }
-        }
-        if outbox.claim_lost && stopping.is_none() {
-            tracing::warn!(
-                run_id = a.run_id,
-                "claim lost (expired or re-granted): stopping the agent"
-            );
-            signal_group(group(&run), libc::SIGKILL);
-            stopping = Some((Ending::ClaimLost, now));
-            killed = true;
-        }
-        if exit.is_some() && !out_open && !err_open {
-            break;
-        }
-    }
-    readers.cancel();
-    if leaving {
-        // The agent runs on under its shim; the next runner started with
-        // this data directory carries the run on from exactly here.
-        let outs = adapter.flush();
-        handle_outputs(outs, &mut outbox, &mut result);
-        let _ = tokio::time::timeout(Duration::from_secs(2), deliver(&ctx, &a, &mut outbox)).await;
-        let state = ReaderState {
-            out_offset,
-            err_offset,
-            delivered: outbox.spool.delivered(),
-            session_id: outbox.session_id.clone(),
-            usage: outbox.usage,
-            usage_total: outbox.usage_total,
-            result,
-            progress: outbox.progress.iter().cloned().collect(),
-            status: outbox.status.clone(),
-            out_tail,
-            err_tail,
-            skip_steps: skip_steps.load(Relaxed),
-        };
-        let saved = serde_json::to_vec(&state)
-            .map_err(std::io::Error::other)
-            .and_then(|b| write_atomic(&run.path("reader.json"), &b));
-        if let Err(e) = saved {
-            tracing::error!(run_id = a.run_id, error = %e, "cannot record how far the run was read");
-        }
-        outbox.spool.keep();
-        tracing::info!(
-            run_id = a.run_id,
-            "left running under its shim for the next start"
-        );
-        return Ending::Detached;
-    }
-    // Make sure nothing of the group survives the run.
-    let pgid = group(&run);
-    if crate::process::group_alive(pgid) {
-        signal_group(pgid, libc::SIGKILL);
-    }
-    if let Some(w) = &mut workspace {
-        let how = match &stopping {
-            Some((e, _)) => format!("{e:?}"),
-            None => format!("exit {:?}", exit.as_ref().and_then(|s| s.code)),
-        };
-        end_workspace(w, &a, &how).await;
-    }
-    let outs = adapter.finish();
-    handle_outputs(outs, &mut outbox, &mut result);
-
-    let status = exit.unwrap_or(ExitRecord {
-        code: None,
-        signal: Some(libc::SIGKILL),
-        error: None,
-        lease_expired: false,
-    });
-    let ending = match stopping {
-        Some((e, _)) => e,
-        None => match (&status.error, status.code, status.lease_expired) {
-            (Some(e), _, _) if status.signal.is_none() => Ending::SpawnFailed(e.clone()),
-            (_, _, true) => Ending::LeaseExpired,
-            (_, Some(c), _) => Ending::Exited(c),
-            _ => Ending::Signalled(status.signal.unwrap_or(0)),
-        },
-    };
-    let result_text = result
-        .or_else(|| adapter.last_assistant_text().map(str::to_owned))
-        .or_else(|| Some(tail_of(&out_tail, 2000)).filter(|s| !s.is_empty()));
-    // Deliver every step before the end, however long the server is away.
-    let mut waited = false;
-    while !outbox.is_empty() && !outbox.claim_lost {
-        if deliver(&ctx, &a, &mut outbox).await.is_err() {
-            if !waited {
-                tracing::warn!(
-                    run_id = a.run_id,
-                    "waiting for the server to deliver the last steps"
-                );
-                waited = true;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                _ = shutdown.cancelled() => break,
-            }
-        }
-    }
-    if outbox.claim_lost {
-        drop(outbox);
-        let _ = std::fs::remove_dir_all(&run.dir);
-        return Ending::ClaimLost;
-    }
-    let reason = match &ending {
-        Ending::Exited(0) => String::new(),
-        Ending::Exited(c) => format!("exit code {c}: {}", tail_of(&err_tail, 500)),
-        Ending::Signalled(s) => format!("killed by signal {s}"),
-        Ending::TimedOut(t) => format!("timed out after {t}s"),
-        Ending::Cancelled => "cancelled".into(),
-        Ending::ClaimLost => "claim lost".into(),
-        Ending::LeaseExpired => {
-            "ended by its shim: no runner renewed its lease within the timeout".into()
-        }
-        Ending::Detached => String::new(),
-        Ending::SpawnFailed(r) | Ending::BudgetExceeded(r) => r.clone(),
-    };
-    let metadata = json!({
-        "session_id": outbox.session_id,
-        "ending": format!("{ending:?}"),
-        "workspace": workspace,
-        "usage": (!outbox.usage_total.is_empty()).then_some(outbox.usage_total),
-        // An exit code the agent does not retry on makes the failure final.
-        "retryable": match ending {
-            Ending::Exited(c) if c != 0 => ctx.agent.retries_exit_code(c),
-            _ => true,
-        },
-    });
-    report_end(
-        &ctx,
-        &a,
-        &ending,
-        result_text.as_deref(),
-        &reason,
-        metadata,
-        &shutdown,
-    )
-    .await;
-    drop(outbox);
-    let _ = std::fs::remove_dir_all(&run.dir);
-    tracing::info!(run_id = a.run_id, ?ending, "run ended");
-    ending
+    supervise(ctx, a, started, st, cancel, shutdown).await
 }
 
 /// Commits what the agent left in its worktree, removes the worktree and

@@ -1,0 +1,593 @@
+//! The supervision loop: follows a run whose agent runs under its shim, from
+//! its start (or its re-adoption by a runner that started later) to its end,
+//! or until this runner leaves it to the next one.
+//!
+//! One task per run does everything in turn: read the agent's output and
+//! feed it to the adapter, deliver what the outbox holds, watch the shim,
+//! renew the lease, and enforce cancel, shutdown, timeout, budget and the
+//! claim. The run's state belongs to this one task, so nothing is locked,
+//! and a run's effects happen in the order the loop meets them. The loop
+//! wakes at least every [`TICK`] for what has no event of its own (the exit
+//! file, the clocks).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use shepherd_core::adapters::{adapter_for, Adapter, TranscriptFormat};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::outbox::Outbox;
+use super::saved::ReaderState;
+use super::tail::{follow, push_tail, tail_of, Line};
+use super::{end_workspace, now_ms, report_end, Assignment, Ending, RunContext};
+use crate::process::signal_group;
+use crate::shim::{write_atomic, ExitRecord, RunFiles};
+use crate::spool::Spool;
+use crate::worktree::Workspace;
+
+/// How long the loop waits for a line before it looks at the rest.
+const TICK: Duration = Duration::from_millis(100);
+
+/// A run whose shim has been started, or found alive after a restart.
+pub(super) struct Started {
+    pub(super) run: RunFiles,
+    pub(super) spool: Spool,
+    pub(super) workspace: Option<Workspace>,
+    /// Wall-clock start (ms), so the agent's timeout spans a restart.
+    pub(super) started_ms: u64,
+    /// The shim's pid; 0 when there is none to signal.
+    pub(super) shim_pid: i32,
+}
+
+/// Follows a started run to its end (or until this runner leaves it).
+pub(super) async fn supervise(
+    ctx: Arc<RunContext>,
+    a: Assignment,
+    started: Started,
+    st: ReaderState,
+    cancel: CancellationToken,
+    shutdown: CancellationToken,
+) -> Ending {
+    let readers = CancellationToken::new();
+    let mut lines = start_followers(&started.run, &st, &readers);
+    let mut s = Supervisor::new(ctx, a, started, st);
+    loop {
+        // Stop reading output while the spool is over its bound.
+        let can_read = (s.out.open || s.err.open) && !s.outbox.spool.is_full();
+        tokio::select! {
+            line = lines.recv(), if can_read => s.read(line),
+            _ = cancel.cancelled(), if s.stopping.is_none() => s.cancel(),
+            _ = shutdown.cancelled(), if s.stopping.is_none() && !s.leaving => s.shut_down(),
+            _ = tokio::time::sleep(TICK) => {}
+        }
+        let now = Instant::now();
+        if s.leaving && s.exit.is_none() {
+            break;
+        }
+        s.watch_shim();
+        s.renew_lease(now);
+        s.enforce_timeout(now);
+        s.kill_after_grace(now);
+        s.flush_when_quiet(now);
+        s.deliver_when_due(now).await;
+        s.enforce_budget(now);
+        s.stop_if_claim_lost(now);
+        if s.exit.is_some() && !s.out.open && !s.err.open {
+            break;
+        }
+    }
+    readers.cancel();
+    if s.leaving {
+        return s.leave().await;
+    }
+    s.end(&shutdown).await
+}
+
+/// Starts following the run's `out` and `err` from where the state says
+/// they were read to; both hand their lines to the one receiver returned.
+fn start_followers(
+    run: &RunFiles,
+    st: &ReaderState,
+    stop: &CancellationToken,
+) -> mpsc::Receiver<Line> {
+    let (tx, rx) = mpsc::channel::<Line>(256);
+    tokio::spawn(follow(
+        run.path("out"),
+        st.out_offset,
+        run.clone(),
+        tx.clone(),
+        false,
+        stop.clone(),
+    ));
+    tokio::spawn(follow(
+        run.path("err"),
+        st.err_offset,
+        run.clone(),
+        tx,
+        true,
+        stop.clone(),
+    ));
+    rx
+}
+
+/// One of the agent's output streams, as far as it has been read.
+struct Stream {
+    /// The offset just past the last line read.
+    offset: u64,
+    /// The last few kilobytes read (for the result and failure reason).
+    tail: String,
+    /// False once its follower has read it to the end.
+    open: bool,
+}
+
+/// Everything the loop keeps between its turns.
+struct Supervisor {
+    ctx: Arc<RunContext>,
+    a: Assignment,
+    run: RunFiles,
+    workspace: Option<Workspace>,
+    started_ms: u64,
+    shim_pid: i32,
+    format: TranscriptFormat,
+    adapter: Box<dyn Adapter>,
+    outbox: Outbox,
+    out: Stream,
+    err: Stream,
+    timeout: Option<Duration>,
+    grace: Duration,
+    last_output: Instant,
+    /// Output came since the adapter was last flushed.
+    pending_quiet_flush: bool,
+    next_delivery: Instant,
+    /// "Server unreachable" was logged and "reachable again" was not yet.
+    unreachable_logged: bool,
+    lease_touched: Instant,
+    /// Why the agent is being stopped, and when its grace ends.
+    stopping: Option<(Ending, Instant)>,
+    /// The group got its SIGKILL.
+    killed: bool,
+    exit: Option<ExitRecord>,
+    /// This runner stops and leaves the agent to the next one.
+    leaving: bool,
+}
+
+impl Supervisor {
+    fn new(ctx: Arc<RunContext>, a: Assignment, started: Started, st: ReaderState) -> Supervisor {
+        let format = ctx.agent.format();
+        let outbox = Outbox {
+            spool: started.spool,
+            progress: st.progress.into_iter().collect(),
+            status: st.status,
+            claim_lost: false,
+            session_id: st.session_id,
+            usage: st.usage,
+            usage_total: st.usage_total,
+            result: st.result,
+            skip_steps: st.skip_steps,
+        };
+        let timeout = ctx.agent.timeout_secs.map(Duration::from_secs);
+        let grace = ctx.cancel_grace();
+        let now = Instant::now();
+        Supervisor {
+            a,
+            run: started.run,
+            workspace: started.workspace,
+            started_ms: started.started_ms,
+            shim_pid: started.shim_pid,
+            format,
+            adapter: adapter_for(format),
+            outbox,
+            out: Stream {
+                offset: st.out_offset,
+                tail: st.out_tail,
+                open: true,
+            },
+            err: Stream {
+                offset: st.err_offset,
+                tail: st.err_tail,
+                open: true,
+            },
+            timeout,
+            grace,
+            last_output: now,
+            pending_quiet_flush: false,
+            next_delivery: now,
+            unreachable_logged: false,
+            lease_touched: now,
+            stopping: None,
+            killed: false,
+            exit: None,
+            leaving: false,
+            ctx,
+        }
+    }
+
+    /// The agent's process group (0 before the shim has started it).
+    fn group(&self) -> i32 {
+        self.run.agent_pgid().unwrap_or(0)
+    }
+
+    /// Asks the agent to stop through its shim (which passes SIGTERM on to
+    /// the group), with `deadline` the end of its grace.
+    fn terminate(&mut self, ending: Ending, deadline: Instant) {
+        signal_pid(self.shim_pid, libc::SIGTERM);
+        self.stopping = Some((ending, deadline));
+    }
+
+    /// Takes one line (or the end of a stream) from the followers. Standard
+    /// error is a transcript only for text agents; it is always kept in the
+    /// tail, for the failure reason.
+    fn read(&mut self, line: Option<Line>) {
+        match line {
+            Some(Line::Out(l, end)) => {
+                push_tail(&mut self.out.tail, &l);
+                let outs = self.adapter.push_line(&l);
+                self.outbox.take(outs, &self.a);
+                self.out.offset = end;
+                self.last_output = Instant::now();
+                self.pending_quiet_flush = true;
+            }
+            Some(Line::Err(l, end)) => {
+                push_tail(&mut self.err.tail, &l);
+                if self.format == TranscriptFormat::Text {
+                    let outs = self.adapter.push_line(&l);
+                    self.outbox.take(outs, &self.a);
+                    self.last_output = Instant::now();
+                    self.pending_quiet_flush = true;
+                }
+                self.err.offset = end;
+            }
+            Some(Line::OutClosed) => self.out.open = false,
+            Some(Line::ErrClosed) => self.err.open = false,
+            None => {
+                self.out.open = false;
+                self.err.open = false;
+            }
+        }
+    }
+
+    /// The run was cancelled.
+    fn cancel(&mut self) {
+        tracing::info!(
+            run_id = self.a.run_id,
+            shim = self.shim_pid,
+            "cancel: SIGTERM to the agent through its shim"
+        );
+        self.terminate(Ending::Cancelled, Instant::now() + self.grace);
+    }
+
+    /// The runner is stopping: leave the agent to its shim (the built-in
+    /// runner, whose server restarts) or stop it, with a shorter grace.
+    fn shut_down(&mut self) {
+        if self.ctx.detach_on_stop {
+            self.leaving = true;
+        } else {
+            let deadline = Instant::now() + self.grace.min(Duration::from_secs(5));
+            self.terminate(Ending::Signalled(libc::SIGTERM), deadline);
+        }
+    }
+
+    /// Reads the agent's exit once the shim has recorded it.
+    fn watch_shim(&mut self) {
+        if self.exit.is_some() {
+            return;
+        }
+        self.exit = self.run.exit();
+        if self.exit.is_none() && self.shim_pid > 0 && self.run.live_shim().is_none() {
+            // The shim died without a word (killed): nothing will
+            // write the exit status; the agent's group goes with it.
+            signal_group(self.group(), libc::SIGKILL);
+            self.exit = Some(ExitRecord {
+                code: None,
+                signal: Some(libc::SIGKILL),
+                error: Some("its shim was killed".into()),
+                lease_expired: false,
+            });
+            let _ = write_atomic(
+                &self.run.path("exit"),
+                &serde_json::to_vec(&self.exit).unwrap_or_default(),
+            );
+        }
+    }
+
+    /// Tells the shim, at most once a second, that a runner still holds the
+    /// run (a shim whose lease grows old ends its agent).
+    fn renew_lease(&mut self, now: Instant) {
+        if now.duration_since(self.lease_touched) >= Duration::from_secs(1) {
+            self.run.touch_lease();
+            self.lease_touched = now;
+        }
+    }
+
+    /// The agent's `timeout_secs`, counted from the run's wall-clock start
+    /// so that it spans a restart.
+    fn enforce_timeout(&mut self, now: Instant) {
+        if let (Some(t), None) = (self.timeout, &self.stopping) {
+            if now_ms().saturating_sub(self.started_ms) > t.as_millis() as u64 {
+                tracing::info!(
+                    run_id = self.a.run_id,
+                    "timeout: SIGTERM to the agent through its shim"
+                );
+                let deadline = now + self.grace.min(Duration::from_secs(10));
+                self.terminate(Ending::TimedOut(t.as_secs()), deadline);
+            }
+        }
+    }
+
+    /// An agent still there when its grace is over loses its whole group.
+    fn kill_after_grace(&mut self, now: Instant) {
+        if let Some((_, deadline)) = &self.stopping {
+            if now >= *deadline && !self.killed {
+                let pgid = self.group();
+                tracing::info!(
+                    run_id = self.a.run_id,
+                    pgid,
+                    "grace over: SIGKILL to the process group"
+                );
+                signal_group(pgid, libc::SIGKILL);
+                self.killed = true;
+            }
+        }
+    }
+
+    /// Output quiet for the quiet gap: what the adapter buffers becomes steps.
+    fn flush_when_quiet(&mut self, now: Instant) {
+        if self.pending_quiet_flush && now.duration_since(self.last_output) >= self.ctx.quiet_gap {
+            let outs = self.adapter.flush();
+            self.outbox.take(outs, &self.a);
+            self.pending_quiet_flush = false;
+        }
+    }
+
+    /// Delivers what waits, unless the server was unreachable less than half
+    /// a second ago; says once when it goes away and once when it is back.
+    async fn deliver_when_due(&mut self, now: Instant) {
+        if now < self.next_delivery || self.outbox.is_empty() {
+            return;
+        }
+        match self.outbox.deliver(&self.ctx, &self.a).await {
+            Ok(()) => {
+                if self.unreachable_logged {
+                    tracing::info!(
+                        run_id = self.a.run_id,
+                        "server reachable again; steps delivered"
+                    );
+                    self.unreachable_logged = false;
+                }
+            }
+            Err(e) => {
+                if !self.unreachable_logged {
+                    tracing::warn!(run_id = self.a.run_id, error = %e, pending = self.outbox.spool.pending(), "server unreachable; steps kept on disk");
+                    self.unreachable_logged = true;
+                }
+                self.next_delivery = now + Duration::from_millis(500);
+            }
+        }
+    }
+
+    /// The agent's `max_cost_usd`, against the cost it reported so far.
+    fn enforce_budget(&mut self, now: Instant) {
+        if let (Some(max), Some(cost), None) = (
+            self.ctx.agent.max_cost_usd,
+            self.outbox.usage_total.cost_usd,
+            &self.stopping,
+        ) {
+            if cost > max {
+                let reason =
+                    format!("budget_exceeded: cost ${cost:.4} passed max_cost_usd ${max:.4}");
+                tracing::info!(
+                    run_id = self.a.run_id,
+                    reason,
+                    "SIGTERM to the agent through its shim"
+                );
+                self.terminate(Ending::BudgetExceeded(reason), now + self.grace);
+            }
+        }
+    }
+
+    /// The server gave the task to someone else: this agent must not go on
+    /// working on it, so its group is killed at once, without grace.
+    fn stop_if_claim_lost(&mut self, now: Instant) {
+        if self.outbox.claim_lost && self.stopping.is_none() {
+            tracing::warn!(
+                run_id = self.a.run_id,
+                "claim lost (expired or re-granted): stopping the agent"
+            );
+            signal_group(self.group(), libc::SIGKILL);
+            self.stopping = Some((Ending::ClaimLost, now));
+            self.killed = true;
+        }
+    }
+
+    /// The agent runs on under its shim; the next runner started with this
+    /// data directory carries the run on from exactly here.
+    async fn leave(mut self) -> Ending {
+        let outs = self.adapter.flush();
+        self.outbox.take(outs, &self.a);
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            self.outbox.deliver(&self.ctx, &self.a),
+        )
+        .await;
+        let state = ReaderState {
+            out_offset: self.out.offset,
+            err_offset: self.err.offset,
+            delivered: self.outbox.spool.delivered(),
+            session_id: self.outbox.session_id.clone(),
+            usage: self.outbox.usage,
+            usage_total: self.outbox.usage_total,
+            result: self.outbox.result.take(),
+            progress: self.outbox.progress.iter().cloned().collect(),
+            status: self.outbox.status.clone(),
+            out_tail: std::mem::take(&mut self.out.tail),
+            err_tail: std::mem::take(&mut self.err.tail),
+            skip_steps: self.outbox.skip_steps,
+        };
+        let saved = serde_json::to_vec(&state)
+            .map_err(std::io::Error::other)
+            .and_then(|b| write_atomic(&self.run.path("reader.json"), &b));
+        if let Err(e) = saved {
+            tracing::error!(run_id = self.a.run_id, error = %e, "cannot record how far the run was read");
+        }
+        self.outbox.spool.keep();
+        tracing::info!(
+            run_id = self.a.run_id,
+            "left running under its shim for the next start"
+        );
+        Ending::Detached
+    }
+
+    /// The run is over: nothing of the agent is left, its worktree is
+    /// committed, every step is delivered, and the end is reported.
+    async fn end(mut self, shutdown: &CancellationToken) -> Ending {
+        self.kill_leftovers();
+        self.end_workspace().await;
+        let outs = self.adapter.finish();
+        self.outbox.take(outs, &self.a);
+        let ending = self.ending();
+        let result = self.result_text();
+        self.deliver_everything(shutdown).await;
+        if self.outbox.claim_lost {
+            self.discard();
+            return Ending::ClaimLost;
+        }
+        let reason = reason(&ending, &self.err.tail);
+        let metadata = self.end_metadata(&ending);
+        report_end(
+            &self.ctx,
+            &self.a,
+            &ending,
+            result.as_deref(),
+            &reason,
+            metadata,
+            shutdown,
+        )
+        .await;
+        let run_id = self.a.run_id.clone();
+        self.discard();
+        tracing::info!(run_id, ?ending, "run ended");
+        ending
+    }
+
+    /// Makes sure nothing of the group survives the run.
+    fn kill_leftovers(&self) {
+        let pgid = self.group();
+        if crate::process::group_alive(pgid) {
+            signal_group(pgid, libc::SIGKILL);
+        }
+    }
+
+    /// Commits what the agent left in its worktree (a worktree agent only).
+    async fn end_workspace(&mut self) {
+        if let Some(w) = &mut self.workspace {
+            let how = match &self.stopping {
+                Some((e, _)) => format!("{e:?}"),
+                None => format!("exit {:?}", self.exit.as_ref().and_then(|s| s.code)),
+            };
+            end_workspace(w, &self.a, &how).await;
+        }
+    }
+
+    /// How the run ended: why it was stopped, if it was, or else what the
+    /// shim recorded (no record at all counts as a SIGKILL).
+    fn ending(&mut self) -> Ending {
+        let status = self.exit.take().unwrap_or(ExitRecord {
+            code: None,
+            signal: Some(libc::SIGKILL),
+            error: None,
+            lease_expired: false,
+        });
+        match self.stopping.take() {
+            Some((e, _)) => e,
+            None => match (&status.error, status.code, status.lease_expired) {
+                (Some(e), _, _) if status.signal.is_none() => Ending::SpawnFailed(e.clone()),
+                (_, _, true) => Ending::LeaseExpired,
+                (_, Some(c), _) => Ending::Exited(c),
+                _ => Ending::Signalled(status.signal.unwrap_or(0)),
+            },
+        }
+    }
+
+    /// The run's answer: the result the agent reported, else its last prose,
+    /// else the end of its output.
+    fn result_text(&mut self) -> Option<String> {
+        self.outbox
+            .result
+            .take()
+            .or_else(|| self.adapter.last_assistant_text().map(str::to_owned))
+            .or_else(|| Some(tail_of(&self.out.tail, 2000)).filter(|s| !s.is_empty()))
+    }
+
+    /// Delivers every step before the end, however long the server is away
+    /// (until the runner stops).
+    async fn deliver_everything(&mut self, shutdown: &CancellationToken) {
+        let mut waited = false;
+        while !self.outbox.is_empty() && !self.outbox.claim_lost {
+            if self.outbox.deliver(&self.ctx, &self.a).await.is_err() {
+                if !waited {
+                    tracing::warn!(
+                        run_id = self.a.run_id,
+                        "waiting for the server to deliver the last steps"
+                    );
+                    waited = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = shutdown.cancelled() => break,
+                }
+            }
+        }
+    }
+
+    /// What the end's progress event carries besides its message.
+    fn end_metadata(&self, ending: &Ending) -> Value {
+        json!({
+            "session_id": self.outbox.session_id,
+            "ending": format!("{ending:?}"),
+            "workspace": self.workspace,
+            "usage": (!self.outbox.usage_total.is_empty()).then_some(self.outbox.usage_total),
+            // An exit code the agent does not retry on makes the failure final.
+            "retryable": match ending {
+                Ending::Exited(c) if *c != 0 => self.ctx.agent.retries_exit_code(*c),
+                _ => true,
+            },
+        })
+    }
+
+    /// Removes the run directory: the spool first (its own file), then the
+    /// rest. Nothing of the run is needed any more.
+    fn discard(self) {
+        let Supervisor { outbox, run, .. } = self;
+        drop(outbox);
+        let _ = std::fs::remove_dir_all(&run.dir);
+    }
+}
+
+/// The end's message: empty for success, else why it failed.
+fn reason(ending: &Ending, err_tail: &str) -> String {
+    match ending {
+        Ending::Exited(0) => String::new(),
+        Ending::Exited(c) => format!("exit code {c}: {}", tail_of(err_tail, 500)),
+        Ending::Signalled(s) => format!("killed by signal {s}"),
+        Ending::TimedOut(t) => format!("timed out after {t}s"),
+        Ending::Cancelled => "cancelled".into(),
+        Ending::ClaimLost => "claim lost".into(),
+        Ending::LeaseExpired => {
+            "ended by its shim: no runner renewed its lease within the timeout".into()
+        }
+        Ending::Detached => String::new(),
+        Ending::SpawnFailed(r) | Ending::BudgetExceeded(r) => r.clone(),
+    }
+}
+
+fn signal_pid(pid: i32, sig: i32) {
+    if pid > 1 {
+        // SAFETY: kill(2) on one process; no memory is involved.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The agent's output as the supervision loop sees it: each of the run's
+//! `out` and `err` files followed as it grows, and the last few kilobytes of
+//! each kept for the run's result and failure reason.
+//!
+//! The shim writes the agent's output to files rather than pipes so that a
+//! runner can leave and a later one read on from a byte offset; that is why
+//! every line carries the offset just past it, and why a follower ends only
+//! when the shim has recorded the exit and the file is read to its end.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::lines::{char_boundary_before_end, decode, MAX_LINE_BYTES};
+use crate::shim::RunFiles;
+
+/// How much of each stream is kept (about; see [`push_tail`]).
+const TAIL_BYTES: usize = 4000;
+
+/// What the two followers hand the supervision loop, through one channel.
+pub(super) enum Line {
+    /// A line and the offset just past it in its file.
+    Out(String, u64),
+    Err(String, u64),
+    OutClosed,
+    ErrClosed,
+}
+
+/// Appends a line to a stream's kept tail; cut back to [`TAIL_BYTES`] only
+/// once it has grown to twice that, so that cutting is rare.
+pub(super) fn push_tail(tail: &mut String, line: &str) {
+    tail.push_str(line);
+    tail.push('\n');
+    if tail.len() > TAIL_BYTES * 2 {
+        let mut cut = tail.len() - TAIL_BYTES;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail.drain(..cut);
+    }
+}
+
+/// The last `max` bytes of `s` (from a character boundary), marked with `…`
+/// when cut.
+pub(super) fn tail_of(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.trim_end().to_owned();
+    }
+    let mut cut = s.len() - max;
+    while !s.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("…{}", s[cut..].trim_end())
+}
+
+/// Reads a file the agent writes to as it grows, from `offset`, handing on
+/// each line with the offset just past it. Ends once the shim has recorded
+/// the agent's exit and everything written before it has been read.
+pub(super) async fn follow(
+    path: PathBuf,
+    mut offset: u64,
+    run: RunFiles,
+    tx: mpsc::Sender<Line>,
+    err: bool,
+    stop: CancellationToken,
+) {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let wrap = |text: String, end: u64| {
+        if err {
+            Line::Err(text, end)
+        } else {
+            Line::Out(text, end)
+        }
+    };
+    let mut file: Option<tokio::fs::File> = None;
+    // Bytes from `offset` on, read but not yet handed on (a partial line).
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        if file.is_none() {
+            if let Ok(mut f) = tokio::fs::File::open(&path).await {
+                if f.seek(std::io::SeekFrom::Start(offset)).await.is_ok() {
+                    file = Some(f);
+                }
+            }
+        }
+        // Looked at before reading: whatever the agent wrote before the
+        // exit was recorded is in the file by then.
+        let finished = run.path("exit").exists();
+        let n = match &mut file {
+            Some(f) => f.read(&mut chunk).await.unwrap_or(0),
+            None => 0,
+        };
+        if n > 0 {
+            buf.extend_from_slice(&chunk[..n]);
+            let mut start = 0;
+            while let Some(i) = buf[start..].iter().position(|&b| b == b'\n') {
+                let mut line = &buf[start..start + i];
+                if line.last() == Some(&b'\r') {
+                    line = &line[..line.len() - 1];
+                }
+                let end = offset + (start + i + 1) as u64;
+                if tx.send(wrap(decode(line), end)).await.is_err() {
+                    return;
+                }
+                start += i + 1;
+            }
+            buf.drain(..start);
+            offset += start as u64;
+            while buf.len() >= MAX_LINE_BYTES {
+                let mut cut = char_boundary_before_end(&buf[..MAX_LINE_BYTES]);
+                if cut == 0 {
+                    cut = MAX_LINE_BYTES;
+                }
+                let piece: Vec<u8> = buf.drain(..cut).collect();
+                offset += cut as u64;
+                if tx.send(wrap(decode(&piece), offset)).await.is_err() {
+                    return;
+                }
+            }
+            continue;
+        }
+        if finished {
+            if !buf.is_empty() {
+                let end = offset + buf.len() as u64;
+                if tx.send(wrap(decode(&buf), end)).await.is_err() {
+                    return;
+                }
+            }
+            let _ = tx
+                .send(if err {
+                    Line::ErrClosed
+                } else {
+                    Line::OutClosed
+                })
+                .await;
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
