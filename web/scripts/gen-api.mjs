@@ -1,7 +1,6 @@
 // Generates src/api/schema.d.ts from the server's OpenAPI document.
 // Usage: node scripts/gen-api.mjs [URL or file]   (default: http://127.0.0.1:7700/api/openapi.json)
-// The UI's types come only from this file (plus src/api/gaps.ts for routes
-// whose bodies the document does not describe yet).
+// The UI's types come only from this file.
 import { readFile, writeFile } from "node:fs/promises";
 import openapiTS, { astToString } from "openapi-typescript";
 

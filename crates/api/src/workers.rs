@@ -15,9 +15,9 @@ use shepherd_core::status::{EventState, SessionStatus, WorkerEventType, WorkerSo
 use shepherd_core::time::{opt_rfc3339, parse_iso8601, to_rfc3339};
 use shepherd_core::Error;
 use shepherd_protocol::{
-    ErrorBody, EventPage, EventPageQuery, WireEvent, WorkerEvent, WorkerEventSummary,
-    WorkerEventsQuery, WorkerEventsResponse, WorkerInfo, WorkerInfoList, WorkerSnapshot,
-    WorkersQuery,
+    ErrorBody, EventPage, EventPageQuery, WireEvent, WorkerActiveData, WorkerEvent,
+    WorkerEventSummary, WorkerEventsQuery, WorkerEventsResponse, WorkerIdleData, WorkerInfo,
+    WorkerInfoList, WorkerSnapshot, WorkersQuery,
 };
 use shepherd_store::WorkerFilter;
 
@@ -190,10 +190,17 @@ fn seed001_event(e: &Event) -> Option<WorkerEvent> {
     // A derived event carries the data its stored form used to have.
     let data = match (kind_, e.kind.as_str()) {
         (WorkerEventType::WorkerActive, kind::CLAIM_GRANTED) => {
-            serde_json::json!({ "vtid": e.refs.task_id, "run_id": e.refs.run_id })
+            serde_json::to_value(WorkerActiveData {
+                vtid: e.refs.task_id.clone(),
+                run_id: e.refs.run_id.clone(),
+            })
+            .unwrap_or_default()
         }
         (WorkerEventType::WorkerIdle, kind::CLAIM_RELEASED | kind::CLAIM_EXPIRED) => {
-            serde_json::json!({ "released": e.refs.task_id })
+            serde_json::to_value(WorkerIdleData {
+                released: e.refs.task_id.clone(),
+            })
+            .unwrap_or_default()
         }
         _ => e.data.clone(),
     };

@@ -90,6 +90,21 @@ pub struct WorkerEvent {
     pub data: Value,
 }
 
+/// The `data` of a derived `worker_active` event (a claim granted): the
+/// task and run the worker took.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerActiveData {
+    pub vtid: Option<String>,
+    pub run_id: Option<String>,
+}
+
+/// The `data` of a derived `worker_idle` event (a claim released or
+/// expired): the task the worker no longer holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerIdleData {
+    pub released: Option<String>,
+}
+
 /// The latest `workers.snapshot` event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct WorkerSnapshot {
