@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::{wait_for, Env, Kind, Proc, SseClient};
+use common::{alive, wait_for, Env, Kind, Proc, SseClient};
 
 const TASKS: usize = 500;
 /// The agent's `max_concurrent`: its runs at once across the cluster (and
@@ -107,18 +107,6 @@ impl Drop for LogsOnFailure {
                 }
             }
         }
-    }
-}
-
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
     }
 }
 

@@ -7,11 +7,11 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::{free_port, Env, Server, SseClient};
+use common::{free_port, wait_for, Env, Server, SseClient};
 
 /// The scripted agent: records its argv, prompt and pid beside itself,
 /// resumes the session `--resume` names (else starts a new one), and writes
@@ -56,21 +56,6 @@ command = ["bash", "{script}"]
 transcript = "claude-stream-json"
 "#
     )
-}
-
-async fn wait_for<F, Fut>(what: &str, within: Duration, mut f: F) -> Value
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<Value>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn conversation(s: &Server, id: &str) -> Value {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::{pg_url, unique, wait_for, Env, Kind, Proc, OPERATOR};
+use common::{alive, pg_url, unique, wait_for, Env, Kind, Proc, OPERATOR};
 
 /// Rounds of load, each ended by a fault.
 const ROUNDS: usize = 3;
@@ -604,18 +604,6 @@ while [ ! -e {release} ]; do sleep 0.1; done
         seen.len()
     );
     node.kill9();
-}
-
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 e2e!(kill9_under_load_loses_and_doubles_nothing, kill_rounds);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{runs_of, task_in, wait_for, Env, Kind, Server};
+use common::{alive, runs_of, task_in, wait_for, Env, Kind, Server};
 
 async fn step_texts(s: &Server, run_id: &str) -> Vec<String> {
     let (_, page) = s
@@ -31,18 +31,6 @@ async fn step_texts(s: &Server, run_id: &str) -> Vec<String> {
             step["content"][0]["text"].as_str().map(str::to_owned)
         })
         .collect()
-}
-
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 fn read_pid(path: &std::path::Path) -> Option<i32> {

@@ -12,25 +12,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{task_in, wait_for, Env, Kind, Proc, Server};
+use common::{alive, task_in, wait_for, Env, Kind, Proc, Server};
 
 async fn last_run(s: &Server, vtid: &str) -> Value {
     let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
     let id = runs["runs"][0]["id"].as_str().expect("a run").to_owned();
     s.get(&format!("/api/v1/runs/{id}"), None).await.1
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie is dead for our purposes; /proc/PID/stat says which.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 fn read_pids(path: &std::path::Path) -> Vec<i32> {

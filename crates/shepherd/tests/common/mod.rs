@@ -16,6 +16,20 @@ use tokio::sync::oneshot;
 
 pub const OPERATOR: &str = "operator-token-0123456789";
 
+/// Whether process `pid` is running: a zombie (exited, not yet reaped)
+/// counts as dead, which `/proc/PID/stat`'s state field tells.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
 /// A port free a moment ago, for a server spawned as a child process (which
 /// must be told its address). Another process may take it in between, so
 /// prefer binding `127.0.0.1:0` in-process ([`Server::start`]) where the
