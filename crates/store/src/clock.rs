@@ -10,9 +10,10 @@ use shepherd_core::time::Millis;
 /// Lease rules (TTLs, heartbeat timeouts, start grace, cancel grace,
 /// retry backoff) are all decided against the `now` each operation reads
 /// here. A test of those rules gives the store a fixed clock
-/// ([`StoreConfig::clock`]) and moves it by hand, so that a claim lapses
-/// exactly when the rules say rather than when a sleep happens to end, and
-/// so a failing case replays the same. Clones share one reading.
+/// ([`StoreConfig::clock`](crate::StoreConfig::clock)) and moves it by
+/// hand, so that a claim lapses exactly when the rules say rather than when
+/// a sleep happens to end, and so a failing case replays the same. Clones
+/// share one reading.
 #[derive(Clone)]
 pub struct Clock {
     /// Milliseconds since the epoch, or [`Clock::SYSTEM`].

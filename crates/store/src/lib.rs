@@ -13,8 +13,17 @@
 //! offers only primitives (statements, deferred writes, the event insert,
 //! commit); it knows nothing of the event log, the hub or the operations.
 //! Only this crate contains SQL.
+//!
+//! This file holds the store itself (opening, the unit-of-work runners,
+//! closing); its operations are `impl Store` blocks in one file per entity
+//! (`task_store.rs`, `claim_store.rs`, `run_store.rs`, `worker_store.rs`,
+//! `event_store.rs`, `channel_store.rs`, `conversation_store.rs`,
+//! `session_store.rs`), the clock is in `clock.rs`, and the configuration
+//! with database URL parsing and redaction in `config.rs`.
 
 mod any_db;
+mod clock;
+mod config;
 pub mod hub;
 mod inflated;
 pub mod log;
@@ -26,18 +35,31 @@ mod sqlite;
 mod statement_costs;
 pub mod writer_stats;
 
+// The operations of `Store`, one `impl Store` file per entity; each runs
+// operations of `ops/` (or `log.rs`) as units of work or consistent reads.
+mod channel_store;
+mod claim_store;
+mod conversation_store;
+mod event_store;
+mod run_store;
+mod session_store;
+mod task_store;
+mod worker_store;
+
 pub use statement_costs::StatementCost;
 
 use std::sync::Arc;
 
 use any_db::AnyDb;
 use futures::future::BoxFuture;
-use shepherd_core::event::NewEvent;
 use shepherd_core::time::Millis;
 use shepherd_core::Error;
-use sql::Db;
 use tokio_util::sync::CancellationToken;
 
+pub use claim_store::ProgressReport;
+pub use clock::{now_ms, Clock};
+pub use config::{parse_database_url, redact_url, DatabaseUrl, StoreConfig};
+pub use event_store::TestFailure;
 pub use hub::{Tail, TailItem, BROADCAST_CAPACITY};
 pub use log::EventPage;
 pub use ops::claims::{Grant, HeldClaim, LeaseRules, SweepReport};
@@ -61,21 +83,6 @@ pub use sqlite::SyncMode;
 
 use postgres::PgBackend;
 use sqlite::SqliteBackend;
-
-// The operations of `Store`, one file per entity.
-mod clock;
-mod conversation_store;
-mod session_store;
-pub use clock::{now_ms, Clock};
-mod config;
-pub use config::{parse_database_url, redact_url, DatabaseUrl, StoreConfig};
-mod event_store;
-pub use event_store::TestFailure;
-mod claim_store;
-mod task_store;
-mod worker_store;
-pub use claim_store::ProgressReport;
-mod run_store;
 
 enum Backend {
     Sqlite(SqliteBackend),
@@ -363,93 +370,5 @@ impl Store {
                 .await
                 .map(|_| ()),
         }
-    }
-}
-
-impl Store {
-    // ----- channels (seed 002's resources) -----
-
-    /// Creates a channel, or renames it if it exists.
-    pub async fn upsert_channel(
-        &self,
-        id: &str,
-        name: &str,
-    ) -> Result<shepherd_core::model::Channel, Error> {
-        let (now, id, name) = (self.now(), id.to_owned(), name.to_owned());
-        self.write(move |db| {
-            Box::pin(async move {
-                ops::validate_id("channel id", "invalid_channel_id", &id)?;
-                if name.trim().is_empty() || name.len() > 200 {
-                    return Err(Error::invalid(
-                        "invalid_name",
-                        "a channel name is 1-200 bytes",
-                    ));
-                }
-                db.execute(
-                    "INSERT INTO channels (id, name, created_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (id) DO UPDATE SET name = excluded.name",
-                    params![&id, &name, now],
-                )
-                .await?;
-                let e = NewEvent::new(
-                    shepherd_core::event::kind::CHANNEL_CREATED,
-                    shepherd_core::event::EventRefs::default().channel(Some(id.clone())),
-                    serde_json::json!({ "name": name }),
-                );
-                log::append(db, now, &e).await?;
-                ops::channel_get(db, &id).await
-            })
-        })
-        .await
-    }
-
-    /// Archives a channel: it stays, with its runs; it is only hidden from lists.
-    pub async fn archive_channel(&self, id: &str) -> Result<shepherd_core::model::Channel, Error> {
-        let (now, id) = (self.now(), id.to_owned());
-        self.write(move |db| {
-            Box::pin(async move {
-                let n = db
-                .execute(
-                    "UPDATE channels SET archived_at = $2 WHERE id = $1 AND archived_at IS NULL",
-                    params![&id, now],
-                )
-                .await?;
-                if n == 0 {
-                    ops::channel_get(db, &id).await?;
-                    return Err(Error::conflict(
-                        "channel_archived",
-                        format!("channel {id:?} is already archived"),
-                    ));
-                }
-                let e = NewEvent::new(
-                    shepherd_core::event::kind::CHANNEL_ARCHIVED,
-                    shepherd_core::event::EventRefs::default().channel(Some(id.clone())),
-                    serde_json::json!({}),
-                );
-                log::append(db, now, &e).await?;
-                ops::channel_get(db, &id).await
-            })
-        })
-        .await
-    }
-
-    pub async fn list_channels(
-        &self,
-        include_archived: bool,
-    ) -> Result<Vec<shepherd_core::model::Channel>, Error> {
-        self.read(move |db| {
-            Box::pin(async move {
-                let rows = db
-                    .query(
-                        "SELECT c.id, c.name, c.created_at, c.archived_at, \
-                     (SELECT COUNT(*) FROM runs r WHERE r.channel_id = c.id) FROM channels c \
-                     WHERE $1 = 1 OR c.archived_at IS NULL ORDER BY c.id",
-                        params![include_archived as i64],
-                    )
-                    .await?;
-                rows.iter().map(ops::channel_from_row).collect()
-            })
-        })
-        .await
     }
 }
