@@ -10,7 +10,7 @@ use shepherd_core::Error;
 
 use crate::ops::{claims, workers};
 use crate::sql::{self, Db};
-use crate::{unit, Applied, Backend, Grant, LeaseRules, Store, SweepReport};
+use crate::{unit, Applied, Grant, LeaseRules, Store, SweepReport};
 
 /// One progress report of a batch (see [`Store::progress_batch`]).
 #[derive(Debug, Clone)]
@@ -92,32 +92,6 @@ impl Store {
         let (now, id) = (self.now(), worker_id.to_owned());
         self.write(move |db| {
             Box::pin(async move { claims::claim_next(db, now, &id, max, &rules).await })
-        })
-        .await
-    }
-
-    /// Units of work that ran on a read their PostgreSQL writer prefetched
-    /// for them (see `sql::Prefetch`); always 0 on SQLite.
-    #[doc(hidden)]
-    pub fn prefetch_hits(&self) -> u64 {
-        match &self.inner.backend {
-            Backend::Sqlite(_) => 0,
-            Backend::Postgres(b) => b.prefetch_hits(),
-        }
-    }
-
-    /// How the database runs claim-next's eligibility read for `worker_id`
-    /// now, one line per plan line (see `ops::claims::explain_eligible`).
-    /// Tests use it to check that a call reads about `limit` tasks.
-    #[doc(hidden)]
-    pub async fn explain_claim_next(
-        &self,
-        worker_id: &str,
-        limit: i64,
-    ) -> Result<Vec<String>, Error> {
-        let (now, id) = (self.now(), worker_id.to_owned());
-        self.write(move |db| {
-            Box::pin(async move { claims::explain_eligible(db, now, &id, limit).await })
         })
         .await
     }

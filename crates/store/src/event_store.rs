@@ -1,14 +1,14 @@
 //! The store's event-log operations: appending, reading, tailing and
-//! pruning the log, the writer's statistics, and the test hooks that make a
-//! unit of work fail or hold its transaction open.
+//! pruning the log, and the writer's statistics. (The hooks that make a
+//! unit of work fail or hold its transaction open are in `test_hooks.rs`.)
 
 use shepherd_core::event::{EventFilter, NewEvent};
 use shepherd_core::time::Millis;
 use shepherd_core::Error;
 
 use crate::any_db::AnyDb;
-use crate::sql::{self, Db};
-use crate::{log, params, unit, writer_stats, Backend, EventPage, StatementCost, Store, Tail};
+use crate::sql;
+use crate::{log, writer_stats, Backend, EventPage, StatementCost, Store, Tail};
 
 /// Sequence numbers of appended events: known inside the unit of work, or
 /// only after it committed.
@@ -56,141 +56,6 @@ impl Store {
                 .map(|e| e.seq)
                 .collect(),
         })
-    }
-
-    /// Like [`Store::append_events`], but the unit of work stays open for
-    /// `hold_ms` after appending (PostgreSQL only). Tests use it to make
-    /// transactions commit out of sequence order, the case the event log's
-    /// ordering guarantee exists for.
-    #[doc(hidden)]
-    pub async fn append_events_holding(
-        &self,
-        events: Vec<NewEvent>,
-        hold_ms: i64,
-    ) -> Result<Vec<i64>, Error> {
-        let now = self.now();
-        self.write(move |db| {
-            Box::pin(async move {
-                let mut seqs = Vec::with_capacity(events.len());
-                for e in &events {
-                    seqs.push(log::append(db, now, e).await?);
-                }
-                if hold_ms > 0 && db.dialect() == sql::Dialect::Postgres {
-                    db.execute("SELECT pg_sleep($1::bigint / 1000.0)", params![hold_ms])
-                        .await?;
-                }
-                Ok(seqs)
-            })
-        })
-        .await
-    }
-
-    /// Reads the log's head in a read transaction that then stays open for
-    /// `hold_ms`. Tests use it to cut a read short and check that its
-    /// connection does not go back to the pool still inside that
-    /// transaction, nor is counted free while it is still in use.
-    #[doc(hidden)]
-    pub async fn read_holding(&self, hold_ms: i64) -> Result<i64, Error> {
-        self.read(move |db| {
-            Box::pin(async move {
-                let head = log::head(db).await?;
-                if db.dialect() == sql::Dialect::Postgres {
-                    db.query("SELECT pg_sleep($1::bigint / 1000.0)", params![hold_ms])
-                        .await?;
-                } else {
-                    // SQLite reads run on a blocking thread of their own.
-                    std::thread::sleep(std::time::Duration::from_millis(hold_ms.max(0) as u64));
-                }
-                Ok(head)
-            })
-        })
-        .await
-    }
-
-    /// Appends `events` in a unit of work whose last deferred write then
-    /// fails (a duplicate key). Tests use it to check that a unit fails
-    /// whole when a write it did not wait for fails, and that the node's
-    /// writer carries on.
-    #[doc(hidden)]
-    pub async fn append_events_then_fail(&self, events: Vec<NewEvent>) -> Result<(), Error> {
-        let now = self.now();
-        self.write(move |db| {
-            Box::pin(async move {
-                for e in &events {
-                    log::append_deferred(db, now, e);
-                }
-                for _ in 0..2 {
-                    sql::Db::defer(
-                        db,
-                        "INSERT INTO meta (key, value) VALUES ('test.duplicate', '')",
-                        params![],
-                    );
-                }
-                Ok(())
-            })
-        })
-        .await
-    }
-
-    /// Appends each group of `groups` as a unit of work of its own, all in
-    /// one batch (one transaction on PostgreSQL; a single group is a lone
-    /// write); unit `failing` fails as `how` says. Tests use it to check
-    /// that whatever each unit is told matches what was committed.
-    #[doc(hidden)]
-    pub async fn append_groups_one_failing(
-        &self,
-        groups: Vec<Vec<NewEvent>>,
-        failing: usize,
-        how: TestFailure,
-    ) -> Result<Vec<Result<(), Error>>, Error> {
-        let now = self.now();
-        let units: Vec<_> = groups
-            .into_iter()
-            .enumerate()
-            .map(|(i, events)| {
-                unit(move |db| {
-                    Box::pin(async move {
-                        let fails = i == failing;
-                        if fails && how == TestFailure::Read {
-                            // Both databases refuse it as it runs.
-                            sql::Db::query(db, "SELECT abs(-9223372036854775807 - 1)", params![])
-                                .await?;
-                        }
-                        if fails && how == TestFailure::Refusal {
-                            sql::Db::query(db, "SELECT COUNT(*) FROM meta", params![]).await?;
-                            return Err(Error::conflict("refused", "refused after reading"));
-                        }
-                        if fails && how == TestFailure::TrustedWrite {
-                            sql::Db::trust_deferred_writes(db);
-                        }
-                        for e in &events {
-                            log::append_deferred(db, now, e);
-                        }
-                        if fails && how == TestFailure::Panic {
-                            sql::Db::flush(db).await?;
-                            panic!("a unit of work panics after writing (test)");
-                        }
-                        if fails && matches!(how, TestFailure::Write | TestFailure::TrustedWrite) {
-                            for _ in 0..2 {
-                                sql::Db::defer(
-                                    db,
-                                    "INSERT INTO meta (key, value) VALUES ('test.duplicate', '')",
-                                    params![],
-                                );
-                            }
-                        }
-                        Ok(())
-                    })
-                })
-            })
-            .collect::<Vec<_>>();
-        if units.len() == 1 {
-            // A lone group goes the way of every lone write: run by its
-            // caller when the writer is idle, else queued for the writer.
-            let unit = units.into_iter().next().expect("one unit");
-            return Ok(vec![self.write(unit).await]);
-        }
-        self.write_many(units).await
     }
 
     /// The highest committed sequence number.
@@ -348,20 +213,4 @@ impl Store {
         self.write(move |db| Box::pin(async move { log::append(db, now, &e).await }))
             .await
     }
-}
-
-/// How the failing unit of [`Store::append_groups_one_failing`] fails.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TestFailure {
-    /// A deferred write the database refuses (a duplicate key).
-    Write,
-    /// The same, after the unit declared that it trusts its writes.
-    TrustedWrite,
-    /// A read the database refuses, before the unit writes anything.
-    Read,
-    /// The unit's own refusal after a read, before it writes anything.
-    Refusal,
-    /// A bug: the unit panics after writing its events.
-    Panic,
 }

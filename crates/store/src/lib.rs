@@ -44,6 +44,9 @@ mod event_store;
 mod run_store;
 mod session_store;
 mod task_store;
+// Only for tests, benchmarks and examples (see the module).
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod worker_store;
 
 pub use statement_costs::StatementCost;
@@ -59,7 +62,6 @@ use tokio_util::sync::CancellationToken;
 pub use claim_store::ProgressReport;
 pub use clock::{now_ms, Clock};
 pub use config::{parse_database_url, redact_url, DatabaseUrl, StoreConfig};
-pub use event_store::TestFailure;
 pub use hub::{Tail, TailItem, BROADCAST_CAPACITY};
 pub use log::EventPage;
 pub use ops::claims::{Grant, HeldClaim, LeaseRules, SweepReport};
@@ -80,6 +82,8 @@ pub use postgres::PgOptions;
 /// `seq` is drawn.
 pub use postgres::EVENT_LOCK as POSTGRES_EVENT_LOCK;
 pub use sqlite::SyncMode;
+#[cfg(feature = "test-hooks")]
+pub use test_hooks::TestFailure;
 
 use postgres::PgBackend;
 use sqlite::SqliteBackend;
@@ -207,19 +211,9 @@ impl Store {
     }
 
     /// "Now" for this store's operations: the system clock, unless a test
-    /// fixed it with [`Store::set_clock`].
+    /// fixed it with `Store::set_clock` (a test hook).
     pub fn now(&self) -> Millis {
         self.inner.clock.now()
-    }
-
-    /// Tests only: fixes the clock every operation of this store (and its
-    /// clones) reads at `at`, or gives it back to the system with `None`
-    /// (the same as [`Clock::set`] on the clock it was opened with).
-    /// Nothing in the store waits on this clock; it only stamps and
-    /// compares times, so moving it is how a test lets leases lapse.
-    #[doc(hidden)]
-    pub fn set_clock(&self, at: Option<Millis>) {
-        self.inner.clock.set(at);
     }
 
     /// Runs `f` as one unit of work on the node's writer and returns once
@@ -348,16 +342,6 @@ impl Store {
         self.inner.shutdown.cancel();
         if let Backend::Postgres(b) = &self.inner.backend {
             b.close();
-        }
-    }
-
-    /// PostgreSQL only: whether this node has heard another node on the
-    /// same database recently, and how many commit notifications it sent.
-    #[doc(hidden)]
-    pub fn peer_state(&self) -> Option<(bool, u64)> {
-        match &self.inner.backend {
-            Backend::Postgres(b) => Some((b.peers().present(), b.peers().notifies())),
-            Backend::Sqlite(_) => None,
         }
     }
 

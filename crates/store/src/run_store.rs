@@ -8,8 +8,7 @@ use shepherd_core::transcript::TranscriptStep;
 use shepherd_core::Error;
 
 use crate::ops::{self, runs};
-use crate::sql::Db;
-use crate::{log, params, LeaseRules, Page, RunFilter, StepsAck, Store, UsageRow};
+use crate::{log, LeaseRules, Page, RunFilter, StepsAck, Store, UsageRow};
 
 impl Store {
     // ----- runs -----
@@ -169,28 +168,5 @@ impl Store {
     pub async fn prune_transcripts(&self, cutoff: Millis) -> Result<(i64, i64), Error> {
         self.write(move |db| Box::pin(runs::prune_transcripts(db, cutoff)))
             .await
-    }
-
-    /// Test and benchmark aid: overwrites a run's transcript blob.
-    #[doc(hidden)]
-    pub async fn overwrite_transcript(&self, run_id: &str, blob: Vec<u8>) -> Result<(), Error> {
-        let id = run_id.to_owned();
-        self.write(move |db| {
-            Box::pin(async move {
-                db.execute(
-                    "INSERT INTO run_transcripts (run_id, blob) VALUES ($1, $2) \
-                 ON CONFLICT (run_id) DO UPDATE SET blob = excluded.blob",
-                    params![&id, blob],
-                )
-                .await?;
-                db.execute(
-                    "UPDATE runs SET has_transcript = 1 WHERE id = $1",
-                    params![&id],
-                )
-                .await?;
-                Ok(())
-            })
-        })
-        .await
     }
 }
