@@ -6,7 +6,7 @@
 //! appends the events that describe the change in one transaction.
 //!
 //! Operations are written once (in `log.rs` and `ops/`) against the small
-//! [`sql::Db`] seam and compiled once, for one connection type
+//! `sql::Db` seam and compiled once, for one connection type
 //! (`any_db::AnyDb`) that forwards to the backend in use; [`Store::write`]
 //! and [`Store::read`] run them. Each backend (`sqlite/`, `postgres/`) owns
 //! its driver, its migrations, its transaction and locking strategy, and
@@ -26,11 +26,11 @@ mod clock;
 mod config;
 pub mod hub;
 mod inflated;
-pub mod log;
+pub(crate) mod log;
 mod migrations;
 pub mod ops;
 mod postgres;
-pub mod sql;
+pub(crate) mod sql;
 mod sqlite;
 mod statement_costs;
 pub mod writer_stats;
