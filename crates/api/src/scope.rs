@@ -45,7 +45,11 @@ pub async fn check_task(state: &AppState, caller: &Caller, d: &TaskDetail) -> Re
 
 async fn may_take(state: &AppState, worker_id: &str, task: &Task) -> Result<bool, Error> {
     let worker = state.store.worker(worker_id).await?;
-    Ok(shepherd_store::ops::claims::may_take(&worker, task))
+    Ok(shepherd_core::claiming::may_take(
+        &worker,
+        task,
+        shepherd_store::now_ms(),
+    ))
 }
 
 /// A run is visible to the worker that ran it.

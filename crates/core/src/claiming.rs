@@ -166,6 +166,15 @@ pub struct RunEnding {
     pub reason: &'static str,
 }
 
+/// Whether `worker` may take `task` at `now` (the rules of a claim, without
+/// capacity): what a worker token may read of a task it does not hold.
+/// A delayed task the worker could take once it is due counts too; a task
+/// of a workflow this build does not know, never.
+pub fn may_take(worker: &Worker, task: &Task, now: Millis) -> bool {
+    workflow::by_name(&task.workflow)
+        .is_some_and(|wf| eligibility(wf, worker, task, task.run_at.unwrap_or(0).max(now)).is_ok())
+}
+
 /// Whether the report `event`, which moved the task to `to` (with the
 /// transition's `trigger`, if any), ends the run that holds the task.
 pub fn run_ending(

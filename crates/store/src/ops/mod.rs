@@ -1,4 +1,4 @@
-//! Domain operations, written once against [`crate::sql::Db`].
+//! Domain operations, written once against `crate::sql::Db`.
 //!
 //! Each public function here is one unit of work: it reads what it needs,
 //! decides with the rules in `shepherd_core`, writes the tables and appends

@@ -73,6 +73,7 @@ impl Peers {
             .is_some_and(|at| at.elapsed() < PEER_TTL)
     }
     /// Commit notifications sent so far.
+    #[cfg(feature = "test-hooks")]
     pub fn notifies(&self) -> u64 {
         self.notifies.load(std::sync::atomic::Ordering::Relaxed)
     }

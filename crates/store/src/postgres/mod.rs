@@ -57,6 +57,9 @@ pub struct PgBackend {
     /// Live readers' backfills, apart from requests.
     backfill: Pool,
     jobs: mpsc::UnboundedSender<Job>,
+    /// Read here only by the test hooks (`Store::peer_state`); the writer
+    /// holds its own handle.
+    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
     peers: Arc<Peers>,
     writer: Arc<Writer>,
     delivery: DeliverySlot,
@@ -174,6 +177,7 @@ impl PgBackend {
     }
 
     /// Units that ran on a read the writer prefetched for them.
+    #[cfg(feature = "test-hooks")]
     pub fn prefetch_hits(&self) -> u64 {
         self.writer
             .ctx
@@ -182,6 +186,7 @@ impl PgBackend {
     }
 
     /// What this node knows of other nodes on the same database.
+    #[cfg(feature = "test-hooks")]
     pub fn peers(&self) -> &Peers {
         &self.peers
     }

@@ -126,13 +126,6 @@ fn eligibility(worker: &Worker, task: &Task, now: Millis) -> Result<(), Error> {
     claiming::eligibility(workflow_of(task)?, worker, task, now)
 }
 
-/// Whether `worker` may take `task` now (the rules of a claim, without
-/// capacity): what a worker token may read of a task it does not hold.
-/// A delayed task the worker could take once it is due counts too.
-pub fn may_take(worker: &Worker, task: &Task) -> bool {
-    eligibility(worker, task, task.run_at.unwrap_or(0).max(crate::now_ms())).is_ok()
-}
-
 /// Columns `from..from+len` of a row, as a row of their own.
 fn slice(r: &Row, from: usize, len: usize) -> Row {
     Row(r.0.iter().skip(from).take(len).cloned().collect())
