@@ -13,6 +13,19 @@ let ws;
 let server;
 let browser;
 
+/** Opens a WebSocket to `path` from `page`'s own origin: "open" or "refused". */
+function openSocket(page, path) {
+  return page.evaluate(
+    (p) =>
+      new Promise((resolve) => {
+        const sock = new WebSocket(`ws://${location.host}${p}`, ["shepherd.v1"]);
+        sock.onopen = () => resolve("open");
+        sock.onerror = () => resolve("refused");
+      }),
+    path,
+  );
+}
+
 before(async () => {
   ws = makeWorkspace();
   server = await startServer(ws);
@@ -56,15 +69,8 @@ test("a rebound page can neither load nor drive a token-less server", async () =
   // A terminal made by the operator: the page cannot open its WebSocket.
   const session = await apiCall(server, "POST", "/api/v1/sessions", { location_path: work });
   const tab = await apiCall(server, "POST", `/api/v1/sessions/${session.id}/workers`, { type: "terminal" });
-  const opened = await page.evaluate(
-    (path) =>
-      new Promise((resolve) => {
-        const sock = new WebSocket(`ws://${location.host}${path}`, ["shepherd.v1"]);
-        sock.onopen = () => resolve("open");
-        sock.onerror = () => resolve("refused");
-      }),
-    `/ws/session/${session.id}/worker/${tab.id}`,
-  );
+  const terminal = `/ws/session/${session.id}/worker/${tab.id}`;
+  const opened = await openSocket(page, terminal);
   assert.equal(opened, "refused");
 
   // The same page under the server's own name works, so the refusal above
@@ -72,14 +78,6 @@ test("a rebound page can neither load nor drive a token-less server", async () =
   const own = await (await browser.newContext()).newPage();
   const ok = await own.goto(`http://localhost:${server.port}/`);
   assert.equal(ok.status(), 200);
-  const ownOpen = await own.evaluate(
-    (path) =>
-      new Promise((resolve) => {
-        const sock = new WebSocket(`ws://${location.host}${path}`, ["shepherd.v1"]);
-        sock.onopen = () => resolve("open");
-        sock.onerror = () => resolve("refused");
-      }),
-    `/ws/session/${session.id}/worker/${tab.id}`,
-  );
+  const ownOpen = await openSocket(own, terminal);
   assert.equal(ownOpen, "open");
 });

@@ -448,23 +448,17 @@ impl EnvLayer {
                 }
             }
         }
-        if let Some(v) = env(vars, "SHEPHERD_ALLOWED_ORIGINS") {
-            let list = v
-                .split(',')
-                .map(|o| o.trim())
-                .filter(|o| !o.is_empty())
-                .map(|o| Value::String(tag, o.to_owned()))
-                .collect();
-            dict.insert("allowed_origins".into(), Value::Array(tag, list));
-        }
-        if let Some(v) = env(vars, "SHEPHERD_ALLOWED_HOSTS") {
-            let list = v
-                .split(',')
-                .map(|o| o.trim())
-                .filter(|o| !o.is_empty())
-                .map(|o| Value::String(tag, o.to_owned()))
-                .collect();
-            dict.insert("allowed_hosts".into(), Value::Array(tag, list));
+        // Lists are comma-separated in the environment.
+        for key in ["allowed_origins", "allowed_hosts"] {
+            if let Some(v) = env(vars, &env_name(key)) {
+                let list = v
+                    .split(',')
+                    .map(|o| o.trim())
+                    .filter(|o| !o.is_empty())
+                    .map(|o| Value::String(tag, o.to_owned()))
+                    .collect();
+                dict.insert(key.into(), Value::Array(tag, list));
+            }
         }
         let mut warnings = Vec::new();
         if let Some((var, t)) = token_var(vars) {

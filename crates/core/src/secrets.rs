@@ -29,11 +29,6 @@ pub const SECRET_ENV: &[&str] = &[
     "SHEPHERD_WEBHOOK_SECRET",
 ];
 
-/// Whether `name` is one of [`SECRET_ENV`].
-pub fn is_secret_env(name: &str) -> bool {
-    SECRET_ENV.contains(&name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,11 +44,11 @@ mod tests {
             "SHEPHERD_OIDC_CLIENT_SECRET",
             "SHEPHERD_WEBHOOK_SECRET",
         ] {
-            assert!(is_secret_env(name), "{name}");
+            assert!(SECRET_ENV.contains(&name), "{name}");
         }
         // What an agent is told about its run is not a secret.
         for name in ["SHEPHERD_RUN_ID", "SHEPHERD_TASK_ID", "SHEPHERD_SESSION_ID"] {
-            assert!(!is_secret_env(name), "{name}");
+            assert!(!SECRET_ENV.contains(&name), "{name}");
         }
     }
 }
