@@ -42,6 +42,7 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue};
 use axum::Router;
+use shepherd_core::defaults;
 use shepherd_store::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -101,10 +102,10 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             auth_token: None,
-            body_limit_bytes: 8 * 1024 * 1024,
-            heartbeat_timeout: Duration::from_secs(300),
-            claim_ttl: Duration::from_secs(3600),
-            cancel_grace: Duration::from_secs(30),
+            body_limit_bytes: defaults::BODY_LIMIT_BYTES as usize,
+            heartbeat_timeout: defaults::HEARTBEAT_TIMEOUT,
+            claim_ttl: defaults::CLAIM_TTL,
+            cancel_grace: defaults::CANCEL_GRACE,
             agent_cancel_grace: Default::default(),
             sse_keepalive: Duration::from_secs(15),
             sse_coalesce: Duration::from_millis(25),
@@ -114,8 +115,8 @@ impl Default for Settings {
             max_streams: 0,
             send_timeout: Duration::ZERO,
             hosts: host::HostRule::default(),
-            header_timeout: Duration::from_secs(10),
-            body_timeout: Duration::from_secs(30),
+            header_timeout: defaults::HEADER_TIMEOUT,
+            body_timeout: defaults::BODY_TIMEOUT,
             max_requests_per_token: 0,
             workspace_repos: Vec::new(),
         }

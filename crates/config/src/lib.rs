@@ -19,7 +19,8 @@ use figment::value::{Dict, Map, Num, Tag, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
-pub use shepherd_runner::AgentConfig;
+pub use shepherd_core::agent_config::AgentConfig;
+use shepherd_core::defaults;
 
 /// The durations: a humantime value (`"5m"`, `"90s"`) under the key, or
 /// (the older form, still read) whole seconds under `KEY_secs`.
@@ -218,20 +219,6 @@ pub enum Origin {
     /// An environment variable.
     Env { var: String },
 }
-
-/// Requests in flight before shedding. Past a few hundred, a queue only adds
-/// latency: the store serves them one transaction at a time anyway.
-pub const DEFAULT_MAX_REQUESTS: u64 = 256;
-/// Open streams; each costs a socket and a little memory, not a request slot.
-pub const DEFAULT_MAX_STREAMS: u64 = 4096;
-/// Workers' reports admitted beyond the request cap: enough for the
-/// heartbeats and progress of a busy fleet, small against the cap.
-pub const DEFAULT_MAX_WORKER_REQUESTS: u64 = 32;
-/// The listen backlog; Linux caps it at `net.core.somaxconn`.
-pub const DEFAULT_LISTEN_BACKLOG: u64 = 1024;
-/// Requests in flight per credential: far above what one client needs,
-/// far below the server's whole cap, so that one token cannot take it all.
-pub const DEFAULT_MAX_REQUESTS_PER_TOKEN: u64 = 64;
 
 /// A configuration error: which key, and what is wrong with it.
 #[derive(Debug)]
@@ -622,7 +609,7 @@ impl Config {
             }
             None => None,
         };
-        let listen_backlog = file.listen_backlog.unwrap_or(DEFAULT_LISTEN_BACKLOG);
+        let listen_backlog = file.listen_backlog.unwrap_or(defaults::LISTEN_BACKLOG);
         if !(1..=65535).contains(&listen_backlog) {
             return Err(err(format!(
                 "SHEPHERD_LISTEN_BACKLOG: expected 1 to 65535, got {listen_backlog}"
@@ -645,10 +632,10 @@ impl Config {
         };
         let dur = |key: &str,
                    v: Option<Duration>,
-                   default: u64,
+                   default: Duration,
                    min: u64|
          -> Result<Duration, ConfigError> {
-            let v = v.unwrap_or(Duration::from_secs(default));
+            let v = v.unwrap_or(default);
             if v < Duration::from_secs(min) {
                 return Err(err(format!(
                     "{}: must be at least {min}s, got {}",
@@ -658,7 +645,7 @@ impl Config {
             }
             Ok(v)
         };
-        let body_limit = file.body_limit_bytes.unwrap_or(8 * 1024 * 1024);
+        let body_limit = file.body_limit_bytes.unwrap_or(defaults::BODY_LIMIT_BYTES);
         if body_limit < 1024 {
             return Err(err("SHEPHERD_BODY_LIMIT_BYTES: must be at least 1024"));
         }
@@ -732,35 +719,67 @@ impl Config {
             auth_token,
             sqlite_sync,
             body_limit_bytes: body_limit as usize,
-            heartbeat_timeout: dur("heartbeat_timeout", file.heartbeat_timeout, 300, 1)?,
-            claim_ttl: dur("claim_ttl", file.claim_ttl, 3600, 1)?,
-            sweep_interval: dur("sweep_interval", file.sweep_interval, 15, 1)?,
-            cancel_grace: dur("cancel_grace", file.cancel_grace, 30, 0)?,
-            snapshot_interval: dur("snapshot_interval", file.snapshot_interval, 300, 1)?,
-            event_retention_days: file.event_retention_days.unwrap_or(30),
-            transcript_retention_days: file.transcript_retention_days.unwrap_or(0),
-            pg_pool_size: file.pg_pool_size.unwrap_or(16).clamp(2, 512) as usize,
+            heartbeat_timeout: dur(
+                "heartbeat_timeout",
+                file.heartbeat_timeout,
+                defaults::HEARTBEAT_TIMEOUT,
+                1,
+            )?,
+            claim_ttl: dur("claim_ttl", file.claim_ttl, defaults::CLAIM_TTL, 1)?,
+            sweep_interval: dur(
+                "sweep_interval",
+                file.sweep_interval,
+                defaults::SWEEP_INTERVAL,
+                1,
+            )?,
+            cancel_grace: dur("cancel_grace", file.cancel_grace, defaults::CANCEL_GRACE, 0)?,
+            snapshot_interval: dur(
+                "snapshot_interval",
+                file.snapshot_interval,
+                defaults::SNAPSHOT_INTERVAL,
+                1,
+            )?,
+            event_retention_days: file
+                .event_retention_days
+                .unwrap_or(defaults::EVENT_RETENTION_DAYS),
+            transcript_retention_days: file
+                .transcript_retention_days
+                .unwrap_or(defaults::TRANSCRIPT_RETENTION_DAYS),
+            pg_pool_size: file
+                .pg_pool_size
+                .unwrap_or(defaults::PG_POOL_SIZE)
+                .clamp(2, 512) as usize,
             pg_schema: file.pg_schema,
-            runner_heartbeat: dur("runner_heartbeat", file.runner_heartbeat, 30, 1)?,
+            runner_heartbeat: dur(
+                "runner_heartbeat",
+                file.runner_heartbeat,
+                defaults::RUNNER_HEARTBEAT,
+                1,
+            )?,
             allowed_origins,
             allowed_hosts,
             agents,
             sessions_root: file.sessions_root,
             node_id: file.node_id,
             advertise_url: file.advertise_url,
-            max_requests: file.max_requests.unwrap_or(DEFAULT_MAX_REQUESTS) as usize,
-            max_streams: file.max_streams.unwrap_or(DEFAULT_MAX_STREAMS) as usize,
+            max_requests: file.max_requests.unwrap_or(defaults::MAX_REQUESTS) as usize,
+            max_streams: file.max_streams.unwrap_or(defaults::MAX_STREAMS) as usize,
             max_worker_requests: file
                 .max_worker_requests
-                .unwrap_or(DEFAULT_MAX_WORKER_REQUESTS) as usize,
+                .unwrap_or(defaults::MAX_WORKER_REQUESTS) as usize,
             listen_backlog: listen_backlog as u32,
             metrics_listen,
-            send_timeout: dur("send_timeout", file.send_timeout, 120, 0)?,
-            header_timeout: dur("header_timeout", file.header_timeout, 10, 1)?,
-            body_timeout: dur("body_timeout", file.body_timeout, 30, 1)?,
+            send_timeout: dur("send_timeout", file.send_timeout, defaults::SEND_TIMEOUT, 0)?,
+            header_timeout: dur(
+                "header_timeout",
+                file.header_timeout,
+                defaults::HEADER_TIMEOUT,
+                1,
+            )?,
+            body_timeout: dur("body_timeout", file.body_timeout, defaults::BODY_TIMEOUT, 1)?,
             max_requests_per_token: file
                 .max_requests_per_token
-                .unwrap_or(DEFAULT_MAX_REQUESTS_PER_TOKEN)
+                .unwrap_or(defaults::MAX_REQUESTS_PER_TOKEN)
                 as usize,
             tls,
             origins,

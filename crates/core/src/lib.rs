@@ -7,8 +7,10 @@
 //! every word without sharing any machinery.
 
 pub mod adapters;
+pub mod agent_config;
 pub mod claiming;
 pub mod cmdline;
+pub mod defaults;
 pub mod error;
 pub mod event;
 pub mod model;

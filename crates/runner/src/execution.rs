@@ -25,13 +25,13 @@ use shepherd_core::workflow;
 use shepherd_protocol::ProgressBody;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::AgentConfig;
 use crate::process::GroupRecords;
 use crate::shim::{write_atomic, RunFiles};
 use crate::spool::Spool;
 use crate::worktree::{self, Workspace};
 use saved::ReaderState;
 pub use saved::{SavedRun, SavedWorkspace};
+use shepherd_core::agent_config::AgentConfig;
 use supervise::{supervise, Started};
 
 /// What the server handed over with a claim.
@@ -59,6 +59,14 @@ impl Assignment {
     /// when the agent can; otherwise the spec carries the earlier turns.
     fn command(&self, agent: &AgentConfig) -> (Vec<String>, Option<String>) {
         if let Some(c) = self.conversation.as_ref().filter(|c| c.turn > 1) {
+            if let Some(Err(why)) = c
+                .agent_session_id
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(shepherd_core::cmdline::check_agent_session_id)
+            {
+                tracing::warn!(agent_session_id = ?c.agent_session_id, %why, "ignored the conversation's agent session id");
+            }
             if let Some((argv, stdin)) = agent.continue_argv(
                 &c.message,
                 &self.vtid,

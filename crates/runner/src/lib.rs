@@ -12,7 +12,6 @@
 //! carries on the runs a previous one left to live shims, and gives back
 //! to the queue those whose agent is gone.
 
-pub mod agent;
 pub mod execution;
 pub mod lines;
 pub mod process;
@@ -29,10 +28,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use agent::AgentConfig;
-use execution::{execute, Assignment, Ending, RunContext};
+use execution::{execute, Assignment, Ending, RunContext, SavedRun};
 use process::{GroupRecords, WorkerRecords};
 use shepherd_client::{Client, Start};
+pub use shepherd_core::agent_config::AgentConfig;
 use shepherd_protocol as p;
 
 /// How a runner is set up.
@@ -84,10 +83,10 @@ impl RunnerConfig {
             token,
             agents,
             data_dir,
-            heartbeat_interval: Duration::from_secs(30),
+            heartbeat_interval: shepherd_core::defaults::RUNNER_HEARTBEAT,
             poll_interval: Duration::from_secs(2),
             quiet_gap: Duration::from_millis(500),
-            cancel_grace: Duration::from_secs(30),
+            cancel_grace: shepherd_core::defaults::CANCEL_GRACE,
             spool_cap_bytes: 64 * 1024 * 1024,
             name: host,
             shim_program: std::env::var_os("SHEPHERD_SHIM_PROGRAM")
@@ -168,33 +167,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     }
     let records = GroupRecords::new(&config.data_dir)
         .map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
-    let reaped = records.reap_orphans();
-    if !reaped.is_empty() {
-        tracing::warn!(
-            count = reaped.len(),
-            "ended agent processes left by a previous runner"
-        );
-    }
-    let (mut live, lost) = leftover_runs(&config.data_dir);
-    // Only now that their processes are gone: finish the worktrees of runs
-    // that died with their runner (commit leftovers, keep the branches);
-    // those of runs carried on stay.
-    let keep: std::collections::HashSet<String> =
-        live.iter().map(|r| r.assignment.run_id.clone()).collect();
-    let finished = worktree::clean_leftovers(&config.data_dir, &keep).await;
-    if finished > 0 {
-        tracing::warn!(
-            count = finished,
-            "finished worktrees left by a previous runner"
-        );
-    }
-    for (name, agent) in &config.agents {
-        if let Some((repo, base)) = agent.worktree_repo() {
-            if let Err(e) = worktree::resolve_base(repo, base).await {
-                tracing::warn!(agent = name, "agents.{name}: {e}; its runs will fail");
-            }
-        }
-    }
+    let (mut live, lost) = recover_leftovers(&config, &records).await;
     let operator = Client::with_trust(&config.server, config.token.clone(), &config.trust)
         .map_err(|e| e.to_string())?;
     // Workers a previous runner registered from this data directory lost
@@ -208,25 +181,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         .keys()
         .map(|name| format!("{name}@{instance}"))
         .collect();
-    for old in registry.take_all() {
-        if current.contains(&old) {
-            // Registered again below, keeping its claims.
-            continue;
-        }
-        let body = p::DeregisterBody {
-            worker_id: Some(old.clone()),
-            reason: Some(
-                "its runner stopped without deregistering; its processes were ended".into(),
-            ),
-        };
-        match operator.deregister(&body).await {
-            Ok(_) => tracing::warn!(
-                worker_id = old,
-                "deregistered a worker left by a previous runner; its tasks are back in the queue"
-            ),
-            Err(e) => tracing::debug!(worker_id = old, error = %e, "previous worker already gone"),
-        }
-    }
+    deregister_previous(&operator, &registry, &current).await;
     let tracker = TaskTracker::new();
     let cancels: Cancels = Arc::default();
     let wake = Arc::new(Notify::new());
@@ -242,22 +197,14 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             slots = agent.slots(),
             "runner worker registered"
         );
-        let ctx = Arc::new(RunContext {
-            agent_name: name.clone(),
-            agent: agent.clone(),
-            connector: operator.with_token(token),
-            records: records.clone(),
-            worker_id: worker_id.clone(),
-            shim_program: config.shim_program.clone(),
-            lease_timeout: config.lease_timeout,
-            detach_on_stop: config.detach_on_stop,
-            child_umask: config.child_umask,
-            spool_dir: config.data_dir.join("runner").join("spool"),
-            spool_cap_bytes: config.spool_cap_bytes,
-            quiet_gap: config.quiet_gap,
-            default_cancel_grace: config.cancel_grace,
-            data_dir: config.data_dir.clone(),
-        });
+        let ctx = Arc::new(run_context(
+            &config,
+            name,
+            agent,
+            operator.with_token(token),
+            &records,
+            &worker_id,
+        ));
         workers.push((worker_id.clone(), ctx.clone()));
         let (mine, rest): (Vec<_>, Vec<_>) =
             live.into_iter().partition(|r| r.worker_id == worker_id);
@@ -284,24 +231,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             shutdown.clone(),
         ));
     }
-    // Runs of workers this runner no longer has (the agent left the
-    // configuration): nothing can carry them on.
-    for saved in live
-        .iter()
-        .chain(lost.iter())
-        .filter(|r| !current.contains(&r.worker_id))
-    {
-        let run = shim::RunFiles::new(&config.data_dir, &saved.assignment.run_id);
-        if let Some(pgid) = run.agent_pgid() {
-            process::signal_group(pgid, libc::SIGKILL);
-        }
-        tracing::warn!(
-            run_id = saved.assignment.run_id,
-            worker_id = saved.worker_id,
-            "a run left by a worker this runner no longer has was ended"
-        );
-        let _ = std::fs::remove_dir_all(&run.dir);
-    }
+    end_runs_of_departed_workers(&config.data_dir, live.iter().chain(lost.iter()), &current);
     let ids: Vec<String> = workers.iter().map(|(w, _)| w.clone()).collect();
     tracker.spawn(follow_events(
         operator.clone(),
@@ -334,6 +264,118 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         }
     }
     Ok(())
+}
+
+/// What a previous runner on this data directory left: its orphaned agent
+/// processes are ended, the worktrees of runs that died with it finished,
+/// and its saved runs sorted into those whose agent still lives (`live`,
+/// carried on) and those whose agent is gone (`lost`, given back).
+async fn recover_leftovers(
+    config: &RunnerConfig,
+    records: &GroupRecords,
+) -> (Vec<SavedRun>, Vec<SavedRun>) {
+    let reaped = records.reap_orphans();
+    if !reaped.is_empty() {
+        tracing::warn!(
+            count = reaped.len(),
+            "ended agent processes left by a previous runner"
+        );
+    }
+    let (live, lost) = leftover_runs(&config.data_dir);
+    // Only now that their processes are gone: finish the worktrees of runs
+    // that died with their runner (commit leftovers, keep the branches);
+    // those of runs carried on stay.
+    let keep: std::collections::HashSet<String> =
+        live.iter().map(|r| r.assignment.run_id.clone()).collect();
+    let finished = worktree::clean_leftovers(&config.data_dir, &keep).await;
+    if finished > 0 {
+        tracing::warn!(
+            count = finished,
+            "finished worktrees left by a previous runner"
+        );
+    }
+    for (name, agent) in &config.agents {
+        if let Some((repo, base)) = agent.worktree_repo() {
+            if let Err(e) = worktree::resolve_base(repo, base).await {
+                tracing::warn!(agent = name, "agents.{name}: {e}; its runs will fail");
+            }
+        }
+    }
+    (live, lost)
+}
+
+/// Workers a previous runner registered from this data directory lost
+/// their processes with it: their claims are released now rather than
+/// after the heartbeat timeout, so their tasks go straight back to the
+/// queue. Those in `current` are registered again, keeping their claims.
+async fn deregister_previous(operator: &Client, registry: &WorkerRecords, current: &[String]) {
+    for old in registry.take_all() {
+        if current.contains(&old) {
+            continue;
+        }
+        let body = p::DeregisterBody {
+            worker_id: Some(old.clone()),
+            reason: Some(
+                "its runner stopped without deregistering; its processes were ended".into(),
+            ),
+        };
+        match operator.deregister(&body).await {
+            Ok(_) => tracing::warn!(
+                worker_id = old,
+                "deregistered a worker left by a previous runner; its tasks are back in the queue"
+            ),
+            Err(e) => tracing::debug!(worker_id = old, error = %e, "previous worker already gone"),
+        }
+    }
+}
+
+/// Runs of workers this runner no longer has (the agent left the
+/// configuration): nothing can carry them on, so their agents are killed
+/// and their files removed.
+fn end_runs_of_departed_workers<'a>(
+    data_dir: &std::path::Path,
+    saved: impl Iterator<Item = &'a SavedRun>,
+    current: &[String],
+) {
+    for saved in saved.filter(|r| !current.contains(&r.worker_id)) {
+        let run = shim::RunFiles::new(data_dir, &saved.assignment.run_id);
+        if let Some(pgid) = run.agent_pgid() {
+            process::signal_group(pgid, libc::SIGKILL);
+        }
+        tracing::warn!(
+            run_id = saved.assignment.run_id,
+            worker_id = saved.worker_id,
+            "a run left by a worker this runner no longer has was ended"
+        );
+        let _ = std::fs::remove_dir_all(&run.dir);
+    }
+}
+
+/// What the runs of one of this runner's workers need from it.
+fn run_context(
+    config: &RunnerConfig,
+    name: &str,
+    agent: &AgentConfig,
+    connector: Client,
+    records: &GroupRecords,
+    worker_id: &str,
+) -> RunContext {
+    RunContext {
+        agent_name: name.to_owned(),
+        agent: agent.clone(),
+        connector,
+        records: records.clone(),
+        worker_id: worker_id.to_owned(),
+        shim_program: config.shim_program.clone(),
+        lease_timeout: config.lease_timeout,
+        detach_on_stop: config.detach_on_stop,
+        child_umask: config.child_umask,
+        spool_dir: config.data_dir.join("runner").join("spool"),
+        spool_cap_bytes: config.spool_cap_bytes,
+        quiet_gap: config.quiet_gap,
+        default_cancel_grace: config.cancel_grace,
+        data_dir: config.data_dir.clone(),
+    }
 }
 
 async fn register(

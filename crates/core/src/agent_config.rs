@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::adapters::TranscriptFormat;
 use serde::Deserialize;
-use shepherd_core::adapters::TranscriptFormat;
 
 /// `[agents.NAME]` in `shepherd.toml`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -52,7 +52,7 @@ pub struct AgentConfig {
     /// own); failed, timed-out and lost runs are retried until then.
     pub max_attempts: Option<i64>,
     /// Default wait between attempts: `{ initial_ms = 10000, max_ms = 600000 }`.
-    pub retry_backoff: Option<shepherd_core::retry::RetryBackoff>,
+    pub retry_backoff: Option<crate::retry::RetryBackoff>,
     /// Exit codes that count as a failure worth retrying; unset: every
     /// non-zero code. Any other code fails the task at once.
     pub retry_on_exit_codes: Option<Vec<i32>>,
@@ -102,7 +102,7 @@ impl AgentConfig {
             }
         }
         if let Some(n) = self.max_attempts {
-            shepherd_core::retry::validate_max_attempts(n).map_err(|m| bad("max_attempts", &m))?;
+            crate::retry::validate_max_attempts(n).map_err(|m| bad("max_attempts", &m))?;
         }
         if let Some(b) = &self.retry_backoff {
             b.validate().map_err(|m| bad("retry_backoff", &m))?;
@@ -172,7 +172,7 @@ impl AgentConfig {
     pub fn worker_type(&self) -> &str {
         self.worker_type
             .as_deref()
-            .unwrap_or(shepherd_core::status::WorkerType::Builtin.as_str())
+            .unwrap_or(crate::status::WorkerType::Builtin.as_str())
     }
 
     pub fn slots(&self) -> i64 {
@@ -242,14 +242,10 @@ impl AgentConfig {
         // The id came from a worker's report: the server refuses one that
         // could read as an option, and it is checked again here, since a
         // stored one may predate that check. One that fails is as good as
-        // none (the spec then carries the history).
-        let id = agent_session_id.filter(|s| !s.is_empty()).filter(|s| {
-            shepherd_core::cmdline::check_agent_session_id(s)
-                .inspect_err(|why| {
-                    tracing::warn!(agent_session_id = %s, %why, "ignored the conversation's agent session id")
-                })
-                .is_ok()
-        });
+        // none (the spec then carries the history); the runner logs it.
+        let id = agent_session_id
+            .filter(|s| !s.is_empty())
+            .filter(|s| crate::cmdline::check_agent_session_id(s).is_ok());
         if needs_id && id.is_none() {
             return None;
         }
