@@ -8,10 +8,12 @@
 
 pub mod admin;
 pub mod args;
+pub mod chat;
 pub mod events;
 pub mod output;
 pub mod prune_branches;
 pub mod runs;
+pub mod session;
 pub mod task;
 pub mod usage;
 pub mod workers;
@@ -118,10 +120,10 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Events { args, .. } => events::events(g, args).await,
         Command::Usage { args, .. } => usage::usage(g, args).await,
         Command::Workers { all, .. } => workers::workers(g, *all).await,
-        Command::Chat { args, .. } => crate::chat_cli::chat(g, args).await,
-        Command::Conversation { cmd, .. } => crate::chat_cli::conversation(g, cmd).await,
-        Command::Session { cmd, .. } => crate::session_cli::session(g, cmd).await,
-        Command::Attach { args, .. } => crate::session_cli::attach(g, args).await,
+        Command::Chat { args, .. } => chat::chat(g, args).await,
+        Command::Conversation { cmd, .. } => chat::conversation(g, cmd).await,
+        Command::Session { cmd, .. } => session::session(g, cmd).await,
+        Command::Attach { args, .. } => session::attach(g, args).await,
         Command::Mcp { .. } => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
         Command::Shim { .. } => Err("the shim runs before the runtime starts".into()),
     }

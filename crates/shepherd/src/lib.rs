@@ -2,12 +2,10 @@
 //! background loops, and the command-line client. `main.rs` only parses the
 //! command line and calls in here.
 
-pub mod chat_cli;
 pub mod cli;
 pub mod config;
 pub mod maintenance;
 pub mod private_data;
 pub mod render;
 pub mod server;
-pub mod session_cli;
 pub mod session_host;

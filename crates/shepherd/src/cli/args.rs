@@ -288,14 +288,14 @@ pub enum Command {
         #[command(flatten)]
         client: ClientFlags,
         #[command(flatten)]
-        args: crate::chat_cli::ChatArgs,
+        args: crate::cli::chat::ChatArgs,
     },
     /// List, show, send to and cancel conversations.
     Conversation {
         #[command(flatten)]
         client: ClientFlags,
         #[command(subcommand)]
-        cmd: crate::chat_cli::ConversationCommand,
+        cmd: crate::cli::chat::ConversationCommand,
     },
     /// List workers (live and recovered).
     Workers {
@@ -310,14 +310,14 @@ pub enum Command {
         #[command(flatten)]
         client: ClientFlags,
         #[command(subcommand)]
-        cmd: crate::session_cli::SessionCommand,
+        cmd: crate::cli::session::SessionCommand,
     },
     /// Attach this terminal to a session's tab (detach: Ctrl-] then d).
     Attach {
         #[command(flatten)]
         client: ClientFlags,
         #[command(flatten)]
-        args: crate::session_cli::AttachArgs,
+        args: crate::cli::session::AttachArgs,
     },
     /// Serve MCP on stdin/stdout for an agent, as a client of the server
     /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
@@ -423,44 +423,7 @@ impl Command {
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
     /// Create a task (dispatched at once unless --draft).
-    Add {
-        /// A one-line title (the agent receives it with the spec).
-        title: String,
-        /// The spec, as markdown text.
-        #[arg(long, conflicts_with = "spec_file")]
-        spec: Option<String>,
-        /// Read the spec from a file (`-` for stdin).
-        #[arg(long)]
-        spec_file: Option<PathBuf>,
-        /// The task's id (default: one is generated).
-        #[arg(long)]
-        vtid: Option<String>,
-        /// Higher runs first; negative is allowed.
-        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-        priority: i64,
-        /// Required capability (repeatable).
-        #[arg(long = "capability", short = 'c')]
-        capabilities: Vec<String>,
-        /// The agent that runs it (an `[agents.*]` name).
-        #[arg(long)]
-        agent: Option<String>,
-        /// The channel (resource) it belongs to.
-        #[arg(long)]
-        channel: Option<String>,
-        /// simple (default) or autopilot.
-        #[arg(long)]
-        workflow: Option<String>,
-        /// Leave it as a draft; dispatch later.
-        #[arg(long)]
-        draft: bool,
-        /// Attempts in all before it ends failed (failed, timed-out and
-        /// lost runs are retried after a backoff); default: the agent's.
-        #[arg(long)]
-        max_attempts: Option<i64>,
-        /// Not claimable before this long from now (e.g. 10m, 2h).
-        #[arg(long, value_parser = parse_age)]
-        delay: Option<Duration>,
-    },
+    Add(AddTask),
     /// List tasks, newest first.
     List {
         /// Only tasks in this state (e.g. pending, running, done, failed).
@@ -492,6 +455,47 @@ pub enum TaskCommand {
     Watch { vtid: String },
     /// Retry a failed task: it goes back to the queue (operator).
     Retry { vtid: String },
+}
+
+/// `shepherd task add`'s arguments.
+#[derive(Debug, Args)]
+pub struct AddTask {
+    /// A one-line title (the agent receives it with the spec).
+    pub title: String,
+    /// The spec, as markdown text.
+    #[arg(long, conflicts_with = "spec_file")]
+    pub spec: Option<String>,
+    /// Read the spec from a file (`-` for stdin).
+    #[arg(long)]
+    pub spec_file: Option<PathBuf>,
+    /// The task's id (default: one is generated).
+    #[arg(long)]
+    pub vtid: Option<String>,
+    /// Higher runs first; negative is allowed.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub priority: i64,
+    /// Required capability (repeatable).
+    #[arg(long = "capability", short = 'c')]
+    pub capabilities: Vec<String>,
+    /// The agent that runs it (an `[agents.*]` name).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// The channel (resource) it belongs to.
+    #[arg(long)]
+    pub channel: Option<String>,
+    /// simple (default) or autopilot.
+    #[arg(long)]
+    pub workflow: Option<String>,
+    /// Leave it as a draft; dispatch later.
+    #[arg(long)]
+    pub draft: bool,
+    /// Attempts in all before it ends failed (failed, timed-out and
+    /// lost runs are retried after a backoff); default: the agent's.
+    #[arg(long)]
+    pub max_attempts: Option<i64>,
+    /// Not claimable before this long from now (e.g. 10m, 2h).
+    #[arg(long, value_parser = parse_age)]
+    pub delay: Option<Duration>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -3,12 +3,13 @@
 use shepherd_client::{Client, Start};
 use shepherd_core::event::kind;
 use shepherd_protocol::{
-    CancelBody, CreateTask, EventStreamQuery, RunCompleted, RunStatusChanged, RunStep, Task,
+    CancelBody, Claim, CreateTask, EventStreamQuery, RunCompleted, RunStatusChanged, RunStep, Task,
     TaskListQuery, TaskStateChanged, WireEvent, WorkersQuery,
 };
 
 use crate::render::{ago, cut, opt, table, when};
 
+use super::args::AddTask;
 use super::events::follow;
 use super::output::{client, explain, print_data, watch_redraw};
 use super::{Global, Output, Result, TaskCommand};
@@ -55,55 +56,7 @@ fn warn_no_takers(t: &Task) {
 pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
     let c = client(g)?;
     match cmd {
-        TaskCommand::Add {
-            title,
-            spec,
-            spec_file,
-            vtid,
-            priority,
-            capabilities,
-            agent,
-            channel,
-            workflow,
-            draft,
-            max_attempts,
-            delay,
-        } => {
-            let spec = match (spec, spec_file) {
-                (Some(s), _) => s.clone(),
-                (None, Some(p)) if p.as_os_str() == "-" => {
-                    std::io::read_to_string(std::io::stdin())?
-                }
-                (None, Some(p)) => std::fs::read_to_string(p)
-                    .map_err(|e| format!("--spec-file {}: {e}", p.display()))?,
-                (None, None) => String::new(),
-            };
-            let body = CreateTask {
-                vtid: vtid.clone(),
-                title: title.clone(),
-                spec,
-                priority: *priority,
-                capabilities: capabilities.clone(),
-                agent_id: agent.clone(),
-                channel_id: channel.clone(),
-                workflow: workflow.clone(),
-                dispatch: Some(!draft),
-                max_attempts: *max_attempts,
-                retry_backoff: None,
-                run_at: delay.map(|d| {
-                    chrono::Utc::now().timestamp_millis()
-                        + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
-                }),
-            };
-            let t = c.create_task(&body).await.map_err(explain)?;
-            match g.output {
-                Output::Json | Output::Yaml => print_data(g.output, &t),
-                Output::Table => println!("created {} ({}, {})", t.vtid, t.state, t.workflow),
-            }
-            if !draft && !takers(&c, &t).await.unwrap_or(true) {
-                warn_no_takers(&t);
-            }
-        }
+        TaskCommand::Add(args) => add(g, &c, args).await,
         TaskCommand::List {
             state,
             agent,
@@ -117,136 +70,180 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
                 offset: None,
                 ..Default::default()
             };
-            let (c, q) = (&c, &q);
-            let draw = move || async move {
-                let v = c.tasks(q).await.map_err(explain)?;
-                match g.output {
-                    Output::Json | Output::Yaml => print_data(g.output, &v),
-                    Output::Table => {
-                        if v.tasks.is_empty() {
-                            println!(
-                            "No tasks. Create one with: shepherd task add \"TITLE\" --spec \"...\""
-                        );
-                        } else {
-                            print!(
-                                "{}",
-                                table(
-                                    &["VTID", "STATE", "PRIO", "AGENT", "CREATED", "TITLE"],
-                                    &task_rows(&v.tasks)
-                                )
-                            );
-                            println!("{} of {} shown", v.tasks.len(), v.total);
-                        }
-                    }
-                }
-                Ok(())
-            };
-            if *watch {
-                watch_redraw(c, draw).await?;
-            } else {
-                draw().await?;
-            }
+            list(g, &c, &q, *watch).await
         }
-        TaskCommand::Show { vtid } => {
-            let (v, _) = c.task(vtid).await.map_err(explain)?;
-            match g.output {
-                Output::Json | Output::Yaml => print_data(g.output, &v),
-                Output::Table => {
-                    let t = &v.task;
-                    println!("{}  {}", t.vtid, t.title);
-                    println!("state:     {} (workflow {})", t.state, t.workflow);
-                    println!(
-                        "priority:  {}   agent: {}   attempts: {}",
-                        t.priority,
-                        opt(&t.agent_id),
-                        t.attempts
-                    );
-                    println!(
-                        "created:   {}",
-                        when(&shepherd_core::time::to_rfc3339(t.created_at))
-                    );
-                    if !t.capabilities.is_empty() {
-                        println!("needs:     {}", t.capabilities.join(", "));
-                    }
-                    if !v.claims.is_empty() {
-                        println!("\nClaims:");
-                        let rows: Vec<Vec<String>> = v
-                            .claims
-                            .iter()
-                            .map(|c| {
-                                vec![
-                                    c.worker_id.clone(),
-                                    c.purpose.clone(),
-                                    c.run_id.clone(),
-                                    ago(&shepherd_core::time::to_rfc3339(c.claimed_at)),
-                                    opt(&c.release_reason),
-                                ]
-                            })
-                            .collect();
-                        print!(
-                            "{}",
-                            table(
-                                &["WORKER", "PURPOSE", "RUN", "CLAIMED", "RELEASED BECAUSE"],
-                                &rows
-                            )
-                        );
-                    }
-                    if !v.events.is_empty() {
-                        println!("\nRecent events:");
-                        for e in v.events.iter().rev().take(15).rev() {
-                            println!(
-                                "  {:>6}  {}  {}",
-                                e.seq,
-                                shepherd_core::time::to_rfc3339(e.ts),
-                                e.kind
-                            );
-                        }
-                    }
-                    if !t.spec.is_empty() {
-                        println!(
-                            "\nSpec:\n{}",
-                            t.spec
-                                .lines()
-                                .take(20)
-                                .map(|l| format!("  {l}"))
-                                .collect::<Vec<_>>()
-                                .join("\n")
-                        );
-                    }
-                }
-            }
-        }
+        TaskCommand::Show { vtid } => show(g, &c, vtid).await,
         TaskCommand::Dispatch { vtid } => {
             let t = c.dispatch(vtid).await.map_err(explain)?;
             match g.output {
                 Output::Json | Output::Yaml => print_data(g.output, &t),
                 Output::Table => println!("dispatched {} ({})", t.vtid, t.state),
             }
+            Ok(())
         }
-        TaskCommand::Cancel { vtid, reason } => {
-            let body = CancelBody {
-                reason: reason.clone(),
-            };
-            let v = c.cancel(vtid, &body).await.map_err(explain)?;
-            match g.output {
-                Output::Json | Output::Yaml => print_data(g.output, &v),
-                Output::Table => match &v.pending_worker {
-                    None => println!("cancelled {vtid}"),
-                    Some(p) => println!(
-                        "cancel requested: worker {} is stopping run {} (grace {}s)",
-                        p.worker_id, p.run_id, p.grace_secs
-                    ),
-                },
-            }
-        }
-        TaskCommand::Watch { vtid } => watch_task(g, &c, vtid).await?,
+        TaskCommand::Cancel { vtid, reason } => cancel(g, &c, vtid, reason.clone()).await,
+        TaskCommand::Watch { vtid } => watch_task(g, &c, vtid).await,
         TaskCommand::Retry { vtid } => {
             let t = c.retry_task(vtid).await.map_err(explain)?;
             match g.output {
                 Output::Json | Output::Yaml => print_data(g.output, &t),
                 Output::Table => println!("{vtid} is {} again: back in the queue", t.state),
             }
+            Ok(())
         }
+    }
+}
+
+/// `shepherd task add`: creates the task, then warns when no live worker
+/// could take it (it would wait in the queue for ever).
+async fn add(g: &Global, c: &Client, args: &AddTask) -> Result<()> {
+    let spec = match (&args.spec, &args.spec_file) {
+        (Some(s), _) => s.clone(),
+        (None, Some(p)) if p.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())?,
+        (None, Some(p)) => {
+            std::fs::read_to_string(p).map_err(|e| format!("--spec-file {}: {e}", p.display()))?
+        }
+        (None, None) => String::new(),
+    };
+    let body = CreateTask {
+        vtid: args.vtid.clone(),
+        title: args.title.clone(),
+        spec,
+        priority: args.priority,
+        capabilities: args.capabilities.clone(),
+        agent_id: args.agent.clone(),
+        channel_id: args.channel.clone(),
+        workflow: args.workflow.clone(),
+        dispatch: Some(!args.draft),
+        max_attempts: args.max_attempts,
+        retry_backoff: None,
+        run_at: args.delay.map(|d| {
+            chrono::Utc::now().timestamp_millis()
+                + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
+        }),
+    };
+    let t = c.create_task(&body).await.map_err(explain)?;
+    match g.output {
+        Output::Json | Output::Yaml => print_data(g.output, &t),
+        Output::Table => println!("created {} ({}, {})", t.vtid, t.state, t.workflow),
+    }
+    if !args.draft && !takers(c, &t).await.unwrap_or(true) {
+        warn_no_takers(&t);
+    }
+    Ok(())
+}
+
+/// `shepherd task list`, once or redrawn as tasks change (`--watch`).
+async fn list(g: &Global, c: &Client, q: &TaskListQuery, watch: bool) -> Result<()> {
+    let draw = move || async move {
+        let v = c.tasks(q).await.map_err(explain)?;
+        match g.output {
+            Output::Json | Output::Yaml => print_data(g.output, &v),
+            Output::Table if v.tasks.is_empty() => {
+                println!("No tasks. Create one with: shepherd task add \"TITLE\" --spec \"...\"")
+            }
+            Output::Table => {
+                print!(
+                    "{}",
+                    table(
+                        &["VTID", "STATE", "PRIO", "AGENT", "CREATED", "TITLE"],
+                        &task_rows(&v.tasks)
+                    )
+                );
+                println!("{} of {} shown", v.tasks.len(), v.total);
+            }
+        }
+        Ok(())
+    };
+    if watch {
+        watch_redraw(c, draw).await
+    } else {
+        draw().await
+    }
+}
+
+/// `shepherd task show`: the task, its claims, recent events and spec.
+async fn show(g: &Global, c: &Client, vtid: &str) -> Result<()> {
+    let (v, _) = c.task(vtid).await.map_err(explain)?;
+    if !matches!(g.output, Output::Table) {
+        print_data(g.output, &v);
+        return Ok(());
+    }
+    let t = &v.task;
+    println!("{}  {}", t.vtid, t.title);
+    println!("state:     {} (workflow {})", t.state, t.workflow);
+    println!(
+        "priority:  {}   agent: {}   attempts: {}",
+        t.priority,
+        opt(&t.agent_id),
+        t.attempts
+    );
+    println!(
+        "created:   {}",
+        when(&shepherd_core::time::to_rfc3339(t.created_at))
+    );
+    if !t.capabilities.is_empty() {
+        println!("needs:     {}", t.capabilities.join(", "));
+    }
+    if !v.claims.is_empty() {
+        println!("\nClaims:");
+        print!(
+            "{}",
+            table(
+                &["WORKER", "PURPOSE", "RUN", "CLAIMED", "RELEASED BECAUSE"],
+                &claim_rows(&v.claims)
+            )
+        );
+    }
+    if !v.events.is_empty() {
+        println!("\nRecent events:");
+        for e in v.events.iter().rev().take(15).rev() {
+            println!(
+                "  {:>6}  {}  {}",
+                e.seq,
+                shepherd_core::time::to_rfc3339(e.ts),
+                e.kind
+            );
+        }
+    }
+    if !t.spec.is_empty() {
+        let head: Vec<String> = t.spec.lines().take(20).map(|l| format!("  {l}")).collect();
+        println!("\nSpec:\n{}", head.join("\n"));
+    }
+    Ok(())
+}
+
+fn claim_rows(claims: &[Claim]) -> Vec<Vec<String>> {
+    claims
+        .iter()
+        .map(|c| {
+            vec![
+                c.worker_id.clone(),
+                c.purpose.to_string(),
+                c.run_id.clone(),
+                ago(&shepherd_core::time::to_rfc3339(c.claimed_at)),
+                opt(&c.release_reason),
+            ]
+        })
+        .collect()
+}
+
+/// `shepherd task cancel`: says whether the task ended at once or a worker
+/// is stopping its run.
+async fn cancel(g: &Global, c: &Client, vtid: &str, reason: Option<String>) -> Result<()> {
+    let v = c
+        .cancel(vtid, &CancelBody { reason })
+        .await
+        .map_err(explain)?;
+    match g.output {
+        Output::Json | Output::Yaml => print_data(g.output, &v),
+        Output::Table => match &v.pending_worker {
+            None => println!("cancelled {vtid}"),
+            Some(p) => println!(
+                "cancel requested: worker {} is stopping run {} (grace {}s)",
+                p.worker_id, p.run_id, p.grace_secs
+            ),
+        },
     }
     Ok(())
 }

@@ -41,7 +41,7 @@ use super::db::{
 };
 use super::delivery::Peers;
 use super::Published;
-use crate::sql::Prefetch;
+use crate::sql::{Appended, Prefetch};
 
 /// Advisory lock key that orders event-appending commits (see "Ordering"
 /// above).
@@ -334,25 +334,17 @@ pub(super) async fn writer_loop(writer: Arc<Writer>, mut rx: mpsc::UnboundedRece
 async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: bool) -> bool {
     // Transaction control is pipelined with the units' own statements: a
     // unit costs round trips only for its reads and its final flush.
-    let mut control: Vec<Pending> = Vec::new();
-    let mut control_error: Option<Error> = None;
-    let mut send = |sql: String, control: &mut Vec<Pending>| match send_simple(client, sql) {
-        Ok(Some(f)) => control.push(f),
-        Ok(None) => {}
-        Err(e) => {
-            control_error.get_or_insert(e);
-        }
-    };
+    let mut control = Control::new(client);
     let single = batch.len() == 1;
     // A lone unit begins its own transaction, and may need none (see
     // `PgDb::end_unit`); a NOTIFY needs one to ride on.
     let lazy_begin = single && !notify;
     if !lazy_begin {
-        send(begin_sql(), &mut control);
+        control.send(begin_sql());
     }
     // A lone unit's answers, or those of the units that trust their writes.
     let lone: Arc<LoneUnit> = Arc::default();
-    let mut finishers = Vec::with_capacity(batch.len());
+    let mut finishers: Vec<(bool, Finisher, Appended)> = Vec::with_capacity(batch.len());
     let mut any_ok = false;
     // Savepoints released and not yet said so, sent in front of the next
     // message that goes out anyway (a unit's SAVEPOINT, or the COMMIT): a
@@ -367,33 +359,13 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
     let mut ended = String::new();
     // The first failure that no savepoint could contain: nothing commits.
     let mut spread: Option<Error> = None;
-    // The units' declared first reads, sent together (one round trip for
-    // all of them) in a savepoint of their own: if one fails, the units
-    // read for themselves and the transaction goes on.
-    let mut prefetched: Vec<Option<Vec<crate::sql::Row>>> = Vec::new();
-    if !single && batch.iter().any(|j| j.prefetch.is_some()) {
+    let mut prefetched = if single {
+        Vec::new()
+    } else {
         let declared: Vec<Option<&Prefetch>> = batch.iter().map(|j| j.prefetch.as_ref()).collect();
-        let valid = Prefetch::still_valid(&declared);
-        let wanted: Vec<Option<&Prefetch>> = declared
-            .iter()
-            .zip(&valid)
-            .map(|(p, ok)| p.filter(|_| *ok))
-            .collect();
-        if wanted.iter().any(Option::is_some) {
-            send("SAVEPOINT prefetch".to_owned(), &mut control);
-            match prefetch_reads(client, &wanted).await {
-                Ok(rows) => {
-                    prefetched = rows;
-                    ended = "RELEASE prefetch; ".to_owned();
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "prefetched reads failed; each unit reads for itself");
-                    ended = "ROLLBACK TO prefetch; RELEASE prefetch; ".to_owned();
-                }
-            }
-        }
+        prefetch_batch(client, &declared, &mut control, &mut ended).await
     }
-    let mut prefetched = prefetched.into_iter();
+    .into_iter();
     // Checked again as the units run: a unit may say it wrote more than
     // it declared ([`crate::sql::Db::wrote`]).
     let mut written = crate::sql::Written::default();
@@ -434,7 +406,7 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
                     ended.push_str(&format!("RELEASE u{i}; "));
                 } else {
                     // Before the next unit's first statement.
-                    send(format!("ROLLBACK TO u{i}; RELEASE u{i}"), &mut control);
+                    control.send(format!("ROLLBACK TO u{i}; RELEASE u{i}"));
                 }
             } else if !ok && trace.failure_spreads() && spread.is_none() {
                 spread = Some(Error::unavailable(
@@ -460,7 +432,7 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
         } else {
             format!("{ended}COMMIT")
         };
-        send(end, &mut control);
+        control.send(end);
     }
     // The units' own writes first: if one failed, that is the error, and
     // the COMMIT behind it failed (or rolled back) only because of it.
@@ -469,24 +441,10 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
         (Ok(()), Some(e)) => Err(e),
         (outcome, _) => outcome,
     };
-    let outcome = settle(control, control_error).await;
+    let outcome = settle(control.pending, control.error).await;
     match (unit_outcome, outcome) {
         (Ok(()), Ok(())) => {
-            let mut events = Vec::new();
-            for (ok, _, appended) in &finishers {
-                if *ok {
-                    let appended = appended.lock().unwrap_or_else(|p| p.into_inner());
-                    events.extend(appended.iter().cloned());
-                }
-            }
-            // Live subscribers hear of the commit before its callers do.
-            if !events.is_empty() {
-                events.sort_unstable_by_key(|e| e.seq);
-                ctx.published.committed(events);
-            }
-            for (_, finish, _) in finishers {
-                finish(None);
-            }
+            publish_and_finish(ctx, finishers);
             // A lone unit that sent nothing committed nothing.
             any_ok && opened != Opened::Nothing
         }
@@ -511,5 +469,89 @@ async fn run_batch(client: &Conn, batch: Vec<Job>, ctx: &WriterContext, notify: 
             }
             false
         }
+    }
+}
+
+/// A batch's transaction control (BEGIN, savepoint releases, COMMIT): sent
+/// without waiting, its answers settled once at the end; the first error
+/// to send is kept for then.
+struct Control<'a> {
+    client: &'a Conn,
+    pending: Vec<Pending>,
+    error: Option<Error>,
+}
+
+impl<'a> Control<'a> {
+    fn new(client: &'a Conn) -> Self {
+        Control {
+            client,
+            pending: Vec::new(),
+            error: None,
+        }
+    }
+
+    fn send(&mut self, sql: String) {
+        match send_simple(self.client, sql) {
+            Ok(Some(f)) => self.pending.push(f),
+            Ok(None) => {}
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+}
+
+/// The units' declared first reads, sent together (one round trip for all
+/// of them) in a savepoint of their own: if one fails, the units read for
+/// themselves and the transaction goes on. Leaves in `ended` the release
+/// the next statement must carry.
+async fn prefetch_batch(
+    client: &Conn,
+    declared: &[Option<&Prefetch>],
+    control: &mut Control<'_>,
+    ended: &mut String,
+) -> Vec<Option<Vec<crate::sql::Row>>> {
+    if declared.iter().all(Option::is_none) {
+        return Vec::new();
+    }
+    let valid = Prefetch::still_valid(declared);
+    let wanted: Vec<Option<&Prefetch>> = declared
+        .iter()
+        .zip(&valid)
+        .map(|(p, ok)| p.filter(|_| *ok))
+        .collect();
+    if !wanted.iter().any(Option::is_some) {
+        return Vec::new();
+    }
+    control.send("SAVEPOINT prefetch".to_owned());
+    match prefetch_reads(client, &wanted).await {
+        Ok(rows) => {
+            *ended = "RELEASE prefetch; ".to_owned();
+            rows
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "prefetched reads failed; each unit reads for itself");
+            *ended = "ROLLBACK TO prefetch; RELEASE prefetch; ".to_owned();
+            Vec::new()
+        }
+    }
+}
+
+/// After a commit: live subscribers hear of the committed units' events
+/// (in sequence order) before the units' callers get their answers.
+fn publish_and_finish(ctx: &WriterContext, finishers: Vec<(bool, Finisher, Appended)>) {
+    let mut events = Vec::new();
+    for (ok, _, appended) in &finishers {
+        if *ok {
+            let appended = appended.lock().unwrap_or_else(|p| p.into_inner());
+            events.extend(appended.iter().cloned());
+        }
+    }
+    if !events.is_empty() {
+        events.sort_unstable_by_key(|e| e.seq);
+        ctx.published.committed(events);
+    }
+    for (_, finish, _) in finishers {
+        finish(None);
     }
 }
