@@ -47,20 +47,6 @@ impl Caller {
     }
 }
 
-/// Compares the SHA-256 digests of two tokens without an early exit: the
-/// digests always have the same length, so the timing leaks neither the
-/// operator token nor its length.
-fn tokens_equal(a: &str, b: &str) -> bool {
-    let (a, b) = (
-        shepherd_store::ops::hash_token(a),
-        shepherd_store::ops::hash_token(b),
-    );
-    a.bytes()
-        .zip(b.bytes())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
-}
-
 fn unauthorized(message: &str) -> ApiError {
     Error::new(ErrorKind::Unauthorized, "unauthorized", message).into()
 }
@@ -105,7 +91,7 @@ pub async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Caller, A
                 "this server needs `Authorization: Bearer <token>`",
             ))
         }
-        (Some(t), Some(op)) if tokens_equal(&t, op) => Caller::Operator,
+        (Some(t), Some(op)) if shepherd_core::token::tokens_equal(&t, op) => Caller::Operator,
         (Some(t), _) => match state.store.worker_for_token(&t).await? {
             Some(worker_id) => Caller::Worker(worker_id),
             None => return Err(unauthorized("unknown or revoked token")),

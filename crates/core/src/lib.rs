@@ -18,6 +18,7 @@ pub mod retry;
 pub mod secrets;
 pub mod status;
 pub mod time;
+pub mod token;
 pub mod transcript;
 pub mod usage;
 pub mod workflow;

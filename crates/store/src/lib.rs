@@ -28,7 +28,7 @@ pub mod hub;
 mod inflated;
 pub(crate) mod log;
 mod migrations;
-pub mod ops;
+mod ops;
 mod postgres;
 pub(crate) mod sql;
 mod sqlite;

@@ -15,7 +15,6 @@ pub mod tasks;
 pub mod usage;
 pub mod workers;
 
-use sha2::{Digest, Sha256};
 use shepherd_core::event::NewEvent;
 use shepherd_core::time::Millis;
 use shepherd_core::Error;
@@ -53,11 +52,7 @@ pub(crate) fn new_uuid() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
-/// Tokens are stored hashed: a database dump does not hand out credentials.
-pub fn hash_token(token: &str) -> String {
-    let digest = Sha256::digest(token.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub(crate) use shepherd_core::token::hash_token;
 
 /// Whether a presented claim token is the one a claim was granted with.
 ///
@@ -73,11 +68,7 @@ pub(crate) fn claim_token_matches(presented: &str, stored: &str) -> bool {
     } else {
         hash_token(stored)
     };
-    presented
-        .bytes()
-        .zip(stored.bytes())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
+    shepherd_core::token::digests_equal(&presented, &stored)
 }
 
 pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {

@@ -306,19 +306,6 @@ fn claim_context_sql() -> String {
     )
 }
 
-/// Claims `vtid` for `worker_id` inside a larger unit of work: the grant's
-/// writes are confirmed before it returns (a lost race for the task's one
-/// active claim is `already_claimed` here, not a failure of the whole unit).
-pub async fn claim<D: Db>(
-    db: &mut D,
-    now: Millis,
-    worker_id: &str,
-    vtid: &str,
-    rules: &LeaseRules,
-) -> Result<Grant, Error> {
-    claim_inner(db, now, worker_id, vtid, rules, true).await
-}
-
 /// Claims `vtid` as a unit of work of its own. Where writes are pipelined
 /// (PostgreSQL) the unit does not wait for its own writes: they are
 /// confirmed with the commit, one round trip fewer per claim. The unit then

@@ -32,7 +32,7 @@ mod lease;
 mod report;
 
 pub use grant::{
-    claim, claim_alone, claim_next, claim_prefetch, explain_eligible, lost_race, pending, Grant,
+    claim_alone, claim_next, claim_prefetch, explain_eligible, lost_race, pending, Grant,
 };
 pub use lease::{deregister, heartbeat, sweep, HeldClaim, SweepReport};
 pub(crate) use lease::{expire, release};
