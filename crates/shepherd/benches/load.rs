@@ -36,12 +36,13 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{raise_nofile, server_binary};
+use shepherd_testkit::Served;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -134,13 +135,6 @@ fn fail(e: &str) -> ! {
     std::process::exit(1)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 fn stamp() -> String {
     format!(
         "{}_{}",
@@ -154,7 +148,7 @@ fn stamp() -> String {
 
 /// The server under test; stopped (SIGTERM, then SIGKILL) and cleaned up on drop.
 struct Server {
-    child: Child,
+    served: Served,
     addr: String,
     dir: PathBuf,
     log: PathBuf,
@@ -167,10 +161,9 @@ impl Server {
         let dir = std::env::temp_dir().join(format!("shepherd-load-bench-{stamp}"));
         std::fs::create_dir_all(&dir).expect("create the temp data directory");
         let log = std::env::temp_dir().join(format!("shepherd-load-bench-{stamp}.log"));
-        let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(bin);
         cmd.arg("serve")
-            .env("SHEPHERD_LISTEN", &addr)
+            .env("SHEPHERD_LISTEN", "127.0.0.1:0")
             .env("SHEPHERD_DATA_DIR", &dir)
             .env("SHEPHERD_LOG", "warn")
             .env("SHEPHERD_TOKEN", TOKEN)
@@ -186,7 +179,6 @@ impl Server {
             .env_remove("SHEPHERD_LISTEN_BACKLOG")
             .current_dir(&dir)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("create the server log file"));
         let mut pg = None;
         if let Some(url) = pg_url {
@@ -195,10 +187,10 @@ impl Server {
                 .env("SHEPHERD_PG_SCHEMA", &schema);
             pg = Some((url.to_owned(), schema));
         }
-        let child = cmd.spawn().expect("spawn shepherd serve");
+        let served = Served::spawn(&mut cmd);
         Server {
-            child,
-            addr,
+            addr: served.addr.to_string(),
+            served,
             dir,
             log,
             pg,
@@ -208,7 +200,7 @@ impl Server {
     async fn wait_ready(&mut self) -> Result<(), String> {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(60) {
-            if let Ok(Some(st)) = self.child.try_wait() {
+            if let Ok(Some(st)) = self.served.child.try_wait() {
                 let log = std::fs::read_to_string(&self.log).unwrap_or_default();
                 return Err(format!("the server exited during start-up ({st}):\n{log}"));
             }
@@ -225,7 +217,7 @@ impl Server {
     }
 
     fn rss_kb(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+        std::fs::read_to_string(format!("/proc/{}/status", self.served.child.id()))
             .ok()
             .and_then(|t| {
                 t.lines()
@@ -240,17 +232,17 @@ impl Drop for Server {
     fn drop(&mut self) {
         // SAFETY: kill(2) on our own child's pid.
         unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
+            libc::kill(self.served.child.id() as i32, libc::SIGTERM);
         }
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(15) {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(_)) = self.served.child.try_wait() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.served.child.kill();
+        let _ = self.served.child.wait();
         if let Some((url, schema)) = self.pg.take() {
             // On a thread of its own: this may run inside the bench's runtime.
             let _ = std::thread::spawn(move || drop_pg_schema(&url, &schema)).join();

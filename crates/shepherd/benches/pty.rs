@@ -20,11 +20,12 @@
 //! < 64 KiB per idle client. Run: `cargo bench -p shepherd --bench pty`.
 
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use shepherd_testkit::Served;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -39,7 +40,7 @@ fn env_usize(key: &str, default: usize) -> usize {
 }
 
 struct Server {
-    child: Child,
+    served: Served,
     base: String,
     dir: std::path::PathBuf,
 }
@@ -48,14 +49,12 @@ impl Drop for Server {
     fn drop(&mut self) {
         // SAFETY: SIGTERM to our own child; it ends its PTYs and exits.
         unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
+            libc::kill(self.served.pid(), libc::SIGTERM);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        while self.served.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -255,27 +254,21 @@ fn main() {
         }
     }
     let file_bytes = std::fs::metadata(&file).unwrap().len();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
-        .arg("serve")
-        .env("SHEPHERD_DATA_DIR", dir.join("data"))
-        .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("SHEPHERD_LOG", "warn")
-        .env("SHELL", "/bin/sh")
-        .env_remove("SHEPHERD_CONFIG")
-        .env_remove("SHEPHERD_DATABASE_URL")
-        .env_remove("SHEPHERD_AUTH_TOKEN")
-        .current_dir(&dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn shepherd");
+    let served = Served::spawn(
+        Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .arg("serve")
+            .env("SHEPHERD_DATA_DIR", dir.join("data"))
+            .env("SHEPHERD_LISTEN", "127.0.0.1:0")
+            .env("SHEPHERD_LOG", "warn")
+            .env("SHELL", "/bin/sh")
+            .env_remove("SHEPHERD_CONFIG")
+            .env_remove("SHEPHERD_DATABASE_URL")
+            .env_remove("SHEPHERD_AUTH_TOKEN")
+            .current_dir(&dir),
+    );
     let server = Server {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
+        base: served.base.clone(),
+        served,
         dir: dir.clone(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -345,7 +338,7 @@ fn main() {
         let idle = add(sid.clone()).await;
         let iid = idle["id"].as_str().unwrap().to_owned();
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let pid = server.child.id();
+        let pid = server.served.child.id();
         let before = rss_kib(pid);
         let mut conns = Vec::with_capacity(clients);
         for _ in 0..clients {

@@ -76,12 +76,13 @@ use std::net::SocketAddr;
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{raise_nofile, server_binary};
+use shepherd_testkit::Served;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -361,7 +362,7 @@ impl RssSampler {
 struct Server {
     /// `shepherd` or `baseline`.
     label: &'static str,
-    child: Child,
+    served: Served,
     pid: u32,
     addr: SocketAddr,
     base: String,
@@ -371,24 +372,15 @@ struct Server {
     pg: Option<(String, String)>,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 impl Server {
     fn spawn(bin: &PathBuf, opts: &Opts) -> Server {
         let stamp = format!("{}_{}", std::process::id(), now_us());
         let dir = std::env::temp_dir().join(format!("shepherd-sse-bench-{stamp}"));
         std::fs::create_dir_all(&dir).expect("create the temp data directory");
         let log = std::env::temp_dir().join(format!("shepherd-sse-bench-{stamp}.log"));
-        let port = free_port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut cmd = Command::new(bin);
         cmd.arg("serve")
-            .env("SHEPHERD_LISTEN", addr.to_string())
+            .env("SHEPHERD_LISTEN", "127.0.0.1:0")
             .env("SHEPHERD_DATA_DIR", &dir)
             .env("SHEPHERD_LOG", "warn")
             .env_remove("SHEPHERD_CONFIG")
@@ -397,7 +389,6 @@ impl Server {
             .env_remove("SHEPHERD_PG_SCHEMA")
             .current_dir(&dir)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("create the server log file"));
         let mut pg = None;
         let backend = match &opts.pg_url {
@@ -410,13 +401,13 @@ impl Server {
             }
             None => "sqlite".to_string(),
         };
-        let child = cmd.spawn().expect("spawn shepherd serve");
+        let served = Served::spawn(&mut cmd);
         Server {
             label: "shepherd",
-            pid: child.id(),
-            child,
-            addr,
-            base: format!("http://{addr}"),
+            pid: served.child.id(),
+            addr: served.addr,
+            base: served.base.clone(),
+            served,
             dir,
             log,
             backend,
@@ -431,23 +422,21 @@ impl Server {
         let dir = std::env::temp_dir().join(format!("shepherd-sse-baseline-{stamp}"));
         std::fs::create_dir_all(&dir).expect("create the temp directory");
         let log = std::env::temp_dir().join(format!("shepherd-sse-baseline-{stamp}.log"));
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let exe = std::env::current_exe().expect("the bench executable");
-        let child = Command::new(exe)
-            .env(baseline::LISTEN_ENV, addr.to_string())
-            .env(baseline::FRAME_ENV, frame_bytes.to_string())
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("create the baseline log file"))
-            .spawn()
-            .expect("spawn the baseline server");
+        let served = Served::spawn(
+            Command::new(exe)
+                .env(baseline::LISTEN_ENV, "127.0.0.1:0")
+                .env(baseline::FRAME_ENV, frame_bytes.to_string())
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("create the baseline log file")),
+        );
         Server {
             label: "baseline",
-            pid: child.id(),
-            child,
-            addr,
-            base: format!("http://{addr}"),
+            pid: served.child.id(),
+            addr: served.addr,
+            base: served.base.clone(),
+            served,
             dir,
             log,
             backend: format!("no database, {frame_bytes} B frames"),
@@ -459,7 +448,7 @@ impl Server {
         let http = reqwest::Client::new();
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(30) {
-            if let Ok(Some(st)) = self.child.try_wait() {
+            if let Ok(Some(st)) = self.served.child.try_wait() {
                 return Err(format!("the server exited during start-up: {st}"));
             }
             if http
@@ -481,7 +470,7 @@ impl Server {
 
     /// SIGTERM, then waits (SIGKILL after 15 s).
     fn stop(&mut self) -> String {
-        if let Ok(Some(st)) = self.child.try_wait() {
+        if let Ok(Some(st)) = self.served.child.try_wait() {
             return format!("had already exited ({st})");
         }
         // SAFETY: kill(2) on our own child's pid.
@@ -490,7 +479,7 @@ impl Server {
         }
         let start = Instant::now();
         loop {
-            match self.child.try_wait() {
+            match self.served.child.try_wait() {
                 Ok(Some(st)) => {
                     return format!("stopped by SIGTERM in {:?} ({st})", start.elapsed())
                 }
@@ -498,8 +487,8 @@ impl Server {
                     std::thread::sleep(Duration::from_millis(20))
                 }
                 _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
+                    let _ = self.served.child.kill();
+                    let _ = self.served.child.wait();
                     return "did not stop within 15 s of SIGTERM; killed".into();
                 }
             }
@@ -2017,6 +2006,9 @@ mod baseline {
         });
         let result = rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind(listen).await?;
+            // Said as `shepherd serve` says it, so that one reader finds
+            // either server's port.
+            println!("shepherd is serving http://{}", listener.local_addr()?);
             let listener = listener.tap_io(|tcp| {
                 let _ = tcp.set_nodelay(true);
             });

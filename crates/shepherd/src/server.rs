@@ -163,6 +163,7 @@ pub async fn run(
             .map_err(|e| format!("SHEPHERD_METRICS_LISTEN: cannot listen on {addr}: {e}"))?;
         let addr = metrics.local_addr()?;
         tracing::info!(%addr, "serving /metrics without a token");
+        println!("shepherd serves /metrics at http://{addr}/metrics");
         let state = state.clone();
         tracker.spawn(async move {
             if let Err(e) = shepherd_api::metrics::serve_metrics(metrics, state).await {
@@ -174,6 +175,10 @@ pub async fn run(
     let addr = listener.local_addr()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%addr, scheme, database = store.url(), backend = store.backend_name(), "shepherd is serving");
+    // Whatever the log level, one line on stdout tells where the server
+    // listens: with `SHEPHERD_LISTEN=127.0.0.1:0` it is the only place the
+    // port it chose is told (tests and scripts read it from there).
+    println!("shepherd is serving {scheme}://{addr}");
     // The built-in runner talks to this server over HTTP like any worker.
     let runner_stop = CancellationToken::new();
     let runner = if config.agents.is_empty() {

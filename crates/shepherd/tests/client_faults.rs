@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use shepherd_core::event::{EventRefs, NewEvent};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use common::{free_port, task, wait_for, Env, Kind, Proc, Server, SseClient, OPERATOR};
+use common::{task, wait_for, wait_ready, Env, Kind, Served, Server, SseClient, OPERATOR};
 
 /// Clients hanging up mid-request, concurrently.
 const ABORTERS: usize = 64;
@@ -350,28 +350,10 @@ async fn read_after_stop(sock: &mut tokio::net::TcpStream) -> Reread {
 async fn slow_sse_consumers(kind: Kind) {
     let mut env = Env::new(kind);
     env.set("SHEPHERD_TOKEN", OPERATOR);
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let base = format!("http://{addr}");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
-        .arg("serve")
-        .envs(&env.vars)
-        .env("SHEPHERD_LISTEN", &addr)
-        .current_dir(&env.dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("spawn shepherd serve");
-    let server = Proc(child);
-    let pid = server.0.id();
-    wait_for("the server to be ready", Duration::from_secs(30), || {
-        let url = format!("{base}/readyz");
-        async move {
-            let r = reqwest::get(url).await.ok()?;
-            r.status().is_success().then_some(Value::Null)
-        }
-    })
-    .await;
+    let server = Served::spawn(env.serve_command().stderr(std::process::Stdio::inherit()));
+    let (addr, base) = (server.addr.to_string(), server.base.clone());
+    let pid = server.child.id();
+    wait_ready(&reqwest::Client::new(), &base).await;
 
     let mut slow = Vec::new();
     for _ in 0..SLOW {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::{alive, wait_for, Env, Kind, Proc, SseClient};
+use common::{alive, free_port, wait_for, Env, Kind, Proc, SseClient};
 
 const TASKS: usize = 500;
 /// The agent's `max_concurrent`: its runs at once across the cluster (and
@@ -193,11 +193,8 @@ async fn two_nodes_share_one_queue_and_survive_a_kill() {
                 hang = env.dir.join("hang").display()
             ),
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // Told before it starts: its peers are given its advertised URL.
+        let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
         // Short leases, so that the dead node's claims move on within
         // seconds: heartbeats every second, silent workers lapse after 4 s,

@@ -6,12 +6,12 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::{free_port, wait_for, Env, Server, SseClient};
+use common::{wait_for, Env, Served, Server, SseClient};
 
 /// The scripted agent: records its argv, prompt and pid beside itself,
 /// resumes the session `--resume` names (else starts a new one), and writes
@@ -488,16 +488,14 @@ e2e!(
 
 // ----- the real binary, killed mid-reply -----
 
-fn spawn(env: &Env, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_shepherd"))
-        .arg("serve")
-        .envs(&env.vars)
-        .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
-        .current_dir(&env.dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn shepherd")
+/// `shepherd serve` on `listen` (`127.0.0.1:0` first, then the port the
+/// first run chose, so that a restart is found at the same address).
+fn spawn(env: &Env, listen: &str) -> Served {
+    Served::spawn(
+        env.serve_command()
+            .env("SHEPHERD_LISTEN", listen)
+            .stderr(Stdio::inherit()),
+    )
 }
 
 async fn get(base: &str, path: &str) -> Option<Value> {
@@ -515,9 +513,8 @@ e2e!(
         let mut env = Env::new(kind);
         let config = agent_config(&env);
         env.with_config_file(&config);
-        let port = free_port();
-        let base = format!("http://127.0.0.1:{port}");
-        let mut child = spawn(&env, port);
+        let mut child = spawn(&env, "127.0.0.1:0");
+        let (base, addr) = (child.base.clone(), child.addr.to_string());
         wait_for("the server", Duration::from_secs(20), || async {
             get(&base, "/readyz").await.map(|_| json!(true))
         })
@@ -555,9 +552,9 @@ e2e!(
         .await;
         let acknowledged = step_texts(&before["messages"][1]);
         // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        child.wait().unwrap();
-        let mut child = spawn(&env, port);
+        unsafe { libc::kill(child.pid(), libc::SIGKILL) };
+        child.child.wait().unwrap();
+        let mut child = spawn(&env, &addr);
         let settled = wait_for(
             "the conversation to settle",
             Duration::from_secs(60),
@@ -588,8 +585,8 @@ e2e!(
             last["status"] == "done" || last["text"].as_str().is_some_and(|t| !t.is_empty()),
             "settles with a reason: {last}"
         );
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        child.wait().unwrap();
+        unsafe { libc::kill(child.pid(), libc::SIGTERM) };
+        child.child.wait().unwrap();
     }
 );
 

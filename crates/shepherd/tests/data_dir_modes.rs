@@ -10,12 +10,11 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{free_port, Env, Kind, Proc};
+use common::{Env, Kind, Served};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -42,14 +41,9 @@ async fn call(base: &str, path: &str, body: Option<Value>) -> (u16, Value) {
 }
 
 /// `shepherd serve` under umask 022, its stderr in `log`.
-async fn serve(env: &Env, port: u16, log: &Path) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shepherd"));
-    cmd.arg("serve")
-        .envs(&env.vars)
-        .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("SHEPHERD_LOG", "info")
-        .current_dir(&env.dir)
-        .stdout(Stdio::null())
+async fn serve(env: &Env, log: &Path) -> Served {
+    let mut cmd = env.serve_command();
+    cmd.env("SHEPHERD_LOG", "info")
         .stderr(std::fs::File::create(log).unwrap());
     // SAFETY: umask(2) is async-signal-safe.
     unsafe {
@@ -58,23 +52,22 @@ async fn serve(env: &Env, port: u16, log: &Path) -> Proc {
             Ok(())
         });
     }
-    let p = Proc(cmd.spawn().expect("spawn shepherd"));
-    let base = format!("http://127.0.0.1:{port}");
+    let p = Served::spawn(&mut cmd);
     let start = Instant::now();
-    while call(&base, "/readyz", None).await.0 != 200 {
+    while call(&p.base, "/readyz", None).await.0 != 200 {
         assert!(start.elapsed() < WAIT, "the server did not become ready");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     p
 }
 
-async fn stop(mut p: Proc) {
+async fn stop(mut p: Served) {
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
-        libc::kill(p.0.id() as i32, libc::SIGTERM);
+        libc::kill(p.pid(), libc::SIGTERM);
     }
     let start = Instant::now();
-    while p.0.try_wait().unwrap().is_none() {
+    while p.child.try_wait().unwrap().is_none() {
         assert!(start.elapsed() < WAIT, "the server did not stop");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -128,10 +121,9 @@ async fn the_data_directory_is_private_and_children_keep_the_umask() {
     env.with_config_file(&format!(
         "[agents.umask]\ncommand = [\"sh\", \"-c\", \"{agent}\"]\n"
     ));
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
     let log = env.dir.join("serve.log");
-    let server = serve(&env, port, &log).await;
+    let server = serve(&env, &log).await;
+    let base = server.base.clone();
 
     // A terminal with some output, and an agent's run.
     let work = env.dir.join("work");
@@ -202,7 +194,7 @@ async fn the_data_directory_is_private_and_children_keep_the_umask() {
     ] {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
     }
-    let server = serve(&env, free_port(), &log).await;
+    let server = serve(&env, &log).await;
     assert_eq!(mode(&data), "700");
     assert_eq!(mode(&data.join("sessions")), "700");
     assert_eq!(mode(&data.join("shepherd.db")), "600");

@@ -10,7 +10,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::{alive, pg_url, unique, wait_for, Env, Kind, Proc, OPERATOR};
+use common::{alive, pg_url, unique, wait_for, wait_ready, Env, Kind, Served, OPERATOR};
 
 /// Rounds of load, each ended by a fault.
 const ROUNDS: usize = 3;
@@ -27,26 +27,22 @@ const LOADERS: usize = 4;
 /// Lines each agent prints, one every 100 ms.
 const AGENT_LINES: u32 = 30;
 
-/// The real binary on a fixed port, restarted on the same data.
+/// The real binary, restarted on the same data and the same address: the
+/// first start binds port 0, later ones the port it chose.
 struct Node {
     env: Env,
-    port: u16,
+    listen: String,
     base: String,
-    child: Option<Proc>,
+    child: Option<Served>,
     http: reqwest::Client,
 }
 
 impl Node {
     fn new(env: Env) -> Node {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         Node {
             env,
-            port,
-            base: format!("http://127.0.0.1:{port}"),
+            listen: "127.0.0.1:0".to_owned(),
+            base: String::new(),
             child: None,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
@@ -56,34 +52,25 @@ impl Node {
     }
 
     async fn start(&mut self) {
-        let child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
-            .arg("serve")
-            .envs(&self.env.vars)
-            .env("SHEPHERD_LISTEN", format!("127.0.0.1:{}", self.port))
-            // The binary's own shim, as in production.
-            .env_remove("SHEPHERD_SHIM_PROGRAM")
-            .current_dir(&self.env.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn shepherd serve");
-        self.child = Some(Proc(child));
-        let (http, base) = (self.http.clone(), self.base.clone());
-        wait_for("the server to be ready", Duration::from_secs(30), || {
-            let (http, base) = (http.clone(), base.clone());
-            async move {
-                let r = http.get(format!("{base}/readyz")).send().await.ok()?;
-                r.status().is_success().then_some(Value::Null)
-            }
-        })
-        .await;
+        let served = Served::spawn(
+            self.env
+                .serve_command()
+                .env("SHEPHERD_LISTEN", &self.listen)
+                // The binary's own shim, as in production.
+                .env_remove("SHEPHERD_SHIM_PROGRAM")
+                .stderr(Stdio::inherit()),
+        );
+        self.listen = served.addr.to_string();
+        self.base = served.base.clone();
+        self.child = Some(served);
+        wait_ready(&self.http, &self.base).await;
     }
 
     /// SIGKILL: no shutdown code runs.
     fn kill9(&mut self) {
         if let Some(mut p) = self.child.take() {
-            p.0.kill().unwrap();
-            p.0.wait().unwrap();
+            p.child.kill().unwrap();
+            p.child.wait().unwrap();
         }
     }
 }

@@ -11,41 +11,29 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use common::{free_port, task, wait_for, Env, Kind, Proc, Server, SseClient, OPERATOR};
+use common::{task, wait_for, wait_ready, Env, Kind, Served, Server, SseClient, OPERATOR};
 
-/// `shepherd serve` as a child process on `port`, stderr piped.
-async fn spawn_serve(env: &Env, port: u16) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
-        .arg("serve")
-        .envs(&env.vars)
-        .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
-        .current_dir(&env.dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn shepherd serve");
-    let base = format!("http://127.0.0.1:{port}");
-    wait_for("the server to be ready", Duration::from_secs(30), || {
-        let url = format!("{base}/readyz");
-        async move {
-            let r = reqwest::get(url).await.ok()?;
-            r.status().is_success().then_some(Value::Null)
-        }
-    })
-    .await;
-    Proc(child)
+/// `shepherd serve` as a child process on a port it chose, stderr piped.
+async fn spawn_serve(env: &Env) -> Served {
+    let p = Served::spawn(env.serve_command().stderr(Stdio::piped()));
+    wait_ready(&reqwest::Client::new(), &p.base).await;
+    p
 }
 
 /// SIGTERM, then everything the process wrote to stderr.
-fn stop_and_read_stderr(mut p: Proc) -> String {
+fn stop_and_read_stderr(mut p: Served) -> String {
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
-        libc::kill(p.0.id() as i32, libc::SIGTERM);
+        libc::kill(p.pid(), libc::SIGTERM);
     }
     let mut err = String::new();
-    p.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    let status = p.0.wait().unwrap();
+    p.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = p.child.wait().unwrap();
     assert!(status.success(), "serve exited with {status}: {err}");
     err
 }
@@ -79,9 +67,8 @@ async fn json_logs_are_one_object_per_line_and_text_logs_have_no_colour_off_a_te
     env.set("SHEPHERD_TOKEN", OPERATOR)
         .set("SHEPHERD_LOG_FORMAT", "json")
         .set("SHEPHERD_LOG", "debug,hyper=info,h2=info,reqwest=info");
-    let port = free_port();
-    let p = spawn_serve(&env, port).await;
-    some_traffic(&format!("http://127.0.0.1:{port}")).await;
+    let p = spawn_serve(&env).await;
+    some_traffic(&p.base).await;
     let err = stop_and_read_stderr(p);
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(lines.len() >= 5, "too few log lines: {err}");
@@ -108,9 +95,8 @@ async fn json_logs_are_one_object_per_line_and_text_logs_have_no_colour_off_a_te
     env.set("SHEPHERD_TOKEN", OPERATOR)
         .set("SHEPHERD_LOG", "debug,hyper=info,h2=info,reqwest=info");
     env.vars.remove("NO_COLOR");
-    let port = free_port();
-    let p = spawn_serve(&env, port).await;
-    some_traffic(&format!("http://127.0.0.1:{port}")).await;
+    let p = spawn_serve(&env).await;
+    some_traffic(&p.base).await;
     let err = stop_and_read_stderr(p);
     assert!(err.contains("shepherd is serving"), "{err}");
     assert!(
@@ -133,11 +119,15 @@ fn sample(text: &str, prefix: &str) -> Option<f64> {
 
 async fn metrics_listener_serves_metrics_without_a_token(kind: Kind) {
     let mut env = Env::new(kind);
-    let mport = free_port();
     env.set("SHEPHERD_TOKEN", OPERATOR)
-        .set("SHEPHERD_METRICS_LISTEN", &format!("127.0.0.1:{mport}"));
-    let s = Server::start(&env).await;
-    let mbase = format!("http://127.0.0.1:{mport}");
+        .set("SHEPHERD_METRICS_LISTEN", "127.0.0.1:0");
+    let s = Server::spawn(&env).await;
+    let metrics = s
+        .child
+        .as_ref()
+        .and_then(|c| c.metrics)
+        .expect("the metrics address");
+    let mbase = format!("http://{metrics}");
     let mut sse = SseClient::connect(&s.base, "/api/events?after=now", Some(OPERATOR), None).await;
     for i in 0..5 {
         let (st, b) = s
@@ -276,25 +266,23 @@ async fn the_listen_backlog_is_the_configured_one() {
         return;
     }
     let mut env = Env::new(Kind::Sqlite);
-    let mport = free_port();
     env.set("SHEPHERD_TOKEN", OPERATOR)
         .set("SHEPHERD_LISTEN_BACKLOG", "37")
-        .set("SHEPHERD_METRICS_LISTEN", &format!("127.0.0.1:{mport}"));
-    let port = free_port();
-    let p = spawn_serve(&env, port).await;
-    assert_eq!(listen_backlog(port), Some(37));
-    assert_eq!(listen_backlog(mport), Some(37));
+        .set("SHEPHERD_METRICS_LISTEN", "127.0.0.1:0");
+    let p = spawn_serve(&env).await;
+    let metrics = p.metrics.expect("the metrics address");
+    assert_eq!(listen_backlog(p.port()), Some(37));
+    assert_eq!(listen_backlog(metrics.port()), Some(37));
     stop_and_read_stderr(p);
     // The default.
     let mut env = Env::new(Kind::Sqlite);
     env.set("SHEPHERD_TOKEN", OPERATOR);
-    let port = free_port();
-    let p = spawn_serve(&env, port).await;
+    let p = spawn_serve(&env).await;
     let somaxconn: u64 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(4096);
-    assert_eq!(listen_backlog(port), Some(1024.min(somaxconn)));
+    assert_eq!(listen_backlog(p.port()), Some(1024.min(somaxconn)));
     stop_and_read_stderr(p);
 }
 

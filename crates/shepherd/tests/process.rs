@@ -5,60 +5,34 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{free_port, task, Env, Kind, SseClient};
+use common::{task, wait_ready, Env, Kind, Served, SseClient};
 
-struct Proc {
-    child: Child,
-    base: String,
+/// `shepherd serve` on `listen` (`127.0.0.1:0`, or the address an earlier
+/// run of the same test chose), ready when this returns.
+async fn spawn(env: &Env, listen: &str) -> Served {
+    let p = Served::spawn(
+        env.serve_command()
+            .env("SHEPHERD_LISTEN", listen)
+            .env_remove("SHEPHERD_CONFIG")
+            .stderr(Stdio::inherit()),
+    );
+    wait_ready(&reqwest::Client::new(), &p.base).await;
+    p
 }
 
-fn spawn(env: &Env, port: u16) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
-        .arg("serve")
-        .envs(&env.vars)
-        .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
-        .env_remove("SHEPHERD_CONFIG")
-        .current_dir(&env.dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn shepherd");
-    Proc {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    }
-}
-
-async fn wait_ready(p: &Proc) {
-    let http = reqwest::Client::new();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(20) {
-        if http
-            .get(format!("{}/readyz", p.base))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("server did not become ready");
-}
-
-fn signal(p: &Proc, sig: i32) {
+fn signal(p: &Served, sig: i32) {
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
-        libc::kill(p.child.id() as i32, sig);
+        libc::kill(p.pid(), sig);
     }
 }
 
-fn wait_exit(p: &mut Proc, within: Duration) -> std::process::ExitStatus {
+fn wait_exit(p: &mut Served, within: Duration) -> std::process::ExitStatus {
     let start = Instant::now();
     loop {
         if let Some(st) = p.child.try_wait().unwrap() {
@@ -96,8 +70,7 @@ async fn get(base: &str, path: &str) -> (u16, Value) {
 #[tokio::test]
 async fn sigterm_shuts_down_gracefully_even_with_a_stream_open() {
     let env = Env::new(Kind::Sqlite);
-    let mut p = spawn(&env, free_port());
-    wait_ready(&p).await;
+    let mut p = spawn(&env, "127.0.0.1:0").await;
     assert!(
         env.dir.join("shepherd.db").exists(),
         "the data directory holds the database"
@@ -115,7 +88,7 @@ async fn refuses_to_listen_beyond_loopback_without_a_token() {
     let out = Command::new(env!("CARGO_BIN_EXE_shepherd"))
         .arg("serve")
         .envs(&env.vars)
-        .env("SHEPHERD_LISTEN", format!("0.0.0.0:{}", free_port()))
+        .env("SHEPHERD_LISTEN", "0.0.0.0:0")
         .env_remove("SHEPHERD_AUTH_TOKEN")
         .env_remove("SHEPHERD_TOKEN")
         .current_dir(&env.dir)
@@ -146,9 +119,8 @@ e2e!(
         let mut env = Env::new(kind);
         env.set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "2")
             .set("SHEPHERD_SWEEP_INTERVAL_SECS", "1");
-        let port = free_port();
-        let mut p = spawn(&env, port);
-        wait_ready(&p).await;
+        let mut p = spawn(&env, "127.0.0.1:0").await;
+        let addr = p.addr.to_string();
         for w in ["silent", "faithful"] {
             let (st, _) = post(
                 &p.base,
@@ -197,8 +169,7 @@ e2e!(
         wait_exit(&mut p, Duration::from_secs(5));
 
         let started = Instant::now();
-        let p = spawn(&env, port);
-        wait_ready(&p).await;
+        let p = spawn(&env, &addr).await;
         // Recovered workers are marked as such until they are heard from again.
         let (_, ws) = get(&p.base, "/api/v1/workers").await;
         let by_id = |id: &str| {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{alive, runs_of, task_in, wait_for, Env, Kind, Server};
+use common::{alive, runs_of, task_in, wait_for, Env, Kind, Served, Server};
 
 async fn step_texts(s: &Server, run_id: &str) -> Vec<String> {
     let (_, page) = s
@@ -367,7 +367,7 @@ e2e!(
 /// run ends with every line once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
     let mut env = Env::new(Kind::Sqlite);
     let lines = 30;
     let script = slow_agent(&env, lines, 0);
@@ -376,24 +376,17 @@ async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
         .with_config_file(&format!(
             "[agents.slow]\ncommand = [\"sh\", \"{script}\"]\ntranscript = \"steps-jsonl\"\n"
         ));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let base = format!("http://127.0.0.1:{port}");
-    let spawn = || {
-        Command::new(env!("CARGO_BIN_EXE_shepherd"))
-            .arg("serve")
-            .envs(&env.vars)
-            .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
-            .env_remove("SHEPHERD_SHIM_PROGRAM")
-            .current_dir(&env.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn shepherd")
+    // The second server listens where the first one chose to.
+    let spawn = |listen: &str| {
+        Served::spawn(
+            env.serve_command()
+                .env("SHEPHERD_LISTEN", listen)
+                .env_remove("SHEPHERD_SHIM_PROGRAM")
+                .stderr(Stdio::inherit()),
+        )
     };
+    let mut first = spawn("127.0.0.1:0");
+    let (base, addr) = (first.base.clone(), first.addr.to_string());
     let http = reqwest::Client::new();
     let get = |path: String| {
         let (http, base) = (http.clone(), base.clone());
@@ -404,7 +397,6 @@ async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
             }
         }
     };
-    let mut first = spawn();
     wait_for("the server", Duration::from_secs(20), || async {
         get("/readyz".into()).await.map(|_| Value::Null)
     })
@@ -427,15 +419,15 @@ async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
     let pid = read_pid(&env.dir.join("agent.pid")).expect("agent pid");
     // SAFETY: kill(2) on our own child.
     unsafe {
-        libc::kill(first.id() as i32, libc::SIGTERM);
+        libc::kill(first.pid(), libc::SIGTERM);
     }
     let deadline = Instant::now() + Duration::from_secs(30);
-    while first.try_wait().unwrap().is_none() {
+    while first.child.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(alive(pid), "the agent outlives SIGTERM to serve");
-    let mut second = spawn();
+    let mut second = spawn(&addr);
     let done = wait_for("the run to end", Duration::from_secs(40), || async {
         let t = get("/api/v1/tasks/BIN-1".into()).await?;
         (t["state"] == "done").then_some(t)
@@ -457,7 +449,7 @@ async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
     // SAFETY: kill(2) on our own child.
     unsafe {
-        libc::kill(second.id() as i32, libc::SIGTERM);
+        libc::kill(second.pid(), libc::SIGTERM);
     }
-    let _ = second.wait();
+    let _ = second.child.wait();
 }

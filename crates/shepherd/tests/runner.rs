@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{alive, task_in, wait_for, Env, Kind, Proc, Server};
+use common::{alive, task_in, wait_for, wait_ready, Env, Kind, Proc, Served, Server};
 
 async fn last_run(s: &Server, vtid: &str) -> Value {
     let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
@@ -372,41 +372,18 @@ done
 echo '{"type":"result","text":"24 steps"}'
 "#,
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let base = format!("http://127.0.0.1:{port}");
-    let spawn_server = |env: &Env| {
-        Proc(
-            Command::new(env!("CARGO_BIN_EXE_shepherd"))
-                .arg("serve")
-                .envs(&env.vars)
-                .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap(),
+    // The second server listens where the first one chose to.
+    let spawn_server = |env: &Env, listen: &str| {
+        Served::spawn(
+            env.serve_command()
+                .env("SHEPHERD_LISTEN", listen)
+                .stderr(Stdio::inherit()),
         )
     };
     let http = reqwest::Client::new();
-    let ready = |http: reqwest::Client, base: String| async move {
-        for _ in 0..200 {
-            if http
-                .get(format!("{base}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("server not ready");
-    };
-    let mut server = spawn_server(&env);
-    ready(http.clone(), base.clone()).await;
+    let mut server = spawn_server(&env, "127.0.0.1:0");
+    let (base, addr) = (server.base.clone(), server.addr.to_string());
+    wait_ready(&http, &base).await;
     let mut runner_env = Env::new(Kind::Sqlite);
     runner_env.with_config_file(&format!(
         "[agents.steady]\ncommand = [\"bash\", \"{script}\"]\ntranscript = \"steps-jsonl\"\n"
@@ -436,11 +413,11 @@ echo '{"type":"result","text":"24 steps"}'
         }
     })
     .await;
-    server.0.kill().unwrap();
-    server.0.wait().unwrap();
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let _server = spawn_server(&env);
-    ready(http.clone(), base.clone()).await;
+    let _server = spawn_server(&env, &addr);
+    wait_ready(&http, &base).await;
     let done = wait_for("the run to complete", Duration::from_secs(30), || {
         let http = http.clone();
         let base = base.clone();

@@ -9,69 +9,36 @@ mod common;
 #[path = "common/ws.rs"]
 mod ws;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{free_port, Env, Kind};
+use common::{wait_ready, Env, Kind, Served};
 use ws::{connect, eventually, session_members};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-struct Proc {
-    child: Child,
-    base: String,
+/// `shepherd serve` on `listen` (`127.0.0.1:0`, or the address the first
+/// run chose), ready when this returns.
+async fn spawn(env: &Env, listen: &str) -> Served {
+    let p = Served::spawn(
+        env.serve_command()
+            .env("SHEPHERD_LISTEN", listen)
+            .stderr(Stdio::inherit()),
+    );
+    wait_ready(&reqwest::Client::new(), &p.base).await;
+    p
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(env: &Env, port: u16) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
-        .arg("serve")
-        .envs(&env.vars)
-        .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
-        .current_dir(&env.dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn shepherd");
-    Proc {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    }
-}
-
-async fn wait_ready(p: &Proc) {
-    let http = reqwest::Client::new();
-    let start = Instant::now();
-    while start.elapsed() < WAIT {
-        if http
-            .get(format!("{}/readyz", p.base))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("server did not become ready");
-}
-
-fn signal(p: &Proc, sig: i32) {
+fn signal(p: &Served, sig: i32) {
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
-        libc::kill(p.child.id() as i32, sig);
+        libc::kill(p.pid(), sig);
     }
 }
 
-fn wait_exit(p: &mut Proc) {
+fn wait_exit(p: &mut Served) {
     let start = Instant::now();
     while p.child.try_wait().unwrap().is_none() {
         assert!(start.elapsed() < WAIT, "the server did not exit");
@@ -88,7 +55,7 @@ async fn call(method: reqwest::Method, url: String, body: Option<Value>) -> (u16
     (res.status().as_u16(), res.json().await.unwrap_or_default())
 }
 
-async fn post(p: &Proc, path: &str, body: Value) -> Value {
+async fn post(p: &Served, path: &str, body: Value) -> Value {
     let (st, v) = call(
         reqwest::Method::POST,
         format!("{}{path}", p.base),
@@ -99,7 +66,7 @@ async fn post(p: &Proc, path: &str, body: Value) -> Value {
     v
 }
 
-async fn get(p: &Proc, path: &str) -> Value {
+async fn get(p: &Served, path: &str) -> Value {
     let (st, v) = call(reqwest::Method::GET, format!("{}{path}", p.base), None).await;
     assert_eq!(st, 200, "{path}: {v}");
     v
@@ -125,9 +92,8 @@ e2e!(restore_after_kill_9, |kind: Kind| async move {
         "[agents.talker]\ncommand = [\"true\"]\ninteractive_command = [\"sh\", \"{script}\"]\n\
          continue_args = [\"--continue\"]\n"
     ));
-    let port = free_port();
-    let mut p = spawn(&env, port);
-    wait_ready(&p).await;
+    let mut p = spawn(&env, "127.0.0.1:0").await;
+    let addr = p.addr.to_string();
     let work = dir(&env, "work");
     let doomed = dir(&env, "doomed");
     let sid = post(&p, "/api/v1/sessions", json!({ "location_path": work })).await["id"]
@@ -174,8 +140,7 @@ e2e!(restore_after_kill_9, |kind: Kind| async move {
     signal(&p, libc::SIGKILL);
     wait_exit(&mut p);
     std::fs::remove_dir_all(&doomed).unwrap();
-    let p = spawn(&env, port);
-    wait_ready(&p).await;
+    let p = spawn(&env, &addr).await;
 
     // The public view lists the tabs from storage; no process runs yet.
     let view = get(&p, &format!("/api/v1/sessions/{sid}")).await;

@@ -8,12 +8,12 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{free_port, Env, Kind, Proc, OPERATOR};
+use common::{Env, Kind, Served, OPERATOR};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -96,20 +96,13 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
         ),
         ("SHEPHERD_WEBHOOK_SECRET", "webhook-secret-value".to_owned()),
     ];
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = Proc(
-        Command::new(env!("CARGO_BIN_EXE_shepherd"))
-            .arg("serve")
-            .envs(&env.vars)
+    let mut server = Served::spawn(
+        env.serve_command()
             .envs(secrets.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
             .current_dir(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn shepherd"),
+            .stderr(Stdio::inherit()),
     );
+    let base = server.base.clone();
     let start = Instant::now();
     while call(&base, "/readyz", None).await.0 != 200 {
         assert!(start.elapsed() < WAIT, "the server did not become ready");
@@ -179,10 +172,10 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
     // A graceful stop ends the tabs' processes with the server.
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
-        libc::kill(server.0.id() as i32, libc::SIGTERM);
+        libc::kill(server.pid(), libc::SIGTERM);
     }
     let start = Instant::now();
-    while server.0.try_wait().unwrap().is_none() {
+    while server.child.try_wait().unwrap().is_none() {
         assert!(start.elapsed() < WAIT, "the server did not stop");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -197,7 +197,7 @@ contract!(
         raw_batch(&db, &script).await;
         let now = chrono::Utc::now().timestamp_millis();
         let later = now + 3_600_000;
-        let hashed = shepherd_store::ops::hash_token("hashed-token");
+        let hashed = shepherd_core::token::hash_token("hashed-token");
         raw_batch(
             &db,
             &format!(

@@ -71,10 +71,7 @@ impl Cluster {
             chrono::Utc::now().timestamp_micros()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
+        let port = shepherd_testkit::free_port();
         let cluster = Cluster {
             dir: dir.clone(),
             bin,

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -16,53 +15,9 @@ use tokio::sync::oneshot;
 
 pub const OPERATOR: &str = "operator-token-0123456789";
 
-/// Whether process `pid` is running: a zombie (exited, not yet reaped)
-/// counts as dead, which `/proc/PID/stat`'s state field tells.
-pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
-/// A port free a moment ago, for a server spawned as a child process (which
-/// must be told its address). Another process may take it in between, so
-/// prefer binding `127.0.0.1:0` in-process ([`Server::start`]) where the
-/// test can.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .expect("the bound address")
-        .port()
-}
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-pub fn unique() -> String {
-    format!(
-        "{}_{}_{}",
-        chrono::Utc::now().timestamp(),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-pub fn pg_url() -> String {
-    std::env::var("SHEPHERD_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Sqlite,
-    Postgres,
-}
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use shepherd_testkit::{alive, free_port, pg_url, unique, wait_for, Kind, Served};
 
 /// Environment for a fresh database of `kind`, plus any extra settings.
 pub struct Env {
@@ -120,6 +75,19 @@ impl Env {
         Config::load_with(None, &move |k| vars.get(k).cloned()).expect("config")
     }
 
+    /// `shepherd serve` with this environment, in its directory, on a port
+    /// it chooses (`SHEPHERD_LISTEN=127.0.0.1:0`; a later `.env` call may
+    /// set another address); start it with [`Served::spawn`].
+    pub fn serve_command(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"));
+        cmd.arg("serve")
+            .envs(&self.vars)
+            .env("SHEPHERD_LISTEN", "127.0.0.1:0")
+            .current_dir(&self.dir)
+            .stdin(std::process::Stdio::null());
+        cmd
+    }
+
     /// The store settings of [`Env::config`], to open the server's database alongside it.
     pub fn store_config(&self) -> shepherd_store::StoreConfig {
         shepherd::config::store_config(&self.config())
@@ -132,12 +100,29 @@ impl Drop for Env {
     }
 }
 
-/// A server running in this process.
+/// A server running in this process, or the real binary as a child
+/// ([`Server::spawn`]); either way reached over real HTTP at `base`.
 pub struct Server {
     pub base: String,
     stop: Option<oneshot::Sender<()>>,
     handle: Option<tokio::task::JoinHandle<()>>,
     pub http: reqwest::Client,
+    /// The child process, for a spawned server.
+    pub child: Option<Served>,
+}
+
+/// Waits until `base` answers `/readyz` with success; panics after 30 s.
+pub async fn wait_ready(http: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(Instant::now() < deadline, "{base} is not ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 impl Server {
@@ -154,22 +139,34 @@ impl Server {
             .expect("server");
         });
         let http = reqwest::Client::new();
-        for _ in 0..100 {
-            if http
-                .get(format!("{base}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_ready(&http, &base).await;
         Server {
             base,
             stop: Some(tx),
             handle: Some(handle),
             http,
+            child: None,
+        }
+    }
+
+    /// The real binary (`shepherd serve`) with this environment, as a child
+    /// on a port it chose; ready when this returns.
+    pub async fn spawn(env: &Env) -> Server {
+        Server::spawn_command(env.serve_command().stderr(std::process::Stdio::null())).await
+    }
+
+    /// [`Server::spawn`] with a command of the test's own (from
+    /// [`Env::serve_command`]).
+    pub async fn spawn_command(cmd: &mut std::process::Command) -> Server {
+        let served = Served::spawn(cmd);
+        let http = reqwest::Client::new();
+        wait_ready(&http, &served.base).await;
+        Server {
+            base: served.base.clone(),
+            stop: None,
+            handle: None,
+            http,
+            child: Some(served),
         }
     }
 
@@ -189,25 +186,28 @@ impl Server {
             .await
             .expect("server");
         });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !http
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            assert!(Instant::now() < deadline, "{base} is not ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_ready(&http, &base).await;
         Server {
             base,
             stop: Some(tx),
             handle: Some(handle),
             http,
+            child: None,
         }
     }
 
     pub async fn stop(mut self) {
+        if let Some(mut served) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(served.pid(), libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while served.child.try_wait().ok().flatten().is_none() {
+                assert!(Instant::now() < deadline, "server stops in time");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
@@ -384,22 +384,6 @@ macro_rules! e2e {
 
 // Polling helpers shared by the end-to-end tests: wait for what a test
 // expects, with a deadline, instead of sleeping a fixed time.
-
-/// Calls `f` until it returns `Some`, at most `within`; panics naming `what`.
-pub async fn wait_for<F, Fut>(what: &str, within: Duration, mut f: F) -> Value
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<Value>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// Waits until task `vtid` is in one of `states`; returns the task.
 pub async fn task_in(s: &Server, vtid: &str, states: &[&str], within: Duration) -> Value {

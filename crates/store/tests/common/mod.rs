@@ -7,32 +7,9 @@
 
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use shepherd_store::{Store, StoreConfig};
 
-pub fn pg_url() -> String {
-    std::env::var("SHEPHERD_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-fn unique() -> String {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "{}_{}_{}",
-        chrono::Utc::now().timestamp(),
-        std::process::id(),
-        n
-    )
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Sqlite,
-    Postgres,
-}
+pub use shepherd_testkit::{pg_url, unique, Kind, TempDir};
 
 /// A fresh, empty database; `config()` opens it (several times, for several nodes).
 pub struct TestDb {
@@ -41,24 +18,16 @@ pub struct TestDb {
     _dir: Option<TempDir>,
 }
 
-pub struct TempDir(pub std::path::PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 impl TestDb {
     pub async fn new(kind: Kind) -> TestDb {
         match kind {
             Kind::Sqlite => {
-                let dir = std::env::temp_dir().join(format!("shepherd-test-{}", unique()));
-                std::fs::create_dir_all(&dir).unwrap();
-                let url = format!("sqlite://{}", dir.join("shepherd.db").display());
+                let dir = TempDir::new("shepherd-test");
+                let url = format!("sqlite://{}", dir.0.join("shepherd.db").display());
                 TestDb {
                     kind,
                     config: StoreConfig::new(url),
-                    _dir: Some(TempDir(dir)),
+                    _dir: Some(dir),
                 }
             }
             Kind::Postgres => {
