@@ -1,5 +1,5 @@
-// Adds a tab to a session: a terminal, an agent (chosen from those with an
-// interactive command) or a git diff.
+// Adds a tab to a session: a terminal, an agent (its `interactive_command`)
+// or a git diff.
 import { useState, type FormEvent } from "react";
 import type { SessionWorker } from "@/api/types";
 import { useAgents } from "@/api/agents";
