@@ -4,6 +4,7 @@
 // Only query modules (src/api, features/*/api) call it.
 import createClient, { type Middleware } from "openapi-fetch";
 import type { paths } from "@/api/schema";
+import type { ErrorBody } from "@/api/types";
 import { ApiError } from "@/api/errors";
 import { authStore } from "@/auth/token";
 
@@ -24,7 +25,8 @@ export const api = createClient<paths>({ baseUrl: "" });
 api.use(bearer);
 
 async function toError(res: Response, body: unknown): Promise<ApiError> {
-  const err = (body as { error?: { code?: string; message?: string } } | undefined)?.error;
+  // The server's answers carry an ErrorBody; a proxy's may carry anything.
+  const err = (body as Partial<ErrorBody> | undefined)?.error;
   return new ApiError(res.status, err?.code ?? "http_error", err?.message ?? `${res.status} ${res.statusText}`);
 }
 

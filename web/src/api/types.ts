@@ -30,6 +30,7 @@ export type MessageInfo = S["MessageInfo"];
 export type Session = S["Session"];
 export type SessionWorker = S["SessionWorker"];
 export type GitDiff = S["GitDiff"];
+export type ErrorBody = S["ErrorBody"];
 export type CreateTask = S["CreateTask"];
 export type ResourceBody = S["ResourceBody"];
 export type CreateSession = S["CreateSession"];
