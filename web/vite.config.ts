@@ -1,10 +1,13 @@
 // Builds the UI into dist/, which the server embeds. Hashed file names let the
 // server cache assets forever; index.html is served with no-cache.
+import { fileURLToPath } from "node:url";
 import { defineConfig } from "vite";
 import react from "@vitejs/plugin-react";
 
 export default defineConfig({
   plugins: [react()],
+  // `@/` is src/: code outside a folder is imported by its place in src.
+  resolve: { alias: { "@": fileURLToPath(new URL("./src", import.meta.url)) } },
   build: {
     outDir: "dist",
     emptyOutDir: true,

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The web UI's suite: installs the locked npm packages, rebuilds the bundle
-# and fails if it differs from the committed web/dist (the binary embeds that
-# one; `cargo build` never runs Node), checks the initial JavaScript budget,
-# then runs the browser tests in Debian's Chromium against the real server.
+# The web UI's suite: installs the locked npm packages, lints the UI (ESLint,
+# with the boundaries between its folders), rebuilds the bundle and fails if
+# it differs from the committed web/dist (the binary embeds that one; `cargo
+# build` never runs Node), checks the initial JavaScript budget, then runs the
+# browser tests in Debian's Chromium against the real server; they also fail
+# if web/src/api/schema.d.ts is not what the server's /api/openapi.json
+# generates.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -14,6 +17,7 @@ fi
 
 cd web
 npm ci --no-audit --no-fund --loglevel=error
+npm run lint --silent
 npm run build --silent
 if [ -n "$(git status --porcelain -- dist)" ]; then
     echo "web/dist differs from a fresh build of web/: run 'npm run build' in web/ and commit web/dist" >&2

@@ -1,24 +1,18 @@
 // The one HTTP client: openapi-fetch typed by the generated schema, with the
 // operator token sent as a bearer header (never in a URL). Every answer that
 // is not 2xx becomes an ApiError carrying the server's stable error code.
+// Only query modules (src/api, features/*/api) call it.
 import createClient, { type Middleware } from "openapi-fetch";
-import type { paths } from "./schema";
-import { authStore } from "../auth/token";
-
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
+import type { paths } from "@/api/schema";
+import type { ErrorBody } from "@/api/types";
+import { ApiError } from "@/api/errors";
+import { authStore } from "@/auth/token";
 
 const bearer: Middleware = {
   onRequest({ request }) {
     const token = authStore.token();
-    if (token) request.headers.set("Authorization", `Bearer ${token}`);
+    // A request that carries its own token (a sign-in's candidate) keeps it.
+    if (token && !request.headers.has("Authorization")) request.headers.set("Authorization", `Bearer ${token}`);
     return request;
   },
   onResponse({ response }) {
@@ -31,7 +25,8 @@ export const api = createClient<paths>({ baseUrl: "" });
 api.use(bearer);
 
 async function toError(res: Response, body: unknown): Promise<ApiError> {
-  const err = (body as { error?: { code?: string; message?: string } } | undefined)?.error;
+  // The server's answers carry an ErrorBody; a proxy's may carry anything.
+  const err = (body as Partial<ErrorBody> | undefined)?.error;
   return new ApiError(res.status, err?.code ?? "http_error", err?.message ?? `${res.status} ${res.statusText}`);
 }
 

@@ -5,6 +5,7 @@ import type { components } from "./schema";
 type S = components["schemas"];
 
 export type WorkerRunInfo = S["WorkerRunInfo"];
+export type RunStatus = S["RunStatus"];
 export type WorkerListResponse = S["WorkerListResponse"];
 export type WorkerDetailResponse = S["WorkerDetailResponse"];
 export type TranscriptStep = S["TranscriptStep"];
@@ -18,6 +19,7 @@ export type LogEvent = S["Event"];
 export type Workflow = S["WorkflowInfo"];
 export type FleetWorker = S["WorkerInfo"];
 export type WorkerEventsResponse = S["WorkerEventsResponse"];
+export type WorkerEvent = S["WorkerEvent"];
 export type RunRecord = S["Run"];
 export type Usage = S["Usage"];
 export type RunWorkspace = S["RunWorkspace"];
@@ -28,3 +30,15 @@ export type MessageInfo = S["MessageInfo"];
 export type Session = S["Session"];
 export type SessionWorker = S["SessionWorker"];
 export type GitDiff = S["GitDiff"];
+export type ErrorBody = S["ErrorBody"];
+export type CreateTask = S["CreateTask"];
+export type ResourceBody = S["ResourceBody"];
+export type CreateSession = S["CreateSession"];
+export type AddWorker = S["AddWorker"];
+export type RestartMode = S["RestartMode"];
+/** An event on the `/api/events` stream (its `type` says what `data` holds). */
+export type WireEvent = S["WireEvent"];
+/** A terminal WebSocket's frames, server to client and client to server. */
+export type TerminalServerMessage = S["ServerMessage"];
+export type TerminalClientMessage = S["ClientMessage"];
+export type ActivityState = S["ActivityState"];

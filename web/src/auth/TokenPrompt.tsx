@@ -1,37 +1,24 @@
 // Asks for the operator token when the API answers 401. The token is checked
 // against the server before it is kept, and is only ever sent as a header.
 import { useState, useSyncExternalStore, type FormEvent } from "react";
-import { useQueryClient } from "@tanstack/react-query";
-import { authStore } from "./token";
+import { TokenRefused, useSignIn } from "@/api/signIn";
+import { authStore } from "@/auth/token";
+
+function signInError(error: Error): string {
+  return error instanceof TokenRefused ? "That token was refused." : "The server could not be reached.";
+}
 
 export function TokenPrompt() {
   const needed = useSyncExternalStore(authStore.subscribe, authStore.needed);
-  const client = useQueryClient();
+  const signIn = useSignIn();
   const [value, setValue] = useState("");
-  const [error, setError] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
   if (!needed) return null;
 
-  async function submit(e: FormEvent) {
+  function submit(e: FormEvent) {
     e.preventDefault();
     const token = value.trim();
     if (!token) return;
-    setBusy(true);
-    setError(null);
-    try {
-      const res = await fetch("/api/v1/agents", { headers: { Authorization: `Bearer ${token}` } });
-      if (res.status === 401) {
-        setError("That token was refused.");
-        return;
-      }
-      authStore.set(token);
-      setValue("");
-      await client.invalidateQueries();
-    } catch {
-      setError("The server could not be reached.");
-    } finally {
-      setBusy(false);
-    }
+    signIn.mutate(token, { onSuccess: () => setValue("") });
   }
 
   return (
@@ -43,13 +30,13 @@ export function TokenPrompt() {
           <span>Token</span>
           <input type="password" autoFocus autoComplete="off" value={value} onChange={(e) => setValue(e.target.value)} />
         </label>
-        {error && (
+        {signIn.error && (
           <p className="error" role="alert">
-            {error}
+            {signInError(signIn.error)}
           </p>
         )}
         <div className="actions">
-          <button type="submit" className="btn btn-primary" disabled={busy || !value.trim()}>
+          <button type="submit" className="btn btn-primary" disabled={signIn.isPending || !value.trim()}>
             Sign in
           </button>
         </div>

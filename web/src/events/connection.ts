@@ -13,28 +13,17 @@
 // resumed stream misses nothing by construction. On `resync` the page
 // refetches instead of guessing.
 
-import { authStore } from "../auth/token";
+import type { WireEvent } from "@/api/types";
+import { authStore } from "@/auth/token";
 import { SseParser } from "./sseParser";
 
 export type ConnectionStatus = "connecting" | "live" | "reconnecting" | "resync" | "unauthorized";
 
-/** An event as the SSE surface sends it. */
-export interface ServerEvent {
-  /** The SSE `event:` name (seed 000's names for run activity). */
-  event: string;
-  seq: number;
-  ts: string;
-  /** The log's type name. */
-  type: string;
-  data: Record<string, unknown>;
-  agent_id?: string;
-  worker_id?: string;
-  task_id?: string;
-  run_id?: string;
-  channel_id?: string;
-  conversation_id?: string;
-  session_id?: string;
-}
+/**
+ * An event as the stream delivers it: the generated `WireEvent` with the SSE
+ * `event:` name it came under (seed 000's names for run activity).
+ */
+export type ServerEvent = WireEvent & { event: string };
 
 type Message =
   | { kind: "events"; events: ServerEvent[] }
@@ -157,7 +146,7 @@ async function readOnce(signal: AbortSignal): Promise<"opened" | "failed" | "una
           continue;
         }
         try {
-          const parsed = JSON.parse(m.data) as Omit<ServerEvent, "event">;
+          const parsed = JSON.parse(m.data) as WireEvent;
           batch.push({ ...parsed, event: m.event });
         } catch {
           /* a frame that is not JSON is not ours to guess at */

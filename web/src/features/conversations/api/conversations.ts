@@ -1,0 +1,101 @@
+// Server state for seed 002's conversations: resources, a resource's
+// conversation list (newest first) and one conversation with every message
+// and step persisted so far, plus the cursor that answer is valid at. The
+// client load sequence is the seed's: the database first, then the live tail
+// of the shared event stream after that cursor.
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { api, unwrap } from "@/api/client";
+import type { ResourceBody } from "@/api/types";
+import { useServerEvents } from "@/events/hooks";
+
+export const convKeys = {
+  all: ["conversations"] as const,
+  resources: ["conversations", "resources"] as const,
+  list: (resourceId: string) => ["conversations", "list", resourceId] as const,
+  detail: (id: string) => ["conversations", "detail", id] as const,
+};
+
+export function useResources() {
+  return useQuery({
+    queryKey: convKeys.resources,
+    queryFn: ({ signal }) => unwrap(api.GET("/api/v1/resources", { signal })).then((b) => b.resources),
+  });
+}
+
+export function useConversationList(resourceId: string) {
+  return useQuery({
+    queryKey: convKeys.list(resourceId),
+    queryFn: ({ signal }) =>
+      unwrap(api.GET("/api/v1/resources/{id}/conversations", { params: { path: { id: resourceId }, query: { limit: 200 } }, signal })),
+  });
+}
+
+export function useConversation(id: string | undefined) {
+  return useQuery({
+    queryKey: convKeys.detail(id ?? ""),
+    enabled: !!id,
+    queryFn: ({ signal }) => unwrap(api.GET("/api/v1/conversations/{id}", { params: { path: { id: id! } }, signal })),
+  });
+}
+
+/**
+ * Tails the shared stream for one resource: an event about the shown
+ * conversation after the cursor its detail was loaded at refetches it (the
+ * database has every step the event announces); an event about another
+ * conversation marks its cached detail stale, so going back to it reloads
+ * it; any conversation event refreshes the list.
+ */
+export function useConversationLiveUpdates(resourceId: string, conversationId: string | undefined, cursor: number | undefined) {
+  const client = useQueryClient();
+  useServerEvents((events) => {
+    let detail = false;
+    let list = false;
+    const others = new Set<string>();
+    for (const e of events) {
+      if (conversationId && e.conversation_id === conversationId) {
+        if (cursor === undefined || e.seq > cursor) detail = true;
+      } else if (e.conversation_id) {
+        others.add(e.conversation_id);
+      }
+      if (e.conversation_id || e.channel_id === resourceId || e.type.startsWith("channel.")) list = true;
+    }
+    if (detail && conversationId) void client.invalidateQueries({ queryKey: convKeys.detail(conversationId) });
+    for (const id of others) void client.invalidateQueries({ queryKey: convKeys.detail(id), refetchType: "none" });
+    if (list) {
+      void client.invalidateQueries({ queryKey: convKeys.list(resourceId) });
+      void client.invalidateQueries({ queryKey: convKeys.resources });
+    }
+  });
+}
+
+export function useConversationActions(resourceId: string) {
+  const client = useQueryClient();
+  const done = () => client.invalidateQueries({ queryKey: convKeys.all });
+  const send = useMutation({
+    mutationFn: ({ id, text }: { id: string; text: string }) =>
+      unwrap(api.POST("/api/v1/conversations/{id}/messages", { params: { path: { id } }, body: { text } })),
+    onSuccess: done,
+  });
+  const cancel = useMutation({
+    mutationFn: (id: string) =>
+      unwrap(api.POST("/api/v1/conversations/{id}/cancel", { params: { path: { id } }, body: { reason: "cancelled from the web UI" } })),
+    onSuccess: done,
+  });
+  const newChat = useMutation({
+    mutationFn: () => unwrap(api.POST("/api/v1/resources/{id}/conversations", { params: { path: { id: resourceId } } })),
+    onSuccess: done,
+  });
+  const activate = useMutation({
+    mutationFn: (id: string) => unwrap(api.POST("/api/v1/conversations/{id}/activate", { params: { path: { id } } })),
+    onSuccess: done,
+  });
+  return { send, cancel, newChat, activate };
+}
+
+export function useCreateResource() {
+  const client = useQueryClient();
+  return useMutation({
+    mutationFn: (body: ResourceBody) => unwrap(api.POST("/api/v1/resources", { body })),
+    onSuccess: () => client.invalidateQueries({ queryKey: convKeys.resources }),
+  });
+}

@@ -1,0 +1,119 @@
+// Seed 002's conversations at /resources/$resourceId/conversations/$conversationId?:
+// the resources, the chosen resource's conversations (newest first) and one
+// conversation's messages with the agent's steps arriving live. Only one
+// conversation per resource runs at a time: while it does, the send box is
+// disabled ("AI is working…") and the choices are to wait or cancel. An
+// older conversation is read-only until "Continue this conversation".
+import { useEffect } from "react";
+import { useNavigate } from "@tanstack/react-router";
+import { ApiError } from "@/api/errors";
+import { StatusBadge } from "@/components/StatusBadge";
+import { RelativeTime } from "@/components/time";
+import {
+  useConversation,
+  useConversationActions,
+  useConversationList,
+  useConversationLiveUpdates,
+  useResources,
+} from "@/features/conversations/api/conversations";
+import { ResourceList } from "./ResourceList";
+import { NewResourceForm } from "./NewResourceForm";
+import { ConversationList } from "./ConversationList";
+import { Messages } from "./Messages";
+import { Composer } from "./Composer";
+
+export function ConversationsPage({ resourceId, conversationId }: { resourceId?: string; conversationId?: string }) {
+  const resources = useResources();
+  const navigate = useNavigate();
+  const resource = resources.data?.find((r) => r.id === resourceId);
+  const list = useConversationList(resourceId ?? "");
+  const conversations = resourceId ? (list.data?.conversations ?? []) : [];
+  // Without an id in the URL: the resource's active conversation, else the newest.
+  const shownId = conversationId ?? resource?.active_conversation_id ?? conversations[0]?.id ?? undefined;
+  const detail = useConversation(resourceId ? shownId : undefined);
+  useConversationLiveUpdates(resourceId ?? "", shownId, detail.data?.cursor);
+  const { newChat } = useConversationActions(resourceId ?? "");
+
+  // /conversations with no resource chosen: go to the first one.
+  useEffect(() => {
+    if (!resourceId && resources.data && resources.data.length > 0) {
+      void navigate({
+        to: "/resources/$resourceId/conversations/{-$conversationId}",
+        params: { resourceId: resources.data[0].id },
+        replace: true,
+      });
+    }
+  }, [resourceId, resources.data, navigate]);
+
+  const startNewChat = () =>
+    newChat.mutate(undefined, {
+      onSuccess: (c) =>
+        void navigate({ to: "/resources/$resourceId/conversations/{-$conversationId}", params: { resourceId: resourceId!, conversationId: c.id } }),
+    });
+
+  const notFound = detail.error instanceof ApiError && detail.error.status === 404;
+  return (
+    <div className="page conversations-page">
+      <header className="page-header">
+        <h1>Conversations{resource && <span className="muted"> · {resource.name}</span>}</h1>
+      </header>
+      <div className="three-columns">
+        <section className="column-list" aria-label="Resources">
+          <h2 className="column-title">Resources</h2>
+          <div className="column-scroll">
+            {resources.data && resources.data.length === 0 && <p className="empty">No resources yet.</p>}
+            <ResourceList resources={resources.data ?? []} current={resourceId} />
+            <details className="new-resource">
+              <summary>New resource</summary>
+              <NewResourceForm />
+            </details>
+          </div>
+        </section>
+        <section className="column-list" aria-label="History">
+          <div className="column-title-row">
+            <h2 className="column-title">History</h2>
+            {resourceId && (
+              <button type="button" className="btn btn-small" onClick={startNewChat} disabled={newChat.isPending} data-testid="new-chat">
+                New chat
+              </button>
+            )}
+          </div>
+          <div className="column-scroll">
+            {resourceId && <ConversationList resourceId={resourceId} conversations={conversations} shown={shownId} />}
+          </div>
+        </section>
+        <section
+          className="column-detail conversation"
+          aria-label="Conversation"
+          data-testid="conversation"
+          data-conversation-id={detail.data?.id}
+          data-state={detail.data?.state}
+        >
+          {!resourceId && <p className="empty">Choose a resource to see its conversations.</p>}
+          {resourceId && !shownId && list.isSuccess && (
+            <div className="empty">
+              <p>No conversation yet.</p>
+              <button type="button" className="btn btn-primary" onClick={startNewChat} disabled={newChat.isPending}>
+                Start a chat
+              </button>
+            </div>
+          )}
+          {notFound && <p className="empty">This conversation does not exist.</p>}
+          {detail.data && (
+            <>
+              <div className="conversation-head">
+                <StatusBadge status={detail.data.state === "processing" ? "running" : detail.data.state} label={detail.data.state} />
+                {detail.data.active ? <span className="badge badge-blue">active</span> : <span className="badge badge-grey">history</span>}
+                <span className="muted small">
+                  started <RelativeTime iso={detail.data.created_at} />
+                </span>
+              </div>
+              <Messages detail={detail.data} />
+              <Composer detail={detail.data} resourceId={resourceId!} />
+            </>
+          )}
+        </section>
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,80 @@
+// Fleet: seed 001's list_workers view. Recovered workers (after a restart)
+// carry source / event_state / recovered_at badges; active workers with no
+// activity for longer than the threshold are highlighted as stuck; the
+// worker_events timeline is beside them.
+import { useNavigate } from "@tanstack/react-router";
+import { useFleetLiveUpdates, useFleetWorkers, useWorkerEvents } from "@/features/fleet/api/fleet";
+import { FleetTable } from "./FleetTable";
+import { WorkerEventsTimeline } from "./WorkerEventsTimeline";
+
+export interface FleetSearch {
+  stale?: number;
+  closed?: boolean;
+  worker?: string;
+}
+
+export function validateFleetSearch(search: Record<string, unknown>): FleetSearch {
+  const stale = Number(search.stale);
+  return {
+    stale: Number.isFinite(stale) && stale >= 0 && search.stale !== undefined ? Math.floor(stale) : undefined,
+    closed: search.closed === true || search.closed === "true" ? true : undefined,
+    worker: typeof search.worker === "string" ? search.worker : undefined,
+  };
+}
+
+const DEFAULT_STALE = 10;
+
+export function FleetPage({ search }: { search: FleetSearch }) {
+  const navigate = useNavigate({ from: "/fleet" });
+  const stale = search.stale ?? DEFAULT_STALE;
+  const workers = useFleetWorkers(!!search.closed);
+  const events = useWorkerEvents(stale);
+  useFleetLiveUpdates();
+  const stuck = new Set(events.data?.summary?.stuck ?? []);
+  const timeline = [...(events.data?.events ?? [])]
+    .filter((e) => !search.worker || e.worker_id === search.worker)
+    .sort((a, b) => b.id - a.id);
+
+  return (
+    <div className="page fleet-page">
+      <header className="page-header">
+        <h1>Fleet</h1>
+        <label className="inline-field">
+          Stuck after
+          <input
+            type="number"
+            min={0}
+            value={stale}
+            onChange={(e) => void navigate({ search: (p) => ({ ...p, stale: e.target.value === "" ? undefined : Number(e.target.value) }), replace: true })}
+            data-testid="stale-threshold"
+          />
+          minutes
+        </label>
+        <label className="check">
+          <input type="checkbox" checked={!!search.closed} onChange={(e) => void navigate({ search: (p) => ({ ...p, closed: e.target.checked || undefined }) })} />
+          Include closed
+        </label>
+      </header>
+      <div className="detail-grid">
+        <section className="card" aria-label="Workers">
+          <h2>
+            Workers <span className="muted">{workers.data?.count ?? ""}</span>
+          </h2>
+          {workers.isError && (
+            <p className="error" role="alert">
+              {workers.error.message}
+            </p>
+          )}
+          {workers.data?.count === 0 && <p className="muted">No workers registered.</p>}
+          <FleetTable workers={workers.data?.workers ?? []} stuck={stuck} stale={stale} selected={search.worker} />
+        </section>
+        <section className="card" aria-label="Worker events">
+          <h2>
+            worker_events {search.worker && <span className="muted">for {search.worker}</span>}
+          </h2>
+          <WorkerEventsTimeline events={timeline} />
+        </section>
+      </div>
+    </div>
+  );
+}

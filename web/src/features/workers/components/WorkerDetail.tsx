@@ -1,0 +1,98 @@
+// The right column: the selected run's header, result and transcript; for a
+// running run, its live status, active tool and tool-call count.
+import type { WorkerDetailResponse } from "@/api/types";
+import { Badge, StatusBadge } from "@/components/StatusBadge";
+import { Markdown } from "@/components/Markdown";
+import { duration, useNow } from "@/components/time";
+import { ApiError } from "@/api/errors";
+import { Transcript } from "./Transcript";
+import { useWorkerDetail, type WorkerDetail as Detail } from "@/features/workers/api/workers";
+import { useLive } from "@/features/workers/stores/live";
+
+function Duration({ run }: { run: WorkerDetailResponse }) {
+  const now = useNow();
+  const end = run.completed_at ? Date.parse(run.completed_at) : now;
+  return <>{duration(end - Date.parse(run.started_at))}</>;
+}
+
+export function WorkerDetail({ agentId, workerId }: { agentId: string; workerId: string | undefined }) {
+  const detail = useWorkerDetail(agentId, workerId);
+  if (!workerId) {
+    return (
+      <div className="empty" data-testid="detail-empty">
+        Select a worker to view details
+      </div>
+    );
+  }
+  if (detail.isPending) return <div className="empty">Loading…</div>;
+  if (detail.isError) {
+    const e = detail.error;
+    return (
+      <div className="empty error" role="alert">
+        {e instanceof ApiError && e.status === 404 ? "This worker run does not exist." : `Could not load this run: ${e.message}`}
+      </div>
+    );
+  }
+  return <DetailBody detail={detail.data} />;
+}
+
+function DetailBody({ detail }: { detail: Detail }) {
+  const run = useLive(detail.id, detail, detail.cursor);
+  const running = run.status === "running";
+  return (
+    <article className="worker-detail" data-testid="worker-detail" data-worker-id={run.id} data-run-status={run.status}>
+      <header className="detail-header">
+        <h2 className="detail-task">
+          <span className="muted">Task:</span> {run.task}
+        </h2>
+        <div className="detail-meta">
+          <span>
+            <span className="muted">Channel:</span> {run.channel_name ?? run.channel_id ?? "none"}
+          </span>
+          <Badge tone="neutral" title="worker type">
+            {run.worker_type}
+          </Badge>
+        </div>
+        <div className="detail-meta">
+          <span>
+            <span className="muted">Duration:</span> <Duration run={run} />
+          </span>
+          <StatusBadge status={run.status} />
+          <span className="muted">{run.vtid}</span>
+        </div>
+      </header>
+      {running ? (
+        <section className="detail-live" aria-label="Live status" data-testid="live-panel">
+          <dl className="live-grid">
+            <dt>Status</dt>
+            <dd data-testid="live-status">{run.live_status ?? "starting"}</dd>
+            <dt>Active tool</dt>
+            <dd data-testid="active-tool">{run.active_tool ?? "none"}</dd>
+            <dt>Tool calls</dt>
+            <dd data-testid="tool-calls">{run.tool_calls}</dd>
+          </dl>
+          <p className="muted">Transcript available when worker completes.</p>
+        </section>
+      ) : (
+        <>
+          {run.result && (
+            <section className="detail-result" aria-label="Result" data-testid="result">
+              <h3>Result</h3>
+              <Markdown text={run.result} />
+            </section>
+          )}
+          {run.transcript && run.transcript.length > 0 ? (
+            <section className="detail-transcript" aria-label="Transcript section">
+              <h3>Transcript</h3>
+              <Transcript steps={run.transcript} />
+            </section>
+          ) : (
+            <p className="muted" data-testid="no-transcript">
+              Full transcript not available for this worker
+            </p>
+          )}
+        </>
+      )}
+    </article>
+  );
+}
