@@ -1,4 +1,4 @@
-//! Seed 003's progress requests (`ProgressBody`, `ProgressBatchBody`)
+//! The connector contract's progress requests (`ProgressBody`, `ProgressBatchBody`)
 //! decoded from arbitrary bytes, then what the server does with a report
 //! before and around the store: the workflow lookup of its event in every
 //! state of every workflow, and the run workspace read from its metadata.

@@ -463,7 +463,7 @@ async def check_workers(server, data_dir, notes):
                 break
         assert ids == [e["id"] for e in everything["events"]], "paging lost or repeated events"
         assert len(set(ids)) == len(ids)
-        # An ISO 8601 `since` (seed 001): the events at or after that time.
+        # An ISO 8601 `since` (the worker registry contract): the events at or after that time.
         middle = everything["events"][len(everything["events"]) // 2]
         since_ts = await call(s, "worker_events", since=middle["ts"], limit=10000)
         assert middle["id"] in [e["id"] for e in since_ts["events"]]

@@ -1,5 +1,5 @@
-// Browser tests of the Conversations page (seed 002) and the Sessions pages
-// (seed 004) in real Chromium against a real server. SCREENSHOTS=1 also
+// Browser tests of the Conversations page (the conversations contract) and the Sessions pages
+// (the sessions contract) in real Chromium against a real server. SCREENSHOTS=1 also
 // writes their screenshots (light and dark) to docs/screenshots/.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";

@@ -1,4 +1,4 @@
-//! Channels (seed 002's resources, seed 000's channels): what runs and
+//! Channels (the conversations contract's resources, the Workers page contract's channels): what runs and
 //! conversations belong to. A channel is archived, never deleted with its runs.
 
 use axum::extract::{Path, State};

@@ -1,7 +1,7 @@
-//! Resources and their conversations (seed 002).
+//! Resources and their conversations (the conversations contract).
 //!
 //! A resource is a channel with the agent its conversations talk to. The
-//! client load sequence of the seed is two calls: the conversation list
+//! client load sequence of the contract is two calls: the conversation list
 //! (newest first, paged), then one conversation with every message and
 //! step persisted so far and the cursor that answer is valid at (body and
 //! `X-Shepherd-Cursor`); tailing `/api/events?after=<cursor>&conversation_id=<id>`

@@ -8,7 +8,7 @@
 //! `resync` event; a client too slow for the live feed gets `resync` and is
 //! disconnected, and resumes from its cursor.
 //!
-//! Seed 000's run activity travels under its own names: `worker_started`,
+//! The Workers page contract's run activity travels under its own names: `worker_started`,
 //! `worker_status`, `tool_started`, `tool_completed`, `worker_completed`
 //! (there a "worker" is a run). Every other event keeps its log type.
 
@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ApiQuery, ApiResult};
 use crate::AppState;
 
-/// The log type behind one of seed 000's SSE names, so a `types` filter may
+/// The log type behind one of the Workers page contract's SSE names, so a `types` filter may
 /// use either (`worker_completed` or `run.completed`).
 fn seed000_kind(name: &str) -> &str {
     match name {
@@ -414,7 +414,7 @@ impl Feed {
     responses((status = 200, content_type = "text/event-stream", body = StreamData,
         description = "Server-sent events: `id: <seq>`, `event: <name>`, `data: <json>`. \
         Each `data:` line is one `StreamData`: a `WireEvent` (its `type` says what its `data` holds), \
-        or under `event: resync` a `Resync`. The `event:` name is the event's `type`, except seed 000's \
+        or under `event: resync` a `Resync`. The `event:` name is the event's `type`, except the Workers page contract's \
         run activity: `run.started` is `worker_started`, `run.status` is `worker_status`, \
         `run.completed` is `worker_completed`, and `run.step` is `tool_started` (an action with a tool call) \
         or `tool_completed` (a tool result), else `run.step`."),

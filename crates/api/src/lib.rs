@@ -143,7 +143,7 @@ pub struct StateFields {
     /// Rendered frames of events read from the log, shared by every
     /// subscriber (live events carry their own frame).
     pub frames: Arc<events::FrameCache>,
-    /// This node's sessions and PTY workers (seed 004); `None`: not served.
+    /// This node's sessions and PTY workers (the sessions contract); `None`: not served.
     pub sessions: Option<Arc<shepherd_sessions::SessionManager>>,
     /// The request and stream caps, and their gauges.
     pub limits: Arc<limits::Limits>,

@@ -1,9 +1,9 @@
-//! The PTY WebSocket at seed 004's route, `/ws/session/{sessionId}/worker/{workerId}`.
+//! The PTY WebSocket at the sessions contract's route, `/ws/session/{sessionId}/worker/{workerId}`.
 //!
 //! On attach the worker's process is restored if it does not exist (see
 //! `SessionManager::attach`); the client then gets `history`, the current
 //! `activity`, and live `output` / `activity` / `exit` frames, and may send
-//! `input` and `resize`. A restore that is impossible answers the seed's
+//! `input` and `resize`. A restore that is impossible answers the contract's
 //! `{"type":"exit","exitCode":1,"signal":null}` and closes.
 //!
 //! Frames come from the worker's bounded broadcast window: a client too slow

@@ -1,7 +1,7 @@
-//! Sessions over REST (seed 004): create, list, show and delete workspaces;
+//! Sessions over REST (the sessions contract): create, list, show and delete workspaces;
 //! add, remove and restart their tabs; the `git-diff` tab's diff.
 //!
-//! A session's public view is its persisted metadata (the seed's
+//! A session's public view is its persisted metadata (the contract's
 //! `toPublicSession()`): every tab is listed whether or not its process is
 //! alive; a client that attaches to one restores it (see `session_ws.rs`).
 

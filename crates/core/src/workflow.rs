@@ -268,7 +268,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn autopilot_matches_the_seed_table() {
+    fn autopilot_matches_the_connector_table() {
         let w = &AUTOPILOT;
         assert_eq!(
             w.apply("in_progress", "worker.execution.started"),

@@ -1,4 +1,4 @@
-//! Seed 002's resources and conversations: the list, one conversation with
+//! The conversations contract's resources and conversations: the list, one conversation with
 //! its messages and steps, sending, cancelling, activating.
 
 use serde::{Deserialize, Serialize};
@@ -80,7 +80,7 @@ pub struct MessageInfo {
     pub run_id: Option<String>,
     /// User: `queued | sent | dropped`; agent: `running | done | failed | cancelled`.
     pub status: String,
-    /// The reply's steps (seed 000's `TranscriptStep`), carried as JSON
+    /// The reply's steps (the Workers page contract's `TranscriptStep`), carried as JSON
     /// text: a long conversation is sent without re-serialising each step.
     #[schema(value_type = Vec<TranscriptStep>)]
     #[schemars(with = "Vec<TranscriptStep>")]

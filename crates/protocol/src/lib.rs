@@ -9,7 +9,7 @@
 //! events, transcript steps) are re-exported from `shepherd-core`, where
 //! they also derive their schemas.
 //!
-//! Field names and values are the seeds' exactly; a golden test
+//! Field names and values are the contracts' exactly (docs/contracts.md); a golden test
 //! (`crates/shepherd/tests/golden.rs`) pins the JSON of every seed route.
 
 pub mod catalog;
@@ -46,5 +46,5 @@ pub use workers::*;
 /// Response header carrying the event-log cursor a response's data is valid at.
 pub const CURSOR_HEADER: &str = "x-shepherd-cursor";
 
-/// Heartbeat cadence the server asks of workers (seed 003: every 30 s).
+/// Heartbeat cadence the server asks of workers (the connector contract: every 30 s).
 pub const HEARTBEAT_INTERVAL_SECS: u64 = 30;

@@ -1,4 +1,4 @@
-//! The WebSocket messages of a PTY tab (seed 004), JSON text frames.
+//! The WebSocket messages of a PTY tab (the sessions contract), JSON text frames.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,4 @@
-//! Seed 004's sessions over REST: workspaces, their tabs, and the
+//! The sessions contract's sessions over REST: workspaces, their tabs, and the
 //! `git-diff` tab's diff.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! Sessions (seed 004): workspaces whose tabs are real terminals and
+//! Sessions (the sessions contract): workspaces whose tabs are real terminals and
 //! interactive agents in pseudo-terminals, restored when a client attaches
 //! after anything restarted.
 //!

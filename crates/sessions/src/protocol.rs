@@ -1,4 +1,4 @@
-//! The WebSocket messages of a PTY worker (seed 004): defined in the
+//! The WebSocket messages of a PTY worker (the sessions contract): defined in the
 //! protocol crate with every other wire shape, re-exported here.
 
 pub use shepherd_protocol::{ActivityState, ClientMessage, ServerMessage};
@@ -8,7 +8,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn messages_have_the_seed_shapes() {
+    fn messages_have_the_contract_shapes() {
         let exit = ServerMessage::Exit {
             exit_code: Some(1),
             signal: None,

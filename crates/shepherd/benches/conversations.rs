@@ -1,10 +1,10 @@
-//! Conversation benchmark (seed 002), two measurements in one run.
+//! Conversation benchmark (the conversations contract), two measurements in one run.
 //!
 //! 1. **Load then tail**, on SQLite and (when reachable) PostgreSQL: a
 //!    conversation of 200 user messages whose replies hold 10,000 steps in
 //!    all (199 finished replies of 50 steps, stored as transcript blobs,
 //!    and one running reply of 50 steps in step rows), seeded over HTTP
-//!    exactly as a worker would. Each sample is the seed's client load
+//!    exactly as a worker would. Each sample is the contract's client load
 //!    sequence against the real server on `127.0.0.1:0`:
 //!    `GET /api/v1/conversations/{id}` (body read and parsed), then
 //!    `GET /api/events?after=<cursor>&conversation_id=<id>` until its

@@ -39,7 +39,7 @@ pub fn start(tracker: &TaskTracker, state: &AppState, config: &Config, token: Ca
             }
         });
     }
-    // Snapshots of every worker, for seed 001's `worker_events` consumers.
+    // Snapshots of every worker, for the worker registry contract's `worker_events` consumers.
     {
         let state = state.clone();
         let every = config.snapshot_interval;

@@ -1,4 +1,4 @@
-//! Conversations end to end (seed 002) with the built-in runner and a
+//! Conversations end to end (the conversations contract) with the built-in runner and a
 //! scripted agent that speaks Claude Code's stream-json (no API key): the
 //! seed's scenarios, load then tail from the cursor, concurrent sends,
 //! follow-ups that continue the agent's own session, and a server killed
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::{wait_for, Env, Served, Server, SseClient};
+use common::{alive, wait_for, Env, Served, Server, SseClient};
 
 /// The scripted agent: records its argv, prompt and pid beside itself,
 /// resumes the session `--resume` names (else starts a new one), and writes
@@ -147,19 +147,7 @@ fn step_texts(m: &Value) -> Vec<String> {
         .collect()
 }
 
-fn pid_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
-e2e!(seed_scenarios, |kind| async move {
+e2e!(contract_scenarios, |kind| async move {
     let mut env = Env::new(kind);
     let config = agent_config(&env);
     env.with_config_file(&config);
@@ -181,7 +169,7 @@ e2e!(seed_scenarios, |kind| async move {
         .as_str()
         .expect("agent session captured")
         .to_owned();
-    // The reply's run carries the resource as its channel (seed 000's Workers page).
+    // The reply's run carries the resource as its channel (the Workers page).
     let run_id = c["messages"][1]["run_id"].as_str().unwrap();
     let (_, run) = s.get(&format!("/api/v1/runs/{run_id}"), None).await;
     assert_eq!(run["run"]["channel_id"], "table-1");
@@ -224,10 +212,7 @@ e2e!(seed_scenarios, |kind| async move {
         .lines()
         .filter_map(|l| l.parse().ok())
         .collect();
-    assert!(
-        !pid_alive(*pids.last().unwrap()),
-        "the cancelled agent is gone"
-    );
+    assert!(!alive(*pids.last().unwrap()), "the cancelled agent is gone");
 
     // The follow-ups resumed the agent's own session with continue_args.
     let argv = std::fs::read_to_string(env.dir.join("argv.log")).unwrap();

@@ -153,7 +153,7 @@ async fn delete(s: &Server, path: &str) {
     assert_eq!(st, 200, "{path}: {b}");
 }
 
-/// The worker, task and run part: seed 003's connector, steps, usage, a
+/// The worker, task and run part: the connector, steps, usage, a
 /// retry, an outside event the task's state refuses, cancels, channels.
 async fn connector(s: &Server) {
     let w1 = register(s, "w-1").await;
@@ -266,7 +266,7 @@ async fn connector(s: &Server) {
     ok(s, "/api/v1/channels/general/archive", OP, json!({})).await;
 }
 
-/// Seed 002: a resource answered by the configured agent; a reply that
+/// The conversations contract: a resource answered by the configured agent; a reply that
 /// records the agent's session; a second conversation; a cancel that drops
 /// a queued message.
 async fn conversations(s: &Server) {
@@ -313,7 +313,7 @@ async fn conversations(s: &Server) {
     idle(s, &second).await;
 }
 
-/// Seed 004: a terminal that exits and is restarted, one removed, an empty
+/// The sessions contract: a terminal that exits and is restarted, one removed, an empty
 /// session deleted. Returns the sessions to restore after a restart: one
 /// that can be, one whose directory will be gone.
 async fn sessions(s: &Server, env: &Env) -> [(String, String); 2] {

@@ -1,7 +1,7 @@
 //! Golden wire tests: the JSON of every seed route, pinned.
 //!
-//! One scenario drives the seed 003 connector (register, pending, claim,
-//! progress, heartbeat), seed 000's run list and detail, seed 001's workers
+//! One scenario drives the connector (register, pending, claim,
+//! progress, heartbeat), the Workers page's run list and detail, the worker registry's workers
 //! and worker events, tasks, runs, channels, the event page, the SSE frames
 //! and the error bodies, on both stores. Each answer is recorded with its
 //! status; volatile values (times, ids, tokens, sequence numbers) are
@@ -133,7 +133,7 @@ async fn scenario(kind: Kind) -> Value {
     .await;
     r.get("health", "/healthz", None).await;
 
-    // Seed 003: register.
+    // The connector contract: register.
     let reg = r
         .post(
             "register",
@@ -207,7 +207,7 @@ async fn scenario(kind: Kind) -> Value {
     r.get("task list bad state", "/api/v1/tasks?state=sleeping", op)
         .await;
 
-    // Seed 003: pending, claim, heartbeat, progress.
+    // The connector contract: pending, claim, heartbeat, progress.
     r.get("pending", "/api/v1/worker/orchestrator/tasks/pending", w1)
         .await;
     r.get(
@@ -295,7 +295,7 @@ async fn scenario(kind: Kind) -> Value {
     )
     .await;
 
-    // Seed 000 while running.
+    // The Workers page contract while running.
     r.get(
         "seed list running",
         "/api/agents/workers?agent_id=default&limit=50&offset=0",
@@ -321,7 +321,7 @@ async fn scenario(kind: Kind) -> Value {
     )
     .await;
 
-    // Seed 001 while active.
+    // The worker registry contract while active.
     r.get("workers", "/api/v1/workers", op).await;
 
     r.post(
@@ -412,7 +412,7 @@ async fn scenario(kind: Kind) -> Value {
     )
     .await;
 
-    // Seed 000 after the end.
+    // The Workers page contract after the end.
     r.get("seed list", "/api/agents/workers", op).await;
     r.get(
         "seed detail done",
@@ -445,7 +445,7 @@ async fn scenario(kind: Kind) -> Value {
     r.get("workflows", "/api/v1/workflows", op).await;
     r.get("agents", "/api/v1/agents", op).await;
 
-    // Seed 001.
+    // The worker registry contract.
     r.get("workers all", "/api/v1/workers?include_closed=true", op)
         .await;
     r.get(

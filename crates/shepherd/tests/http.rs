@@ -1,5 +1,5 @@
-//! End-to-end over real HTTP, on both databases: the seed 003 flow with
-//! tokens, seed 000's run routes, error codes, the OpenAPI document, and
+//! End-to-end over real HTTP, on both databases: the connector contract flow with
+//! tokens, the Workers page contract's run routes, error codes, the OpenAPI document, and
 //! server-sent events that resume without gaps or duplicates.
 
 mod common;
@@ -44,7 +44,7 @@ async fn progress(
 }
 
 e2e!(
-    seed_flow_with_tokens_runs_and_transcripts,
+    connector_flow_with_tokens_runs_and_transcripts,
     |kind: Kind| async move {
         let mut env = Env::new(kind);
         env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
@@ -176,7 +176,7 @@ e2e!(
             .await;
         assert_eq!(st, 200);
 
-        // Seed 000 list while running: live overlay from the database.
+        // The Workers page contract list while running: live overlay from the database.
         let (st, list) = s
             .get(
                 "/api/agents/workers?agent_id=default&limit=50&offset=0",
@@ -281,7 +281,7 @@ e2e!(
         assert_eq!(detail["status"], "done");
         assert_eq!(
             detail["transcript"], steps,
-            "the seed's transcript round-trips unchanged"
+            "the contract's transcript round-trips unchanged"
         );
         let (_, list) = s
             .get("/api/agents/workers?status=done", Some(OPERATOR))
@@ -750,30 +750,33 @@ e2e!(
     }
 );
 
-e2e!(run_activity_uses_seed_000_names, |kind: Kind| async move {
-    let env = Env::new(kind);
-    let s = Server::start(&env).await;
-    register(&s, "w", &[]).await;
-    s.post("/api/v1/tasks", None, task("N-1", "simple")).await;
-    let mut sse = SseClient::connect(&s.base, "/api/events?after=0&types=run.*", None, None).await;
-    let (_, c) = s
-        .post(
-            "/api/v1/worker/orchestrator/tasks/N-1/claim",
+e2e!(
+    run_activity_uses_the_workers_page_names,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        register(&s, "w", &[]).await;
+        s.post("/api/v1/tasks", None, task("N-1", "simple")).await;
+        let mut sse =
+            SseClient::connect(&s.base, "/api/events?after=0&types=run.*", None, None).await;
+        let (_, c) = s
+            .post(
+                "/api/v1/worker/orchestrator/tasks/N-1/claim",
+                None,
+                json!({ "worker_id": "w" }),
+            )
+            .await;
+        let (run, ct) = (
+            c["run_id"].as_str().unwrap(),
+            c["claim_token"].as_str().unwrap(),
+        );
+        s.post(
+            &format!("/api/v1/runs/{run}/status"),
             None,
-            json!({ "worker_id": "w" }),
+            json!({ "claim_token": ct, "status": "thinking" }),
         )
         .await;
-    let (run, ct) = (
-        c["run_id"].as_str().unwrap(),
-        c["claim_token"].as_str().unwrap(),
-    );
-    s.post(
-        &format!("/api/v1/runs/{run}/status"),
-        None,
-        json!({ "claim_token": ct, "status": "thinking" }),
-    )
-    .await;
-    s.post(
+        s.post(
         &format!("/api/v1/runs/{run}/steps"),
         None,
         json!({ "claim_token": ct, "start_index": 0, "steps": [
@@ -782,31 +785,32 @@ e2e!(run_activity_uses_seed_000_names, |kind: Kind| async move {
         ]}),
     )
     .await;
-    s.post("/api/v1/worker/orchestrator/tasks/N-1/progress", None, json!({ "worker_id": "w", "event": "worker.execution.completed", "claim_token": ct, "result": "all good" })).await;
-    let mut names = Vec::new();
-    while let Some(f) = sse.next(Duration::from_secs(3)).await {
-        names.push(f.event.clone());
-        if f.event == "worker_completed" {
-            assert_eq!(f.data["data"]["status"], "done");
-            assert_eq!(f.data["data"]["result"], "all good");
-            break;
+        s.post("/api/v1/worker/orchestrator/tasks/N-1/progress", None, json!({ "worker_id": "w", "event": "worker.execution.completed", "claim_token": ct, "result": "all good" })).await;
+        let mut names = Vec::new();
+        while let Some(f) = sse.next(Duration::from_secs(3)).await {
+            names.push(f.event.clone());
+            if f.event == "worker_completed" {
+                assert_eq!(f.data["data"]["status"], "done");
+                assert_eq!(f.data["data"]["result"], "all good");
+                break;
+            }
         }
+        assert_eq!(
+            names,
+            vec![
+                "worker_started",
+                "worker_status",
+                "tool_started",
+                "tool_completed",
+                "worker_completed"
+            ]
+        );
+        s.stop().await;
     }
-    assert_eq!(
-        names,
-        vec![
-            "worker_started",
-            "worker_status",
-            "tool_started",
-            "tool_completed",
-            "worker_completed"
-        ]
-    );
-    s.stop().await;
-});
+);
 
 e2e!(
-    types_filter_accepts_seed_000_names,
+    types_filter_accepts_the_workers_page_names,
     |kind: Kind| async move {
         let env = Env::new(kind);
         let s = Server::start(&env).await;
@@ -869,7 +873,7 @@ e2e!(
                     .unwrap_or(Value::Null)
             }
         };
-        // Registered, not yet heard from: seed 001's `spawning`.
+        // Registered, not yet heard from: the worker registry contract's `spawning`.
         let poller = register(&s, "w-poll", &[]).await;
         let beater = register(&s, "w-beat", &[]).await;
         assert_eq!(status("w-poll").await, "spawning");

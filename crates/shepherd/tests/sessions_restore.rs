@@ -1,4 +1,4 @@
-//! Restore on attach (seed 004) with the real binary as a child process:
+//! Restore on attach (the sessions contract) with the real binary as a child process:
 //! after `kill -9` of the server, attaching brings back a new shell whose
 //! history holds what the terminal showed before plus a restore marker;
 //! two clients attaching at once cause exactly one new process; an agent
@@ -207,7 +207,7 @@ e2e!(restore_after_kill_9, |kind: Kind| async move {
     })
     .await;
 
-    // Its location is gone: the seed's exit message, then close.
+    // Its location is gone: the contract's exit message, then close.
     let mut l = connect(&p.base, &sid2, &lost_id, None).await;
     let first = l.next(WAIT).await.expect("a message");
     assert_eq!(

@@ -1,6 +1,6 @@
 //! The event stream under pressure: a consumer too slow for the live feed
 //! is told to resync and resumes exactly; a cursor older than retention gets
-//! one `resync`; seed 001's `worker_events` shape with a stuck worker.
+//! one `resync`; the worker registry contract's `worker_events` shape with a stuck worker.
 
 mod common;
 
@@ -136,7 +136,7 @@ async fn a_cursor_older_than_retention_gets_one_resync() {
 }
 
 e2e!(
-    worker_events_has_the_seed_shape_and_finds_stuck_workers,
+    worker_events_has_the_contract_shape_and_finds_stuck_workers,
     |kind: Kind| async move {
         let env = Env::new(kind);
         let s = Server::start(&env).await;

@@ -59,7 +59,7 @@ impl Store {
             })
             .await?;
         if first {
-            // The worker's first poll ends seed 001's `spawning`.
+            // The worker's first poll ends the worker registry contract's `spawning`.
             self.write(move |db| Box::pin(async move { workers::mark_heard(db, now, &id).await }))
                 .await?;
         }

@@ -1,4 +1,4 @@
-//! The store's conversation operations (seed 002): each runs one operation
+//! The store's conversation operations (the conversations contract): each runs one operation
 //! of `ops::conversations` as a unit of work or a consistent read.
 
 use shepherd_core::Error;

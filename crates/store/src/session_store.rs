@@ -1,4 +1,4 @@
-//! The store's session operations (seed 004), one unit of work each; see
+//! The store's session operations (the sessions contract), one unit of work each; see
 //! `ops/sessions.rs` for what each records.
 
 use shepherd_core::Error;

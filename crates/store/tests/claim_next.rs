@@ -305,7 +305,7 @@ contract!(
     |db: TestDb| async move {
         // The reports of a batch share one read taken before the first of
         // them runs; each release must still carry the worker's claim count
-        // after it (seed 001 derives `worker_idle` from the one that reaches
+        // after it (the worker registry contract derives `worker_idle` from the one that reaches
         // 0), not the count that read saw.
         let store = db.open().await;
         register(&store, "w", "default", &[], 4).await;

@@ -1,4 +1,4 @@
-//! The task queue and worker connector (seed 003), on both databases:
+//! The task queue and worker connector (the connector contract), on both databases:
 //! the whole flow, atomic claims, expiry, fencing and eligibility rules.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Conversations on resources (seed 002), on both databases: the state
+//! Conversations on resources (the conversations contract), on both databases: the state
 //! machine, cancel keeping partial work, new chat as an implicit cancel,
 //! multitask, one processing conversation per resource under concurrency,
 //! and the agent session id handed to the next claim.

@@ -69,7 +69,7 @@ enum Tok {
     Old(u8),
     /// Another task's active claim's.
     OtherTask(u8),
-    /// None (seed 003's request shape; steps always carry one).
+    /// None (the connector contract's request shape; steps always carry one).
     Missing,
     /// One never granted.
     Garbage,

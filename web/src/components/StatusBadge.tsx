@@ -1,5 +1,5 @@
 // A run's or task's status as a coloured badge: running amber, done green,
-// failed red, cancelled grey (seed 000), other states neutral.
+// failed red, cancelled grey (the Workers page contract), other states neutral.
 const TONE: Record<string, string> = {
   running: "amber",
   claimed: "amber",

@@ -21,7 +21,7 @@ export type ConnectionStatus = "connecting" | "live" | "reconnecting" | "resync"
 
 /**
  * An event as the stream delivers it: the generated `WireEvent` with the SSE
- * `event:` name it came under (seed 000's names for run activity).
+ * `event:` name it came under (the Workers page contract's names for run activity).
  */
 export type ServerEvent = WireEvent & { event: string };
 

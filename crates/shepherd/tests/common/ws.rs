@@ -1,5 +1,5 @@
 //! A real WebSocket client for PTY workers (tokio-tungstenite), reading the
-//! seed 004 messages and collecting what the terminal showed.
+//! the sessions contract messages and collecting what the terminal showed.
 
 #![allow(dead_code)]
 

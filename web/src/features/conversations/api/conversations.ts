@@ -1,7 +1,7 @@
-// Server state for seed 002's conversations: resources, a resource's
+// Server state for the conversations contract's conversations: resources, a resource's
 // conversation list (newest first) and one conversation with every message
 // and step persisted so far, plus the cursor that answer is valid at. The
-// client load sequence is the seed's: the database first, then the live tail
+// client load sequence is the contract's: the database first, then the live tail
 // of the shared event stream after that cursor.
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap } from "@/api/client";

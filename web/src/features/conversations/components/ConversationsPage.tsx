@@ -1,4 +1,4 @@
-// Seed 002's conversations at /resources/$resourceId/conversations/$conversationId?:
+// The conversations contract's conversations at /resources/$resourceId/conversations/$conversationId?:
 // the resources, the chosen resource's conversations (newest first) and one
 // conversation's messages with the agent's steps arriving live. Only one
 // conversation per resource runs at a time: while it does, the send box is

@@ -1,4 +1,4 @@
-// Server state for seed 001's Fleet page: the registered workers and the
+// Server state for the Fleet page: the registered workers and the
 // worker_events timeline with its stuck-worker summary, and the events that
 // refresh them.
 import { useQuery, useQueryClient } from "@tanstack/react-query";

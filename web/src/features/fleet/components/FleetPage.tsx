@@ -1,4 +1,4 @@
-// Fleet: seed 001's list_workers view. Recovered workers (after a restart)
+// Fleet: the worker registry contract's list_workers view. Recovered workers (after a restart)
 // carry source / event_state / recovered_at badges; active workers with no
 // activity for longer than the threshold are highlighted as stuck; the
 // worker_events timeline is beside them.

@@ -1,4 +1,4 @@
-// Server state for seed 004's sessions: the list, one session with its tabs
+// Server state for the sessions contract's sessions: the list, one session with its tabs
 // (persisted metadata, alive or not), tab actions and a git-diff tab's diff.
 // Session events on the shared stream refresh them.
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";

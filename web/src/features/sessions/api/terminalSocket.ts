@@ -1,4 +1,4 @@
-// A PTY tab's WebSocket, seed 004's /ws/session/:sessionId/worker/:workerId.
+// A PTY tab's WebSocket, the sessions contract's /ws/session/:sessionId/worker/:workerId.
 //
 // The server sends `history` on attach, then `output` frames, each with the
 // byte offset through its end, and `epoch`, which changes with each new

@@ -1,4 +1,4 @@
-// Seed 004's sessions at /sessions: every workspace with its tabs, and a
+// The sessions contract's sessions at /sessions: every workspace with its tabs, and a
 // form to open a new one on a directory of the host.
 import { useState, type FormEvent } from "react";
 import { Link, useNavigate } from "@tanstack/react-router";

@@ -1,4 +1,4 @@
-// Server state for seed 000's Workers page: the run list (paged, no
+// Server state for the Workers page: the run list (paged, no
 // transcripts) and one run's detail with its transcript, each with the
 // cursor it is valid at; live events refresh them (see stores/live.ts).
 import { useInfiniteQuery, useQuery, useQueryClient } from "@tanstack/react-query";
@@ -40,7 +40,7 @@ export function useWorkerList(agentId: string, status: StatusFilter | undefined,
       const loaded = pages.reduce((n, p) => n + p.workers.length, 0);
       return loaded < last.total && last.workers.length > 0 ? loaded : undefined;
     },
-    // Seed 000 polls every 5 s; with the event stream live there is nothing
+    // The Workers page contract polls every 5 s; with the event stream live there is nothing
     // to poll for, so polling is the fallback while it is down.
     refetchInterval: connection === "live" ? false : 5_000,
   });

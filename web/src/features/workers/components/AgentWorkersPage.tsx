@@ -1,4 +1,4 @@
-// Seed 000's Workers page at /agents/$agentId/workers?worker=<uuid>: every
+// The Workers page at /agents/$agentId/workers?worker=<uuid>: every
 // run of the agent (across channels) on the left, the selected one on the
 // right. Selection, status filter and search live in the URL, so deep links
 // and back/forward work.

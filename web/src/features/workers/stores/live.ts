@@ -1,5 +1,5 @@
 // The live overlay of running runs: status text, active tool and tool-call
-// count from seed 000's SSE names, each remembered with the event's `seq`.
+// count from the Workers page contract's SSE names, each remembered with the event's `seq`.
 // A fetched list or detail carries the cursor it is valid at
 // (X-Shepherd-Cursor), and only events after that cursor are laid over it:
 // a refetch that raced a live event can neither hide it nor count it twice.
