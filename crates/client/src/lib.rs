@@ -217,7 +217,10 @@ impl Client {
         trust: &Trust,
     ) -> Result<Client, ClientError> {
         let http = Http::new(normalise_base(server)?, trust)?;
-        Ok(Client::with_transport(http, token))
+        let client = Client::with_transport(http, token);
+        // A token no header can carry is refused now, not at the first call.
+        client.authorization()?;
+        Ok(client)
     }
 
     /// A client whose requests travel by `transport`, with `token`.

@@ -175,3 +175,9 @@ async fn a_refused_stream_is_an_error_with_the_apis_code() {
         .unwrap();
     assert_eq!(e.code(), "invalid_cursor");
 }
+
+#[test]
+fn a_token_no_header_can_carry_is_refused_when_the_client_is_made() {
+    let e = Client::new("http://127.0.0.1:1", Some("bad\ntoken".into())).unwrap_err();
+    assert_eq!(e.code(), "bad_config");
+}
