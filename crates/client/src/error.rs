@@ -2,7 +2,7 @@
 //! be reached (try again), it refused (with its stable code), or the answer
 //! was not what the protocol promises.
 
-use reqwest::StatusCode;
+use http::StatusCode;
 use shepherd_protocol::ErrorBody;
 
 #[derive(Debug, Clone)]
@@ -28,11 +28,11 @@ impl ClientError {
         }
     }
 
-    pub(crate) fn unreachable(base: &str, e: &reqwest::Error) -> Self {
+    pub(crate) fn unreachable(base: &str, e: &(dyn std::error::Error + 'static)) -> Self {
         // reqwest's Display hides the cause ("error sending request");
         // the chain says what happened (refused, TLS, DNS).
         let mut msg = e.to_string();
-        let mut src = std::error::Error::source(e);
+        let mut src = e.source();
         while let Some(s) = src {
             msg.push_str(": ");
             msg.push_str(&s.to_string());
@@ -68,6 +68,17 @@ impl ClientError {
             ClientError::Api { code, .. } => code,
             ClientError::Decode { .. } => "bad_answer",
             ClientError::Config { .. } => "bad_config",
+        }
+    }
+
+    /// What went wrong, without the code: the server's own message for a
+    /// refusal.
+    pub fn message(&self) -> &str {
+        match self {
+            ClientError::Unreachable { message }
+            | ClientError::Api { message, .. }
+            | ClientError::Decode { message }
+            | ClientError::Config { message } => message,
         }
     }
 

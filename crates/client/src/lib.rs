@@ -1,5 +1,5 @@
-//! The one HTTP client of Shepherd's API, used by the runner and the CLI
-//! alike (and by anyone writing a worker in Rust).
+//! The one client of Shepherd's API, used by the runner, the CLI and the
+//! MCP server alike (and by anyone writing a worker in Rust).
 //!
 //! Every route has a typed method whose answer parses into the protocol
 //! crate's types; nothing reads a response by string index. Calls carry the
@@ -7,15 +7,22 @@
 //! backoff when the server cannot be reached or answers 502-504; `https://`
 //! servers work through rustls, trusting the Mozilla roots plus the CA in
 //! `SHEPHERD_CA_CERT` when it is set. [`Client::follow`] reads the event
-//! stream and resumes after drops (see [`sse`]).
+//! stream and resumes after drops (see [`sse`]). Requests travel over HTTP,
+//! or by any other [`Transport`] (the server's `/mcp` endpoint calls its own
+//! router in-process).
 
 pub mod error;
 pub mod sse;
+pub mod transport;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use reqwest::{Method, StatusCode};
+use bytes::Bytes;
+use futures::StreamExt;
+use http::header::{AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderValue, Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use shepherd_protocol as p;
@@ -23,7 +30,8 @@ use shepherd_protocol as p;
 pub use error::ClientError;
 /// The TLS library whose configuration [`Trust::tls_config`] holds.
 pub use rustls;
-pub use sse::{Frame, Start};
+pub use sse::{Frame, Frames, Start};
+pub use transport::{Http, Transport};
 
 /// Environment variable naming a PEM file of a CA certificate to trust.
 pub const CA_CERT_ENV: &str = "SHEPHERD_CA_CERT";
@@ -65,21 +73,31 @@ pub fn normalise_base(server: &str) -> Result<String, ClientError> {
     Ok(with_scheme)
 }
 
-/// A bearer-authenticated client of one server.
+/// A bearer-authenticated client of one server, over a [`Transport`]:
+/// HTTP unless the caller brings another.
 #[derive(Clone)]
 pub struct Client {
-    base: String,
-    token: Option<String>,
-    http: reqwest::Client,
+    transport: Arc<dyn Transport>,
+    credentials: Option<Credentials>,
     /// Attempts for a retried call beyond the first.
     retries: usize,
+}
+
+/// What the requests say about who sends them.
+#[derive(Clone)]
+enum Credentials {
+    /// A bearer token. Its header is made per request, so a token no header
+    /// can carry fails the call that would send it.
+    Token(String),
+    /// An `Authorization` header passed on as another request carried it.
+    Header(HeaderValue),
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("base", &self.base)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("base", &self.base())
+            .field("token", &self.credentials.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -198,26 +216,36 @@ impl Client {
         token: Option<String>,
         trust: &Trust,
     ) -> Result<Client, ClientError> {
-        let base = normalise_base(server)?;
-        let b = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .read_timeout(Duration::from_secs(60));
-        let http = trust
-            .apply(b)?
-            .build()
-            .map_err(|e| ClientError::config(format!("cannot set up HTTP: {e}")))?;
-        Ok(Client {
-            base,
-            token: token.filter(|t| !t.is_empty()),
-            http,
+        let http = Http::new(normalise_base(server)?, trust)?;
+        let client = Client::with_transport(http, token);
+        // A token no header can carry is refused now, not at the first call.
+        client.authorization()?;
+        Ok(client)
+    }
+
+    /// A client whose requests travel by `transport`, with `token`.
+    pub fn with_transport(transport: impl Transport, token: Option<String>) -> Client {
+        Client {
+            transport: Arc::new(transport),
+            credentials: token.filter(|t| !t.is_empty()).map(Credentials::Token),
             retries: 3,
-        })
+        }
     }
 
     /// The same server, acting with another token (a worker's own).
     pub fn with_token(&self, token: String) -> Client {
         Client {
-            token: Some(token),
+            credentials: Some(Credentials::Token(token)),
+            ..self.clone()
+        }
+    }
+
+    /// The same server, acting with the `Authorization` header another
+    /// request carried, passed on as it is (none: no credentials). How a
+    /// proxy of the API keeps its caller's identity.
+    pub fn with_authorization(&self, authorization: Option<HeaderValue>) -> Client {
+        Client {
+            credentials: authorization.map(Credentials::Header),
             ..self.clone()
         }
     }
@@ -229,40 +257,72 @@ impl Client {
     }
 
     pub fn base(&self) -> &str {
-        &self.base
+        self.transport.base()
     }
 
     pub fn has_token(&self) -> bool {
-        self.token.is_some()
+        self.credentials.is_some()
     }
 
-    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        let mut r = self.http.request(method, format!("{}{}", self.base, path));
-        if let Some(t) = &self.token {
-            r = r.bearer_auth(t);
+    fn authorization(&self) -> Result<Option<HeaderValue>, ClientError> {
+        match &self.credentials {
+            None => Ok(None),
+            Some(Credentials::Header(h)) => Ok(Some(h.clone())),
+            Some(Credentials::Token(t)) => {
+                let mut h = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
+                    ClientError::config("the token has characters a header cannot carry")
+                })?;
+                h.set_sensitive(true);
+                Ok(Some(h))
+            }
         }
-        r
+    }
+
+    /// A request for `uri` (path and query) with the credentials, and
+    /// `body` as JSON.
+    fn request(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<&Bytes>,
+    ) -> Result<http::Request<Bytes>, ClientError> {
+        let mut b = http::Request::builder().method(method).uri(uri);
+        if let Some(a) = self.authorization()? {
+            b = b.header(AUTHORIZATION, a);
+        }
+        if body.is_some() {
+            b = b.header(CONTENT_TYPE, "application/json");
+        }
+        b.body(body.cloned().unwrap_or_default())
+            .map_err(|e| ClientError::config(format!("cannot make a request of {uri:?}: {e}")))
+    }
+
+    /// Reads a response body to its end.
+    async fn read_body(&self, mut body: transport::Body) -> Result<Vec<u8>, ClientError> {
+        let mut bytes = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| ClientError::unreachable(self.base(), e.as_ref()))?;
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
     }
 
     /// Sends once; answers the parsed body and the cursor header.
     async fn send_once<T: DeserializeOwned>(
         &self,
-        req: reqwest::RequestBuilder,
+        method: &Method,
+        uri: &str,
+        body: Option<&Bytes>,
     ) -> Result<(T, Option<i64>), ClientError> {
-        let res = req
-            .send()
-            .await
-            .map_err(|e| ClientError::unreachable(&self.base, &e))?;
+        let req = self.request(method.clone(), uri, body)?;
+        let res = self.transport.send(req).await?;
         let status = res.status();
         let cursor = res
             .headers()
             .get(p::CURSOR_HEADER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        let bytes = res
-            .bytes()
-            .await
-            .map_err(|e| ClientError::unreachable(&self.base, &e))?;
+            .and_then(p::parse_cursor);
+        let bytes = self.read_body(res.into_body()).await?;
         if !status.is_success() {
             return Err(ClientError::from_response(status, &bytes));
         }
@@ -277,75 +337,63 @@ impl Client {
     async fn send<T: DeserializeOwned>(
         &self,
         method: Method,
-        path: &str,
-        query: Option<&(dyn erased::Query + Sync)>,
-        body: Option<&(dyn erased::Body + Sync)>,
+        uri: &str,
+        body: Option<Bytes>,
         retry: bool,
     ) -> Result<(T, Option<i64>), ClientError> {
-        let build = || {
-            let mut r = self.request(method.clone(), path);
-            if let Some(q) = query {
-                r = q.apply(r);
-            }
-            if let Some(b) = body {
-                r = b.apply(r);
-            }
-            r
-        };
+        let once = || self.send_once(&method, uri, body.as_ref());
         if !retry || self.retries == 0 {
-            return self.send_once(build()).await;
+            return once().await;
         }
         let policy = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(200))
             .with_max_delay(Duration::from_secs(3))
             .with_max_times(self.retries)
             .with_jitter();
-        (|| async { self.send_once(build()).await })
-            .retry(policy)
+        once.retry(policy)
             .when(ClientError::is_transient)
             .notify(|e, after| tracing::debug!(error = %e, ?after, "retrying"))
             .await
     }
 
-    async fn get<T: DeserializeOwned, Q: Serialize + Sync>(
+    async fn get<T: DeserializeOwned, Q: Serialize>(
         &self,
         path: &str,
         query: &Q,
     ) -> Result<T, ClientError> {
-        Ok(self
-            .send(Method::GET, path, Some(&erased::Q(query)), None, true)
-            .await?
-            .0)
+        let uri = with_query(path, query)?;
+        Ok(self.send(Method::GET, &uri, None, true).await?.0)
     }
 
     async fn fetch<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        Ok(self.send(Method::GET, path, None, None, true).await?.0)
+        Ok(self.send(Method::GET, path, None, true).await?.0)
     }
 
-    async fn get_with_cursor<T: DeserializeOwned, Q: Serialize + Sync>(
+    /// A read and the event-log cursor its answer is valid at (0 when the
+    /// route gives none).
+    async fn fetch_with_cursor<T: DeserializeOwned>(
         &self,
-        path: &str,
-        query: &Q,
+        uri: &str,
     ) -> Result<(T, i64), ClientError> {
-        let (t, c) = self
-            .send(Method::GET, path, Some(&erased::Q(query)), None, true)
-            .await?;
+        let (t, c) = self.send(Method::GET, uri, None, true).await?;
         Ok((t, c.unwrap_or(0)))
     }
 
-    async fn post<T: DeserializeOwned, B: Serialize + Sync>(
+    async fn post<T: DeserializeOwned, B: Serialize>(
         &self,
         path: &str,
         body: &B,
     ) -> Result<T, ClientError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| ClientError::config(format!("cannot encode the body for {path}: {e}")))?;
         Ok(self
-            .send(Method::POST, path, None, Some(&erased::B(body)), false)
+            .send(Method::POST, path, Some(Bytes::from(body)), false)
             .await?
             .0)
     }
 
     async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        Ok(self.send(Method::DELETE, path, None, None, false).await?.0)
+        Ok(self.send(Method::DELETE, path, None, false).await?.0)
     }
 
     // ----- health -----
@@ -441,9 +489,8 @@ impl Client {
 
     /// A task, and the event-log cursor its data is valid at.
     pub async fn task(&self, vtid: &str) -> Result<(p::TaskDetail, i64), ClientError> {
-        let path = format!("/api/v1/tasks/{}", enc(vtid));
-        let (t, c) = self.send(Method::GET, &path, None, None, true).await?;
-        Ok((t, c.unwrap_or(0)))
+        self.fetch_with_cursor(&format!("/api/v1/tasks/{}", enc(vtid)))
+            .await
     }
 
     pub async fn dispatch(&self, vtid: &str) -> Result<p::Task, ClientError> {
@@ -500,8 +547,10 @@ impl Client {
         self.get("/api/v1/runs", q).await
     }
 
-    pub async fn run(&self, run_id: &str) -> Result<p::RunDetail, ClientError> {
-        self.fetch(&format!("/api/v1/runs/{}", enc(run_id))).await
+    /// A run, and the event-log cursor its data is valid at.
+    pub async fn run(&self, run_id: &str) -> Result<(p::RunDetail, i64), ClientError> {
+        self.fetch_with_cursor(&format!("/api/v1/runs/{}", enc(run_id)))
+            .await
     }
 
     /// A worktree run's diff against its base.
@@ -586,7 +635,8 @@ impl Client {
 
     /// A page of the event log, and the log's head when it was read.
     pub async fn events(&self, q: &p::EventPageQuery) -> Result<(p::EventPage, i64), ClientError> {
-        self.get_with_cursor("/api/v1/events", q).await
+        self.fetch_with_cursor(&with_query("/api/v1/events", q)?)
+            .await
     }
 
     pub async fn channels(&self, q: &p::ChannelListQuery) -> Result<p::ChannelList, ClientError> {
@@ -756,31 +806,15 @@ impl Client {
     }
 }
 
-/// Object-safe wrappers so one retry loop serves every body and query type.
-mod erased {
-    use serde::Serialize;
-
-    pub trait Query {
-        fn apply(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder;
-    }
-    pub trait Body {
-        fn apply(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder;
-    }
-
-    pub struct Q<'a, T>(pub &'a T);
-    pub struct B<'a, T>(pub &'a T);
-
-    impl<T: Serialize> Query for Q<'_, T> {
-        fn apply(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-            r.query(self.0)
-        }
-    }
-
-    impl<T: Serialize> Body for B<'_, T> {
-        fn apply(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-            r.json(self.0)
-        }
-    }
+/// `path` with `query` (a protocol query type) as its query string.
+fn with_query<Q: Serialize>(path: &str, query: &Q) -> Result<String, ClientError> {
+    let q = serde_urlencoded::to_string(query)
+        .map_err(|e| ClientError::config(format!("cannot encode the query for {path}: {e}")))?;
+    Ok(if q.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{q}")
+    })
 }
 
 /// Whether a status means "the server could not answer now".

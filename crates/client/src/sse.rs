@@ -1,22 +1,29 @@
-//! Following `GET /api/events`: frames parsed by a maintained SSE parser
+//! Reading `GET /api/events`: frames parsed by a maintained SSE parser
 //! (`eventsource-stream`, which decodes UTF-8 across chunk boundaries, so a
-//! multi-byte character split between two reads arrives whole), resumed
-//! after every drop with `Last-Event-ID`.
+//! multi-byte character split between two reads arrives whole), over any
+//! [`Transport`](crate::Transport). [`Client::event_stream`] is one
+//! connection; [`Client::follow`] resumes after every drop with
+//! `Last-Event-ID`.
 //!
-//! The stream always starts from a concrete cursor: "from now" is resolved
-//! to the log's head before connecting, so a drop before the first event
-//! resumes from that head and loses nothing that happened in between.
+//! A followed stream always starts from a concrete cursor: "from now" is
+//! resolved to the log's head before connecting, so a drop before the first
+//! event resumes from that head and loses nothing that happened in between.
 
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use eventsource_stream::Eventsource;
+use futures::stream::BoxStream;
 use futures::StreamExt;
-use reqwest::Method;
+use http::header::{HeaderName, ACCEPT};
+use http::{HeaderValue, Method};
 use serde::de::DeserializeOwned;
 use shepherd_protocol::EventStreamQuery;
 
-use crate::{Client, ClientError};
+use crate::{with_query, Client, ClientError};
+
+/// The frames of one connection, in order; after an error item, nothing.
+pub type Frames = BoxStream<'static, Result<Frame, ClientError>>;
 
 /// One server-sent event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +64,57 @@ fn backoff() -> impl Iterator<Item = Duration> {
 }
 
 impl Client {
+    /// One connection to the event stream matching `query`, starting after
+    /// its `after` (a cursor, or `now`): the frames as they come, until the
+    /// server ends the stream or the connection breaks (an error item,
+    /// then the end). Nothing is resumed; a refusal (bad filter, bad
+    /// token) is the error.
+    pub async fn event_stream(&self, query: &EventStreamQuery) -> Result<Frames, ClientError> {
+        self.connect(query, None).await
+    }
+
+    async fn connect(
+        &self,
+        query: &EventStreamQuery,
+        last_event_id: Option<i64>,
+    ) -> Result<Frames, ClientError> {
+        let uri = with_query("/api/events", query)?;
+        let mut req = self.request(Method::GET, &uri, None)?;
+        let headers = req.headers_mut();
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        if let Some(id) = last_event_id {
+            headers.insert(HeaderName::from_static("last-event-id"), id.into());
+        }
+        let res = self.transport.send(req).await?;
+        let status = res.status();
+        if !status.is_success() {
+            let body = self.read_body(res.into_body()).await?;
+            return Err(ClientError::from_response(status, &body));
+        }
+        let frames = res
+            .into_body()
+            .eventsource()
+            .map(|item| match item {
+                Ok(ev) => Ok(Frame {
+                    id: shepherd_protocol::parse_cursor(&ev.id),
+                    event: ev.event,
+                    data: ev.data,
+                }),
+                Err(e) => Err(ClientError::Unreachable {
+                    message: e.to_string(),
+                }),
+            })
+            // The parser would go on after a broken chunk; a reader must not.
+            .scan(false, |broken, item| {
+                let next = (!*broken).then(|| {
+                    *broken = item.is_err();
+                    item
+                });
+                futures::future::ready(next)
+            });
+        Ok(frames.boxed())
+    }
+
     /// Follows the event stream matching `query` until `on_frame` returns
     /// false. Drops are reported to `on_drop` and resumed after the last
     /// event received; a refusal (bad filter, bad token) ends with an error.
@@ -77,28 +135,16 @@ impl Client {
         };
         let mut delays = backoff();
         loop {
-            let req = self
-                .request(Method::GET, "/api/events")
-                .query(&query)
-                .header("accept", "text/event-stream")
-                .header("last-event-id", cursor.to_string());
-            match req.send().await {
-                Ok(res) if res.status().is_success() => {
+            match self.connect(&query, Some(cursor)).await {
+                Ok(mut frames) => {
                     delays = backoff();
-                    let mut events = res.bytes_stream().eventsource();
                     let mut broke = None;
-                    while let Some(item) = events.next().await {
+                    while let Some(item) = frames.next().await {
                         match item {
-                            Ok(ev) => {
-                                let id = shepherd_protocol::parse_cursor(&ev.id);
-                                if let Some(i) = id {
+                            Ok(frame) => {
+                                if let Some(i) = frame.id {
                                     cursor = i;
                                 }
-                                let frame = Frame {
-                                    id,
-                                    event: ev.event,
-                                    data: ev.data,
-                                };
                                 if !on_frame(&frame) {
                                     return Ok(());
                                 }
@@ -114,16 +160,16 @@ impl Client {
                         broke.as_deref().unwrap_or("closed by the server")
                     ));
                 }
-                Ok(res) if res.status().is_client_error() => {
-                    let status = res.status();
-                    let body = res.bytes().await.unwrap_or_default();
-                    return Err(ClientError::from_response(status, &body));
+                Err(e @ (ClientError::Config { .. } | ClientError::Decode { .. })) => {
+                    return Err(e)
                 }
-                Ok(res) => on_drop(&format!(
-                    "HTTP {}; resuming after {cursor}",
-                    res.status().as_u16()
-                )),
-                Err(e) => on_drop(&ClientError::unreachable(self.base(), &e).to_string()),
+                Err(e @ ClientError::Api { status, .. }) if (400..500).contains(&status) => {
+                    return Err(e)
+                }
+                Err(ClientError::Api { status, .. }) => {
+                    on_drop(&format!("HTTP {status}; resuming after {cursor}"))
+                }
+                Err(e) => on_drop(&e.to_string()),
             }
             let wait = delays.next().unwrap_or(Duration::from_secs(5));
             tokio::time::sleep(wait).await;

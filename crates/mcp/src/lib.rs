@@ -1,15 +1,16 @@
 //! Shepherd as an MCP server: tools to hand out work, watch workers and
 //! read transcripts, for any agent that speaks the Model Context Protocol.
 //!
-//! One [`ShepherdMcp`] handler serves both transports. [`serve_stdio`] is
-//! `shepherd mcp`: a client of a running server over HTTP with the operator
-//! token. [`http_service`] is `/mcp` on the server's own port: the same
-//! handler calling the server's router in-process with each MCP request's
-//! own `Authorization` header (see [`backend`]). Either way the tools only
-//! use the public HTTP API, so auth, validation and error codes are the
-//! API's own and the transports behave the same.
+//! One [`ShepherdMcp`] handler serves both transports, calling the API
+//! through `shepherd-client`. [`serve_stdio`] is `shepherd mcp`: a client of
+//! a running server over HTTP with the operator token. [`http_route`] is
+//! `/mcp` on the server's own port: the same handler with the client's
+//! transport being the server's router, called in-process (see
+//! [`in_process`]), with each MCP request's own `Authorization` header.
+//! Either way the tools only use the public HTTP API, so auth, validation
+//! and error codes are the API's own and the transports behave the same.
 
-pub mod backend;
+pub mod in_process;
 mod jsonrpc;
 mod resources;
 mod server;
@@ -25,9 +26,10 @@ use axum::Router;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::ServiceExt;
+use shepherd_client::Client;
 use tokio_util::sync::CancellationToken;
 
-pub use backend::{Api, ApiError, Backend};
+use in_process::InProcess;
 pub use server::ShepherdMcp;
 
 /// Limits on what one MCP answer may carry.
@@ -71,7 +73,7 @@ pub async fn serve_stdio(
     let env_token = std::env::var("SHEPHERD_AUTH_TOKEN")
         .ok()
         .filter(|t| !t.is_empty());
-    let api = Api::remote(server, token.or(env_token.as_deref()))?;
+    let api = Client::new(server, token.map(str::to_owned).or(env_token))?;
     let handler = ShepherdMcp::new(api, McpSettings::from_env(), CancellationToken::new());
     let stop = handler.shutdown_token();
     let service = handler.serve(rmcp::transport::io::stdio()).await?;
@@ -100,7 +102,7 @@ pub fn http_route<S: Clone + Send + Sync + 'static>(
     let service = StreamableHttpService::new(
         move || {
             Ok(ShepherdMcp::new(
-                Api::new(Backend::InProcess(api.clone()), None),
+                Client::with_transport(InProcess(api.clone()), None),
                 settings.clone(),
                 shutdown.child_token(),
             ))

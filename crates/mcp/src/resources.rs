@@ -13,9 +13,11 @@ use rmcp::model::{
 use rmcp::service::Peer;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::{json, Value};
+use shepherd_client::Client;
+use shepherd_protocol as p;
 
-use crate::backend::{encode, query, Api, ApiError};
 use crate::server::ShepherdMcp;
+use crate::tools::Failure;
 use crate::wire::GetTranscriptArgs;
 
 const JSON: &str = "application/json";
@@ -49,13 +51,15 @@ pub const NOT_AUTHORISED: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32001
 /// A resource error: unknown URIs are "resource not found" (-32002 in the
 /// MCP specification), refusals of the caller [`NOT_AUTHORISED`], other bad
 /// requests "invalid request"; the API's code is kept in `data`.
-fn resource_error(e: ApiError, uri: &str) -> McpError {
-    let data = Some(json!({ "code": e.code, "uri": uri }));
-    match e.status {
-        Some(404) => McpError::resource_not_found(e.message, data),
-        Some(401 | 403) => McpError::new(NOT_AUTHORISED, e.message, data),
-        Some(s) if (400..500).contains(&s) => McpError::invalid_request(e.message, data),
-        _ => McpError::internal_error(e.message, data),
+fn resource_error(e: impl Into<Failure>, uri: &str) -> McpError {
+    let e = e.into();
+    let data = Some(json!({ "code": e.code(), "uri": uri }));
+    let message = e.message().to_owned();
+    match e.status() {
+        Some(404) => McpError::resource_not_found(message, data),
+        Some(401 | 403) => McpError::new(NOT_AUTHORISED, message, data),
+        Some(s) if (400..500).contains(&s) => McpError::invalid_request(message, data),
+        _ => McpError::internal_error(message, data),
     }
 }
 
@@ -73,11 +77,14 @@ pub fn templates() -> Vec<ResourceTemplate> {
 }
 
 /// The transcripts of the most recent runs.
-pub async fn list(api: &Api) -> Result<ListResourcesResult, McpError> {
-    let list: shepherd_protocol::RunList = api
-        .get("/api/v1/runs?limit=50")
+pub async fn list(api: &Client) -> Result<ListResourcesResult, McpError> {
+    let q = p::RunsQuery {
+        limit: Some(50),
+        ..Default::default()
+    };
+    let list = api
+        .runs(&q)
         .await
-        .and_then(|r| r.parse())
         .map_err(|e| resource_error(e, "shepherd://runs"))?;
     let resources = list
         .runs
@@ -94,13 +101,19 @@ pub async fn list(api: &Api) -> Result<ListResourcesResult, McpError> {
     Ok(ListResourcesResult::with_all_items(resources))
 }
 
-pub async fn read(mcp: &ShepherdMcp, api: &Api, uri: &str) -> Result<ReadResourceResult, McpError> {
+pub async fn read(
+    mcp: &ShepherdMcp,
+    api: &Client,
+    uri: &str,
+) -> Result<ReadResourceResult, McpError> {
     let not_found = || {
         McpError::resource_not_found(
             format!("no resource {uri:?}"),
             Some(json!({ "code": "unknown_resource", "uri": uri })),
         )
     };
+    // Both bodies go through `Value`, whose keys are sorted: the text is
+    // the same whichever way the answer was put together.
     let body: Value = match parse(uri).ok_or_else(not_found)? {
         Target::Transcript(run_id) => {
             let page = crate::tools::get_transcript(
@@ -117,10 +130,8 @@ pub async fn read(mcp: &ShepherdMcp, api: &Api, uri: &str) -> Result<ReadResourc
             serde_json::to_value(page).unwrap_or_default()
         }
         Target::Task(vtid) => {
-            api.get(&format!("/api/v1/tasks/{}", encode(&vtid)))
-                .await
-                .map_err(|e| resource_error(e, uri))?
-                .body
+            let (task, _) = api.task(&vtid).await.map_err(|e| resource_error(e, uri))?;
+            serde_json::to_value(task).unwrap_or_default()
         }
     };
     Ok(ReadResourceResult::new(vec![ResourceContents::text(
@@ -134,7 +145,7 @@ pub async fn read(mcp: &ShepherdMcp, api: &Api, uri: &str) -> Result<ReadResourc
 /// twice to one URI keeps one watcher.
 pub async fn subscribe(
     mcp: &ShepherdMcp,
-    api: Api,
+    api: Client,
     peer: Peer<RoleServer>,
     uri: String,
 ) -> Result<(), McpError> {
@@ -148,21 +159,18 @@ pub async fn subscribe(
         }
     };
     // The run must exist; its status read here is where the stream starts.
-    let reply = api
-        .get(&format!("/api/v1/runs/{}", encode(&run_id)))
+    let (_, cursor) = api
+        .run(&run_id)
         .await
         .map_err(|e| resource_error(e, &uri))?;
-    let after = reply
-        .cursor
-        .map(|c| c.to_string())
-        .unwrap_or_else(|| "now".into());
-    let q = query(&[
-        ("run_id", Some(run_id.clone())),
-        ("types", Some("run.step,run.completed".into())),
-        ("after", Some(after)),
-    ]);
+    let q = p::EventStreamQuery {
+        run_id: Some(run_id),
+        types: Some("run.step,run.completed".into()),
+        after: Some(cursor.to_string()),
+        ..Default::default()
+    };
     let mut events = api
-        .events(q.trim_start_matches('?'))
+        .event_stream(&q)
         .await
         .map_err(|e| resource_error(e, &uri))?;
     let stop = mcp.shutdown_token().child_token();
@@ -180,11 +188,10 @@ pub async fn subscribe(
             tokio::select! {
                 _ = stop.cancelled() => break,
                 e = events.next() => {
-                    let Some(e) = e else { break };
-                    let ended = serde_json::from_str::<Value>(&e.data)
-                        .ok()
-                        .and_then(|d| d.get("type").and_then(Value::as_str).map(|t| t == "run.completed"))
-                        .unwrap_or(false);
+                    let Some(Ok(e)) = e else { break };
+                    let ended = e
+                        .parse::<p::WireEvent>()
+                        .is_ok_and(|d| d.event.kind == "run.completed");
                     if peer
                         .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri.clone()))
                         .await

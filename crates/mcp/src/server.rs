@@ -14,16 +14,16 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use shepherd_client::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::Api;
 use crate::McpSettings;
 
 /// Serves one MCP session (stdio: the process; HTTP: one `Mcp-Session-Id`).
 #[derive(Clone)]
 pub struct ShepherdMcp {
     /// The API with this session's default credentials (stdio's token).
-    api: Api,
+    api: Client,
     pub(crate) settings: McpSettings,
     /// Resource subscriptions of this session: URI → its watcher's stop.
     pub(crate) subscriptions: Arc<Mutex<HashMap<String, CancellationToken>>>,
@@ -32,9 +32,11 @@ pub struct ShepherdMcp {
 }
 
 impl ShepherdMcp {
-    pub fn new(api: Api, settings: McpSettings, shutdown: CancellationToken) -> Self {
+    /// A session calling the API through `api`. Its reads are not retried:
+    /// a tool reports a failure at once and its caller decides what next.
+    pub fn new(api: Client, settings: McpSettings, shutdown: CancellationToken) -> Self {
         ShepherdMcp {
-            api,
+            api: api.with_retries(0),
             settings,
             subscriptions: Arc::default(),
             shutdown,
@@ -48,7 +50,7 @@ impl ShepherdMcp {
     /// The API as the caller of this request: over HTTP, with the very
     /// `Authorization` header the MCP request carried (the `/mcp` route has
     /// already checked it), so a worker token stays a worker token.
-    pub(crate) fn api_for(&self, ctx: &RequestContext<RoleServer>) -> Api {
+    pub(crate) fn api_for(&self, ctx: &RequestContext<RoleServer>) -> Client {
         match ctx.extensions.get::<http::request::Parts>() {
             Some(parts) => self
                 .api

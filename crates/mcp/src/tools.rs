@@ -2,8 +2,9 @@
 //!
 //! Arguments are read into the typed structs of [`crate::wire`]; a type
 //! mismatch is a tool error `invalid_arguments`, and whatever the REST API
-//! refuses comes back as a tool error with the API's own code. Only an
-//! unknown tool name is a protocol (JSON-RPC) error.
+//! refuses comes back as a tool error with the API's own code. Every REST
+//! call is a typed method of `shepherd-client`. Only an unknown tool name is
+//! a protocol (JSON-RPC) error.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -19,10 +20,56 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
+use shepherd_client::{Client, ClientError};
+use shepherd_protocol as p;
 
-use crate::backend::{encode, query, Api, ApiError};
 use crate::server::ShepherdMcp;
 use crate::wire::*;
+
+/// Why a tool failed: the API refused the call (or could not be reached),
+/// or the tool itself refused its arguments before any call.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Api(ClientError),
+    Tool(p::ErrorDetail),
+}
+
+impl Failure {
+    fn tool(code: &str, message: impl Into<String>) -> Self {
+        Failure::Tool(p::ErrorDetail {
+            code: code.to_owned(),
+            message: message.into(),
+        })
+    }
+
+    pub(crate) fn code(&self) -> &str {
+        match self {
+            Failure::Api(e) => e.code(),
+            Failure::Tool(d) => &d.code,
+        }
+    }
+
+    pub(crate) fn message(&self) -> &str {
+        match self {
+            Failure::Api(e) => e.message(),
+            Failure::Tool(d) => &d.message,
+        }
+    }
+
+    /// The HTTP status the API answered, if it answered.
+    pub(crate) fn status(&self) -> Option<u16> {
+        match self {
+            Failure::Api(e) => e.status(),
+            Failure::Tool(_) => None,
+        }
+    }
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        Failure::Api(e)
+    }
+}
 
 /// How a tool touches Shepherd, for its annotations.
 #[derive(Clone, Copy)]
@@ -82,7 +129,7 @@ the agent that must run it; the spec is its prompt. Returns the vtid (and the ru
 if a worker already claimed it); follow with wait_for_task.",
             Additive,
         ),
-        tool::<ListTasksArgs, shepherd_protocol::TaskList>(
+        tool::<ListTasksArgs, p::TaskList>(
             "list_tasks",
             "List tasks",
             "Tasks, newest first, optionally by state or agent.",
@@ -123,7 +170,7 @@ sending progress notifications as its runs make progress.",
 (`workers` are runs there).",
             ReadOnly,
         ),
-        tool::<GetRunArgs, RunDetail>(
+        tool::<GetRunArgs, RunAnswer>(
             "get_run",
             "Get a run",
             "One run in seed 000's detail shape: result, status, live status, tool calls; \
@@ -157,17 +204,19 @@ partial work, then is `idle`. An idle conversation is the error conversation_idl
     ]
 }
 
-/// A tool's failure: the REST API's code, or `invalid_arguments`.
-pub(crate) fn tool_error(e: &ApiError) -> CallToolResult {
+/// A tool's failure: the REST API's code, or the tool's own
+/// (`invalid_arguments`, …).
+pub(crate) fn tool_error(e: &Failure) -> CallToolResult {
     let body = ErrorBody {
-        error: shepherd_protocol::ErrorDetail {
-            code: e.code.clone(),
-            message: e.message.clone(),
+        error: p::ErrorDetail {
+            code: e.code().to_owned(),
+            message: e.message().to_owned(),
         },
     };
     let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
         "error {}: {}",
-        e.code, e.message
+        e.code(),
+        e.message()
     ))]);
     r.structured_content = serde_json::to_value(body).ok();
     r
@@ -176,19 +225,19 @@ pub(crate) fn tool_error(e: &ApiError) -> CallToolResult {
 fn success<T: Serialize>(answer: &T) -> CallToolResult {
     match serde_json::to_value(answer) {
         Ok(v) => CallToolResult::structured(v),
-        Err(e) => tool_error(&ApiError::new("internal", e.to_string())),
+        Err(e) => tool_error(&Failure::tool("internal", e.to_string())),
     }
 }
 
-fn args<A: DeserializeOwned>(raw: Option<Map<String, Value>>) -> Result<A, ApiError> {
+fn args<A: DeserializeOwned>(raw: Option<Map<String, Value>>) -> Result<A, Failure> {
     serde_json::from_value(Value::Object(raw.unwrap_or_default()))
-        .map_err(|e| ApiError::new("invalid_arguments", e.to_string()))
+        .map_err(|e| Failure::tool("invalid_arguments", e.to_string()))
 }
 
 /// Runs a tool call. Only an unknown tool is a protocol error.
 pub async fn call(
     mcp: &ShepherdMcp,
-    api: &Api,
+    api: &Client,
     request: CallToolRequestParams,
     ctx: &RequestContext<RoleServer>,
 ) -> Result<CallToolResult, McpError> {
@@ -220,28 +269,24 @@ pub async fn call(
     Ok(result)
 }
 
-fn run<T: Serialize>(r: Result<T, ApiError>) -> CallToolResult {
+fn run<T: Serialize>(r: Result<T, Failure>) -> CallToolResult {
     match r {
         Ok(answer) => success(&answer),
         Err(e) => tool_error(&e),
     }
 }
 
-fn some<T: ToString>(v: Option<T>) -> Option<String> {
-    v.map(|v| v.to_string())
-}
-
 async fn list_workers(
-    api: &Api,
-    a: Result<ListWorkersArgs, ApiError>,
-) -> Result<WorkerInfoList, ApiError> {
+    api: &Client,
+    a: Result<ListWorkersArgs, Failure>,
+) -> Result<WorkerInfoList, Failure> {
     let a = a?;
-    let q = query(&[
-        ("include_closed", Some(a.include_closed.to_string())),
-        ("project", a.project_filter),
-        ("agent_id", a.agent_id),
-    ]);
-    api.get(&format!("/api/v1/workers{q}")).await?.parse()
+    let q = p::WorkersQuery {
+        include_closed: Some(a.include_closed),
+        project: a.project_filter,
+        agent_id: a.agent_id,
+    };
+    Ok(api.workers(&q).await?)
 }
 
 /// Events of a project's workers are found by reading the log's pages and
@@ -249,9 +294,9 @@ async fn list_workers(
 const MAX_FILTERED_PAGES: usize = 20;
 
 async fn worker_events(
-    api: &Api,
-    a: Result<WorkerEventsArgs, ApiError>,
-) -> Result<WorkerEventsAnswer, ApiError> {
+    api: &Client,
+    a: Result<WorkerEventsArgs, Failure>,
+) -> Result<WorkerEventsAnswer, Failure> {
     let a = a?;
     let limit = a.limit.unwrap_or(1000);
     let since = a
@@ -260,12 +305,13 @@ async fn worker_events(
         .filter(|s| !s.is_empty());
     // The project's workers, closed ones included: their history still counts.
     let project: Option<HashSet<String>> = match &a.project_filter {
-        Some(p) => {
-            let q = query(&[
-                ("include_closed", Some("true".into())),
-                ("project", Some(p.clone())),
-            ]);
-            let list: WorkerInfoList = api.get(&format!("/api/v1/workers{q}")).await?.parse()?;
+        Some(project) => {
+            let q = p::WorkersQuery {
+                include_closed: Some(true),
+                project: Some(project.clone()),
+                agent_id: None,
+            };
+            let list = api.workers(&q).await?;
             Some(list.workers.into_iter().map(|w| w.worker_id).collect())
         }
         None => None,
@@ -277,30 +323,21 @@ async fn worker_events(
     };
     let mut events: Vec<WorkerEvent> = Vec::new();
     let mut cursor = since.clone();
-    let mut first: Option<shepherd_protocol::WorkerEventsResponse> = None;
+    let mut first: Option<p::WorkerEventsResponse> = None;
     let mut next_cursor: i64;
     let mut has_more;
     let mut pages = 0;
     loop {
         pages += 1;
         let is_first = first.is_none();
-        let q = query(&[
-            ("since", cursor.clone()),
-            ("limit", Some(limit.to_string())),
-            (
-                "include_snapshot",
-                is_first.then(|| a.include_snapshot.to_string()),
-            ),
-            (
-                "include_summary",
-                is_first.then(|| a.include_summary.to_string()),
-            ),
-            ("stale_threshold_minutes", some(a.stale_threshold_minutes)),
-        ]);
-        let mut page: shepherd_protocol::WorkerEventsResponse = api
-            .get(&format!("/api/v1/worker_events{q}"))
-            .await?
-            .parse()?;
+        let q = p::WorkerEventsQuery {
+            since: cursor.clone(),
+            limit: Some(limit),
+            include_snapshot: is_first.then_some(a.include_snapshot),
+            include_summary: is_first.then_some(a.include_summary),
+            stale_threshold_minutes: a.stale_threshold_minutes,
+        };
+        let mut page = api.worker_events(&q).await?;
         let full = page.events.len() as i64 >= limit;
         next_cursor = page.next_cursor;
         // Without `since` the page is the newest events: nothing follows it.
@@ -327,7 +364,7 @@ async fn worker_events(
         next_cursor = events.last().map(|e| e.id).unwrap_or(next_cursor);
         has_more = true;
     }
-    let first = first.unwrap_or(shepherd_protocol::WorkerEventsResponse {
+    let first = first.unwrap_or(p::WorkerEventsResponse {
         events: vec![],
         count: 0,
         next_cursor,
@@ -380,18 +417,22 @@ async fn worker_events(
 }
 
 /// The newest run of a task, if any.
-async fn latest_run(api: &Api, vtid: &str) -> Result<Option<String>, ApiError> {
-    let q = query(&[("vtid", Some(vtid.to_owned())), ("limit", Some("1".into()))]);
-    let list: shepherd_protocol::RunList = api.get(&format!("/api/v1/runs{q}")).await?.parse()?;
+async fn latest_run(api: &Client, vtid: &str) -> Result<Option<String>, Failure> {
+    let q = p::RunsQuery {
+        vtid: Some(vtid.to_owned()),
+        limit: Some(1),
+        ..Default::default()
+    };
+    let list = api.runs(&q).await?;
     Ok(list.runs.into_iter().next().map(|r| r.id))
 }
 
 async fn submit_task(
-    api: &Api,
-    a: Result<SubmitTaskArgs, ApiError>,
-) -> Result<SubmitTaskAnswer, ApiError> {
+    api: &Client,
+    a: Result<SubmitTaskArgs, Failure>,
+) -> Result<SubmitTaskAnswer, Failure> {
     let a = a?;
-    let body = shepherd_protocol::CreateTask {
+    let body = p::CreateTask {
         vtid: a.vtid,
         title: a.title,
         spec: a.spec,
@@ -405,7 +446,7 @@ async fn submit_task(
         retry_backoff: None,
         run_at: None,
     };
-    let task: Task = api.post("/api/v1/tasks", &body).await?.parse()?;
+    let task = api.create_task(&body).await?;
     let run_id = latest_run(api, &task.vtid).await?;
     Ok(SubmitTaskAnswer {
         vtid: task.vtid.clone(),
@@ -416,81 +457,61 @@ async fn submit_task(
 }
 
 async fn list_sessions(
-    api: &Api,
-    a: Result<ListSessionsArgs, ApiError>,
-) -> Result<SessionList, ApiError> {
+    api: &Client,
+    a: Result<ListSessionsArgs, Failure>,
+) -> Result<SessionList, Failure> {
     a?;
-    api.get("/api/v1/sessions").await?.parse()
+    Ok(api.sessions().await?)
 }
 
 async fn list_tasks(
-    api: &Api,
-    a: Result<ListTasksArgs, ApiError>,
-) -> Result<shepherd_protocol::TaskList, ApiError> {
+    api: &Client,
+    a: Result<ListTasksArgs, Failure>,
+) -> Result<p::TaskList, Failure> {
     let a = a?;
-    let q = query(&[
-        ("state", a.state),
-        ("agent_id", a.agent_id),
-        ("limit", some(a.limit)),
-        ("offset", some(a.offset)),
-    ]);
-    api.get(&format!("/api/v1/tasks{q}")).await?.parse()
+    let q = p::TaskListQuery {
+        state: a.state,
+        agent_id: a.agent_id,
+        channel_id: None,
+        limit: a.limit,
+        offset: a.offset,
+    };
+    Ok(api.tasks(&q).await?)
 }
 
-async fn get_task(api: &Api, a: Result<VtidArgs, ApiError>) -> Result<TaskDetail, ApiError> {
+async fn get_task(api: &Client, a: Result<VtidArgs, Failure>) -> Result<TaskDetail, Failure> {
     let a = a?;
-    api.get(&format!("/api/v1/tasks/{}", encode(&a.vtid)))
-        .await?
-        .parse()
+    Ok(api.task(&a.vtid).await?.0)
 }
 
 async fn cancel_task(
-    api: &Api,
-    a: Result<CancelTaskArgs, ApiError>,
-) -> Result<CancelResponse, ApiError> {
+    api: &Client,
+    a: Result<CancelTaskArgs, Failure>,
+) -> Result<CancelResponse, Failure> {
     let a = a?;
-    api.post(
-        &format!("/api/v1/tasks/{}/cancel", encode(&a.vtid)),
-        &shepherd_protocol::CancelBody { reason: a.reason },
-    )
-    .await?
-    .parse()
+    let body = p::CancelBody { reason: a.reason };
+    Ok(api.cancel(&a.vtid, &body).await?)
 }
 
 async fn send_message(
-    api: &Api,
-    a: Result<SendMessageArgs, ApiError>,
-) -> Result<SendResponse, ApiError> {
+    api: &Client,
+    a: Result<SendMessageArgs, Failure>,
+) -> Result<SendResponse, Failure> {
     let a = a?;
-    let body = shepherd_protocol::SendBody {
+    let body = p::SendBody {
         text: a.text,
         multitask: a.multitask.unwrap_or_default(),
     };
-    api.post(
-        &format!(
-            "/api/v1/conversations/{}/messages",
-            encode(&a.conversation_id)
-        ),
-        &body,
-    )
-    .await?
-    .parse()
+    Ok(api.send_message(&a.conversation_id, &body).await?)
 }
 
 async fn cancel_conversation(
-    api: &Api,
-    a: Result<CancelConversationArgs, ApiError>,
-) -> Result<ConversationInfo, ApiError> {
+    api: &Client,
+    a: Result<CancelConversationArgs, Failure>,
+) -> Result<ConversationInfo, Failure> {
     let a = a?;
-    api.post(
-        &format!(
-            "/api/v1/conversations/{}/cancel",
-            encode(&a.conversation_id)
-        ),
-        &shepherd_protocol::CancelBody { reason: a.reason },
-    )
-    .await?
-    .parse()
+    let body = p::CancelBody { reason: a.reason };
+    Ok(api.cancel_conversation(&a.conversation_id, &body).await?)
 }
 
 fn is_final(task: &Task) -> bool {
@@ -505,24 +526,22 @@ fn is_final(task: &Task) -> bool {
 const WAIT_HEARTBEAT: Duration = Duration::from_secs(10);
 
 async fn wait_for_task(
-    api: &Api,
-    a: Result<WaitForTaskArgs, ApiError>,
+    api: &Client,
+    a: Result<WaitForTaskArgs, Failure>,
     ctx: &RequestContext<RoleServer>,
-) -> Result<WaitAnswer, ApiError> {
+) -> Result<WaitAnswer, Failure> {
     let a = a?;
     let timeout = a.timeout_seconds.unwrap_or(120);
     if !(0..=3600).contains(&timeout) {
-        return Err(ApiError::new(
+        return Err(Failure::tool(
             "invalid_timeout",
             "timeout_seconds must be between 0 and 3600",
         ));
     }
     let timeout = Duration::from_secs(timeout as u64);
     let deadline = tokio::time::Instant::now() + timeout;
-    let path = format!("/api/v1/tasks/{}", encode(&a.vtid));
-    let reply = api.get(&path).await?;
-    let cursor = reply.cursor;
-    let mut task: Task = reply.parse()?;
+    let (detail, cursor) = api.task(&a.vtid).await?;
+    let mut task = detail.task;
     let answer = |task: Task, timed_out: bool, run_id: Option<String>| WaitAnswer {
         vtid: task.vtid.clone(),
         state: task.state.clone(),
@@ -537,11 +556,12 @@ async fn wait_for_task(
     }
     // Follow the task's events from the cursor its state was read at: no
     // change can slip between the read and the stream.
-    let after = cursor
-        .map(|c| c.to_string())
-        .unwrap_or_else(|| "now".into());
-    let q = format!("vtid={}&after={}", encode(&a.vtid), encode(&after));
-    let mut events = api.events(&q).await?;
+    let q = p::EventStreamQuery {
+        vtid: Some(a.vtid.clone()),
+        after: Some(cursor.to_string()),
+        ..Default::default()
+    };
+    let mut events = api.event_stream(&q).await?;
     let token = ctx.meta.get_progress_token();
     let mut progress = 0u32;
     let notify = |progress: u32, message: String| {
@@ -567,10 +587,10 @@ async fn wait_for_task(
     loop {
         tokio::select! {
             _ = ctx.ct.cancelled() => {
-                return Err(ApiError::new("cancelled", "the client cancelled the wait"));
+                return Err(Failure::tool("cancelled", "the client cancelled the wait"));
             }
             _ = tokio::time::sleep_until(deadline) => {
-                let task: Task = api.get(&path).await?.parse()?;
+                let task = api.task(&a.vtid).await?.0.task;
                 let run = latest_run(api, &task.vtid).await?;
                 let timed_out = !is_final(&task);
                 return Ok(answer(task, timed_out, run));
@@ -580,16 +600,17 @@ async fn wait_for_task(
                 notify(progress, format!("{}: {}", task.vtid, task.state)).await;
             }
             e = events.next() => {
-                let Some(e) = e else {
+                let Some(Ok(e)) = e else {
                     // The stream ends only when the server shuts down.
-                    return Err(ApiError::new("unavailable", "the server closed the event stream"));
+                    return Err(Failure::tool("unavailable", "the server closed the event stream"));
                 };
                 progress += 1;
-                let kind = serde_json::from_str::<shepherd_protocol::WireEvent>(&e.data)
+                let kind = e
+                    .parse::<p::WireEvent>()
                     .map(|d| d.event.kind)
                     .unwrap_or_else(|_| e.event.clone());
                 if kind.starts_with("task.") || kind == "run.completed" {
-                    task = api.get(&path).await?.parse()?;
+                    task = api.task(&a.vtid).await?.0.task;
                 }
                 notify(progress, format!("{}: {} ({kind})", task.vtid, task.state)).await;
                 if is_final(&task) {
@@ -602,59 +623,56 @@ async fn wait_for_task(
 }
 
 async fn list_runs(
-    api: &Api,
-    a: Result<ListRunsArgs, ApiError>,
-) -> Result<WorkerListResponse, ApiError> {
+    api: &Client,
+    a: Result<ListRunsArgs, Failure>,
+) -> Result<WorkerListResponse, Failure> {
     let a = a?;
-    let q = query(&[
-        ("agent_id", a.agent_id),
-        ("status", a.status),
-        ("q", a.q),
-        ("limit", some(a.limit)),
-        ("offset", some(a.offset)),
-    ]);
-    api.get(&format!("/api/agents/workers{q}")).await?.parse()
+    let q = p::SeedRunsQuery {
+        agent_id: a.agent_id,
+        limit: a.limit,
+        offset: a.offset,
+        status: a.status,
+        q: a.q,
+    };
+    Ok(api.seed_runs(&q).await?)
 }
 
-async fn get_run(api: &Api, a: Result<GetRunArgs, ApiError>) -> Result<RunDetail, ApiError> {
+async fn get_run(api: &Client, a: Result<GetRunArgs, Failure>) -> Result<RunAnswer, Failure> {
     let a = a?;
-    let q = query(&[("worker_id", Some(a.run_id))]);
-    let rest: shepherd_protocol::WorkerDetailResponse = api
-        .get(&format!("/api/agents/workers/detail{q}"))
-        .await?
-        .parse()?;
-    Ok(RunDetail::from_rest(rest, a.include_transcript))
+    let q = p::SeedDetailQuery {
+        agent_id: None,
+        worker_id: a.run_id,
+    };
+    let detail = api.seed_run(&q).await?;
+    Ok(RunAnswer::from_rest(detail, a.include_transcript))
 }
 
 /// One page of a run's steps, never more than `max_bytes` of steps.
 pub(crate) async fn get_transcript(
-    api: &Api,
-    a: Result<GetTranscriptArgs, ApiError>,
+    api: &Client,
+    a: Result<GetTranscriptArgs, Failure>,
     max_bytes: usize,
-) -> Result<TranscriptPage, ApiError> {
+) -> Result<TranscriptPage, Failure> {
     let a = a?;
     let start = a.start_index.unwrap_or(0);
     if start < 0 {
-        return Err(ApiError::new(
+        return Err(Failure::tool(
             "invalid_start_index",
             "start_index must be 0 or more",
         ));
     }
     let max_steps = a.max_steps.unwrap_or(200);
     if !(1..=1000).contains(&max_steps) {
-        return Err(ApiError::new(
+        return Err(Failure::tool(
             "invalid_limit",
             "max_steps must be between 1 and 1000",
         ));
     }
-    let q = query(&[
-        ("after", Some((start - 1).to_string())),
-        ("limit", Some(max_steps.to_string())),
-    ]);
-    let page: shepherd_protocol::StepsPage = api
-        .get(&format!("/api/v1/runs/{}/steps{q}", encode(&a.run_id)))
-        .await?
-        .parse()?;
+    let q = p::StepsQuery {
+        after: Some(start - 1),
+        limit: Some(max_steps),
+    };
+    let page = api.steps(&a.run_id, &q).await?;
     let fetched = page.steps.len();
     let mut steps = Vec::new();
     let mut used = 0usize;
@@ -664,7 +682,7 @@ pub(crate) async fn get_transcript(
         if used + size > max_bytes {
             if steps.is_empty() {
                 // Alone larger than the cap: say so rather than stall paging.
-                steps.push(IndexedStep {
+                steps.push(PageStep {
                     index: s.index,
                     step: None,
                     omitted_bytes: Some(size as i64),
@@ -674,7 +692,7 @@ pub(crate) async fn get_transcript(
             break;
         }
         used += size;
-        steps.push(IndexedStep {
+        steps.push(PageStep {
             index: s.index,
             step: Some(s.step),
             omitted_bytes: None,

@@ -5,17 +5,20 @@
 //!
 //! Field names follow the REST API and the seeds (001 for workers and
 //! worker events, 000 for runs) exactly. Only the tools' own shapes live
-//! here (arguments, and answers that page or combine REST answers); every
-//! REST shape a tool passes on is the protocol crate's.
+//! here (arguments, and answers that page, combine or trim REST answers);
+//! every REST shape a tool passes on whole is the protocol crate's. Two
+//! answers keep the schema names they always had (`RunDetail`,
+//! `IndexedStep`) though their Rust names differ from the protocol's types
+//! of those names, whose shapes they do not have.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use shepherd_protocol::TranscriptStep;
 pub use shepherd_protocol::{
     CancelResponse, ConversationInfo, ErrorBody, MultitaskMode, SendResponse, SessionList, Task,
     TaskDetail, WorkerEvent, WorkerEventSummary, WorkerInfoList, WorkerListResponse,
     WorkerSnapshot,
 };
+use shepherd_protocol::{TranscriptStep, WorkerDetailResponse};
 
 // ---------------------------------------------------------------- workers
 
@@ -179,9 +182,16 @@ pub struct GetRunArgs {
     pub include_transcript: bool,
 }
 
+// A projection of the protocol's `WorkerDetailResponse` rather than that
+// type itself: the REST shape always carries `transcript` (null while
+// running or when none was recorded), while `get_run` leaves the key out
+// unless it was asked for, a long run's transcript being large. An absent
+// key, unlike null, says "not asked for". (Plain comments: a doc comment
+// here would become the output schema's description.)
 /// Seed 000's detail shape, with the transcript only when asked for.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct RunDetail {
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "RunDetail")]
+pub struct RunAnswer {
     pub id: String,
     pub task: String,
     pub result: Option<String>,
@@ -211,8 +221,13 @@ pub struct GetTranscriptArgs {
     pub max_steps: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct IndexedStep {
+// One step of a `TranscriptPage`. Unlike the protocol's `IndexedStep`
+// (index and step, always whole), a step too large for the answer's size
+// cap comes without its body: `step` null and `omitted_bytes` its size, so
+// that paging moves past it instead of stalling.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[schemars(rename = "IndexedStep")]
+pub struct PageStep {
     pub index: i64,
     /// Seed 000's transcript step; null when the step alone was larger than
     /// the size cap (`omitted_bytes` says how large).
@@ -226,7 +241,7 @@ pub struct TranscriptPage {
     pub run_id: String,
     /// The run's status when read.
     pub status: String,
-    pub steps: Vec<IndexedStep>,
+    pub steps: Vec<PageStep>,
     /// Pass as `start_index` for the next page.
     pub next_index: i64,
     /// More steps are stored after these already.
@@ -254,10 +269,10 @@ pub struct CancelConversationArgs {
     pub reason: Option<String>,
 }
 
-impl RunDetail {
+impl RunAnswer {
     /// The REST detail, its transcript kept only when it was asked for.
-    pub fn from_rest(d: shepherd_protocol::WorkerDetailResponse, with_transcript: bool) -> Self {
-        RunDetail {
+    pub fn from_rest(d: WorkerDetailResponse, with_transcript: bool) -> Self {
+        RunAnswer {
             id: d.id,
             task: d.task,
             result: d.result,

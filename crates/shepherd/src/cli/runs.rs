@@ -94,7 +94,7 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
         }
         RunsCommand::Show { id, full } => {
             let id = resolve_run(&c, id).await?;
-            let v = c.run(&id).await.map_err(explain)?;
+            let (v, _) = c.run(&id).await.map_err(explain)?;
             let steps = c
                 .steps(&id, &StepsQuery::default())
                 .await
