@@ -11,13 +11,23 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use shepherd_protocol::{
+    ActionContent, CancelResponse, RunDetail, RunsQuery, Task, TranscriptStep,
+};
 
-use common::{alive, task_in, wait_for, wait_ready, Env, Kind, Proc, Served, Server};
+use common::typed::{runs_of, task_in};
+use common::{alive, wait_for, wait_ready, Env, Kind, Proc, Served, Server};
 
-async fn last_run(s: &Server, vtid: &str) -> Value {
-    let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
-    let id = runs["runs"][0]["id"].as_str().expect("a run").to_owned();
-    s.get(&format!("/api/v1/runs/{id}"), None).await.1
+/// The newest run of task `vtid`, with its transcript.
+async fn last_run(s: &Server, vtid: &str) -> RunDetail {
+    let runs = runs_of(s, vtid).await;
+    let id = &runs.first().expect("a run").id;
+    s.client(None).run(id).await.expect("the run")
+}
+
+/// Creates a task; the status and the task.
+async fn create(s: &Server, body: Value) -> (u16, Task) {
+    s.post_as("/api/v1/tasks", None, body).await
 }
 
 fn read_pids(path: &std::path::Path) -> Vec<i32> {
@@ -41,19 +51,17 @@ command = ["bash", "-c", "cat > /dev/null; printf 'before\\n\\377\\376 junk\\n';
 "#,
     );
     let s = Server::start(&env).await;
-    let (st, b) = s
-        .post(
-            "/api/v1/tasks",
-            None,
-            json!({ "vtid": "BIN-1", "title": "binary", "spec": "go", "agent_id": "binary" }),
-        )
-        .await;
-    assert_eq!(st, 201, "{b}");
+    let (st, b) = create(
+        &s,
+        json!({ "vtid": "BIN-1", "title": "binary", "spec": "go", "agent_id": "binary" }),
+    )
+    .await;
+    assert_eq!(st, 201, "{b:?}");
     task_in(&s, "BIN-1", &["done", "failed"], Duration::from_secs(60)).await;
-    let run = last_run(&s, "BIN-1").await;
-    assert_eq!(run["status"], "done", "{}", run["result"]);
-    assert!(run["result"].as_str().unwrap().contains("finished-cleanly"));
-    let transcript = run["transcript"].to_string();
+    let run = last_run(&s, "BIN-1").await.detail;
+    assert_eq!(run.status, "done", "{:?}", run.result);
+    assert!(run.result.as_ref().unwrap().contains("finished-cleanly"));
+    let transcript = serde_json::to_string(&run.transcript).unwrap();
     assert!(
         transcript.contains("\u{FFFD}\u{FFFD} junk"),
         "the invalid bytes are kept as U+FFFD"
@@ -61,16 +69,14 @@ command = ["bash", "-c", "cat > /dev/null; printf 'before\\n\\377\\376 junk\\n';
     assert!(transcript.contains("before") && transcript.contains("20000"));
     // One vocabulary: the run of the built-in runner names the same kind
     // of worker as the agent list does for the same agent.
-    assert_eq!(run["worker_type"], "builtin", "{run}");
-    let (_, agents) = s.get("/api/v1/agents", None).await;
-    let agent = agents["agents"]
-        .as_array()
-        .unwrap()
+    assert_eq!(run.worker_type, "builtin", "{run:?}");
+    let agents = s.client(None).agents().await.unwrap();
+    let agent = agents
+        .agents
         .iter()
-        .find(|a| a["id"] == "binary")
-        .expect("the configured agent")
-        .clone();
-    assert_eq!(agent["worker_type"], run["worker_type"], "{agent}");
+        .find(|a| a.id == "binary")
+        .expect("the configured agent");
+    assert_eq!(agent.worker_type, run.worker_type, "{agent:?}");
     s.stop().await;
 }
 
@@ -98,49 +104,46 @@ command = ["/nonexistent/shepherd-no-such-program"]
         ("SLOW-1", "slow"),
         ("GONE-1", "missing"),
     ] {
-        let (st, b) = s
-            .post(
-                "/api/v1/tasks",
-                None,
-                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
-            )
-            .await;
-        assert_eq!(st, 201, "{b}");
+        let (st, b) = create(
+            &s,
+            json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
+        )
+        .await;
+        assert_eq!(st, 201, "{b:?}");
     }
     task_in(&s, "OK-1", &["done"], Duration::from_secs(15)).await;
-    let run = last_run(&s, "OK-1").await;
-    assert_eq!(run["status"], "done");
-    assert_eq!(run["agent_id"], "ok");
+    let run = last_run(&s, "OK-1").await.detail;
+    assert_eq!(run.status, "done");
+    assert_eq!(run.agent_id, "ok");
+    assert!(run.result.as_ref().unwrap().contains("all done"), "{run:?}");
     assert!(
-        run["result"].as_str().unwrap().contains("all done"),
-        "{run}"
+        serde_json::to_string(&run.transcript)
+            .unwrap()
+            .contains("hello"),
+        "{run:?}"
     );
-    assert!(run["transcript"].to_string().contains("hello"), "{run}");
 
     task_in(&s, "BAD-1", &["failed"], Duration::from_secs(15)).await;
-    let run = last_run(&s, "BAD-1").await;
-    assert_eq!(run["status"], "failed");
-    let result = run["result"].as_str().unwrap();
+    let run = last_run(&s, "BAD-1").await.detail;
+    assert_eq!(run.status, "failed");
+    let result = run.result.unwrap();
     assert!(
         result.contains("exit code 3") && result.contains("oops"),
         "{result}"
     );
 
     task_in(&s, "SLOW-1", &["failed"], Duration::from_secs(15)).await;
-    let run = last_run(&s, "SLOW-1").await;
+    let run = last_run(&s, "SLOW-1").await.detail;
     assert!(
-        run["result"]
-            .as_str()
-            .unwrap()
-            .contains("timed out after 1s"),
-        "{run}"
+        run.result.as_ref().unwrap().contains("timed out after 1s"),
+        "{run:?}"
     );
 
     // A program that cannot be started fails its run with the reason.
     task_in(&s, "GONE-1", &["failed"], Duration::from_secs(15)).await;
-    let run = last_run(&s, "GONE-1").await;
-    assert_eq!(run["status"], "failed");
-    let result = run["result"].as_str().unwrap();
+    let run = last_run(&s, "GONE-1").await.detail;
+    assert_eq!(run.status, "failed");
+    let result = run.result.unwrap();
     assert!(
         result.contains("cannot start") && result.contains("shepherd-no-such-program"),
         "{result}"
@@ -185,15 +188,19 @@ wait
     assert!(procs.iter().all(|p| alive(*p)));
     let started = Instant::now();
     let (st, b) = s
-        .post(
+        .post_as::<CancelResponse>(
             "/api/v1/tasks/C-1/cancel",
             None,
             json!({ "reason": "changed my mind" }),
         )
         .await;
-    assert_eq!((st, b["cancelled"].as_bool()), (200, Some(false)), "{b}");
+    assert_eq!((st, b.cancelled), (200, false), "{b:?}");
     // The grace told is the agent's own, not the server's default of 30 s.
-    assert_eq!(b["pending_worker"]["grace_secs"], 5, "{b}");
+    assert_eq!(
+        b.pending_worker.as_ref().map(|w| w.grace_secs),
+        Some(5),
+        "{b:?}"
+    );
     task_in(&s, "C-1", &["cancelled"], Duration::from_secs(10)).await;
     assert!(
         started.elapsed() < Duration::from_secs(4),
@@ -207,9 +214,9 @@ wait
         )
         .await;
     }
-    let run = last_run(&s, "C-1").await;
-    assert_eq!(run["status"], "cancelled");
-    let transcript = run["transcript"].as_array().unwrap().clone();
+    let run = last_run(&s, "C-1").await.detail;
+    assert_eq!(run.status, "cancelled");
+    let transcript = run.transcript.unwrap();
     let text = serde_json::to_string(&transcript).unwrap();
     assert!(
         text.contains("stopping: saved partial work"),
@@ -219,7 +226,7 @@ wait
     assert!(
         transcript
             .iter()
-            .any(|s| s["type"] == "tool_result" && s["call_id"] == "c1"),
+            .any(|s| matches!(s, TranscriptStep::ToolResult { call_id, .. } if call_id == "c1")),
         "{text}"
     );
     s.stop().await;
@@ -244,16 +251,11 @@ echo '{"type":"result","text":"Opened PR #42"}'
     let s = Server::start(&env).await;
     s.post("/api/v1/tasks", None, json!({ "vtid": "AP-1", "title": "autopilot", "agent_id": "builder", "workflow": "autopilot" })).await;
     task_in(&s, "AP-1", &["reviewing"], Duration::from_secs(15)).await;
-    let run = last_run(&s, "AP-1").await;
-    assert_eq!(run["status"], "done");
-    assert_eq!(run["result"], "Opened PR #42");
-    let (_, t) = s.get("/api/v1/tasks/AP-1", None).await;
-    let types: Vec<&str> = t["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["type"].as_str())
-        .collect();
+    let run = last_run(&s, "AP-1").await.detail;
+    assert_eq!(run.status, "done");
+    assert_eq!(run.result.as_deref(), Some("Opened PR #42"));
+    let (t, _) = s.client(None).task("AP-1").await.unwrap();
+    let types: Vec<&str> = t.events.iter().map(|e| e.kind.as_str()).collect();
     for e in [
         "worker.building",
         "worker.pr.created",
@@ -347,13 +349,8 @@ async fn a_runner_killed_leaves_its_agent_to_the_next_runner_which_carries_the_r
     );
     std::fs::write(&go, b"").unwrap();
     task_in(&server, "RK-1", &["done"], Duration::from_secs(20)).await;
-    let (_, runs) = server.get("/api/v1/runs?vtid=RK-1", None).await;
-    let statuses: Vec<&str> = runs["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r["status"].as_str())
-        .collect();
+    let runs = runs_of(&server, "RK-1").await;
+    let statuses: Vec<&str> = runs.iter().map(|r| r.status.as_str()).collect();
     assert_eq!(statuses, vec!["done"], "one run, carried on to its end");
     server.stop().await;
 }
@@ -384,6 +381,14 @@ echo '{"type":"result","text":"24 steps"}'
     let mut server = spawn_server(&env, "127.0.0.1:0");
     let (base, addr) = (server.base.clone(), server.addr.to_string());
     wait_ready(&http, &base).await;
+    // No retries of its own: the polls below try again while the server is down.
+    let client = shepherd_client::Client::new(&base, None)
+        .unwrap()
+        .with_retries(0);
+    let rs_1 = RunsQuery {
+        vtid: Some("RS-1".into()),
+        ..Default::default()
+    };
     let mut runner_env = Env::new(Kind::Sqlite);
     runner_env.with_config_file(&format!(
         "[agents.steady]\ncommand = [\"bash\", \"{script}\"]\ntranscript = \"steps-jsonl\"\n"
@@ -397,20 +402,9 @@ echo '{"type":"result","text":"24 steps"}'
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
     // Let a few steps arrive, then kill the server outright.
-    wait_for("some steps", Duration::from_secs(15), || {
-        let http = http.clone();
-        let base = base.clone();
-        async move {
-            let runs: Value = http
-                .get(format!("{base}/api/v1/runs?vtid=RS-1"))
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            (runs["runs"][0]["step_count"].as_i64()? >= 3).then_some(Value::Null)
-        }
+    wait_for("some steps", Duration::from_secs(15), || async {
+        let runs = client.runs(&rs_1).await.ok()?;
+        (runs.runs.first()?.step_count >= 3).then_some(())
     })
     .await;
     server.child.kill().unwrap();
@@ -418,49 +412,30 @@ echo '{"type":"result","text":"24 steps"}'
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let _server = spawn_server(&env, &addr);
     wait_ready(&http, &base).await;
-    let done = wait_for("the run to complete", Duration::from_secs(30), || {
-        let http = http.clone();
-        let base = base.clone();
-        async move {
-            let t: Value = http
-                .get(format!("{base}/api/v1/tasks/RS-1"))
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            (t["state"] == "done").then_some(t)
-        }
+    let done = wait_for("the run to complete", Duration::from_secs(30), || async {
+        let (t, _) = client.task("RS-1").await.ok()?;
+        (t.task.state == "done").then_some(t)
     })
     .await;
-    assert_eq!(done["state"], "done");
-    let runs: Value = http
-        .get(format!("{base}/api/v1/runs?vtid=RS-1"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let run_id = runs["runs"][0]["id"].as_str().unwrap();
-    let run: Value = http
-        .get(format!("{base}/api/v1/runs/{run_id}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let texts: Vec<String> = run["transcript"]
-        .as_array()
+    assert_eq!(done.task.state, "done");
+    let runs = client.runs(&rs_1).await.unwrap();
+    let run = client.run(&runs.runs[0].id).await.unwrap().detail;
+    // The text an action step starts with ("" for anything else).
+    let texts: Vec<String> = run
+        .transcript
         .unwrap()
         .iter()
-        .map(|s| s["content"][0]["text"].as_str().unwrap_or("").to_owned())
+        .map(|s| match s {
+            TranscriptStep::Action { content } => match content.first() {
+                Some(ActionContent::Text { text }) => text.clone(),
+                _ => String::new(),
+            },
+            _ => String::new(),
+        })
         .collect();
     let expected: Vec<String> = (1..=24).map(|i| format!("step {i}")).collect();
     assert_eq!(texts, expected, "every step exactly once, in order");
-    assert_eq!(run["result"], "24 steps");
+    assert_eq!(run.result.as_deref(), Some("24 steps"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,39 +520,31 @@ async fn a_failed_attempt_is_retried_and_a_cancelled_one_is_not() {
     let s = Server::start(&env).await;
     let backoff = json!({ "initial_ms": 10, "max_ms": 20 });
     for (vtid, agent) in [("R-1", "flaky"), ("R-2", "slow")] {
-        let (st, b) = s
-            .post(
-                "/api/v1/tasks",
-                None,
-                json!({ "vtid": vtid, "title": vtid, "agent_id": agent,
-                        "max_attempts": 2, "retry_backoff": backoff }),
-            )
-            .await;
-        assert_eq!(st, 201, "{b}");
+        let (st, b) = create(
+            &s,
+            json!({ "vtid": vtid, "title": vtid, "agent_id": agent,
+                    "max_attempts": 2, "retry_backoff": backoff }),
+        )
+        .await;
+        assert_eq!(st, 201, "{b:?}");
     }
     let t = task_in(&s, "R-1", &["done", "failed"], Duration::from_secs(60)).await;
-    assert_eq!(t["state"], "done", "{t}");
-    let (_, runs) = s.get("/api/v1/runs?vtid=R-1", None).await;
-    let mut runs = runs["runs"].as_array().unwrap().clone();
-    runs.sort_by_key(|r| r["attempt"].as_i64());
+    assert_eq!(t.task.state, "done", "{t:?}");
+    let mut runs = runs_of(&s, "R-1").await;
+    runs.sort_by_key(|r| r.attempt);
     assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(
-        (runs[0]["attempt"].as_i64(), runs[0]["status"].as_str()),
-        (Some(1), Some("failed"))
-    );
+    assert_eq!((runs[0].attempt, runs[0].status.as_str()), (1, "failed"));
     assert!(
-        runs[0]["result"]
-            .as_str()
+        runs[0]
+            .result
+            .as_deref()
             .unwrap_or("")
             .contains("rate limited"),
         "{:?}",
         runs[0]
     );
-    assert_eq!(
-        (runs[1]["attempt"].as_i64(), runs[1]["status"].as_str()),
-        (Some(2), Some("done"))
-    );
-    assert_ne!(runs[0]["id"], runs[1]["id"]);
+    assert_eq!((runs[1].attempt, runs[1].status.as_str()), (2, "done"));
+    assert_ne!(runs[0].id, runs[1].id);
 
     // Cancelled while running: no second attempt.
     let slow_pids = marks.join("slow-R-2");
@@ -588,13 +555,13 @@ async fn a_failed_attempt_is_retried_and_a_cancelled_one_is_not() {
     )
     .await;
     let (st, b) = s
-        .post(
+        .post_as::<CancelResponse>(
             "/api/v1/tasks/R-2/cancel",
             None,
             json!({ "reason": "not needed" }),
         )
         .await;
-    assert_eq!(st, 200, "{b}");
+    assert_eq!(st, 200, "{b:?}");
     task_in(&s, "R-2", &["cancelled"], Duration::from_secs(20)).await;
     // Give a wrongly scheduled retry its chance: the backoff is 20 ms at most,
     // so a retry would have been claimed by the time a new task of the same
@@ -606,11 +573,11 @@ async fn a_failed_attempt_is_retried_and_a_cancelled_one_is_not() {
     )
     .await;
     task_in(&s, "R-3", &["done"], Duration::from_secs(60)).await;
-    let (_, runs) = s.get("/api/v1/runs?vtid=R-2", None).await;
-    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
-    assert_eq!(runs["runs"][0]["status"], "cancelled");
-    let (_, t) = s.get("/api/v1/tasks/R-2", None).await;
-    assert_eq!(t["state"], "cancelled", "{t}");
+    let runs = runs_of(&s, "R-2").await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].status, "cancelled");
+    let (t, _) = s.client(None).task("R-2").await.unwrap();
+    assert_eq!(t.task.state, "cancelled", "{t:?}");
     assert_eq!(
         std::fs::read_to_string(&slow_pids).unwrap().lines().count(),
         1,

@@ -11,6 +11,10 @@ mod ws;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use shepherd_protocol::{
+    AddWorker, EventPage, GitDiff, OtherNode, Session, SessionWorker, SessionWorkerExited,
+    WireEvent, WorkersQuery,
+};
 
 use common::{Env, Kind, Server, OPERATOR};
 use ws::{connect, eventually, session_members, try_connect, Opts};
@@ -24,28 +28,48 @@ fn workdir(env: &Env, name: &str) -> String {
     d.canonicalize().unwrap().display().to_string()
 }
 
-async fn new_session(s: &Server, token: Option<&str>, dir: &str) -> Value {
+async fn new_session(s: &Server, token: Option<&str>, dir: &str) -> Session {
     let (st, body) = s
-        .post("/api/v1/sessions", token, json!({ "location_path": dir }))
+        .post_as("/api/v1/sessions", token, json!({ "location_path": dir }))
         .await;
-    assert_eq!(st, 201, "{body}");
+    assert_eq!(st, 201, "{body:?}");
     body
 }
 
-async fn add(s: &Server, token: Option<&str>, session: &str, body: Value) -> (u16, Value) {
+/// Adds a tab; the status and the tab.
+async fn add(s: &Server, token: Option<&str>, session: &str, body: Value) -> (u16, SessionWorker) {
+    s.post_as(&format!("/api/v1/sessions/{session}/workers"), token, body)
+        .await
+}
+
+/// Adds a tab, or asks to; the status and the raw answer (a refusal's code).
+async fn try_add(s: &Server, token: Option<&str>, session: &str, body: Value) -> (u16, Value) {
     s.post(&format!("/api/v1/sessions/{session}/workers"), token, body)
         .await
 }
 
-async fn events_of(s: &Server, types: &str) -> Vec<Value> {
+/// A terminal tab, through the typed client (no status to check).
+async fn add_terminal(s: &Server, token: Option<&str>, session: &str) -> SessionWorker {
+    let body = AddWorker {
+        kind: "terminal".into(),
+        name: None,
+        agent_id: None,
+    };
+    s.client(token)
+        .add_session_worker(session, &body)
+        .await
+        .expect("a terminal tab")
+}
+
+async fn events_of(s: &Server, types: &str) -> Vec<WireEvent> {
     let (st, body) = s
-        .get(
+        .get_as::<EventPage>(
             &format!("/api/v1/events?after=0&limit=1000&types={types}"),
             None,
         )
         .await;
-    assert_eq!(st, 200, "{body}");
-    body["events"].as_array().unwrap().clone()
+    assert_eq!(st, 200, "{body:?}");
+    body.events
 }
 
 e2e!(
@@ -55,18 +79,21 @@ e2e!(
         let s = Server::start(&env).await;
         let dir = workdir(&env, "work");
         let session = new_session(&s, None, &dir).await;
-        let sid = session["id"].as_str().unwrap().to_owned();
-        assert_eq!(session["location_path"], dir);
-        assert_eq!(session["workers"], json!([]));
-        let (st, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
-        assert_eq!(st, 201, "{w}");
-        assert_eq!(w["type"], "terminal");
-        assert_eq!(w["alive"], true);
-        assert!(w["pid"].as_i64().unwrap() > 1);
+        let sid = session.id.clone();
+        assert_eq!(session.location_path, dir);
+        assert!(session.workers.is_empty(), "{session:?}");
+        let (st, raw) = try_add(&s, None, &sid, json!({ "type": "terminal" })).await;
+        assert_eq!(st, 201, "{raw}");
+        // Raw: the keys are on the wire even when null (a typed `Option`
+        // would read an absent key as `None` too).
         for k in ["id", "name", "agent_id", "created_at"] {
-            assert!(w.get(k).is_some(), "worker lacks {k}: {w}");
+            assert!(raw.get(k).is_some(), "worker lacks {k}: {raw}");
         }
-        let wid = w["id"].as_str().unwrap().to_owned();
+        let w: SessionWorker = serde_json::from_value(raw).unwrap();
+        assert_eq!(w.kind, "terminal");
+        assert!(w.alive);
+        assert!(w.pid.unwrap() > 1);
+        let wid = w.id.clone();
 
         let mut a = connect(&s.base, &sid, &wid, None).await;
         let mut b = connect(&s.base, &sid, &wid, None).await;
@@ -112,22 +139,24 @@ e2e!(
         assert_eq!(codes, ["invalid_message", "invalid_size"]);
 
         // The public view and seed 001's registry both show the tab.
-        let (st, view) = s.get(&format!("/api/v1/sessions/{sid}"), None).await;
+        let (st, view) = s
+            .get_as::<Session>(&format!("/api/v1/sessions/{sid}"), None)
+            .await;
         assert_eq!(st, 200);
-        assert_eq!(view["workers"][0]["id"], wid.as_str());
-        assert_eq!(view["workers"][0]["alive"], true);
-        let (_, list) = s.get("/api/v1/sessions", None).await;
-        assert_eq!(list["count"], 1);
-        let (_, workers) = s.get("/api/v1/workers", None).await;
-        let pty = workers["workers"]
-            .as_array()
-            .unwrap()
+        assert_eq!(view.workers[0].id, wid);
+        assert!(view.workers[0].alive);
+        let client = s.client(None);
+        let list = client.sessions().await.unwrap();
+        assert_eq!(list.count, 1);
+        let workers = client.workers(&WorkersQuery::default()).await.unwrap();
+        let pty = workers
+            .workers
             .iter()
-            .find(|x| x["worker_id"] == wid.as_str())
+            .find(|x| x.worker_id == wid)
             .expect("the PTY tab is in list_workers");
-        assert_eq!(pty["session_id"], sid.as_str());
-        assert_eq!(pty["terminal_id"], wid.as_str());
-        assert_eq!(pty["project_path"], dir);
+        assert_eq!(pty.session_id.as_deref(), Some(sid.as_str()));
+        assert_eq!(pty.terminal_id.as_deref(), Some(wid.as_str()));
+        assert_eq!(pty.project_path.as_deref(), Some(dir.as_str()));
         let created = events_of(&s, "session.created,session.worker.added").await;
         assert_eq!(created.len(), 2, "{created:?}");
         s.stop().await;
@@ -138,12 +167,8 @@ e2e!(resume_by_offset_and_epoch, |kind: Kind| async move {
     let env = Env::new(kind);
     let s = Server::start(&env).await;
     let dir = workdir(&env, "work");
-    let sid = new_session(&s, None, &dir).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (_, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
-    let wid = w["id"].as_str().unwrap().to_owned();
+    let sid = new_session(&s, None, &dir).await.id;
+    let wid = add_terminal(&s, None, &sid).await.id;
     let mut a = connect(&s.base, &sid, &wid, None).await;
     a.history().await;
     a.type_line("echo first-$((10+1))").await;
@@ -196,29 +221,26 @@ e2e!(
         let env = Env::new(kind);
         let s = Server::start(&env).await;
         let dir = workdir(&env, "work");
-        let sid = new_session(&s, None, &dir).await["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let (_, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
-        let wid = w["id"].as_str().unwrap().to_owned();
+        let sid = new_session(&s, None, &dir).await.id;
+        let w = add_terminal(&s, None, &sid).await;
+        let wid = w.id.clone();
         let mut a = connect(&s.base, &sid, &wid, None).await;
         a.history().await;
         a.type_line("exit 3").await;
         let exit = a.wait_exit(WAIT).await;
         assert_eq!(exit, json!({"type": "exit", "exitCode": 3, "signal": null}));
         // Exited while the server was up: attaching again is not a restore.
-        let view_path = format!("/api/v1/sessions/{sid}");
-        let mut view = Value::Null;
+        let client = s.client(None);
+        let mut view = client.session(&sid).await.unwrap();
         for _ in 0..200 {
-            view = s.get(&view_path, None).await.1;
-            if view["workers"][0]["exit_code"] == 3 {
+            if view.workers[0].exit_code == Some(3) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
+            view = client.session(&sid).await.unwrap();
         }
-        assert_eq!(view["workers"][0]["exit_code"], 3, "{view}");
-        assert_eq!(view["workers"][0]["alive"], false);
+        assert_eq!(view.workers[0].exit_code, Some(3), "{view:?}");
+        assert!(!view.workers[0].alive);
         let mut b = connect(&s.base, &sid, &wid, None).await;
         assert_eq!(b.history().await["epoch"], 1);
         assert_eq!(b.wait_exit(WAIT).await["exitCode"], 3);
@@ -226,11 +248,13 @@ e2e!(
         assert!(events_of(&s, "session.worker.restored").await.is_empty());
         // Restart: a new process, a new epoch.
         let restart = format!("/api/v1/sessions/{sid}/workers/{wid}/restart");
-        let (st, r) = s.post(&restart, None, json!({"mode": "new"})).await;
-        assert_eq!(st, 200, "{r}");
-        assert_eq!(r["epoch"], 2);
-        assert_eq!(r["alive"], true);
-        assert_ne!(r["pid"], w["pid"]);
+        let (st, r) = s
+            .post_as::<SessionWorker>(&restart, None, json!({"mode": "new"}))
+            .await;
+        assert_eq!(st, 200, "{r:?}");
+        assert_eq!(r.epoch, 2);
+        assert!(r.alive);
+        assert_ne!(r.pid, w.pid);
         let mut c = connect(&s.base, &sid, &wid, None).await;
         assert_eq!(c.history().await["epoch"], 2);
         c.type_line("echo again-$((5*5))").await;
@@ -250,15 +274,9 @@ e2e!(
         let env = Env::new(kind);
         let s = Server::start(&env).await;
         let dir = workdir(&env, "work");
-        let sid = new_session(&s, None, &dir).await["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let (_, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
-        let (wid, pid) = (
-            w["id"].as_str().unwrap().to_owned(),
-            w["pid"].as_i64().unwrap(),
-        );
+        let sid = new_session(&s, None, &dir).await.id;
+        let w = add_terminal(&s, None, &sid).await;
+        let (wid, pid) = (w.id, w.pid.unwrap());
         let mut a = connect(&s.base, &sid, &wid, None).await;
         a.history().await;
         // A background job gets a process group of its own in an interactive shell.
@@ -270,14 +288,9 @@ e2e!(
         })
         .await;
         let (st, body) = s
-            .call(
-                reqwest::Method::DELETE,
-                &format!("/api/v1/sessions/{sid}"),
-                None,
-                None,
-            )
+            .delete_as::<Session>(&format!("/api/v1/sessions/{sid}"), None)
             .await;
-        assert_eq!(st, 200, "{body}");
+        assert_eq!(st, 200, "{body:?}");
         assert!(
             session_members(pid).is_empty(),
             "left alive: {:?}",
@@ -288,15 +301,13 @@ e2e!(
             (st, body["error"]["code"].as_str()),
             (404, Some("session_not_found"))
         );
-        let (_, workers) = s.get("/api/v1/workers?include_closed=true", None).await;
-        let row = workers["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["worker_id"] == wid.as_str())
-            .unwrap()
-            .clone();
-        assert_eq!(row["registry_status"], "terminated");
+        let q = WorkersQuery {
+            include_closed: Some(true),
+            ..Default::default()
+        };
+        let workers = s.client(None).workers(&q).await.unwrap();
+        let row = workers.workers.iter().find(|x| x.worker_id == wid).unwrap();
+        assert_eq!(row.registry_status, "terminated");
         let removed = events_of(&s, "session.worker.removed,session.deleted").await;
         assert_eq!(removed.len(), 2);
         s.stop().await;
@@ -331,10 +342,7 @@ e2e!(
     ));
         let s = Server::start(&env).await;
         let dir = workdir(&env, "work");
-        let sid = new_session(&s, None, &dir).await["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let sid = new_session(&s, None, &dir).await.id;
         let (st, w) = add(
             &s,
             None,
@@ -342,21 +350,21 @@ e2e!(
             json!({ "type": "agent", "agent_id": "talker" }),
         )
         .await;
-        assert_eq!(st, 201, "{w}");
-        assert_eq!(w["agent_id"], "talker");
-        let wid = w["id"].as_str().unwrap().to_owned();
+        assert_eq!(st, 201, "{w:?}");
+        assert_eq!(w.agent_id.as_deref(), Some("talker"));
+        let wid = w.id.clone();
         let mut a = connect(&s.base, &sid, &wid, None).await;
         a.wait_for("agent-ready", WAIT).await;
         a.type_line("ping-agent").await;
         a.wait_for("ping-agent", WAIT).await;
         let (st, r) = s
-            .post(
+            .post_as::<SessionWorker>(
                 &format!("/api/v1/sessions/{sid}/workers/{wid}/restart"),
                 None,
                 json!({"mode": "continue"}),
             )
             .await;
-        assert_eq!(st, 200, "{r}");
+        assert_eq!(st, 200, "{r:?}");
         eventually("the agent restarts with continue_args", WAIT, || {
             std::fs::read_to_string(&argv).unwrap_or_default() == "start:\nstart:--continue\n"
         })
@@ -370,18 +378,18 @@ e2e!(
             json!({ "type": "agent", "agent_id": "resumer" }),
         )
         .await;
-        assert_eq!(st, 201, "{w}");
-        let rid = w["id"].as_str().unwrap().to_owned();
+        assert_eq!(st, 201, "{w:?}");
+        let rid = w.id.clone();
         let mut r = connect(&s.base, &sid, &rid, None).await;
         r.wait_for("resumer-ready", WAIT).await;
         let (st, body) = s
-            .post(
+            .post_as::<SessionWorker>(
                 &format!("/api/v1/sessions/{sid}/workers/{rid}/restart"),
                 None,
                 json!({"mode": "continue"}),
             )
             .await;
-        assert_eq!(st, 200, "{body}");
+        assert_eq!(st, 200, "{body:?}");
         eventually("the resumer restarts", WAIT, || {
             std::fs::read_to_string(&resumed_argv)
                 .unwrap_or_default()
@@ -395,7 +403,7 @@ e2e!(
             "start:\nstart:\n",
             "no unfilled {{agent_session_id}} reaches the agent"
         );
-        let (st, e) = add(
+        let (st, e) = try_add(
             &s,
             None,
             &sid,
@@ -406,7 +414,7 @@ e2e!(
             (st, e["error"]["code"].as_str()),
             (422, Some("agent_not_interactive"))
         );
-        let (st, e) = add(
+        let (st, e) = try_add(
             &s,
             None,
             &sid,
@@ -447,31 +455,28 @@ e2e!(
         git(&["commit", "-qm", "init"]);
         std::fs::write(format!("{dir}/a.txt"), "two\n").unwrap();
         std::fs::write(format!("{dir}/new.txt"), "x").unwrap();
-        let sid = new_session(&s, None, &dir).await["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let sid = new_session(&s, None, &dir).await.id;
         let (st, w) = add(&s, None, &sid, json!({ "type": "git-diff" })).await;
-        assert_eq!(st, 201, "{w}");
-        assert_eq!(w["pid"], Value::Null);
-        assert_eq!(w["alive"], false);
-        let wid = w["id"].as_str().unwrap();
+        assert_eq!(st, 201, "{w:?}");
+        assert_eq!(w.pid, None);
+        assert!(!w.alive);
+        let wid = w.id.as_str();
         let (st, d) = s
-            .get(&format!("/api/v1/sessions/{sid}/workers/{wid}/diff"), None)
+            .get_as::<GitDiff>(&format!("/api/v1/sessions/{sid}/workers/{wid}/diff"), None)
             .await;
-        assert_eq!(st, 200, "{d}");
-        assert!(d["diff"].as_str().unwrap().contains("+two"), "{d}");
-        assert!(d["status"].as_str().unwrap().contains("?? new.txt"), "{d}");
+        assert_eq!(st, 200, "{d:?}");
+        assert!(d.diff.contains("+two"), "{d:?}");
+        assert!(d.status.contains("?? new.txt"), "{d:?}");
         // Not a terminal: no WebSocket.
         let r = try_connect(&s.base, &ws::path(&sid, wid), Opts::default()).await;
         assert_eq!(r.err(), Some(422));
         // Not in seed 001's registry: only PTY tabs are workers there.
-        let (_, workers) = s.get("/api/v1/workers", None).await;
-        assert!(!workers["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|x| x["worker_id"] == wid));
+        let workers = s
+            .client(None)
+            .workers(&WorkersQuery::default())
+            .await
+            .unwrap();
+        assert!(!workers.workers.iter().any(|x| x.worker_id == wid));
         s.stop().await;
     }
 );
@@ -514,19 +519,16 @@ e2e!(bad_requests_have_their_codes, |kind: Kind| async move {
             "{body}"
         );
     }
-    let (_, list) = s.get("/api/v1/sessions", None).await;
-    assert_eq!(list["count"], 0, "nothing half-written");
+    let list = s.client(None).sessions().await.unwrap();
+    assert_eq!(list.count, 0, "nothing half-written");
     let dir = root.join("inside").display().to_string();
-    let sid = new_session(&s, None, &dir).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (st, e) = add(&s, None, &sid, json!({ "type": "browser" })).await;
+    let sid = new_session(&s, None, &dir).await.id;
+    let (st, e) = try_add(&s, None, &sid, json!({ "type": "browser" })).await;
     assert_eq!(
         (st, e["error"]["code"].as_str()),
         (422, Some("invalid_worker_type"))
     );
-    let (st, e) = add(&s, None, "ses_nope", json!({ "type": "terminal" })).await;
+    let (st, e) = try_add(&s, None, "ses_nope", json!({ "type": "terminal" })).await;
     assert_eq!(
         (st, e["error"]["code"].as_str()),
         (404, Some("session_not_found"))
@@ -566,13 +568,10 @@ e2e!(
         env.set("SHEPHERD_SESSIONS_ROOT", &root.display().to_string());
         let s = Server::start(&env).await;
         let dir = inside.canonicalize().unwrap().display().to_string();
-        let sid = new_session(&s, None, &dir).await["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let sid = new_session(&s, None, &dir).await.id;
         let (st, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
-        assert_eq!(st, 201, "{w}");
-        let wid = w["id"].as_str().unwrap().to_owned();
+        assert_eq!(st, 201, "{w:?}");
+        let wid = w.id.clone();
 
         // The session's directory becomes a link to one outside the root.
         std::fs::rename(&inside, root.join("moved-away")).unwrap();
@@ -591,7 +590,7 @@ e2e!(
                 "{what}: the message says where it leads: {e}"
             );
         };
-        let (st, e) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
+        let (st, e) = try_add(&s, None, &sid, json!({ "type": "terminal" })).await;
         refused(st, &e, "a new tab");
         let (st, e) = s
             .post(
@@ -612,19 +611,20 @@ e2e!(
         );
         let exited = events_of(&s, "session.worker.exited").await;
         assert!(
-            exited.iter().any(|e| e["worker_id"] == wid.as_str()
-                && e["data"]["restore_failed"] == true
-                && e["data"]["reason"]
-                    .as_str()
-                    .unwrap()
-                    .contains("outside the sessions root")),
+            exited.iter().any(|e| {
+                let data: SessionWorkerExited =
+                    serde_json::from_value(e.event.data.clone()).unwrap();
+                e.event.refs.worker_id.as_deref() == Some(wid.as_str())
+                    && data.restore_failed == Some(true)
+                    && data.reason.unwrap().contains("outside the sessions root")
+            }),
             "{exited:?}"
         );
         // Back where it was, a tab starts again.
         std::fs::remove_file(&inside).unwrap();
         std::fs::rename(root.join("moved-away"), &inside).unwrap();
         let (st, w) = add(&s, None, &sid, json!({ "type": "terminal" })).await;
-        assert_eq!(st, 201, "{w}");
+        assert_eq!(st, 201, "{w:?}");
         s.stop().await;
     }
 );
@@ -636,13 +636,9 @@ e2e!(
         env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
         let s = Server::start(&env).await;
         let dir = workdir(&env, "work");
-        let sid = new_session(&s, Some(OPERATOR), &dir).await["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let (_, w) = add(&s, Some(OPERATOR), &sid, json!({ "type": "terminal" })).await;
-        let wid = w["id"].as_str().unwrap();
-        let path = ws::path(&sid, wid);
+        let sid = new_session(&s, Some(OPERATOR), &dir).await.id;
+        let wid = add_terminal(&s, Some(OPERATOR), &sid).await.id;
+        let path = ws::path(&sid, &wid);
         let r = try_connect(&s.base, &path, Opts::default()).await;
         assert_eq!(r.err(), Some(401), "no token");
         let r = try_connect(
@@ -720,6 +716,7 @@ e2e!(
 async fn openapi_names_the_session_routes() {
     let env = Env::new(Kind::Sqlite);
     let s = Server::start(&env).await;
+    // The document itself is the answer: JSON, read as such.
     let (_, doc) = s.get("/api/openapi.json", None).await;
     let paths = doc["paths"].as_object().unwrap();
     for p in [
@@ -747,23 +744,27 @@ async fn another_node_sends_clients_to_the_host() {
     let b = Server::start(&env).await;
     let dir = workdir(&env, "work");
     let session = new_session(&a, None, &dir).await;
-    assert_eq!(session["node_id"], "node-a");
-    assert_eq!(session["node_address"], a.base.as_str());
-    let sid = session["id"].as_str().unwrap().to_owned();
+    assert_eq!(session.node_id, "node-a");
+    assert_eq!(session.node_address.as_deref(), Some(a.base.as_str()));
+    let sid = session.id.clone();
     let (st, w) = add(&a, None, &sid, json!({ "type": "terminal" })).await;
-    assert_eq!(st, 201, "{w}");
-    let wid = w["id"].as_str().unwrap().to_owned();
+    assert_eq!(st, 201, "{w:?}");
+    let wid = w.id.clone();
     // The public view is the same everywhere.
-    let (st, view) = b.get(&format!("/api/v1/sessions/{sid}"), None).await;
+    let (st, view) = b
+        .get_as::<Session>(&format!("/api/v1/sessions/{sid}"), None)
+        .await;
     assert_eq!(st, 200);
-    assert_eq!(view["workers"][0]["id"], wid.as_str());
-    let (st, e) = add(&b, None, &sid, json!({ "type": "terminal" })).await;
+    assert_eq!(view.workers[0].id, wid);
+    let (st, e) = try_add(&b, None, &sid, json!({ "type": "terminal" })).await;
     assert_eq!(
         (st, e["error"]["code"].as_str()),
         (409, Some("session_on_other_node"))
     );
-    assert_eq!(e["address"], a.base.as_str());
-    assert_eq!(e["node_id"], "node-a");
+    // Besides `error`, the refusal says where the host is.
+    let host: OtherNode = serde_json::from_value(e).unwrap();
+    assert_eq!(host.address.as_deref(), Some(a.base.as_str()));
+    assert_eq!(host.node_id, "node-a");
     let (st, e) = b
         .call(
             reqwest::Method::DELETE,

@@ -8,25 +8,37 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
+use shepherd_protocol::{Run, Task, Usage, UsageQuery, UsageReport};
 
+use common::typed::runs_of;
 use common::{Env, Kind, Server};
 
-async fn run_of(s: &Server, vtid: &str, states: &[&str]) -> Value {
+/// The newest run of task `vtid`, once the task is in one of `states`.
+async fn run_of(s: &Server, vtid: &str, states: &[&str]) -> Run {
+    let client = s.client(None);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (_, t) = s.get(&format!("/api/v1/tasks/{vtid}"), None).await;
-        if states.contains(&t["state"].as_str().unwrap_or("")) {
+        let (t, _) = client.task(vtid).await.expect("the task");
+        if states.contains(&t.task.state.as_str()) {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{vtid} never reached {states:?}: {t}"
+            "{vtid} never reached {states:?}: {t:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
-    runs["runs"][0].clone()
+    runs_of(s, vtid).await.into_iter().next().expect("a run")
+}
+
+/// `GET /api/v1/usage` grouped by `group_by`, since `since`.
+async fn usage(s: &Server, group_by: Option<&str>, since: Option<&str>) -> UsageReport {
+    let q = UsageQuery {
+        group_by: group_by.map(str::to_owned),
+        since: since.map(str::to_owned),
+    };
+    s.client(None).usage(&q).await.expect("the usage report")
 }
 
 async fn usage_is_stored_and_budget_enforced(kind: Kind) {
@@ -58,50 +70,52 @@ cancel_grace_secs = 2
     let s = Server::start(&env).await;
     for (vtid, agent) in [("U-1", "claude"), ("U-2", "spender")] {
         let (st, b) = s
-            .post(
+            .post_as::<Task>(
                 "/api/v1/tasks",
                 None,
                 json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
             )
             .await;
-        assert_eq!(st, 201, "{b}");
+        assert_eq!(st, 201, "{b:?}");
     }
     let run = run_of(&s, "U-1", &["done", "failed"]).await;
-    assert_eq!(run["status"], "done", "{run}");
+    assert_eq!(run.status, "done", "{run:?}");
+    // Every field: `Usage` refuses unknown ones.
     assert_eq!(
-        run["usage"],
-        json!({ "input_tokens": 42, "output_tokens": 46, "cache_read_tokens": 1500,
-                "cache_write_tokens": 1500, "cost_usd": 0.0123 }),
-        "{run}"
+        run.usage,
+        Some(Usage {
+            input_tokens: 42,
+            output_tokens: 46,
+            cache_read_tokens: 1500,
+            cache_write_tokens: 1500,
+            cost_usd: Some(0.0123),
+        }),
+        "{run:?}"
     );
-    let (_, detail) = s
-        .get(
-            &format!("/api/v1/runs/{}", run["id"].as_str().unwrap()),
-            None,
-        )
-        .await;
-    assert_eq!(detail["run"]["usage"]["output_tokens"], 46);
+    let detail = s.client(None).run(&run.id).await.unwrap();
+    assert_eq!(detail.run.usage.map(|u| u.output_tokens), Some(46));
 
     let started = Instant::now();
     let run = run_of(&s, "U-2", &["cancelled", "failed", "done"]).await;
-    assert_eq!(run["status"], "cancelled", "{run}");
+    assert_eq!(run.status, "cancelled", "{run:?}");
     assert!(
-        run["result"]
-            .as_str()
+        run.result
+            .as_deref()
             .unwrap_or("")
             .starts_with("budget_exceeded"),
-        "{run}"
+        "{run:?}"
     );
     assert!(
         started.elapsed() < Duration::from_secs(25),
         "the run was stopped, not left to finish"
     );
-    assert_eq!(run["usage"]["output_tokens"], 4);
-    assert_eq!(run["usage"]["input_tokens"], 10);
-    assert!((run["usage"]["cost_usd"].as_f64().unwrap() - 1.2).abs() < 1e-9);
+    let spent = run.usage.expect("the run's usage");
+    assert_eq!(spent.output_tokens, 4);
+    assert_eq!(spent.input_tokens, 10);
+    assert!((spent.cost_usd.unwrap() - 1.2).abs() < 1e-9);
 
-    // Reports the server refuses.
-    let id = run["id"].as_str().unwrap();
+    // Reports the server refuses: raw, for their codes.
+    let id = run.id.as_str();
     let (st, b) = s
         .post(
             &format!("/api/v1/runs/{id}/usage"),
@@ -143,39 +157,31 @@ cancel_grace_secs = 2
     assert_eq!(st, 422, "unknown usage fields are refused");
 
     // The stored usage, summed.
-    let (st, by_agent) = s.get("/api/v1/usage?group_by=agent", None).await;
-    assert_eq!(st, 200, "{by_agent}");
-    assert_eq!(by_agent["runs"], 2, "{by_agent}");
-    assert_eq!(by_agent["total"]["input_tokens"], 52, "{by_agent}");
-    assert_eq!(by_agent["total"]["output_tokens"], 50, "{by_agent}");
-    assert!((by_agent["total"]["cost_usd"].as_f64().unwrap() - 1.2123).abs() < 1e-9);
-    let groups = by_agent["groups"].as_array().unwrap();
-    // The costlier agent first.
-    assert_eq!(groups[0]["key"], "spender", "{by_agent}");
-    assert_eq!(groups[1]["key"], "claude");
-    assert_eq!(groups[1]["usage"]["cache_read_tokens"], 1500);
-    assert_eq!(groups[1]["runs"], 1);
-    let (_, by_task) = s.get("/api/v1/usage?group_by=task&since=7d", None).await;
-    let keys: Vec<&str> = by_task["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["key"].as_str().unwrap())
-        .collect();
-    assert_eq!(keys, ["U-2", "U-1"], "{by_task}");
-    assert!(by_task["since"].is_string());
-    let (_, by_day) = s.get("/api/v1/usage?group_by=day", None).await;
-    let day = by_day["groups"][0]["key"].as_str().unwrap().to_owned();
-    assert_eq!(day.len(), 10, "{by_day}");
-    assert_eq!(by_day["groups"][0]["runs"], 2);
-    let (_, later) = s
-        .get("/api/v1/usage?since=2999-01-01T00:00:00Z", None)
+    let (st, by_agent) = s
+        .get_as::<UsageReport>("/api/v1/usage?group_by=agent", None)
         .await;
-    assert_eq!(
-        later["runs"], 0,
-        "runs before `since` are left out: {later}"
-    );
-    assert_eq!(later["groups"], json!([]));
+    assert_eq!(st, 200, "{by_agent:?}");
+    assert_eq!(by_agent.runs, 2, "{by_agent:?}");
+    assert_eq!(by_agent.total.input_tokens, 52, "{by_agent:?}");
+    assert_eq!(by_agent.total.output_tokens, 50, "{by_agent:?}");
+    assert!((by_agent.total.cost_usd.unwrap() - 1.2123).abs() < 1e-9);
+    let groups = &by_agent.groups;
+    // The costlier agent first.
+    assert_eq!(groups[0].key, "spender", "{by_agent:?}");
+    assert_eq!(groups[1].key, "claude");
+    assert_eq!(groups[1].usage.cache_read_tokens, 1500);
+    assert_eq!(groups[1].runs, 1);
+    let by_task = usage(&s, Some("task"), Some("7d")).await;
+    let keys: Vec<&str> = by_task.groups.iter().map(|g| g.key.as_str()).collect();
+    assert_eq!(keys, ["U-2", "U-1"], "{by_task:?}");
+    assert!(by_task.since.is_some());
+    let by_day = usage(&s, Some("day"), None).await;
+    let day = &by_day.groups[0].key;
+    assert_eq!(day.len(), 10, "{by_day:?}");
+    assert_eq!(by_day.groups[0].runs, 2);
+    let later = usage(&s, None, Some("2999-01-01T00:00:00Z")).await;
+    assert_eq!(later.runs, 0, "runs before `since` are left out: {later:?}");
+    assert!(later.groups.is_empty(), "{later:?}");
     for (q, code) in [
         ("group_by=week", "invalid_group_by"),
         ("since=yesterday", "invalid_since"),

@@ -14,8 +14,13 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use shepherd_protocol::{
+    ClaimResponse, ConversationInfo, RegisterResponse, ResourceInfo, RunDiff, RunsQuery,
+    SendResponse, Task,
+};
 
-use common::{runs_of, task_in, wait_for, Env, Kind, Proc, Server};
+use common::typed::{runs_of, task_in};
+use common::{wait_for, Env, Kind, Proc, Server};
 
 /// Runs git in `dir`; its trimmed stdout, or None when it fails.
 fn git(dir: &Path, args: &[&str]) -> Option<String> {
@@ -51,6 +56,11 @@ fn make_repo(dir: &Path) -> PathBuf {
     )
     .expect("first commit");
     repo
+}
+
+/// Creates a task; the status and the task.
+async fn create(s: &Server, token: Option<&str>, body: Value) -> (u16, Task) {
+    s.post_as("/api/v1/tasks", token, body).await
 }
 
 /// The worktrees git knows for `repo` (the main checkout included).
@@ -94,18 +104,17 @@ echo "$SHEPHERD_WORKSPACE_BRANCH" > "{m}/$SHEPHERD_TASK_ID.branch"
     ));
     let s = Server::start(&env).await;
     for vtid in ["WT-1", "WT-2"] {
-        let (st, b) = s
-            .post(
-                "/api/v1/tasks",
-                None,
-                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": "coder" }),
-            )
-            .await;
-        assert_eq!(st, 201, "{b}");
+        let (st, b) = create(
+            &s,
+            None,
+            json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": "coder" }),
+        )
+        .await;
+        assert_eq!(st, 201, "{b:?}");
     }
     for vtid in ["WT-1", "WT-2"] {
         let t = task_in(&s, vtid, &["done", "failed"], Duration::from_secs(60)).await;
-        assert_eq!(t["state"], "done", "{t}");
+        assert_eq!(t.task.state, "done", "{t:?}");
     }
     let read = |f: String| std::fs::read_to_string(marks.join(f)).unwrap();
     let (pwd1, pwd2) = (read("WT-1.pwd".into()), read("WT-2.pwd".into()));
@@ -138,7 +147,7 @@ echo "$SHEPHERD_WORKSPACE_BRANCH" > "{m}/$SHEPHERD_TASK_ID.branch"
         );
         assert!(git(&repo, &["show", &format!("{branch}:own-{other}.txt")]).is_none());
         let runs = runs_of(&s, me).await;
-        let run_id = runs[0]["id"].as_str().unwrap();
+        let run_id = runs[0].id.as_str();
         let message = git(&repo, &["log", "-1", "--format=%s", &branch]).unwrap();
         assert!(message.contains(run_id), "{message} names the run");
         assert_eq!(
@@ -147,12 +156,11 @@ echo "$SHEPHERD_WORKSPACE_BRANCH" > "{m}/$SHEPHERD_TASK_ID.branch"
             "the branch starts at base"
         );
         // The run's end records its workspace.
-        let (_, task) = s.get(&format!("/api/v1/tasks/{me}"), None).await;
-        let completed: Vec<&Value> = task["events"]
-            .as_array()
-            .unwrap()
+        let (task, _) = s.client(None).task(me).await.unwrap();
+        let completed: Vec<_> = task
+            .events
             .iter()
-            .filter(|e| e["type"] == "worker.execution.completed")
+            .filter(|e| e.kind == "worker.execution.completed")
             .collect();
         let text = format!("{completed:?}");
         assert!(text.contains(&branch), "{text}");
@@ -190,14 +198,13 @@ base = "no-such-branch"
     ));
     let s = Server::start(&env).await;
     for (vtid, agent) in [("NG-1", "nogit"), ("NB-1", "nobase")] {
-        let (st, b) = s
-            .post(
-                "/api/v1/tasks",
-                None,
-                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
-            )
-            .await;
-        assert_eq!(st, 201, "{b}");
+        let (st, b) = create(
+            &s,
+            None,
+            json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
+        )
+        .await;
+        assert_eq!(st, 201, "{b:?}");
     }
     for (vtid, reason) in [
         ("NG-1", "is not a git repository"),
@@ -205,8 +212,8 @@ base = "no-such-branch"
     ] {
         task_in(&s, vtid, &["failed"], Duration::from_secs(30)).await;
         let runs = runs_of(&s, vtid).await;
-        let result = runs[0]["result"].as_str().unwrap_or_default();
-        assert_eq!(runs[0]["status"], "failed");
+        let result = runs[0].result.as_deref().unwrap_or_default();
+        assert_eq!(runs[0].status, "failed");
         assert!(result.contains(reason), "{vtid}: {result}");
     }
     assert_eq!(
@@ -357,23 +364,23 @@ async fn workspace_diff_and_prune(kind: Kind) {
     ));
     let s = Server::start(&env).await;
     for (vtid, agent) in [("D-1", "coder"), ("P-1", "plain")] {
-        let (st, b) = s
-            .post(
-                "/api/v1/tasks",
-                None,
-                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
-            )
-            .await;
-        assert_eq!(st, 201, "{b}");
+        let (st, b) = create(
+            &s,
+            None,
+            json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
+        )
+        .await;
+        assert_eq!(st, 201, "{b:?}");
     }
     for vtid in ["D-1", "P-1"] {
         let t = task_in(&s, vtid, &["done", "failed"], Duration::from_secs(60)).await;
-        assert_eq!(t["state"], "done", "{t}");
+        assert_eq!(t.task.state, "done", "{t:?}");
     }
     let run = runs_of(&s, "D-1").await[0].clone();
-    let id = run["id"].as_str().unwrap().to_owned();
+    let id = run.id.clone();
     let base_commit = git(&repo, &["rev-parse", "main"]).unwrap();
     let head = git(&repo, &["rev-parse", "shepherd/D-1-1"]).unwrap();
+    // Raw: the whole record on the wire, no key more or less.
     let (_, detail) = s.get(&format!("/api/v1/runs/{id}"), None).await;
     assert_eq!(
         detail["run"]["workspace"],
@@ -382,14 +389,17 @@ async fn workspace_diff_and_prune(kind: Kind) {
         "{detail}"
     );
     assert_eq!(
-        run["workspace"]["branch"], "shepherd/D-1-1",
+        run.workspace.as_ref().map(|w| w.branch.as_str()),
+        Some("shepherd/D-1-1"),
         "lists carry it too"
     );
 
-    let (st, d) = s.get(&format!("/api/v1/runs/{id}/diff"), None).await;
-    assert_eq!(st, 200, "{d}");
-    assert_eq!(d["head"], head.as_str());
-    let diff = d["diff"].as_str().unwrap();
+    let (st, d) = s
+        .get_as::<RunDiff>(&format!("/api/v1/runs/{id}/diff"), None)
+        .await;
+    assert_eq!(st, 200, "{d:?}");
+    assert_eq!(d.head, head);
+    let diff = &d.diff;
     assert!(
         diff.contains("+changed") && diff.contains("-base"),
         "{diff}"
@@ -398,20 +408,20 @@ async fn workspace_diff_and_prune(kind: Kind) {
         diff.contains("+new") && diff.contains("added.txt"),
         "{diff}"
     );
-    assert!(
-        d["stat"].as_str().unwrap().contains("2 files changed"),
-        "{d}"
-    );
+    assert!(d.stat.contains("2 files changed"), "{d:?}");
 
     // A prefix names the run: the shortest that no other run shares (run
     // ids are time-ordered, so runs started in the same millisecond share
     // most of theirs), and never under 8 characters.
-    let (_, all) = s.get("/api/v1/runs?limit=100", None).await;
-    let shared = all["runs"]
-        .as_array()
-        .unwrap()
+    let q = RunsQuery {
+        limit: Some(100),
+        ..Default::default()
+    };
+    let all = s.client(None).runs(&q).await.unwrap();
+    let shared = all
+        .runs
         .iter()
-        .filter_map(|r| r["id"].as_str())
+        .map(|r| r.id.as_str())
         .filter(|other| *other != id)
         .map(|other| {
             other
@@ -436,11 +446,9 @@ async fn workspace_diff_and_prune(kind: Kind) {
     let (_, show) = shepherd(&env, &["runs", "show", &id, "--server", &s.base]);
     assert!(show.contains("branch:  shepherd/D-1-1"), "{show}");
 
+    // Refusals: raw, for their codes.
     let code = |b: &Value| b["error"]["code"].as_str().map(str::to_owned);
-    let plain = runs_of(&s, "P-1").await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let plain = runs_of(&s, "P-1").await[0].id.clone();
     let (st, b) = s.get(&format!("/api/v1/runs/{plain}/diff"), None).await;
     assert_eq!(
         (st, code(&b).as_deref()),
@@ -511,37 +519,37 @@ async fn a_conversation_keeps_one_branch_across_its_turns() {
     ));
     let s = Server::start(&env).await;
     let (st, r) = s
-        .post(
+        .post_as::<ResourceInfo>(
             "/api/v1/resources",
             None,
             json!({ "id": "repo-1", "name": "Repo", "agent_id": "coder" }),
         )
         .await;
-    assert_eq!(st, 201, "{r}");
+    assert_eq!(st, 201, "{r:?}");
     let (st, c) = s
-        .post("/api/v1/resources/repo-1/conversations", None, json!({}))
+        .post_as::<ConversationInfo>("/api/v1/resources/repo-1/conversations", None, json!({}))
         .await;
-    assert_eq!(st, 201, "{c}");
-    let conv = c["id"].as_str().unwrap().to_owned();
+    assert_eq!(st, 201, "{c:?}");
+    let conv = c.id;
+    let client = s.client(None);
     let mut run_ids = Vec::new();
     for (turn, text) in [(1, "first"), (2, "second")] {
         let (st, b) = s
-            .post(
+            .post_as::<SendResponse>(
                 &format!("/api/v1/conversations/{conv}/messages"),
                 None,
                 json!({ "text": text }),
             )
             .await;
-        assert_eq!(st, 201, "{b}");
+        assert_eq!(st, 201, "{b:?}");
         let c = wait_for("the reply", Duration::from_secs(60), || async {
-            let (_, c) = s.get(&format!("/api/v1/conversations/{conv}"), None).await;
-            let msgs = c["messages"].as_array().cloned().unwrap_or_default();
-            (c["state"] == "idle" && msgs.len() == turn * 2).then_some(c)
+            let c = client.conversation(&conv).await.ok()?;
+            (c.state == "idle" && c.messages.len() == turn * 2).then_some(c)
         })
         .await;
-        let reply = &c["messages"][turn * 2 - 1];
-        assert_eq!(reply["status"], "done", "{c}");
-        run_ids.push(reply["run_id"].as_str().unwrap().to_owned());
+        let reply = &c.messages[turn * 2 - 1];
+        assert_eq!(reply.status, "done", "{c:?}");
+        run_ids.push(reply.run_id.clone().unwrap());
     }
     let seen = std::fs::read_to_string(marks.join("seen-1")).unwrap();
     assert!(
@@ -562,14 +570,20 @@ async fn a_conversation_keeps_one_branch_across_its_turns() {
     }
     let base = git(&repo, &["rev-parse", "main"]).unwrap();
     for id in &run_ids {
-        let (_, d) = s.get(&format!("/api/v1/runs/{id}"), None).await;
-        assert_eq!(d["run"]["workspace"]["branch"], branch.as_str(), "{d}");
-        assert_eq!(d["run"]["workspace"]["base_commit"], base.as_str());
+        let d = client.run(id).await.unwrap();
+        let workspace = d.run.workspace.as_ref();
+        assert_eq!(
+            workspace.map(|w| w.branch.as_str()),
+            Some(branch.as_str()),
+            "{d:?}"
+        );
+        assert_eq!(
+            workspace.map(|w| w.base_commit.as_str()),
+            Some(base.as_str())
+        );
     }
-    let (_, diff) = s
-        .get(&format!("/api/v1/runs/{}/diff", run_ids[1]), None)
-        .await;
-    let text = diff["diff"].as_str().unwrap();
+    let diff = client.run_diff(&run_ids[1]).await.unwrap();
+    let text = &diff.diff;
     assert!(
         text.contains("+turn 1") && text.contains("+turn 2"),
         "{text}"
@@ -644,39 +658,35 @@ async fn a_worker_cannot_point_the_diff_at_another_repository_or_hand_git_option
     let s = Server::start(&env).await;
     let op = Some(OPERATOR);
     let (st, b) = s
-        .post(
+        .post_as::<RegisterResponse>(
             "/api/v1/worker/orchestrator/register",
             op,
             json!({ "worker_id": "intruder", "capabilities": ["intrude"], "max_concurrent": 4 }),
         )
         .await;
-    assert_eq!(st, 200, "{b}");
-    let token = b["worker_token"].as_str().unwrap().to_owned();
+    assert_eq!(st, 200, "{b:?}");
+    let token = b.worker_token;
     // Tasks only this worker can take (the built-in agent lacks the capability).
     let mut claims = Vec::new();
     for vtid in ["IN-1", "IN-2", "IN-3", "IN-4"] {
-        let (st, b) = s
-            .post(
-                "/api/v1/tasks",
-                op,
-                json!({ "vtid": vtid, "title": vtid, "capabilities": ["intrude"] }),
-            )
-            .await;
-        assert_eq!(st, 201, "{b}");
+        let (st, b) = create(
+            &s,
+            op,
+            json!({ "vtid": vtid, "title": vtid, "capabilities": ["intrude"] }),
+        )
+        .await;
+        assert_eq!(st, 201, "{b:?}");
         let (st, g) = s
-            .post(
+            .post_as::<ClaimResponse>(
                 &format!("/api/v1/worker/orchestrator/tasks/{vtid}/claim"),
                 Some(&token),
                 json!({}),
             )
             .await;
-        assert_eq!(st, 200, "{g}");
-        claims.push((
-            vtid,
-            g["run_id"].as_str().unwrap().to_owned(),
-            g["claim_token"].as_str().unwrap().to_owned(),
-        ));
+        assert_eq!(st, 200, "{g:?}");
+        claims.push((vtid, g.run_id, g.claim_token));
     }
+    // Refusals: raw, for their codes (and the whole body, for a leak).
     let code = |b: &Value| b["error"]["code"].as_str().unwrap_or_default().to_owned();
 
     // Another repository: named outright, through a symlink inside the

@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use shepherd::config::Config;
+use shepherd_protocol as p;
 use tokio::sync::oneshot;
 
 pub const OPERATOR: &str = "operator-token-0123456789";
@@ -252,6 +254,60 @@ impl Server {
         self.call(reqwest::Method::POST, path, token, Some(body))
             .await
     }
+
+    // Typed answers. A test reads an answer through its wire type (the
+    // protocol crate's) unless its point is the raw JSON: an error body's
+    // code, a key's absence, a golden comparison. Where it checks the exact
+    // success status (201, not just "a success"), `*_as` below keep the
+    // status; otherwise the typed client's method for the route serves.
+
+    /// The typed client of this server, acting with `token`.
+    pub fn client(&self, token: Option<&str>) -> shepherd_client::Client {
+        shepherd_client::Client::new(&self.base, token.map(str::to_owned)).expect("a client")
+    }
+
+    /// [`Server::call`] with the answer read as a `T`: the status and the
+    /// typed body. An answer that is not a `T` (an error body, say) fails
+    /// the test, showing its status and JSON.
+    pub async fn call_as<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, T) {
+        let (status, raw) = self.call(method.clone(), path, token, body).await;
+        match T::deserialize(&raw) {
+            Ok(typed) => (status, typed),
+            Err(e) => panic!(
+                "{method} {path} answered {status} with no {}: {e}\n{raw}",
+                std::any::type_name::<T>()
+            ),
+        }
+    }
+
+    pub async fn get_as<T: DeserializeOwned>(&self, path: &str, token: Option<&str>) -> (u16, T) {
+        self.call_as(reqwest::Method::GET, path, token, None).await
+    }
+
+    pub async fn post_as<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: Value,
+    ) -> (u16, T) {
+        self.call_as(reqwest::Method::POST, path, token, Some(body))
+            .await
+    }
+
+    pub async fn delete_as<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        token: Option<&str>,
+    ) -> (u16, T) {
+        self.call_as(reqwest::Method::DELETE, path, token, None)
+            .await
+    }
 }
 
 /// One server-sent event.
@@ -400,6 +456,36 @@ pub async fn task_in(s: &Server, vtid: &str, states: &[&str], within: Duration) 
 pub async fn runs_of(s: &Server, vtid: &str) -> Vec<Value> {
     let (_, runs) = s.get(&format!("/api/v1/runs?vtid={vtid}"), None).await;
     runs["runs"].as_array().cloned().unwrap_or_default()
+}
+
+/// The polling helpers above with typed answers: the task as
+/// `GET /api/v1/tasks/{vtid}` shows it, the runs as `GET /api/v1/runs` lists them.
+pub mod typed {
+    use super::*;
+
+    /// Waits until task `vtid` is in one of `states`; returns the task.
+    pub async fn task_in(
+        s: &Server,
+        vtid: &str,
+        states: &[&str],
+        within: Duration,
+    ) -> p::TaskDetail {
+        let c = s.client(None);
+        wait_for(&format!("{vtid} to reach {states:?}"), within, || async {
+            let (t, _) = c.task(vtid).await.ok()?;
+            states.contains(&t.task.state.as_str()).then_some(t)
+        })
+        .await
+    }
+
+    /// The runs of task `vtid`, newest first.
+    pub async fn runs_of(s: &Server, vtid: &str) -> Vec<p::Run> {
+        let q = p::RunsQuery {
+            vtid: Some(vtid.to_owned()),
+            ..Default::default()
+        };
+        s.client(None).runs(&q).await.expect("the runs").runs
+    }
 }
 
 /// A child process killed and reaped when the test ends, even on panic.
