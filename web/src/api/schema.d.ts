@@ -1484,7 +1484,7 @@ export interface components {
             /** @description User: `queued | sent | dropped`; agent: `running | done | failed | cancelled`. */
             status: string;
             /**
-             * @description The reply's steps (seed 000's `TranscriptStep`), carried as JSON
+             * @description The reply's steps (the Workers page contract's `TranscriptStep`), carried as JSON
              *     text: a long conversation is sent without re-serialising each step.
              */
             steps: components["schemas"]["TranscriptStep"][];
@@ -2969,7 +2969,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Server-sent events: `id: <seq>`, `event: <name>`, `data: <json>`. Each `data:` line is one `StreamData`: a `WireEvent` (its `type` says what its `data` holds), or under `event: resync` a `Resync`. The `event:` name is the event's `type`, except seed 000's run activity: `run.started` is `worker_started`, `run.status` is `worker_status`, `run.completed` is `worker_completed`, and `run.step` is `tool_started` (an action with a tool call) or `tool_completed` (a tool result), else `run.step`. */
+            /** @description Server-sent events: `id: <seq>`, `event: <name>`, `data: <json>`. Each `data:` line is one `StreamData`: a `WireEvent` (its `type` says what its `data` holds), or under `event: resync` a `Resync`. The `event:` name is the event's `type`, except the Workers page contract's run activity: `run.started` is `worker_started`, `run.status` is `worker_status`, `run.completed` is `worker_completed`, and `run.step` is `tool_started` (an action with a tool call) or `tool_completed` (a tool result), else `run.step`. */
             200: {
                 headers: {
                     [name: string]: unknown;
