@@ -411,7 +411,7 @@ impl Client {
         self.fetch("/api/openapi.json").await
     }
 
-    // ----- seed 003 connector -----
+    // ----- the connector -----
 
     pub async fn register(&self, b: &p::RegisterBody) -> Result<p::RegisterResponse, ClientError> {
         self.post("/api/v1/worker/orchestrator/register", b).await
@@ -527,7 +527,7 @@ impl Client {
         self.fetch("/api/v1/agents").await
     }
 
-    // ----- runs (seed 000 and v1) -----
+    // ----- runs (the Workers page contract and v1) -----
 
     pub async fn seed_runs(
         &self,
@@ -620,7 +620,7 @@ impl Client {
             .await
     }
 
-    // ----- seed 001 workers, events, channels -----
+    // ----- the worker registry: workers, events, channels -----
 
     pub async fn workers(&self, q: &p::WorkersQuery) -> Result<p::WorkerInfoList, ClientError> {
         self.get("/api/v1/workers", q).await
@@ -655,7 +655,7 @@ impl Client {
         .await
     }
 
-    // ----- resources and conversations (seed 002) -----
+    // ----- resources and conversations (the conversations contract) -----
 
     pub async fn resources(&self) -> Result<p::ResourceList, ClientError> {
         self.fetch("/api/v1/resources").await
@@ -725,7 +725,7 @@ impl Client {
         .await
     }
 
-    // ----- sessions (seed 004) -----
+    // ----- sessions (the sessions contract) -----
 
     pub async fn create_session(&self, b: &p::CreateSession) -> Result<p::Session, ClientError> {
         self.post("/api/v1/sessions", b).await

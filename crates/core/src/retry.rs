@@ -3,7 +3,7 @@
 //! how many attempts already failed, so that every store (and a reader of
 //! the code) applies the same one.
 //!
-//! A task without a policy keeps the seed's behaviour: a failure is final,
+//! A task without a policy keeps the connector contract's behaviour: a failure is final,
 //! and a claim that lapsed puts the task straight back in the queue. With a
 //! policy (`max_attempts`, set on the task or inherited from its agent) a
 //! failure, a timeout or a lost claim each use up an attempt; the next one
@@ -135,7 +135,7 @@ pub enum AfterRun {
     /// Not a matter for retries: the workflow (or the cancel) decides.
     Workflow,
     /// Back in the queue at once, without using up an attempt (a lost claim
-    /// on a task without a policy: the seed's rule).
+    /// on a task without a policy: the connector contract's rule).
     Requeue,
     /// A failed attempt; the next one may be claimed from `run_at`.
     Retry { run_at: Millis },

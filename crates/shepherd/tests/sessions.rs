@@ -1,4 +1,4 @@
-//! Sessions and PTY workers (seed 004) against the real server, with a real
+//! Sessions and PTY workers (the sessions contract) against the real server, with a real
 //! WebSocket client, on both stores: terminals that echo and resize, several
 //! clients on one PTY, resume by offset and epoch, exit and restart, agents
 //! with `interactive_command` and `continue_args`, `git-diff` tabs, every
@@ -138,7 +138,7 @@ e2e!(
         }
         assert_eq!(codes, ["invalid_message", "invalid_size"]);
 
-        // The public view and seed 001's registry both show the tab.
+        // The public view and the worker registry both show the tab.
         let (st, view) = s
             .get_as::<Session>(&format!("/api/v1/sessions/{sid}"), None)
             .await;
@@ -470,7 +470,7 @@ e2e!(
         // Not a terminal: no WebSocket.
         let r = try_connect(&s.base, &ws::path(&sid, wid), Opts::default()).await;
         assert_eq!(r.err(), Some(422));
-        // Not in seed 001's registry: only PTY tabs are workers there.
+        // Not in the worker registry: only PTY tabs are workers there.
         let workers = s
             .client(None)
             .workers(&WorkersQuery::default())
@@ -600,7 +600,7 @@ e2e!(
             )
             .await;
         refused(st, &e, "a restart");
-        // A restore after the server restarted: the seed's exit message,
+        // A restore after the server restarted: the contract's exit message,
         // and the reason in the log.
         s.stop().await;
         let s = Server::start(&env).await;

@@ -1,7 +1,7 @@
 //! `shepherd chat RESOURCE` and `shepherd conversation …`: talking to a
 //! resource's agent from a terminal.
 //!
-//! Chat follows the seed's load sequence: it loads the active conversation
+//! Chat follows the contract's load sequence: it loads the active conversation
 //! (messages and steps, with the cursor the answer is valid at), then tails
 //! the event stream from that cursor while the agent works, so nothing is
 //! shown twice or missed. Ctrl-C while the agent works cancels the run (its
