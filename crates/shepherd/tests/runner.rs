@@ -22,7 +22,7 @@ use common::{alive, wait_for, wait_ready, Env, Kind, Proc, Served, Server};
 async fn last_run(s: &Server, vtid: &str) -> RunDetail {
     let runs = runs_of(s, vtid).await;
     let id = &runs.first().expect("a run").id;
-    s.client(None).run(id).await.expect("the run")
+    s.client(None).run(id).await.expect("the run").0
 }
 
 /// Creates a task; the status and the task.
@@ -419,7 +419,7 @@ echo '{"type":"result","text":"24 steps"}'
     .await;
     assert_eq!(done.task.state, "done");
     let runs = client.runs(&rs_1).await.unwrap();
-    let run = client.run(&runs.runs[0].id).await.unwrap().detail;
+    let run = client.run(&runs.runs[0].id).await.unwrap().0.detail;
     // The text an action step starts with ("" for anything else).
     let texts: Vec<String> = run
         .transcript

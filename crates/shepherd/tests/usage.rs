@@ -92,7 +92,7 @@ cancel_grace_secs = 2
         }),
         "{run:?}"
     );
-    let detail = s.client(None).run(&run.id).await.unwrap();
+    let (detail, _) = s.client(None).run(&run.id).await.unwrap();
     assert_eq!(detail.run.usage.map(|u| u.output_tokens), Some(46));
 
     let started = Instant::now();

@@ -570,7 +570,7 @@ async fn a_conversation_keeps_one_branch_across_its_turns() {
     }
     let base = git(&repo, &["rev-parse", "main"]).unwrap();
     for id in &run_ids {
-        let d = client.run(id).await.unwrap();
+        let (d, _) = client.run(id).await.unwrap();
         let workspace = d.run.workspace.as_ref();
         assert_eq!(
             workspace.map(|w| w.branch.as_str()),
