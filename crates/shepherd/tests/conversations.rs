@@ -11,6 +11,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use shepherd_protocol::{
+    ActionContent, ConversationDetail, ConversationInfo, ConversationPage,
+    ConversationStateChanged, ConversationsQuery, MessageInfo, MultitaskMode, ResourceBody,
+    ResourceInfo, RunList, RunStep, RunsQuery, SendBody, SendResponse, StepsQuery, TaskListQuery,
+    TranscriptStep, WireEvent,
+};
+
 use common::{alive, wait_for, Env, Served, Server, SseClient};
 
 /// The scripted agent: records its argv, prompt and pid beside itself,
@@ -58,92 +65,100 @@ transcript = "claude-stream-json"
     )
 }
 
-async fn conversation(s: &Server, id: &str) -> Value {
-    let (st, c) = s.get(&format!("/api/v1/conversations/{id}"), None).await;
-    assert_eq!(st, 200, "{c}");
+async fn conversation(s: &Server, id: &str) -> ConversationDetail {
+    let (st, c) = s
+        .get_as::<ConversationDetail>(&format!("/api/v1/conversations/{id}"), None)
+        .await;
+    assert_eq!(st, 200, "{c:?}");
     c
 }
 
-async fn idle(s: &Server, id: &str) -> Value {
+async fn idle(s: &Server, id: &str) -> ConversationDetail {
     wait_for(
         "the conversation to be idle",
         Duration::from_secs(30),
         || async {
             let c = conversation(s, id).await;
-            (c["state"] == "idle").then_some(c)
+            (c.state == "idle").then_some(c)
         },
     )
     .await
 }
 
 /// Waits until the running reply has at least `n` steps.
-async fn steps_at_least(s: &Server, id: &str, n: usize) -> Value {
+async fn steps_at_least(s: &Server, id: &str, n: usize) -> ConversationDetail {
     wait_for(&format!("{n} steps"), Duration::from_secs(30), || async {
         let c = conversation(s, id).await;
-        let last = c["messages"].as_array().unwrap().last().cloned()?;
-        (last["role"] == "agent" && last["steps"].as_array().unwrap().len() >= n).then_some(c)
+        let last = c.messages.last()?;
+        (last.role == "agent" && steps(last).len() >= n).then_some(c)
     })
     .await
 }
 
 async fn setup(s: &Server, agent: &str) -> String {
     let (st, r) = s
-        .post(
+        .post_as::<ResourceInfo>(
             "/api/v1/resources",
             None,
             json!({ "id": "table-1", "name": "Leads table", "agent_id": agent }),
         )
         .await;
-    assert_eq!(st, 201, "{r}");
+    assert_eq!(st, 201, "{r:?}");
     let (st, r) = s
-        .post(
+        .post_as::<ResourceInfo>(
             "/api/v1/resources",
             None,
             json!({ "id": "table-1", "name": "Leads", "agent_id": agent }),
         )
         .await;
-    assert_eq!((st, r["name"].as_str()), (200, Some("Leads")), "{r}");
+    assert_eq!((st, r.name.as_str()), (200, "Leads"), "{r:?}");
     new_chat(s).await
 }
 
 async fn new_chat(s: &Server) -> String {
     let (st, c) = s
-        .post("/api/v1/resources/table-1/conversations", None, json!({}))
+        .post_as::<ConversationInfo>("/api/v1/resources/table-1/conversations", None, json!({}))
         .await;
-    assert_eq!(st, 201, "{c}");
-    assert_eq!(
-        (c["state"].as_str(), c["active"].as_bool()),
-        (Some("idle"), Some(true))
-    );
-    c["id"].as_str().unwrap().to_owned()
+    assert_eq!(st, 201, "{c:?}");
+    assert_eq!((c.state.as_str(), c.active), ("idle", true));
+    c.id
 }
 
-async fn send(s: &Server, id: &str, body: Value) -> (u16, Value) {
+/// Sends a message; the status and the accepted message.
+async fn send(s: &Server, id: &str, body: Value) -> (u16, SendResponse) {
+    s.post_as(&format!("/api/v1/conversations/{id}/messages"), None, body)
+        .await
+}
+
+/// Sends a message, or asks to; the status and the raw answer (a refusal's code).
+async fn try_send(s: &Server, id: &str, body: Value) -> (u16, Value) {
     s.post(&format!("/api/v1/conversations/{id}/messages"), None, body)
         .await
 }
 
-fn roles(c: &Value) -> Vec<String> {
-    c["messages"]
-        .as_array()
-        .unwrap()
+fn roles(c: &ConversationDetail) -> Vec<String> {
+    c.messages
         .iter()
-        .map(|m| {
-            format!(
-                "{}:{}",
-                m["role"].as_str().unwrap(),
-                m["status"].as_str().unwrap()
-            )
-        })
+        .map(|m| format!("{}:{}", m.role, m.status))
         .collect()
 }
 
-fn step_texts(m: &Value) -> Vec<String> {
-    m["steps"]
-        .as_array()
-        .unwrap()
+/// A reply's steps (the answer carries them as JSON text).
+fn steps(m: &MessageInfo) -> Vec<TranscriptStep> {
+    m.steps.parse().expect("the reply's steps")
+}
+
+/// The text each step opens with ("" for a step that opens with none).
+fn step_texts(m: &MessageInfo) -> Vec<String> {
+    steps(m)
         .iter()
-        .map(|s| s["content"][0]["text"].as_str().unwrap_or("").to_owned())
+        .map(|s| match s {
+            TranscriptStep::Action { content } => match content.first() {
+                Some(ActionContent::Text { text }) => text.clone(),
+                _ => String::new(),
+            },
+            TranscriptStep::ToolResult { .. } => String::new(),
+        })
         .collect()
 }
 
@@ -156,50 +171,41 @@ e2e!(contract_scenarios, |kind| async move {
 
     // 1. Send in an idle conversation: processing, then idle with the reply.
     let (st, sent) = send(&s, &conv, json!({ "text": "quick question" })).await;
-    assert_eq!(st, 201, "{sent}");
-    assert_eq!(sent["conversation"]["state"], "processing");
+    assert_eq!(st, 201, "{sent:?}");
+    assert_eq!(sent.conversation.state, "processing");
     let c = idle(&s, &conv).await;
     assert_eq!(roles(&c), ["user:sent", "agent:done"]);
-    assert_eq!(
-        step_texts(&c["messages"][1]),
-        ["step 1 of 2", "step 2 of 2"]
-    );
-    assert_eq!(c["messages"][1]["text"], "answered in 2 steps");
-    let session = c["agent_session_id"]
-        .as_str()
-        .expect("agent session captured")
-        .to_owned();
+    assert_eq!(step_texts(&c.messages[1]), ["step 1 of 2", "step 2 of 2"]);
+    assert_eq!(c.messages[1].text.as_deref(), Some("answered in 2 steps"));
+    let session = c.agent_session_id.clone().expect("agent session captured");
     // The reply's run carries the resource as its channel (the Workers page).
-    let run_id = c["messages"][1]["run_id"].as_str().unwrap();
-    let (_, run) = s.get(&format!("/api/v1/runs/{run_id}"), None).await;
-    assert_eq!(run["run"]["channel_id"], "table-1");
+    let client = s.client(None);
+    let run_id = c.messages[1].run_id.as_deref().unwrap();
+    let (run, _) = client.run(run_id).await.expect("the reply's run");
+    assert_eq!(run.run.channel_id.as_deref(), Some("table-1"));
 
     // 2. Cancel while processing: partial steps kept, the process is gone.
     let (st, _) = send(&s, &conv, json!({ "text": "slow research" })).await;
     assert_eq!(st, 201);
     steps_at_least(&s, &conv, 3).await;
     let (st, after) = s
-        .post(
+        .post_as::<ConversationInfo>(
             &format!("/api/v1/conversations/{conv}/cancel"),
             None,
             json!({ "reason": "enough" }),
         )
         .await;
-    assert_eq!(
-        (st, after["state"].as_str()),
-        (200, Some("cancelled")),
-        "{after}"
-    );
+    assert_eq!((st, after.state.as_str()), (200, "cancelled"), "{after:?}");
     // Cancelled lasts until the run has ended (the agent takes a second to stop).
-    let (st, busy) = send(&s, &conv, json!({ "text": "quick" })).await;
+    let (st, busy) = try_send(&s, &conv, json!({ "text": "quick" })).await;
     assert_eq!(
         (st, busy["error"]["code"].as_str()),
         (409, Some("conversation_busy")),
         "{busy}"
     );
     let c = idle(&s, &conv).await;
-    let reply = &c["messages"][3];
-    assert_eq!(reply["status"], "cancelled");
+    let reply = &c.messages[3];
+    assert_eq!(reply.status, "cancelled");
     let texts = step_texts(reply);
     assert!(texts.len() >= 4, "{texts:?}");
     assert_eq!(texts[0], "step 1 of 40");
@@ -232,31 +238,25 @@ e2e!(contract_scenarios, |kind| async move {
     steps_at_least(&s, &conv, 2).await;
     let fresh = new_chat(&s).await;
     let old = conversation(&s, &conv).await;
-    assert_eq!(
-        (old["state"].as_str(), old["active"].as_bool()),
-        (Some("cancelled"), Some(false))
-    );
+    assert_eq!((old.state.as_str(), old.active), ("cancelled", false));
     let old = idle(&s, &conv).await;
-    assert_eq!(old["messages"][5]["status"], "cancelled");
-    assert!(step_texts(&old["messages"][5]).len() >= 2);
-    let (_, page) = s
-        .get("/api/v1/resources/table-1/conversations?limit=1", None)
-        .await;
-    assert_eq!(page["conversations"][0]["id"], fresh.as_str());
-    let next = page["next"].as_str().unwrap().to_owned();
-    let (_, page2) = s
-        .get(
-            &format!("/api/v1/resources/table-1/conversations?limit=1&page={next}"),
-            None,
-        )
-        .await;
-    assert_eq!(page2["conversations"][0]["id"], conv.as_str());
-    assert!(page2["next"].is_null());
+    assert_eq!(old.messages[5].status, "cancelled");
+    assert!(step_texts(&old.messages[5]).len() >= 2);
+    let mut q = ConversationsQuery {
+        limit: Some(1),
+        page: None,
+    };
+    let page = client.conversations("table-1", &q).await.unwrap();
+    assert_eq!(page.conversations[0].id, fresh);
+    q.page = Some(page.next.clone().unwrap());
+    let page2 = client.conversations("table-1", &q).await.unwrap();
+    assert_eq!(page2.conversations[0].id, conv);
+    assert!(page2.next.is_none());
 
     // 4. Send while processing: refused by default; enqueue and interrupt on request.
     let (st, _) = send(&s, &fresh, json!({ "text": "medium work" })).await;
     assert_eq!(st, 201);
-    let (st, e) = send(&s, &fresh, json!({ "text": "quick" })).await;
+    let (st, e) = try_send(&s, &fresh, json!({ "text": "quick" })).await;
     assert_eq!(
         (st, e["error"]["code"].as_str()),
         (409, Some("conversation_busy"))
@@ -267,14 +267,10 @@ e2e!(contract_scenarios, |kind| async move {
         json!({ "text": "quick after", "multitask": "enqueue" }),
     )
     .await;
-    assert_eq!(
-        (st, q["message"]["status"].as_str()),
-        (201, Some("queued")),
-        "{q}"
-    );
+    assert_eq!((st, q.message.status.as_str()), (201, "queued"), "{q:?}");
     let c = wait_for("both replies", Duration::from_secs(30), || async {
         let c = conversation(&s, &fresh).await;
-        (c["state"] == "idle" && c["messages"].as_array().unwrap().len() == 4).then_some(c)
+        (c.state == "idle" && c.messages.len() == 4).then_some(c)
     })
     .await;
     assert_eq!(
@@ -291,16 +287,16 @@ e2e!(contract_scenarios, |kind| async move {
     )
     .await;
     assert_eq!(
-        (st, i["conversation"]["state"].as_str()),
-        (201, Some("cancelled")),
-        "{i}"
+        (st, i.conversation.state.as_str()),
+        (201, "cancelled"),
+        "{i:?}"
     );
     let c = wait_for(
         "the interrupting reply",
         Duration::from_secs(30),
         || async {
             let c = conversation(&s, &fresh).await;
-            (c["state"] == "idle" && c["messages"].as_array().unwrap().len() == 8).then_some(c)
+            (c.state == "idle" && c.messages.len() == 8).then_some(c)
         },
     )
     .await;
@@ -308,7 +304,7 @@ e2e!(contract_scenarios, |kind| async move {
         roles(&c)[4..],
         ["user:sent", "agent:cancelled", "user:sent", "agent:done"]
     );
-    let (st, e) = send(&s, &fresh, json!({ "text": "x", "multitask": "sometimes" })).await;
+    let (st, e) = try_send(&s, &fresh, json!({ "text": "x", "multitask": "sometimes" })).await;
     assert_eq!(
         (st, e["error"]["code"].as_str()),
         (422, Some("invalid_body"))
@@ -331,15 +327,25 @@ e2e!(contract_scenarios, |kind| async move {
     );
 
     // The resource's runs, by channel; a channel with none gives an empty list.
-    let (st, runs) = s.get("/api/v1/runs?channel_id=table-1", None).await;
+    let (st, runs) = s
+        .get_as::<RunList>("/api/v1/runs?channel_id=table-1", None)
+        .await;
     assert_eq!(st, 200);
-    assert_eq!(runs["total"], 7, "{runs}");
-    let (_, none) = s.get("/api/v1/runs?channel_id=elsewhere", None).await;
-    assert_eq!(none["runs"].as_array().unwrap().len(), 0);
-    let (_, tasks) = s.get("/api/v1/tasks?channel_id=table-1", None).await;
-    assert_eq!(tasks["total"], 7);
-    let (_, none) = s.get("/api/v1/tasks?channel_id=elsewhere", None).await;
-    assert_eq!(none["total"], 0);
+    assert_eq!(runs.total, 7, "{runs:?}");
+    let elsewhere = RunsQuery {
+        channel_id: Some("elsewhere".into()),
+        ..Default::default()
+    };
+    let none = client.runs(&elsewhere).await.unwrap();
+    assert_eq!(none.runs.len(), 0);
+    let of = |channel: &str| TaskListQuery {
+        channel_id: Some(channel.into()),
+        ..Default::default()
+    };
+    let tasks = client.tasks(&of("table-1")).await.unwrap();
+    assert_eq!(tasks.total, 7);
+    let none = client.tasks(&of("elsewhere")).await.unwrap();
+    assert_eq!(none.total, 0);
     let (st, e) = s.get("/api/v1/tasks?chanel_id=table-1", None).await;
     assert_eq!(
         (st, e["error"]["code"].as_str()),
@@ -360,16 +366,17 @@ e2e!(load_then_tail_delivers_each_step_once, |kind| async move {
     assert_eq!(st, 201);
     // Load (DB first)...
     let loaded = steps_at_least(&s, &conv, 2).await;
-    let cursor = loaded["cursor"].as_i64().unwrap();
-    let run_id = loaded["active_run_id"]
-        .as_str()
-        .expect("a running reply")
-        .to_owned();
-    let have = loaded["messages"][1]["steps"].as_array().unwrap().len();
+    let cursor = loaded.cursor;
+    let run_id = loaded.active_run_id.clone().expect("a running reply");
+    let have = steps(&loaded.messages[1]).len();
     // ...a step commits between the two reads...
+    let client = s.client(None);
     wait_for("a step after the load", Duration::from_secs(30), || async {
-        let (_, st) = s.get(&format!("/api/v1/runs/{run_id}/steps"), None).await;
-        (st["steps"].as_array().unwrap().len() > have).then_some(st)
+        let page = client
+            .steps(&run_id, &StepsQuery::default())
+            .await
+            .expect("the run's steps");
+        (page.steps.len() > have).then_some(page)
     })
     .await;
     // ...then tail from the cursor: every later step exactly once.
@@ -394,17 +401,25 @@ e2e!(load_then_tail_delivers_each_step_once, |kind| async move {
             .next(Duration::from_secs(30))
             .await
             .expect("events until idle");
-        assert_eq!(f.data["conversation_id"], conv.as_str(), "{:?}", f.data);
+        let e: WireEvent = serde_json::from_value(f.data.clone()).expect("an event");
+        assert_eq!(
+            e.event.refs.conversation_id.as_deref(),
+            Some(conv.as_str()),
+            "{e:?}"
+        );
         assert!(f.id.unwrap() > cursor);
-        if f.data["type"] == "run.step" {
-            indexes.push(f.data["data"]["index"].as_i64().unwrap());
-        }
-        if f.data["type"] == "conversation.state_changed" && f.data["data"]["to"] == "idle" {
-            break;
+        if e.event.kind == "run.step" {
+            let step: RunStep = serde_json::from_value(e.event.data).unwrap();
+            indexes.push(step.index);
+        } else if e.event.kind == "conversation.state_changed" {
+            let change: ConversationStateChanged = serde_json::from_value(e.event.data).unwrap();
+            if change.to == "idle" {
+                break;
+            }
         }
     }
     let c = conversation(&s, &conv).await;
-    let total = c["messages"][1]["steps"].as_array().unwrap().len() as i64;
+    let total = steps(&c.messages[1]).len() as i64;
     let expected: Vec<i64> = (have as i64..total).collect();
     assert_eq!(indexes, expected, "loaded {have}, tailed the rest once");
     s.stop().await;
@@ -456,9 +471,9 @@ e2e!(
         env.with_config_file(&config);
         let s = Server::start(&env).await;
         let conv = setup(&s, "plain").await;
-        send(&s, &conv, json!({ "text": "first question" })).await;
+        try_send(&s, &conv, json!({ "text": "first question" })).await;
         idle(&s, &conv).await;
-        send(&s, &conv, json!({ "text": "second question" })).await;
+        try_send(&s, &conv, json!({ "text": "second question" })).await;
         idle(&s, &conv).await;
         let argv = std::fs::read_to_string(env.dir.join("argv.log")).unwrap();
         assert_eq!(argv, "\n\n", "no continue arguments");
@@ -483,6 +498,7 @@ fn spawn(env: &Env, listen: &str) -> Served {
     )
 }
 
+/// Any JSON answer at `path`; None while the server is not up yet.
 async fn get(base: &str, path: &str) -> Option<Value> {
     let r = reqwest::Client::new()
         .get(format!("{base}{path}"))
@@ -504,38 +520,31 @@ e2e!(
             get(&base, "/readyz").await.map(|_| json!(true))
         })
         .await;
-        let http = reqwest::Client::new();
-        let r: Value = http
-            .post(format!("{base}/api/v1/resources"))
-            .json(&json!({ "id": "table-1", "name": "Leads", "agent_id": "chat" }))
-            .send()
-            .await
+        // No retries of its own: the polls below try again while the server is down.
+        let client = shepherd_client::Client::new(&base, None)
             .unwrap()
-            .json()
+            .with_retries(0);
+        let r = client
+            .upsert_resource(&ResourceBody {
+                id: "table-1".into(),
+                name: "Leads".into(),
+                agent_id: "chat".into(),
+            })
             .await
             .unwrap();
-        assert_eq!(r["id"], "table-1");
-        let c: Value = http
-            .post(format!("{base}/api/v1/resources/table-1/conversations"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let conv = c["id"].as_str().unwrap().to_owned();
-        http.post(format!("{base}/api/v1/conversations/{conv}/messages"))
-            .json(&json!({ "text": "slow research" }))
-            .send()
-            .await
-            .unwrap();
+        assert_eq!(r.id, "table-1");
+        let conv = client.create_conversation("table-1").await.unwrap().id;
+        let body = SendBody {
+            text: "slow research".into(),
+            multitask: MultitaskMode::default(),
+        };
+        client.send_message(&conv, &body).await.unwrap();
         let before = wait_for("steps before the kill", Duration::from_secs(30), || async {
-            let c = get(&base, &format!("/api/v1/conversations/{conv}")).await?;
-            let steps = c["messages"][1]["steps"].as_array()?.len();
-            (steps >= 3).then_some(c)
+            let c = client.conversation(&conv).await.ok()?;
+            (steps(c.messages.get(1)?).len() >= 3).then_some(c)
         })
         .await;
-        let acknowledged = step_texts(&before["messages"][1]);
+        let acknowledged = step_texts(&before.messages[1]);
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(child.pid(), libc::SIGKILL) };
         child.child.wait().unwrap();
@@ -544,31 +553,26 @@ e2e!(
             "the conversation to settle",
             Duration::from_secs(60),
             || async {
-                let c = get(&base, &format!("/api/v1/conversations/{conv}")).await?;
-                (c["state"] == "idle").then_some(c)
+                let c = client.conversation(&conv).await.ok()?;
+                (c.state == "idle").then_some(c)
             },
         )
         .await;
         // Every step acknowledged before the kill is there, in the first reply.
-        let first = &settled["messages"][1];
+        let first = &settled.messages[1];
         let kept = step_texts(first);
         assert!(
             kept.len() >= acknowledged.len(),
             "{kept:?} vs {acknowledged:?}"
         );
         assert_eq!(kept[..acknowledged.len()], acknowledged[..]);
-        assert_ne!(first["status"], "running", "no run is left running");
+        assert_ne!(first.status, "running", "no run is left running");
         // Then it settled: the task went back to the queue and a second run answered.
-        let last = settled["messages"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap()
-            .clone();
-        assert_eq!(last["role"], "agent");
+        let last = settled.messages.last().unwrap().clone();
+        assert_eq!(last.role, "agent");
         assert!(
-            last["status"] == "done" || last["text"].as_str().is_some_and(|t| !t.is_empty()),
-            "settles with a reason: {last}"
+            last.status == "done" || last.text.as_deref().is_some_and(|t| !t.is_empty()),
+            "settles with a reason: {last:?}"
         );
         unsafe { libc::kill(child.pid(), libc::SIGTERM) };
         child.child.wait().unwrap();
@@ -637,7 +641,7 @@ async fn command_line_chat_and_conversation_verbs() {
 
     let (ok, out, err) = cli(&s.base, &["conversation", "show", &conv, "-o", "json"], "").await;
     assert!(ok, "{err}");
-    let shown: Value = serde_json::from_str(&out).unwrap();
+    let shown: ConversationDetail = serde_json::from_str(&out).unwrap();
     assert_eq!(roles(&shown), ["user:sent", "agent:done"]);
 
     let (ok, out, _) = cli(
@@ -647,8 +651,8 @@ async fn command_line_chat_and_conversation_verbs() {
     )
     .await;
     assert!(ok);
-    let list: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(list["conversations"][0]["id"], conv.as_str());
+    let list: ConversationPage = serde_json::from_str(&out).unwrap();
+    assert_eq!(list.conversations[0].id, conv);
 
     let (ok, _, err) = cli(&s.base, &["conversation", "cancel", &conv], "").await;
     assert!(!ok);
@@ -668,8 +672,12 @@ async fn command_line_chat_and_conversation_verbs() {
     );
     assert!(out.contains("agent: answered in 2 steps"), "{out}");
     assert!(out.contains("new conversation"), "{out}");
-    let (_, page) = s.get("/api/v1/resources/table-1/conversations", None).await;
-    assert_eq!(page["conversations"].as_array().unwrap().len(), 2);
+    let page = s
+        .client(None)
+        .conversations("table-1", &ConversationsQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(page.conversations.len(), 2);
     let c = conversation(&s, &conv).await;
     assert_eq!(
         roles(&c),

@@ -8,7 +8,12 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
+use shepherd_protocol::{
+    ClaimResponse, EventApplied, EventPageQuery, HeartbeatResponse, Task, WireEvent,
+    WorkerEventsQuery, WorkerInfo, WorkerInfoList, WorkersQuery, WorkersSnapshot,
+};
 
 use common::{task, wait_ready, Env, Kind, Served, SseClient};
 
@@ -57,14 +62,25 @@ async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
     (st, r.json().await.unwrap_or_default())
 }
 
-async fn get(base: &str, path: &str) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .get(format!("{base}{path}"))
-        .send()
-        .await
-        .unwrap();
-    let st = r.status().as_u16();
-    (st, r.json().await.unwrap_or_default())
+/// [`post`] with the answer read as a `T`, for where the exact status
+/// matters; an answer that is not a `T` fails the test.
+async fn post_as<T: DeserializeOwned>(base: &str, path: &str, body: Value) -> (u16, T) {
+    let (st, raw) = post(base, path, body).await;
+    match T::deserialize(&raw) {
+        Ok(typed) => (st, typed),
+        Err(e) => panic!(
+            "POST {path} answered {st} with no {}: {e}\n{raw}",
+            std::any::type_name::<T>()
+        ),
+    }
+}
+
+/// The worker `id` in the list.
+fn worker<'a>(ws: &'a WorkerInfoList, id: &str) -> &'a WorkerInfo {
+    ws.workers
+        .iter()
+        .find(|w| w.worker_id == id)
+        .unwrap_or_else(|| panic!("no worker {id}: {ws:?}"))
 }
 
 #[tokio::test]
@@ -133,17 +149,14 @@ e2e!(
         let mut runs = Vec::new();
         for (t, w) in [("K-1", "silent"), ("K-2", "faithful")] {
             post(&p.base, "/api/v1/tasks", task(t, "simple")).await;
-            let (st, c) = post(
+            let (st, c) = post_as::<ClaimResponse>(
                 &p.base,
                 &format!("/api/v1/worker/orchestrator/tasks/{t}/claim"),
                 json!({ "worker_id": w }),
             )
             .await;
-            assert_eq!(st, 200, "{c}");
-            runs.push((
-                c["run_id"].as_str().unwrap().to_owned(),
-                c["claim_token"].as_str().unwrap().to_owned(),
-            ));
+            assert_eq!(st, 200, "{c:?}");
+            runs.push((c.run_id, c.claim_token));
             post(
                 &p.base,
                 &format!("/api/v1/runs/{}/steps", runs.last().unwrap().0),
@@ -163,31 +176,24 @@ e2e!(
         }
         assert!(!seen.is_empty());
         drop(sse);
-        let (_, missed_task) = post(&p.base, "/api/v1/tasks", task("K-3", "simple")).await;
-        assert_eq!(missed_task["vtid"], "K-3");
+        let (_, missed_task) =
+            post_as::<Task>(&p.base, "/api/v1/tasks", task("K-3", "simple")).await;
+        assert_eq!(missed_task.vtid, "K-3");
         signal(&p, libc::SIGKILL);
         wait_exit(&mut p, Duration::from_secs(5));
 
         let started = Instant::now();
         let p = spawn(&env, &addr).await;
+        let client = shepherd_client::Client::new(&p.base, None).unwrap();
         // Recovered workers are marked as such until they are heard from again.
-        let (_, ws) = get(&p.base, "/api/v1/workers").await;
-        let by_id = |id: &str| {
-            ws["workers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|w| w["worker_id"] == id)
-                .cloned()
-                .unwrap()
-        };
+        let ws = client.workers(&WorkersQuery::default()).await.unwrap();
         for id in ["silent", "faithful"] {
-            let w = by_id(id);
-            assert_eq!(w["source"], "event_log", "{w}");
-            assert_eq!(w["event_state"], "active");
+            let w = worker(&ws, id);
+            assert_eq!(w.source, "event_log", "{w:?}");
+            assert_eq!(w.event_state, "active");
             assert!(
-                w["recovered_at"].is_string() && w["last_event_ts"].is_string(),
-                "{w}"
+                w.recovered_at.is_some() && w.last_event_ts.is_some(),
+                "{w:?}"
             );
         }
         // The faithful worker keeps heartbeating; the silent one never returns.
@@ -200,16 +206,10 @@ e2e!(
             .await
         };
         let (st, hb) = beat(p.base.clone()).await;
-        assert_eq!((st, hb["claims"].as_array().unwrap().len()), (200, 1));
-        let (_, ws) = get(&p.base, "/api/v1/workers").await;
-        let faithful = ws["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|w| w["worker_id"] == "faithful")
-            .cloned()
-            .unwrap();
-        assert_eq!(faithful["source"], "registry");
+        let hb: HeartbeatResponse = serde_json::from_value(hb).unwrap();
+        assert_eq!((st, hb.claims.len()), (200, 1));
+        let ws = client.workers(&WorkersQuery::default()).await.unwrap();
+        assert_eq!(worker(&ws, "faithful").source, "registry");
 
         // The stream resumes exactly after the last event the client saw.
         let mut sse = SseClient::connect(
@@ -223,47 +223,61 @@ e2e!(
             .next(Duration::from_secs(5))
             .await
             .expect("missed event");
-        assert_eq!(f.data["task_id"], "K-3");
+        let missed: WireEvent = serde_json::from_value(f.data.clone()).unwrap();
+        assert_eq!(missed.event.refs.task_id.as_deref(), Some("K-3"));
         assert_eq!(f.event, "task.created");
         // Within the heartbeat timeout nothing expired (downtime does not count).
-        let (_, k1) = get(&p.base, "/api/v1/tasks/K-1").await;
-        assert_eq!(k1["state"], "running");
+        let state = |vtid: &'static str| {
+            let client = client.clone();
+            async move { client.task(vtid).await.map(|(t, _)| t.task.state) }
+        };
+        assert_eq!(state("K-1").await.unwrap(), "running");
         // Later, the silent worker's claim expires; the faithful one carries on.
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             beat(p.base.clone()).await;
-            let (_, k1) = get(&p.base, "/api/v1/tasks/K-1").await;
-            if k1["state"] == "pending" {
+            let k1 = state("K-1").await;
+            if k1.as_ref().is_ok_and(|s| s == "pending") {
                 break;
             }
-            assert!(Instant::now() < deadline, "claim never expired: {k1}");
+            assert!(Instant::now() < deadline, "claim never expired: {k1:?}");
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         assert!(
             started.elapsed() >= Duration::from_secs(2),
             "expired before one heartbeat timeout after start"
         );
-        let (_, run1) = get(&p.base, &format!("/api/v1/runs/{}", runs[0].0)).await;
-        assert_eq!(run1["status"], "failed");
+        let (run1, _) = client.run(&runs[0].0).await.unwrap();
+        assert_eq!(run1.detail.status, "failed");
         assert_eq!(
-            run1["transcript"].as_array().map(Vec::len),
+            run1.detail.transcript.as_ref().map(Vec::len),
             Some(1),
             "its steps are kept"
         );
-        let (_, k2) = get(&p.base, "/api/v1/tasks/K-2").await;
-        assert_eq!(k2["state"], "running");
-        let (st, done) = post(&p.base, "/api/v1/worker/orchestrator/tasks/K-2/progress", json!({
+        assert_eq!(state("K-2").await.unwrap(), "running");
+        let (st, done) = post_as::<EventApplied>(&p.base, "/api/v1/worker/orchestrator/tasks/K-2/progress", json!({
         "worker_id": "faithful", "event": "worker.execution.completed", "claim_token": runs[1].1
     })).await;
-        assert_eq!((st, done["state"].as_str()), (200, Some("done")), "{done}");
-        let (_, evs) = get(&p.base, "/api/v1/events?types=worker.claim.expired").await;
-        assert_eq!(evs["events"].as_array().unwrap().len(), 1);
-        let (_, we) = get(
-            &p.base,
-            "/api/v1/worker_events?include_summary=true&include_snapshot=true",
-        )
-        .await;
-        assert!(we["snapshot"]["data"]["workers"].is_array(), "{we}");
+        assert_eq!((st, done.state.as_str()), (200, "done"), "{done:?}");
+        let expired = EventPageQuery {
+            types: Some("worker.claim.expired".into()),
+            ..Default::default()
+        };
+        let (evs, _) = client.events(&expired).await.unwrap();
+        assert_eq!(evs.events.len(), 1);
+        let we = client
+            .worker_events(&WorkerEventsQuery {
+                include_summary: Some(true),
+                include_snapshot: Some(true),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let snapshot = we.snapshot.clone().flatten();
+        assert!(
+            snapshot.is_some_and(|s| serde_json::from_value::<WorkersSnapshot>(s.data).is_ok()),
+            "{we:?}"
+        );
         let mut p = p;
         signal(&p, libc::SIGTERM);
         assert!(wait_exit(&mut p, Duration::from_secs(5)).success());

@@ -12,7 +12,13 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use common::{task, Env, Kind, Server, SseClient, OPERATOR};
+use shepherd_protocol::{
+    ClaimResponse, ConversationDetail, ConversationInfo, EventPage, HeartbeatResponse,
+    RegisterResponse, ResourceInfo, SendResponse, StatusAck, Task, WireEvent, WorkerEventsResponse,
+    WorkerInfoList, WorkersQuery,
+};
+
+use common::{task, Env, Frame, Kind, Server, SseClient, OPERATOR};
 
 /// Asserts the standard error shape and returns its code.
 fn code(status: u16, body: &Value) -> String {
@@ -134,36 +140,39 @@ async fn every_rejection_has_the_error_shape_and_unknown_routes_reveal_nothing()
 
 async fn register(s: &Server, id: &str, caps: &[&str]) -> String {
     let (st, b) = s
-        .post(
+        .post_as::<RegisterResponse>(
             "/api/v1/worker/orchestrator/register",
             Some(OPERATOR),
             json!({ "worker_id": id, "capabilities": caps, "max_concurrent": 2 }),
         )
         .await;
-    assert_eq!(st, 200, "{b}");
-    b["worker_token"].as_str().unwrap().to_owned()
+    assert_eq!(st, 200, "{b:?}");
+    b.worker_token
 }
 
 async fn create(s: &Server, vtid: &str, caps: &[&str]) {
     let mut t = task(vtid, "autopilot");
     t["capabilities"] = json!(caps);
-    let (st, b) = s.post("/api/v1/tasks", Some(OPERATOR), t).await;
-    assert_eq!(st, 201, "{b}");
+    let (st, b) = s.post_as::<Task>("/api/v1/tasks", Some(OPERATOR), t).await;
+    assert_eq!(st, 201, "{b:?}");
 }
 
 async fn claim(s: &Server, tok: &str, vtid: &str) -> (String, String) {
     let (st, b) = s
-        .post(
+        .post_as::<ClaimResponse>(
             &format!("/api/v1/worker/orchestrator/tasks/{vtid}/claim"),
             Some(tok),
             json!({}),
         )
         .await;
-    assert_eq!(st, 200, "{b}");
-    (
-        b["run_id"].as_str().unwrap().to_owned(),
-        b["claim_token"].as_str().unwrap().to_owned(),
-    )
+    assert_eq!(st, 200, "{b:?}");
+    (b.run_id, b.claim_token)
+}
+
+/// An SSE frame's data as the event it carries.
+fn event(f: &Frame) -> WireEvent {
+    serde_json::from_value(f.data.clone())
+        .unwrap_or_else(|e| panic!("no event in the frame ({e}): {:?}", f.data))
 }
 
 fn forbidden(st: u16, b: &Value) {
@@ -184,13 +193,13 @@ e2e!(
         let (r1, ct1) = claim(&s, &w1, "T-A1").await;
         let (r2, _) = claim(&s, &w2, "T-B").await;
         let (st, b) = s
-            .post(
+            .post_as::<StatusAck>(
                 &format!("/api/v1/runs/{r1}/status"),
                 Some(&w1),
                 json!({ "claim_token": ct1, "status": "working" }),
             )
             .await;
-        assert_eq!(st, 200, "{b}");
+        assert_eq!(st, 200, "{b:?}");
 
         // Tasks: the one it holds and the one it may take; not another's.
         assert_eq!(s.get("/api/v1/tasks/T-A1", Some(&w1)).await.0, 200);
@@ -221,43 +230,42 @@ e2e!(
             forbidden(st, &b);
         }
         // Its own worker record only.
-        let (st, b) = s.get("/api/v1/workers", Some(&w1)).await;
+        let (st, b) = s
+            .get_as::<WorkerInfoList>("/api/v1/workers", Some(&w1))
+            .await;
         assert_eq!(st, 200);
-        let ids: Vec<&str> = b["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| w["worker_id"].as_str().unwrap())
-            .collect();
+        let ids: Vec<&str> = b.workers.iter().map(|w| w.worker_id.as_str()).collect();
         assert_eq!(ids, ["w-one"]);
         // Events that name it only, paged and streamed.
-        let (st, b) = s.get("/api/v1/events?limit=1000", Some(&w1)).await;
+        let (st, b) = s
+            .get_as::<EventPage>("/api/v1/events?limit=1000", Some(&w1))
+            .await;
         assert_eq!(st, 200);
-        let events = b["events"].as_array().unwrap();
+        let events = b.events;
         assert!(!events.is_empty());
         assert!(
-            events.iter().all(|e| e["worker_id"] == "w-one"),
+            events
+                .iter()
+                .all(|e| e.event.refs.worker_id.as_deref() == Some("w-one")),
             "{events:?}"
         );
-        let (st, b) = s.get("/api/v1/worker_events?since=0", Some(&w1)).await;
+        let (st, b) = s
+            .get_as::<WorkerEventsResponse>("/api/v1/worker_events?since=0", Some(&w1))
+            .await;
         assert_eq!(st, 200);
-        assert!(b["events"]
-            .as_array()
-            .unwrap()
+        assert!(b
+            .events
             .iter()
-            .all(|e| e["worker_id"] == "w-one"));
-        let last_own = events
-            .iter()
-            .map(|e| e["id"].as_i64().unwrap())
-            .max()
-            .unwrap();
+            .all(|e| e.worker_id.as_deref() == Some("w-one")));
+        let last_own = events.iter().map(|e| e.id).max().unwrap();
         let mut sse = SseClient::connect(&s.base, "/api/events?after=0", Some(&w1), None).await;
         loop {
             let f = sse
                 .next(Duration::from_secs(10))
                 .await
                 .expect("the worker's own events arrive");
-            assert_eq!(f.data["worker_id"], "w-one", "{:?}", f.data);
+            let e = event(&f);
+            assert_eq!(e.event.refs.worker_id.as_deref(), Some("w-one"), "{e:?}");
             if f.id == Some(last_own) {
                 break;
             }
@@ -265,8 +273,12 @@ e2e!(
         // The operator sees everything.
         assert_eq!(s.get("/api/v1/tasks/T-B", Some(OPERATOR)).await.0, 200);
         assert_eq!(s.get("/api/v1/runs", Some(OPERATOR)).await.0, 200);
-        let (_, b) = s.get("/api/v1/workers", Some(OPERATOR)).await;
-        assert_eq!(b["workers"].as_array().unwrap().len(), 2);
+        let all = s
+            .client(Some(OPERATOR))
+            .workers(&WorkersQuery::default())
+            .await
+            .unwrap();
+        assert_eq!(all.workers.len(), 2);
         s.stop().await;
     }
 );
@@ -286,41 +298,45 @@ e2e!(
         let mut tokens = Vec::new();
         for id in ["w-one", "w-two"] {
             let (st, b) = s
-                .post(
+                .post_as::<RegisterResponse>(
                     "/api/v1/worker/orchestrator/register",
                     op,
                     json!({ "worker_id": id, "agent_id": "external", "max_concurrent": 2 }),
                 )
                 .await;
-            assert_eq!(st, 200, "{b}");
-            tokens.push(b["worker_token"].as_str().unwrap().to_owned());
+            assert_eq!(st, 200, "{b:?}");
+            tokens.push(b.worker_token);
         }
         let (w1, w2) = (tokens[0].clone(), tokens[1].clone());
         let (st, b) = s
-            .post(
+            .post_as::<ResourceInfo>(
                 "/api/v1/resources",
                 op,
                 json!({ "id": "table-1", "name": "Leads", "agent_id": "external" }),
             )
             .await;
-        assert_eq!(st, 201, "{b}");
+        assert_eq!(st, 201, "{b:?}");
         let new_chat = || async {
             let (st, c) = s
-                .post("/api/v1/resources/table-1/conversations", op, json!({}))
+                .post_as::<ConversationInfo>(
+                    "/api/v1/resources/table-1/conversations",
+                    op,
+                    json!({}),
+                )
                 .await;
-            assert_eq!(st, 201, "{c}");
-            c["id"].as_str().unwrap().to_owned()
+            assert_eq!(st, 201, "{c:?}");
+            c.id
         };
         let ran = new_chat().await;
         let (st, b) = s
-            .post(
+            .post_as::<SendResponse>(
                 &format!("/api/v1/conversations/{ran}/messages"),
                 op,
                 json!({ "text": "the operator's private question" }),
             )
             .await;
-        assert_eq!(st, 201, "{b}");
-        let vtid = b["message"]["task_id"].as_str().unwrap().to_owned();
+        assert_eq!(st, 201, "{b:?}");
+        let vtid = b.message.task_id.unwrap();
         claim(&s, &w1, &vtid).await;
         // Another conversation, whose message no worker has taken.
         let other = new_chat().await;
@@ -328,12 +344,13 @@ e2e!(
         // The worker that ran the conversation's run reads it, messages
         // and all.
         let (st, c) = s
-            .get(&format!("/api/v1/conversations/{ran}"), Some(&w1))
+            .get_as::<ConversationDetail>(&format!("/api/v1/conversations/{ran}"), Some(&w1))
             .await;
-        assert_eq!(st, 200, "{c}");
+        assert_eq!(st, 200, "{c:?}");
         assert_eq!(
-            c["messages"][0]["text"], "the operator's private question",
-            "{c}"
+            c.messages[0].text.as_deref(),
+            Some("the operator's private question"),
+            "{c:?}"
         );
         // Another worker, or a conversation it did not run: forbidden.
         let (st, b) = s
@@ -387,14 +404,20 @@ e2e!(
                 .next(Duration::from_secs(10))
                 .await
                 .expect("the worker's own events of the conversation arrive");
-            assert_eq!(f.data["worker_id"], "w-one", "{:?}", f.data);
-            if f.data["type"] == "worker.claim.granted" {
+            let e = event(&f);
+            assert_eq!(e.event.refs.worker_id.as_deref(), Some("w-one"), "{e:?}");
+            if e.event.kind == "worker.claim.granted" {
                 break;
             }
         }
         let mut sse = SseClient::connect(&s.base, &stream, Some(&w2), None).await;
         if let Some(f) = sse.next(Duration::from_secs(1)).await {
-            assert_ne!(f.data["conversation_id"], json!(ran), "{:?}", f.data);
+            let e = event(&f);
+            assert_ne!(
+                e.event.refs.conversation_id.as_deref(),
+                Some(ran.as_str()),
+                "{e:?}"
+            );
         }
         // The operator reads everything.
         for path in [
@@ -486,7 +509,7 @@ async fn overload_is_shed_with_retry_after_while_streams_keep_working() {
     for stream in [&mut sse, &mut second] {
         loop {
             let f = stream.next(Duration::from_secs(10)).await.expect("event");
-            if f.data["task_id"] == "T-1" {
+            if event(&f).event.refs.task_id.as_deref() == Some("T-1") {
                 break;
             }
         }
@@ -506,27 +529,29 @@ async fn a_silent_worker_whose_claim_expired_is_not_ready() {
     create(&s, "T-S", &[]).await;
     claim(&s, &w, "T-S").await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let op = s.client(Some(OPERATOR));
+    let all = WorkersQuery::default();
     let worker = loop {
-        let (_, b) = s.get("/api/v1/workers", Some(OPERATOR)).await;
-        let w = b["workers"][0].clone();
-        if w["active_claims"] == 0 {
+        let b = op.workers(&all).await.unwrap();
+        let w = b.workers[0].clone();
+        if w.active_claims == 0 {
             break w;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the claim never expired: {w}"
+            "the claim never expired: {w:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(worker["status"], "closed", "{worker}");
-    assert_eq!(worker["registry_status"], "inactive", "{worker}");
+    assert_eq!(worker.status, "closed", "{worker:?}");
+    assert_eq!(worker.registry_status, "inactive", "{worker:?}");
     // A heartbeat brings it back.
     let (st, b) = s
-        .post("/api/v1/worker/orchestrator/heartbeat", Some(&w), json!({}))
+        .post_as::<HeartbeatResponse>("/api/v1/worker/orchestrator/heartbeat", Some(&w), json!({}))
         .await;
-    assert_eq!(st, 200, "{b}");
-    let (_, b) = s.get("/api/v1/workers", Some(OPERATOR)).await;
-    assert_eq!(b["workers"][0]["status"], "ready", "{b}");
+    assert_eq!(st, 200, "{b:?}");
+    let b = op.workers(&all).await.unwrap();
+    assert_eq!(b.workers[0].status, "ready", "{b:?}");
     s.stop().await;
 }
 

@@ -10,27 +10,43 @@ mod common;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use shepherd_protocol::{
+    ActionContent, EventPageQuery, RunsQuery, StepsPage, StepsQuery, Task, TaskStateChanged,
+    TranscriptStep,
+};
 
-use common::{alive, runs_of, task_in, wait_for, Env, Kind, Served, Server};
+use shepherd_runner::shim::ExitRecord;
 
-async fn step_texts(s: &Server, run_id: &str) -> Vec<String> {
-    let (_, page) = s
-        .get(&format!("/api/v1/runs/{run_id}/steps?limit=500"), None)
-        .await;
-    page["steps"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+use common::typed::{runs_of, task_in};
+use common::{alive, wait_for, Env, Kind, Served, Server};
+
+/// Up to 500 steps of a run.
+const ALL_STEPS: StepsQuery = StepsQuery {
+    after: None,
+    limit: Some(500),
+};
+
+/// The text each step opens with, for the steps that open with one.
+fn texts_of(page: &StepsPage) -> Vec<String> {
+    page.steps
         .iter()
-        .filter_map(|st| {
-            let step = if st["step"].is_object() {
-                &st["step"]
-            } else {
-                st
-            };
-            step["content"][0]["text"].as_str().map(str::to_owned)
+        .filter_map(|st| match &st.step {
+            TranscriptStep::Action { content } => match content.first() {
+                Some(ActionContent::Text { text }) => Some(text.clone()),
+                _ => None,
+            },
+            TranscriptStep::ToolResult { .. } => None,
         })
         .collect()
+}
+
+/// The run's step texts; none while its steps cannot be read.
+async fn step_texts(s: &Server, run_id: &str) -> Vec<String> {
+    s.client(None)
+        .steps(run_id, &ALL_STEPS)
+        .await
+        .map(|page| texts_of(&page))
+        .unwrap_or_default()
 }
 
 fn read_pid(path: &std::path::Path) -> Option<i32> {
@@ -71,7 +87,7 @@ async fn survives_a_restart(kind: Kind, code: i32) {
         ));
     let s = Server::start(&env).await;
     let (st, _) = s
-        .post(
+        .post_as::<Task>(
             "/api/v1/tasks",
             None,
             json!({ "vtid": "SR-1", "title": "survive", "spec": "go", "agent_id": "slow" }),
@@ -85,10 +101,7 @@ async fn survives_a_restart(kind: Kind, code: i32) {
         Duration::from_secs(20),
     )
     .await;
-    let run_id = runs_of(&s, "SR-1").await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = runs_of(&s, "SR-1").await[0].id.clone();
     wait_for("a few steps", Duration::from_secs(20), || async {
         (step_texts(&s, &run_id).await.len() >= 3).then_some(Value::Null)
     })
@@ -124,24 +137,21 @@ async fn survives_a_restart(kind: Kind, code: i32) {
     task_in(&s, "SR-1", &[end], Duration::from_secs(30)).await;
     let runs = runs_of(&s, "SR-1").await;
     assert_eq!(runs.len(), 1, "one run, carried on: {runs:?}");
-    assert_eq!(runs[0]["id"], run_id);
+    assert_eq!(runs[0].id, run_id);
     let texts = step_texts(&s, &run_id).await;
     let want: Vec<String> = (1..=lines).map(|i| format!("line {i}")).collect();
     assert_eq!(texts, want, "every line exactly once, in order");
-    let (_, run) = s.get(&format!("/api/v1/runs/{run_id}"), None).await;
-    let run = if run["run"].is_object() {
-        run["run"].clone()
-    } else {
-        run
-    };
+    let (detail, _) = s.client(None).run(&run_id).await.expect("the run");
+    let run = detail.run;
     if code == 0 {
-        assert_eq!(run["status"], "done", "{run}");
+        assert_eq!(run.status, "done", "{run:?}");
     } else {
-        assert_eq!(run["status"], "failed", "{run}");
-        let text = run.to_string();
+        assert_eq!(run.status, "failed", "{run:?}");
         assert!(
-            text.contains(&format!("exit code {code}")),
-            "the real exit status: {text}"
+            run.result
+                .as_deref()
+                .is_some_and(|r| r.contains(&format!("exit code {code}"))),
+            "the real exit status: {run:?}"
         );
     }
     assert!(!alive(pid));
@@ -182,17 +192,12 @@ async fn a_shim_whose_server_never_returns_ends_its_agent() {
         Duration::from_secs(20),
     )
     .await;
-    let run_id = runs_of(&s, "SN-1").await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = runs_of(&s, "SN-1").await[0].id.clone();
     let pid_file = env.dir.join("agent.pid");
     let pid = wait_for("the agent's pid", Duration::from_secs(10), || async {
-        read_pid(&pid_file).map(Value::from)
+        read_pid(&pid_file)
     })
-    .await
-    .as_i64()
-    .unwrap() as i32;
+    .await;
     s.stop().await;
     let stopped = Instant::now();
     assert!(alive(pid), "alive right after the stop");
@@ -215,10 +220,10 @@ async fn a_shim_whose_server_never_returns_ends_its_agent() {
     let record = wait_for("the exit record", Duration::from_secs(5), || async {
         std::fs::read_to_string(&exit)
             .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|t| serde_json::from_str::<ExitRecord>(&t).ok())
     })
     .await;
-    assert_eq!(record["lease_expired"], true, "{record}");
+    assert!(record.lease_expired, "{record:?}");
 }
 
 async fn lost_run_is_requeued(kind: Kind) {
@@ -252,16 +257,11 @@ async fn lost_run_is_requeued(kind: Kind) {
         Duration::from_secs(20),
     )
     .await;
-    let run_id = runs_of(&s, "SL-1").await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = runs_of(&s, "SL-1").await[0].id.clone();
     let pid = wait_for("the agent's pid", Duration::from_secs(10), || async {
-        read_pid(&pid_file).map(Value::from)
+        read_pid(&pid_file)
     })
-    .await
-    .as_i64()
-    .unwrap() as i32;
+    .await;
     s.stop().await;
     // A host reboot, as far as the run can tell: shim and agent are gone.
     let dir = env.dir.join("runner").join("runs").join(&run_id);
@@ -279,30 +279,33 @@ async fn lost_run_is_requeued(kind: Kind) {
     let s = Server::start(&env).await;
     task_in(&s, "SL-1", &["done"], Duration::from_secs(30)).await;
     let runs = runs_of(&s, "SL-1").await;
-    let statuses: Vec<&str> = runs.iter().filter_map(|r| r["status"].as_str()).collect();
+    let statuses: Vec<&str> = runs.iter().map(|r| r.status.as_str()).collect();
     assert_eq!(statuses, vec!["done", "failed"], "newest first: {runs:?}");
     let lost = &runs[1];
-    assert_eq!(lost["id"], run_id);
+    assert_eq!(lost.id, run_id);
     assert!(
-        lost.to_string().contains("server_restart"),
-        "put back in the queue for the restart: {lost}"
+        lost.result
+            .as_deref()
+            .is_some_and(|r| r.contains("server_restart")),
+        "put back in the queue for the restart: {lost:?}"
     );
-    let (_, events) = s
-        .get("/api/v1/events?types=task.state_changed&limit=500", None)
-        .await;
-    let causes: Vec<String> = events["events"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter(|e| e.to_string().contains("SL-1"))
-        .map(|e| e.to_string())
+    let q = EventPageQuery {
+        types: Some("task.state_changed".into()),
+        limit: Some(500),
+        ..Default::default()
+    };
+    let (events, _) = s.client(None).events(&q).await.expect("the events");
+    let changes: Vec<TaskStateChanged> = events
+        .events
+        .into_iter()
+        .filter(|e| e.event.refs.task_id.as_deref() == Some("SL-1"))
+        .map(|e| serde_json::from_value(e.event.data).expect("a state change"))
         .collect();
     assert!(
-        !causes
+        !changes
             .iter()
-            .any(|c| c.contains("\"to\":\"failed\"") || c.contains("\"to\":\"cancelled\"")),
-        "the task never ended failed or cancelled: {causes:?}"
+            .any(|c| c.to == "failed" || c.to == "cancelled"),
+        "the task never ended failed or cancelled: {changes:?}"
     );
     s.stop().await;
 }
@@ -388,17 +391,10 @@ async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
     let mut first = spawn("127.0.0.1:0");
     let (base, addr) = (first.base.clone(), first.addr.to_string());
     let http = reqwest::Client::new();
-    let get = |path: String| {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            match http.get(format!("{base}{path}")).send().await {
-                Ok(r) => r.json::<Value>().await.ok(),
-                Err(_) => None,
-            }
-        }
-    };
+    // Up once `/readyz` answers with any JSON at all.
     wait_for("the server", Duration::from_secs(20), || async {
-        get("/readyz".into()).await.map(|_| Value::Null)
+        let r = http.get(format!("{base}/readyz")).send().await.ok()?;
+        r.json::<Value>().await.ok()
     })
     .await;
     http.post(format!("{base}/api/v1/tasks"))
@@ -406,16 +402,21 @@ async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
         .send()
         .await
         .unwrap();
+    // No retries of its own: the polls below try again while the server is down.
+    let client = shepherd_client::Client::new(&base, None)
+        .unwrap()
+        .with_retries(0);
+    let bin_1 = RunsQuery {
+        vtid: Some("BIN-1".into()),
+        ..Default::default()
+    };
     let run_id = wait_for("a run with steps", Duration::from_secs(20), || async {
-        let runs = get("/api/v1/runs?vtid=BIN-1".into()).await?;
-        let id = runs["runs"][0]["id"].as_str()?.to_owned();
-        let page = get(format!("/api/v1/runs/{id}/steps")).await?;
-        (page["steps"].as_array()?.len() >= 3).then_some(Value::from(id))
+        let runs = client.runs(&bin_1).await.ok()?;
+        let id = runs.runs.first()?.id.clone();
+        let page = client.steps(&id, &StepsQuery::default()).await.ok()?;
+        (page.steps.len() >= 3).then_some(id)
     })
-    .await
-    .as_str()
-    .unwrap()
-    .to_owned();
+    .await;
     let pid = read_pid(&env.dir.join("agent.pid")).expect("agent pid");
     // SAFETY: kill(2) on our own child.
     unsafe {
@@ -429,24 +430,17 @@ async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
     assert!(alive(pid), "the agent outlives SIGTERM to serve");
     let mut second = spawn(&addr);
     let done = wait_for("the run to end", Duration::from_secs(40), || async {
-        let t = get("/api/v1/tasks/BIN-1".into()).await?;
-        (t["state"] == "done").then_some(t)
+        let (t, _) = client.task("BIN-1").await.ok()?;
+        (t.task.state == "done").then_some(t)
     })
     .await;
-    assert_eq!(done["state"], "done");
-    let page = get(format!("/api/v1/runs/{run_id}/steps?limit=500"))
-        .await
-        .unwrap();
-    let texts: Vec<String> = page["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|s| s["step"]["content"][0]["text"].as_str().map(str::to_owned))
-        .collect();
+    assert_eq!(done.task.state, "done");
+    let page = client.steps(&run_id, &ALL_STEPS).await.unwrap();
+    let texts = texts_of(&page);
     let want: Vec<String> = (1..=lines).map(|i| format!("line {i}")).collect();
     assert_eq!(texts, want, "every line exactly once, in order");
-    let runs = get("/api/v1/runs?vtid=BIN-1".into()).await.unwrap();
-    assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
+    let runs = client.runs(&bin_1).await.unwrap();
+    assert_eq!(runs.runs.len(), 1);
     // SAFETY: kill(2) on our own child.
     unsafe {
         libc::kill(second.pid(), libc::SIGTERM);

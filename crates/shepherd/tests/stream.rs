@@ -6,10 +6,19 @@ mod common;
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use shepherd_core::event::{EventRefs, NewEvent};
+use shepherd_protocol::{
+    Resync, WireEvent, WorkerEventsQuery, WorkerEventsResponse, WorkersSnapshot,
+};
 
-use common::{task, Env, Kind, Server, SseClient};
+use common::{task, Env, Frame, Kind, Server, SseClient};
+
+/// A `resync` frame's data.
+fn resync_of(f: &Frame) -> Resync {
+    serde_json::from_value(f.data.clone())
+        .unwrap_or_else(|e| panic!("no resync in the frame ({e}): {f:?}"))
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
@@ -86,7 +95,7 @@ async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
         s.stop().await;
         return;
     };
-    assert_eq!(resync.data["reason"], "slow_consumer");
+    assert_eq!(resync_of(&resync).reason, "slow_consumer");
     assert!(
         slow.next(Duration::from_millis(500)).await.is_none(),
         "disconnected after resync"
@@ -122,10 +131,11 @@ async fn a_cursor_older_than_retention_gets_one_resync() {
         SseClient::connect(&s.base, "/api/events?types=task.created", None, Some(1)).await;
     let first = sse.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(first.event, "resync");
-    assert_eq!(first.data["reason"], "cursor_expired");
+    assert_eq!(resync_of(&first).reason, "cursor_expired");
     let next = sse.next(Duration::from_secs(5)).await.unwrap();
+    let created: WireEvent = serde_json::from_value(next.data.clone()).unwrap();
     assert_eq!(
-        (next.event.as_str(), next.data["task_id"].as_str()),
+        (next.event.as_str(), created.event.refs.task_id.as_deref()),
         ("task.created", Some("R-new"))
     );
     assert!(
@@ -167,15 +177,20 @@ e2e!(
         .get("/api/v1/worker_events?include_summary=true&include_snapshot=true&stale_threshold_minutes=0", None)
         .await;
         assert_eq!(st, 200, "{we}");
+        // The shape itself: every key on the wire, read raw (a typed read
+        // would take an absent `snapshot` or `summary` for `None`).
         for key in ["events", "count", "summary", "snapshot", "next_cursor"] {
             assert!(we.get(key).is_some(), "missing {key}: {we}");
         }
-        let events = we["events"].as_array().unwrap();
-        assert_eq!(we["count"].as_u64().unwrap() as usize, events.len());
-        for e in events {
+        for e in we["events"].as_array().unwrap() {
             for key in ["id", "ts", "type", "worker_id", "data"] {
                 assert!(e.get(key).is_some(), "event lacks {key}: {e}");
             }
+        }
+        let we: WorkerEventsResponse = serde_json::from_value(we).unwrap();
+        let events = &we.events;
+        assert_eq!(we.count, events.len());
+        for e in events {
             assert!([
                 "snapshot",
                 "worker_started",
@@ -183,62 +198,67 @@ e2e!(
                 "worker_active",
                 "worker_closed"
             ]
-            .contains(&e["type"].as_str().unwrap()));
+            .contains(&e.kind.as_str()));
         }
-        let ids: Vec<i64> = events.iter().map(|e| e["id"].as_i64().unwrap()).collect();
+        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
         assert!(
             ids.windows(2).all(|w| w[0] < w[1]),
             "stable, increasing ids"
         );
-        let summary = &we["summary"];
-        let list = |k: &str| -> Vec<String> {
-            summary[k]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_owned())
-                .collect()
-        };
-        assert_eq!(list("started"), vec!["busy", "lazy", "gone"]);
-        assert_eq!(list("active"), vec!["busy"]);
-        assert_eq!(list("closed"), vec!["gone"]);
+        let summary = we.summary.as_ref().expect("a summary");
+        assert_eq!(summary.started, vec!["busy", "lazy", "gone"]);
+        assert_eq!(summary.active, vec!["busy"]);
+        assert_eq!(summary.closed, vec!["gone"]);
         assert_eq!(
-            list("stuck"),
+            summary.stuck,
             vec!["busy"],
             "active with no progress past the threshold"
         );
-        assert_eq!(summary["last_event_ts"], events.last().unwrap()["ts"]);
-        assert!(we["snapshot"]["data"]["workers"].is_array() && we["snapshot"]["ts"].is_string());
+        assert_eq!(
+            summary.last_event_ts.as_deref(),
+            Some(events.last().unwrap().ts.as_str())
+        );
+        // A snapshot with its time and its list of workers.
+        let snapshot = we.snapshot.clone().flatten().expect("a snapshot");
+        let _: WorkersSnapshot =
+            serde_json::from_value(snapshot.data).expect("the snapshot's workers");
         // With a generous threshold nobody is stuck.
-        let (_, calm) = s
-            .get("/api/v1/worker_events?include_summary=true", None)
-            .await;
-        assert_eq!(calm["summary"]["stuck"], json!([]));
+        let client = s.client(None);
+        let calm = client
+            .worker_events(&WorkerEventsQuery {
+                include_summary: Some(true),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(calm.summary.expect("a summary").stuck, Vec::<String>::new());
         // Polling by cursor: nothing twice, nothing missed.
-        let cursor = we["next_cursor"].as_i64().unwrap();
+        let cursor = we.next_cursor;
         s.post(
             "/api/v1/worker/orchestrator/deregister",
             None,
             json!({ "worker_id": "lazy" }),
         )
         .await;
-        let (_, more) = s
-            .get(&format!("/api/v1/worker_events?since={cursor}"), None)
-            .await;
-        let types: Vec<&str> = more["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["type"].as_str().unwrap())
-            .collect();
+        let more = client
+            .worker_events(&WorkerEventsQuery {
+                since: Some(cursor.to_string()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let types: Vec<&str> = more.events.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(types, vec!["worker_closed"]);
         // ISO time, inclusive.
-        let ts = events[0]["ts"].as_str().unwrap();
+        let ts = &events[0].ts;
         let (st, since) = s
-            .get(&format!("/api/v1/worker_events?since={ts}&limit=1"), None)
+            .get_as::<WorkerEventsResponse>(
+                &format!("/api/v1/worker_events?since={ts}&limit=1"),
+                None,
+            )
             .await;
         assert_eq!(st, 200);
-        assert_eq!(since["events"][0]["ts"], Value::from(ts));
+        assert_eq!(since.events[0].ts, *ts);
         s.stop().await;
     }
 );
