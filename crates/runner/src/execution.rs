@@ -32,6 +32,8 @@ use crate::worktree::{self, Workspace};
 use saved::ReaderState;
 pub use saved::{SavedRun, SavedWorkspace};
 use shepherd_core::agent_config::AgentConfig;
+
+use crate::file_events::FileEvents;
 use supervise::{supervise, Started};
 
 /// What the server handed over with a claim.
@@ -105,6 +107,8 @@ pub struct RunContext {
     pub default_cancel_grace: Duration,
     /// The runner's data directory (worktrees of worktree agents live there).
     pub data_dir: PathBuf,
+    /// Wake-ups when a run's output files change; `None`: followers poll.
+    pub file_events: Option<Arc<FileEvents>>,
 }
 
 impl RunContext {

@@ -13,6 +13,7 @@
 //! to the queue those whose agent is gone.
 
 pub mod execution;
+pub mod file_events;
 pub mod lines;
 pub mod process;
 pub mod shim;
@@ -29,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use execution::{execute, Assignment, Ending, RunContext, SavedRun};
+use file_events::FileEvents;
 use process::{GroupRecords, WorkerRecords};
 use shepherd_client::{Client, Start};
 pub use shepherd_core::agent_config::AgentConfig;
@@ -183,6 +185,11 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         .collect();
     deregister_previous(&operator, &registry, &current).await;
     let tracker = TaskTracker::new();
+    // Its dispatcher ends when this function returns (the guard), after
+    // the runs it wakes have stopped.
+    let events_stop = CancellationToken::new();
+    let _events_stop = events_stop.clone().drop_guard();
+    let file_events = FileEvents::start(events_stop);
     let cancels: Cancels = Arc::default();
     let wake = Arc::new(Notify::new());
     let detached = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -204,6 +211,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             operator.with_token(token),
             &records,
             &worker_id,
+            &file_events,
         ));
         workers.push((worker_id.clone(), ctx.clone()));
         let (mine, rest): (Vec<_>, Vec<_>) =
@@ -359,6 +367,7 @@ fn run_context(
     connector: Client,
     records: &GroupRecords,
     worker_id: &str,
+    file_events: &Option<Arc<FileEvents>>,
 ) -> RunContext {
     RunContext {
         agent_name: name.to_owned(),
@@ -375,6 +384,7 @@ fn run_context(
         quiet_gap: config.quiet_gap,
         default_cancel_grace: config.cancel_grace,
         data_dir: config.data_dir.clone(),
+        file_events: file_events.clone(),
     }
 }
 

@@ -41,6 +41,11 @@
 //! CARGO_TARGET_DIR=/work/target-bench cargo bench -p shepherd --bench runner
 //! ```
 //!
+//! Last, a runner holding quiet agents: `SHEPHERD_BENCH_IDLE_AGENTS`
+//! (default 200; 0 skips it) agents running `sleep 600`, each under its
+//! shim, and the CPU the server with its built-in runner and the shims use
+//! over 10 s once all have started (the goal: under 1% of one core in all).
+//!
 //! Knobs: `SHEPHERD_BENCH_TASKS` (default 200), `SHEPHERD_BENCH_SLOTS`
 //! (comma-separated `max_concurrent` values, default `1,4`), `RUST_LOG`
 //! (server log filter, default `warn`).
@@ -452,11 +457,11 @@ fn unique_dir(tag: &str) -> PathBuf {
     dir
 }
 
-fn load_config(dir: &Path, slots: usize) -> shepherd::config::Config {
+fn load_config(dir: &Path, slots: usize, command: &str) -> shepherd::config::Config {
     let file = dir.join("shepherd.toml");
     std::fs::write(
         &file,
-        format!("[agents.{AGENT}]\ncommand = [\"true\"]\nmax_concurrent = {slots}\n"),
+        format!("[agents.{AGENT}]\ncommand = {command}\nmax_concurrent = {slots}\n"),
     )
     .unwrap_or_else(|e| fail(format!("cannot write {}: {e}", file.display())));
     let map: HashMap<&str, String> = [
@@ -486,37 +491,7 @@ where
 
 async fn runner_case(slots: usize, n: usize) -> CaseResult {
     let dir = unique_dir(&format!("mc{slots}"));
-    let config = load_config(&dir, slots);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| fail(format!("bind: {e}")));
-    let addr = listener
-        .local_addr()
-        .unwrap_or_else(|e| fail(format!("local_addr: {e}")));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        shepherd::server::run(config, listener, async move {
-            let _ = stop_rx.await;
-        })
-        .await
-        .map_err(|e| e.to_string())
-    });
-    let api = Api {
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .build()
-            .unwrap_or_else(|e| fail(format!("HTTP client: {e}"))),
-        base: format!("http://{addr}"),
-    };
-    wait_until("the runner's worker", Duration::from_secs(30), || async {
-        let v = api.get("/api/v1/workers").await;
-        v["workers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|w| w["agent_id"] == AGENT)
-    })
-    .await;
+    let (api, stop_tx, server) = start_server(load_config(&dir, slots, "[\"true\"]")).await;
     // One untimed task: the pipeline works, connections and caches are warm,
     // and the runner's event-stream subscription is up.
     let warmup = api.create_task("warm-up").await;
@@ -575,13 +550,7 @@ async fn runner_case(slots: usize, n: usize) -> CaseResult {
         .await;
     let phases = phases_of(&events, &warmup, n, slots);
 
-    let _ = stop_tx.send(());
-    match tokio::time::timeout(Duration::from_secs(30), server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => eprintln!("server ended with an error: {e}"),
-        Ok(Err(e)) => eprintln!("server task: {e}"),
-        Err(_) => eprintln!("server did not stop within 30 s"),
-    }
+    stop_server(stop_tx, server).await;
     let _ = std::fs::remove_dir_all(&dir);
     CaseResult {
         slots,
@@ -592,6 +561,143 @@ async fn runner_case(slots: usize, n: usize) -> CaseResult {
         cpu_threads,
         requests,
         phases,
+    }
+}
+
+type ServerTask = tokio::task::JoinHandle<Result<(), String>>;
+
+/// The real server in this process on `127.0.0.1:0`, once the built-in
+/// runner's worker is listed.
+async fn start_server(
+    config: shepherd::config::Config,
+) -> (Api, tokio::sync::oneshot::Sender<()>, ServerTask) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| fail(format!("bind: {e}")));
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|e| fail(format!("local_addr: {e}")));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        shepherd::server::run(config, listener, async move {
+            let _ = stop_rx.await;
+        })
+        .await
+        .map_err(|e| e.to_string())
+    });
+    let api = Api {
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap_or_else(|e| fail(format!("HTTP client: {e}"))),
+        base: format!("http://{addr}"),
+    };
+    wait_until("the runner's worker", Duration::from_secs(30), || async {
+        let v = api.get("/api/v1/workers").await;
+        v["workers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|w| w["agent_id"] == AGENT)
+    })
+    .await;
+    (api, stop_tx, server)
+}
+
+async fn stop_server(stop_tx: tokio::sync::oneshot::Sender<()>, server: ServerTask) {
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(Duration::from_secs(30), server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => eprintln!("server ended with an error: {e}"),
+        Ok(Err(e)) => eprintln!("server task: {e}"),
+        Err(_) => eprintln!("server did not stop within 30 s"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A runner holding quiet agents
+
+/// How long the quiet agents' CPU is measured.
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
+
+/// CPU seconds (user + system) of process `pid`, from `/proc/PID/stat`.
+fn process_cpu(pid: i32) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command's closing parenthesis; utime and stime are
+    // the 14th and 15th of the whole line.
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |i: usize| rest.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (field(11) + field(12)) / ticks
+}
+
+/// The first number of each run directory's file `name` (`shim`, `agent`).
+fn run_pids(dir: &Path, name: &str) -> Vec<i32> {
+    let runs = dir.join("runner").join("runs");
+    std::fs::read_dir(runs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join(name)).ok())
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+struct IdleResult {
+    agents: usize,
+    server_cpu: f64,
+    shims_cpu: f64,
+}
+
+/// `n` agents that print nothing (`sleep`), all running under their shims:
+/// the CPU the server with its built-in runner and the shims use over
+/// [`IDLE_WINDOW`], a few seconds after the last one started.
+async fn idle_case(n: usize) -> IdleResult {
+    let dir = unique_dir("idle");
+    let (api, stop_tx, server) =
+        start_server(load_config(&dir, n, "[\"sleep\", \"600\"]")).await;
+    for i in 0..n {
+        api.create_task(&format!("quiet agent {i}")).await;
+    }
+    wait_until("every quiet agent to start", CASE_TIMEOUT, || async {
+        run_pids(&dir, "agent").len() >= n
+    })
+    .await;
+    // Past the loops' busy time after a start.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let shims = run_pids(&dir, "shim");
+    let shims0: f64 = shims.iter().map(|p| process_cpu(*p)).sum();
+    let self0 = cpu_now().0;
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let server_cpu = (cpu_now().0 - self0) / IDLE_WINDOW.as_secs_f64();
+    let shims_cpu = (shims.iter().map(|p| process_cpu(*p)).sum::<f64>() - shims0)
+        / IDLE_WINDOW.as_secs_f64();
+    // The built-in runner leaves its agents running when the server stops;
+    // these end with the case.
+    for pgid in run_pids(&dir, "agent") {
+        // SAFETY: kill(2) on a process group this case started.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+    stop_server(stop_tx, server).await;
+    for pid in shims {
+        // SAFETY: kill(2) on a shim this case started.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    IdleResult {
+        agents: n,
+        server_cpu,
+        shims_cpu,
     }
 }
 
@@ -893,5 +999,21 @@ fn main() {
                  tick or the 2 s poll would show here)"
             );
         }
+    }
+    let idle_agents = std::env::var("SHEPHERD_BENCH_IDLE_AGENTS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(200);
+    if idle_agents > 0 {
+        let r = rt.block_on(idle_case(idle_agents));
+        println!(
+            "\nquiet agents: {} running `sleep 600`, CPU over {} s as % of one core: \
+             server + built-in runner {:.2}%, shims {:.2}%, in all {:.2}% (goal: under 1%)",
+            r.agents,
+            IDLE_WINDOW.as_secs(),
+            r.server_cpu * 100.0,
+            r.shims_cpu * 100.0,
+            (r.server_cpu + r.shims_cpu) * 100.0
+        );
     }
 }

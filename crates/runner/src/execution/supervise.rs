@@ -7,8 +7,9 @@
 //! renew the lease, and enforce cancel, shutdown, timeout, budget and the
 //! claim. The run's state belongs to this one task, so nothing is locked,
 //! and a run's effects happen in the order the loop meets them. The loop
-//! wakes at least every [`TICK`] for what has no event of its own (the exit
-//! file, the clocks).
+//! wakes at least every [`TICK`] (every [`IDLE_TICK`] while the agent is
+//! quiet) for what has no event of its own (a shim killed outright, the
+//! clocks).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,13 +24,22 @@ use super::outbox::Outbox;
 use super::saved::ReaderState;
 use super::tail::{follow, push_tail, tail_of, Line};
 use super::{end_workspace, now_ms, report_end, Assignment, Ending, RunContext};
+use crate::file_events::FileEvents;
 use crate::process::signal_group;
 use crate::shim::{write_atomic, ExitRecord, RunFiles};
 use crate::spool::Spool;
 use crate::worktree::Workspace;
 
-/// How long the loop waits for a line before it looks at the rest.
+/// How long the loop waits for a line before it looks at the rest, while
+/// something is under way.
 const TICK: Duration = Duration::from_millis(100);
+/// The same while the agent is quiet: the loop still renews the lease and
+/// watches the shim and the clocks each second, and a line, a cancel or
+/// the shutdown wakes it at once. A runner holding hundreds of quiet agents
+/// then wakes a few hundred times a second, not thousands.
+const IDLE_TICK: Duration = Duration::from_secs(1);
+/// How long after the agent's last output the loop counts as busy.
+const BUSY_AFTER_OUTPUT: Duration = Duration::from_secs(2);
 
 /// A run whose shim has been started, or found alive after a restart.
 pub(super) struct Started {
@@ -52,7 +62,7 @@ pub(super) async fn supervise(
     shutdown: CancellationToken,
 ) -> Ending {
     let readers = CancellationToken::new();
-    let mut lines = start_followers(&started.run, &st, &readers);
+    let mut lines = start_followers(&started.run, &st, &ctx.file_events, &readers);
     let mut s = Supervisor::new(ctx, a, started, st);
     loop {
         // Stop reading output while the spool is over its bound.
@@ -61,7 +71,7 @@ pub(super) async fn supervise(
             line = lines.recv(), if can_read => s.read(line),
             _ = cancel.cancelled(), if s.stopping.is_none() => s.cancel(),
             _ = shutdown.cancelled(), if s.stopping.is_none() && !s.leaving => s.shut_down(),
-            _ = tokio::time::sleep(TICK) => {}
+            _ = tokio::time::sleep(s.tick(Instant::now())) => {}
         }
         let now = Instant::now();
         if s.leaving && s.exit.is_none() {
@@ -91,6 +101,7 @@ pub(super) async fn supervise(
 fn start_followers(
     run: &RunFiles,
     st: &ReaderState,
+    events: &Option<Arc<FileEvents>>,
     stop: &CancellationToken,
 ) -> mpsc::Receiver<Line> {
     let (tx, rx) = mpsc::channel::<Line>(256);
@@ -100,6 +111,7 @@ fn start_followers(
         run.clone(),
         tx.clone(),
         false,
+        events.clone(),
         stop.clone(),
     ));
     tokio::spawn(follow(
@@ -108,6 +120,7 @@ fn start_followers(
         run.clone(),
         tx,
         true,
+        events.clone(),
         stop.clone(),
     ));
     rx
@@ -220,6 +233,20 @@ impl Supervisor {
     /// Takes one line (or the end of a stream) from the followers. Standard
     /// error is a transcript only for text agents; it is always kept in the
     /// tail, for the failure reason.
+    /// How long the loop may sleep before it looks at the clocks again.
+    fn tick(&self, now: Instant) -> Duration {
+        let busy = self.stopping.is_some()
+            || self.leaving
+            || self.pending_quiet_flush
+            || !self.outbox.is_empty()
+            || now.duration_since(self.last_output) < BUSY_AFTER_OUTPUT;
+        if busy {
+            TICK
+        } else {
+            IDLE_TICK
+        }
+    }
+
     fn read(&mut self, line: Option<Line>) {
         match line {
             Some(Line::Out(l, end)) => {

@@ -8,13 +8,21 @@
 //! when the shim has recorded the exit and the file is read to its end.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::file_events::FileEvents;
 use crate::lines::{char_boundary_before_end, decode, MAX_LINE_BYTES};
 use crate::shim::RunFiles;
+
+/// How often a follower looks at its file when nothing tells it of writes.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How often a follower told of writes (see [`FileEvents`]) looks anyway,
+/// in case a wake-up was lost.
+const WATCHED_IDLE_WAIT: Duration = Duration::from_secs(2);
 
 /// How much of each stream is kept (about; see [`push_tail`]).
 const TAIL_BYTES: usize = 4000;
@@ -64,6 +72,7 @@ pub(super) async fn follow(
     run: RunFiles,
     tx: mpsc::Sender<Line>,
     err: bool,
+    events: Option<Arc<FileEvents>>,
     stop: CancellationToken,
 ) {
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -78,7 +87,19 @@ pub(super) async fn follow(
     // Bytes from `offset` on, read but not yet handed on (a partial line).
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
+    let watch = events.and_then(|e| e.watch(&run.dir));
+    let idle_wait = if watch.is_some() {
+        WATCHED_IDLE_WAIT
+    } else {
+        POLL_INTERVAL
+    };
     loop {
+        // Interest is registered before the file is looked at, so a write
+        // between the look and the wait still wakes this follower.
+        let mut written = std::pin::pin!(watch.as_ref().map(|w| w.notify.notified()));
+        if let Some(n) = written.as_mut().as_pin_mut() {
+            n.enable();
+        }
         if file.is_none() {
             if let Ok(mut f) = tokio::fs::File::open(&path).await {
                 if f.seek(std::io::SeekFrom::Start(offset)).await.is_ok() {
@@ -138,8 +159,15 @@ pub(super) async fn follow(
                 .await;
             return;
         }
+        let wake = async {
+            match written.as_mut().as_pin_mut() {
+                Some(n) => n.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = wake => {}
+            _ = tokio::time::sleep(idle_wait) => {}
             _ = stop.cancelled() => return,
         }
     }
