@@ -6,10 +6,13 @@
 //! 001's worker events) map from these names; the log itself never stores two
 //! names for one thing.
 
+pub mod payloads;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::time::Millis;
+use payloads::EventPayload;
 
 /// Declares each type name as a constant and lists them all in `ALL`, so a
 /// new type cannot be added without appearing there (the OpenAPI document
@@ -154,12 +157,25 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
+    /// An event whose `data` is any JSON value. The store writes its own
+    /// events with [`NewEvent::typed`]; this is for events a caller shapes
+    /// itself (tests, benchmarks).
     pub fn new(kind: impl Into<String>, refs: EventRefs, data: Value) -> Self {
         NewEvent {
             kind: kind.into(),
             refs,
             data,
         }
+    }
+
+    /// An event whose `data` is one of the documented payloads of
+    /// [`payloads`].
+    pub fn typed<P: EventPayload>(kind: impl Into<String>, refs: EventRefs, payload: &P) -> Self {
+        // A payload holds strings, numbers, options and JSON values only, so
+        // turning it into a JSON value cannot fail; `null` is the fallback
+        // rather than a panic in the middle of a unit of work.
+        let data = serde_json::to_value(payload).unwrap_or(Value::Null);
+        NewEvent::new(kind, refs, data)
     }
 }
 

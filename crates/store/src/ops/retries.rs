@@ -6,7 +6,8 @@
 //! moves the task where the answer says.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
+use shepherd_core::event::payloads::RetryScheduled;
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::{Claim, Task};
 use shepherd_core::retry::{self, AfterRun, AttemptFailure, RunEnding};
@@ -123,13 +124,16 @@ pub(crate) async fn record<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::TASK_RETRY_SCHEDULED,
                 refs,
-                json!({
-                    "attempt": attempt, "run_id": claim.run_id, "reason": reason,
-                    "run_at": run_at, "max_attempts": task.max_attempts.unwrap_or(1),
-                }),
+                &RetryScheduled {
+                    attempt,
+                    run_id: claim.run_id.clone(),
+                    reason: reason.to_owned(),
+                    run_at,
+                    max_attempts: task.max_attempts.unwrap_or(1),
+                },
             ),
         );
     }

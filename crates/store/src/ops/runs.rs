@@ -6,9 +6,10 @@
 //! once into a gzipped JSON blob on the run row and the step rows go, in the
 //! same transaction. List queries never select the blob column.
 
-use serde_json::json;
+use shepherd_core::event::payloads::{RunCompleted, RunStarted, RunStatusChanged, RunStep};
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::{Run, Task, Worker};
+use shepherd_core::status::{ClaimPurpose, RunStatus};
 use shepherd_core::time::Millis;
 use shepherd_core::transcript::{self, ActionContent, TranscriptStep};
 use shepherd_core::workflow::{self, Outcome};
@@ -168,7 +169,7 @@ pub(crate) fn new_run<D: Db>(
     now: Millis,
     task: &Task,
     worker: &Worker,
-    purpose: &str,
+    purpose: ClaimPurpose,
     attempt: i64,
     lease: Lease<'_>,
 ) -> NewRun {
@@ -182,7 +183,7 @@ pub(crate) fn new_run<D: Db>(
         &worker.agent_id,
         &worker.worker_type,
         attempt,
-        purpose,
+        purpose.as_str(),
         now,
         &task.conversation_id,
         lease.claim_id,
@@ -199,13 +200,17 @@ pub(crate) fn new_run<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::RUN_STARTED,
             refs,
-            json!({
-                "task": task.title, "agent_id": worker.agent_id, "channel_id": task.channel_id,
-                "worker_type": worker.worker_type, "purpose": purpose, "attempt": attempt,
-            }),
+            &RunStarted {
+                agent_id: worker.agent_id.clone(),
+                attempt,
+                channel_id: task.channel_id.clone(),
+                purpose,
+                task: task.title.clone(),
+                worker_type: worker.worker_type.clone(),
+            },
         ),
     );
     NewRun { id, params }
@@ -438,13 +443,16 @@ pub async fn append_steps<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::RUN_STEP,
                 refs.clone(),
-                json!({
-                    "index": idx, "kind": summary.kind, "tool_name": summary.tool_name,
-                    "call_ids": summary.call_ids, "preview": summary.preview,
-                }),
+                &RunStep {
+                    index: idx,
+                    kind: summary.kind.to_owned(),
+                    preview: summary.preview,
+                    tool_name: summary.tool_name,
+                    call_ids: summary.call_ids,
+                },
             ),
         );
         accepted += 1;
@@ -497,7 +505,13 @@ pub async fn set_status<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(kind::RUN_STATUS, refs, json!({ "status": text })),
+        NewEvent::typed(
+            kind::RUN_STATUS,
+            refs,
+            &RunStatusChanged {
+                status: text.to_owned(),
+            },
+        ),
     );
     require(db, run_id).await
 }
@@ -529,7 +543,7 @@ pub(crate) async fn finish<D: Db>(
     db: &mut D,
     now: Millis,
     run_id: &str,
-    status: &str,
+    status: RunStatus,
     result: Option<String>,
     reason: &str,
     known: Option<RunInfo>,
@@ -570,7 +584,7 @@ pub(crate) async fn finish<D: Db>(
     };
     let result = match (result, status) {
         (Some(r), _) => Some(r),
-        (None, "done") => None,
+        (None, RunStatus::Done) => None,
         (None, _) => Some(reason.to_owned()),
     };
     let has_transcript = !matches!(blob, Value::Null);
@@ -582,7 +596,7 @@ pub(crate) async fn finish<D: Db>(
     }
     let mut args = vec![
         Value::from(run_id),
-        Value::from(status),
+        Value::from(status.as_str()),
         Value::from(result.clone()),
         Value::Int(now),
         Value::from(has_transcript),
@@ -601,7 +615,7 @@ pub(crate) async fn finish<D: Db>(
         db.defer(&format!("{END} WHERE id = $1"), args);
     }
     if let (Some(agent), Some(worker)) = (&info.refs.agent_id, &info.refs.worker_id) {
-        count_finished(db, agent, status, worker);
+        count_finished(db, agent, status.as_str(), worker);
     }
     if info.step_count > 0 {
         db.defer("DELETE FROM run_steps WHERE run_id = $1", params![run_id]);
@@ -609,10 +623,15 @@ pub(crate) async fn finish<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::RUN_COMPLETED,
             info.refs,
-            json!({ "status": status, "result": result, "reason": reason, "steps": steps.len() }),
+            &RunCompleted {
+                status,
+                result,
+                reason: reason.to_owned(),
+                steps: steps.len() as i64,
+            },
         ),
     );
     Ok(())

@@ -1,6 +1,7 @@
 //! Worker registry: registration, heartbeats, deregistration, listing.
 
-use serde_json::{json, Value};
+use serde_json::Value;
+use shepherd_core::event::payloads::{AgentUpserted, WorkerRegistered, WorkerRegisteredData};
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::Worker;
 use shepherd_core::time::Millis;
@@ -124,10 +125,15 @@ pub async fn ensure_agent<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::AGENT_UPSERTED,
                 EventRefs::default().agent(agent_id),
-                json!({ "source": "registration", "worker_type": worker_type }),
+                &AgentUpserted {
+                    source: "registration".to_owned(),
+                    worker_type: worker_type.to_owned(),
+                    // Left out: a registered agent has no configured limit.
+                    max_concurrent: None,
+                },
             ),
         );
     }
@@ -195,20 +201,20 @@ pub async fn register<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::WORKER_REGISTERED,
             EventRefs::default()
                 .worker(&worker_id)
                 .agent(&reg.agent_id)
                 .session(reg.session_id.clone()),
-            json!({
-                "re_registered": existing.is_some(),
-                "name": reg.name,
-                "project_path": reg.project_path,
-                "terminal_id": reg.terminal_id,
-                "worker_type": reg.worker_type,
-                "capabilities": reg.capabilities,
-                "max_concurrent": reg.max_concurrent,
+            &WorkerRegisteredData::Registered(WorkerRegistered {
+                re_registered: existing.is_some(),
+                name: reg.name.clone(),
+                project_path: reg.project_path.clone(),
+                terminal_id: reg.terminal_id.clone(),
+                worker_type: reg.worker_type.clone(),
+                capabilities: reg.capabilities.clone(),
+                max_concurrent: reg.max_concurrent,
             }),
         ),
     );

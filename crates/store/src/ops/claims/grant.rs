@@ -541,9 +541,9 @@ fn plan_grant<D: Db>(
     let vtid = vtid.as_str();
     let wf = workflow_of(&task)?;
     let purpose = if wf.awaits_validator(&task.state) {
-        "validate"
+        ClaimPurpose::Validate
     } else {
-        "build"
+        ClaimPurpose::Build
     };
     let attempt = task.attempts + 1;
     let claim_id = new_uuid();
@@ -559,12 +559,12 @@ fn plan_grant<D: Db>(
     let run = runs::new_run(db, now, &task, worker, purpose, attempt, lease);
     let run_id = run.id.clone();
     writes.runs.push(run);
-    let builder = if purpose == "build" {
+    let builder = if purpose == ClaimPurpose::Build {
         Some(worker_id.to_owned())
     } else {
         task.builder_worker_id.clone()
     };
-    let new_state = if purpose == "build" {
+    let new_state = if purpose == ClaimPurpose::Build {
         wf.claimed_state
     } else {
         task.state.as_str()
@@ -585,13 +585,16 @@ fn plan_grant<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::CLAIM_GRANTED,
             refs.clone(),
-            json!({
-                "claim_id": claim_id, "purpose": purpose, "attempt": attempt, "expires_at": expires_at,
-                "worker_active_claims": worker.active_claims + 1,
-            }),
+            &ClaimGranted {
+                claim_id: claim_id.clone(),
+                attempt,
+                expires_at,
+                purpose,
+                worker_active_claims: Some(worker.active_claims + 1),
+            },
         ),
     );
     if new_state != task.state {
@@ -600,10 +603,14 @@ fn plan_grant<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::TASK_STATE_CHANGED,
                 r,
-                json!({ "from": task.state, "to": new_state, "cause": "claimed" }),
+                &TaskStateChanged {
+                    from: task.state.clone(),
+                    to: new_state.to_owned(),
+                    cause: "claimed".to_owned(),
+                },
             ),
         );
     }
@@ -620,7 +627,7 @@ fn plan_grant<D: Db>(
             vtid: vtid.to_owned(),
             worker_id: worker_id.to_owned(),
             run_id,
-            purpose: purpose.to_owned(),
+            purpose: purpose.to_string(),
             claimed_at: now,
             expires_at,
             released_at: None,

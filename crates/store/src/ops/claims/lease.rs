@@ -13,7 +13,7 @@ pub(crate) async fn release<D: Db>(
     now: Millis,
     claim: &Claim,
     reason: &str,
-    run_status: &str,
+    run_status: RunStatus,
     result: Option<String>,
     expired: bool,
     holder: Option<Holder>,
@@ -43,22 +43,25 @@ pub(crate) async fn release<D: Db>(
         .worker(&claim.worker_id)
         .run(&claim.run_id)
         .agent(&agent_id);
+    let purpose: ClaimPurpose = claim.purpose.parse().map_err(Error::internal)?;
     // The worker's claim count after the release: seed 001's `worker_idle`
     // is this event when it is 0 (no event of its own is stored).
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             if expired {
                 kind::CLAIM_EXPIRED
             } else {
                 kind::CLAIM_RELEASED
             },
             refs,
-            json!({
-                "claim_id": claim.id, "reason": reason, "purpose": claim.purpose,
-                "worker_active_claims": remaining,
-            }),
+            &ClaimReleased {
+                claim_id: claim.id.clone(),
+                purpose,
+                reason: reason.to_owned(),
+                worker_active_claims: Some(remaining),
+            },
         ),
     );
     runs::finish(db, now, &claim.run_id, run_status, result, reason, run).await?;
@@ -90,7 +93,7 @@ pub(crate) async fn expire<D: Db>(
     claim: &Claim,
     reason: &str,
 ) -> Result<bool, Error> {
-    if !release(db, now, claim, reason, "failed", None, true, None).await? {
+    if !release(db, now, claim, reason, RunStatus::Failed, None, true, None).await? {
         return Ok(false);
     }
     let mut task = tasks::require(db, &claim.vtid).await?;
@@ -156,12 +159,12 @@ pub async fn heartbeat<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::WORKER_REGISTERED,
                 EventRefs::default()
                     .worker(worker_id)
                     .agent(&worker.agent_id),
-                json!({ "resumed": true }),
+                &WorkerRegisteredData::Resumed(WorkerResumed { resumed: true }),
             ),
         );
     }
@@ -230,13 +233,16 @@ pub async fn deregister<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::WORKER_CLOSED,
             EventRefs::default()
                 .worker(worker_id)
                 .agent(&worker.agent_id)
                 .session(worker.session_id.clone()),
-            json!({ "reason": reason.unwrap_or_else(|| "deregistered".into()), "released_claims": held.len() }),
+            &WorkerClosed {
+                reason: reason.unwrap_or_else(|| "deregistered".into()),
+                released_claims: Some(held.len() as i64),
+            },
         ),
     );
     workers::require(db, worker_id).await
@@ -289,7 +295,7 @@ pub async fn sweep<D: Db>(
                 now,
                 &c,
                 "cancel grace period ended",
-                "cancelled",
+                RunStatus::Cancelled,
                 None,
                 false,
                 None,
@@ -326,10 +332,12 @@ pub async fn sweep<D: Db>(
                 emit(
                     db,
                     now,
-                    NewEvent::new(
+                    NewEvent::typed(
                         kind::WORKER_INACTIVE,
                         EventRefs::default().worker(&id).agent(r.string(1)?),
-                        json!({ "reason": "heartbeats lapsed" }),
+                        &WorkerInactive {
+                            reason: "heartbeats lapsed".to_owned(),
+                        },
                     ),
                 );
                 report.workers_inactive += 1;

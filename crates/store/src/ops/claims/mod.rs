@@ -11,11 +11,15 @@
 //! holder's liveness); `grant`, `report` and `lease` hold the three jobs.
 //! The rules they apply are pure functions in `shepherd_core::claiming`.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use shepherd_core::claiming;
+use shepherd_core::event::payloads::{
+    ClaimGranted, ClaimReleased, ProgressRecorded, TaskStateChanged, TransitionRejected,
+    WorkerClosed, WorkerInactive, WorkerRegisteredData, WorkerResumed,
+};
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::{Claim, Task, Worker};
-use shepherd_core::status::RunStatus;
+use shepherd_core::status::{ClaimPurpose, RunStatus};
 use shepherd_core::time::Millis;
 use shepherd_core::workflow::{self, Outcome};
 use shepherd_core::Error;

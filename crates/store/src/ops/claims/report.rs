@@ -384,10 +384,15 @@ pub(crate) async fn apply_event<D: Db>(
             let seq = emit_first(
                 db,
                 now,
-                NewEvent::new(
+                NewEvent::typed(
                     kind::TASK_TRANSITION_REJECTED,
                     refs,
-                    json!({ "event": event, "state": task.state, "message": message, "metadata": metadata }),
+                    &TransitionRejected {
+                        event: event.to_owned(),
+                        state: task.state.clone(),
+                        message: message.clone(),
+                        metadata: metadata.clone(),
+                    },
                 ),
             )
             .await?;
@@ -411,13 +416,17 @@ pub(crate) async fn apply_event<D: Db>(
             let seq = emit_first(
                 db,
                 now,
-                NewEvent::new(
+                NewEvent::typed(
                     event,
                     refs.clone(),
-                    json!({
-                        "message": message, "metadata": metadata, "from": from, "to": to,
-                        "result": result, "external": external,
-                    }),
+                    &ProgressRecorded {
+                        from: from.to_owned(),
+                        to: to.to_owned(),
+                        message: message.clone(),
+                        metadata: metadata.clone(),
+                        result: result.clone(),
+                        external,
+                    },
                 ),
             )
             .await?;
@@ -451,7 +460,7 @@ pub(crate) async fn apply_event<D: Db>(
                             now,
                             &a.claim,
                             reason,
-                            status.as_str(),
+                            status,
                             result,
                             false,
                             Some(holder),

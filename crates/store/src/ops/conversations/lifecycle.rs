@@ -4,7 +4,10 @@
 //! Also the agent's own conversation id, reported with a run's progress.
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
+use shepherd_core::event::payloads::{
+    ConversationActivated, ConversationAgentSession, ConversationCreated, ConversationStateChanged,
+};
 use shepherd_core::event::{kind, NewEvent};
 use shepherd_core::model::Task;
 use shepherd_core::time::Millis;
@@ -157,11 +160,16 @@ pub async fn create<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::CONVERSATION_CREATED,
             refs(&c),
-            json!({ "resource_id": resource_id, "state": "idle", "active": true,
-                    "previous_active": previous, "cancelled": cancelled }),
+            &ConversationCreated {
+                resource_id: resource_id.to_owned(),
+                state: "idle".to_owned(),
+                active: true,
+                previous_active: previous,
+                cancelled,
+            },
         ),
     );
     Ok(c)
@@ -212,10 +220,12 @@ pub(super) async fn make_active<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::CONVERSATION_ACTIVATED,
             refs(c),
-            json!({ "previous_active": previous }),
+            &ConversationActivated {
+                previous_active: previous,
+            },
         ),
     );
     Ok(())
@@ -281,10 +291,17 @@ pub(super) async fn cancel_loaded<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::CONVERSATION_STATE_CHANGED,
             refs(&c),
-            json!({ "from": "processing", "to": "cancelled", "reason": reason, "task_id": c.current_task_id }),
+            &ConversationStateChanged {
+                from: "processing".to_owned(),
+                to: "cancelled".to_owned(),
+                task_id: c.current_task_id.clone(),
+                message_id: None,
+                reason: Some(reason.to_owned()),
+                task_state: None,
+            },
         ),
     );
     let Some(vtid) = c.current_task_id.clone() else {
@@ -345,11 +362,17 @@ async fn settle<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::CONVERSATION_STATE_CHANGED,
             refs(&c).task(c.current_task_id.clone().unwrap_or_default()),
-            json!({ "from": c.state, "to": "idle", "task_id": c.current_task_id,
-                    "task_state": task_state, "reason": why }),
+            &ConversationStateChanged {
+                from: c.state.clone(),
+                to: "idle".to_owned(),
+                task_id: c.current_task_id.clone(),
+                message_id: None,
+                reason: Some(why.to_owned()),
+                task_state: Some(task_state.to_owned()),
+            },
         ),
     );
     start_queued(db, now, &c.resource_id).await
@@ -431,10 +454,13 @@ pub(crate) async fn note_agent_session<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::CONVERSATION_AGENT_SESSION,
             refs(&c).task(&task.vtid),
-            json!({ "agent_session_id": sid, "previous": c.agent_session_id }),
+            &ConversationAgentSession {
+                agent_session_id: sid.to_owned(),
+                previous: c.agent_session_id.clone(),
+            },
         ),
     );
     Ok(())

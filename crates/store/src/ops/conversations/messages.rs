@@ -4,7 +4,9 @@
 //! tells the worker.
 
 use serde::Serialize;
-use serde_json::json;
+use shepherd_core::event::payloads::{
+    ConversationMessageData, ConversationStateChanged, MessagePosted, MessagesDropped,
+};
 use shepherd_core::event::{kind, NewEvent};
 use shepherd_core::model::Task;
 use shepherd_core::time::Millis;
@@ -195,11 +197,15 @@ async fn insert_message<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::CONVERSATION_MESSAGE,
             refs(c),
-            json!({ "message_id": id, "ordinal": ordinal, "status": status,
-                    "preview": transcript::truncate_utf8(text, 200) }),
+            &ConversationMessageData::Posted(MessagePosted {
+                message_id: id.clone(),
+                ordinal,
+                status: status.to_owned(),
+                preview: transcript::truncate_utf8(text, 200).into_owned(),
+            }),
         ),
     );
     Ok(Message {
@@ -230,10 +236,14 @@ pub(super) async fn drop_queued<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::CONVERSATION_MESSAGE,
                 refs(c),
-                json!({ "status": "dropped", "count": n, "reason": why }),
+                &ConversationMessageData::Dropped(MessagesDropped {
+                    status: "dropped".to_owned(),
+                    count: n as i64,
+                    reason: why.to_owned(),
+                }),
             ),
         );
     }
@@ -300,10 +310,17 @@ pub(super) async fn start_message<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::CONVERSATION_STATE_CHANGED,
             refs(c).task(&task.vtid),
-            json!({ "from": "idle", "to": "processing", "message_id": m.id, "task_id": task.vtid }),
+            &ConversationStateChanged {
+                from: "idle".to_owned(),
+                to: "processing".to_owned(),
+                task_id: Some(task.vtid.clone()),
+                message_id: Some(m.id.clone()),
+                reason: None,
+                task_state: None,
+            },
         ),
     );
     let fresh = require(db, &c.id).await?;

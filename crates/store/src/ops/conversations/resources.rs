@@ -2,7 +2,7 @@
 //! or renaming one appends `channel.created` or `channel.updated`.
 
 use serde::Serialize;
-use serde_json::json;
+use shepherd_core::event::payloads::ChannelChanged;
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::time::Millis;
 use shepherd_core::Error;
@@ -100,7 +100,7 @@ pub async fn resource_upsert<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             if existed {
                 kind::CHANNEL_UPDATED
             } else {
@@ -109,7 +109,10 @@ pub async fn resource_upsert<D: Db>(
             EventRefs::default()
                 .channel(Some(id.to_owned()))
                 .agent(agent_id),
-            json!({ "name": name, "agent_id": agent_id }),
+            &ChannelChanged {
+                name: name.to_owned(),
+                agent_id: Some(agent_id.to_owned()),
+            },
         ),
     );
     Ok((resource_require(db, id).await?, !existed))
