@@ -40,7 +40,7 @@ fn check_status(status: &str) -> Result<(), Error> {
 }
 
 fn info_of(r: Run) -> WorkerRunInfo {
-    let running = r.status == RunStatus::Running.as_str();
+    let running = r.status == RunStatus::Running;
     WorkerRunInfo {
         id: r.id,
         task: r.task,
@@ -61,7 +61,7 @@ fn info_of(r: Run) -> WorkerRunInfo {
 }
 
 fn detail_of(r: Run, transcript: Option<Vec<TranscriptStep>>) -> WorkerDetailResponse {
-    let running = r.status == RunStatus::Running.as_str();
+    let running = r.status == RunStatus::Running;
     WorkerDetailResponse {
         id: r.id,
         task: r.task,

@@ -81,7 +81,7 @@ fn worker_info(state: &AppState, w: &Worker, last_event: Option<i64>) -> WorkerI
         agent_id: w.agent_id.clone(),
         worker_type: w.worker_type.clone(),
         status,
-        registry_status: w.status.clone(),
+        registry_status: w.status,
         created_at: to_rfc3339(w.registered_at),
         last_activity: to_rfc3339(w.last_activity_at.unwrap_or(w.registered_at)),
         last_heartbeat_at: to_rfc3339(w.last_heartbeat_at),

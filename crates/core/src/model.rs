@@ -76,9 +76,7 @@ pub struct Claim {
     pub worker_id: String,
     pub run_id: String,
     /// `build` or `validate`.
-    #[schema(value_type = crate::status::ClaimPurpose)]
-    #[schemars(with = "crate::status::ClaimPurpose")]
-    pub purpose: String,
+    pub purpose: crate::status::ClaimPurpose,
     #[serde(with = "serde_ms")]
     #[schema(value_type = String, format = DateTime)]
     #[schemars(with = "String")]
@@ -109,9 +107,7 @@ pub struct Worker {
     pub capabilities: Vec<String>,
     pub max_concurrent: i64,
     /// Registry status: `active | inactive | terminated`.
-    #[schema(value_type = crate::status::WorkerStatus)]
-    #[schemars(with = "crate::status::WorkerStatus")]
-    pub status: String,
+    pub status: crate::status::WorkerStatus,
     #[schema(value_type = Object)]
     pub metadata: Value,
     #[serde(with = "serde_ms")]
@@ -168,13 +164,9 @@ pub struct Run {
     pub agent_id: String,
     pub worker_type: String,
     pub attempt: i64,
-    #[schema(value_type = crate::status::ClaimPurpose)]
-    #[schemars(with = "crate::status::ClaimPurpose")]
-    pub purpose: String,
+    pub purpose: crate::status::ClaimPurpose,
     /// `running | done | failed | cancelled`.
-    #[schema(value_type = crate::status::RunStatus)]
-    #[schemars(with = "crate::status::RunStatus")]
-    pub status: String,
+    pub status: crate::status::RunStatus,
     pub result: Option<String>,
     #[serde(with = "serde_ms")]
     #[schema(value_type = String, format = DateTime)]

@@ -685,7 +685,7 @@ pub(crate) async fn get_transcript(
     Ok(TranscriptPage {
         run_id: a.run_id,
         complete: !has_more && page.status != "running",
-        status: page.status,
+        status: page.status.to_string(),
         steps,
         next_index,
         has_more,

@@ -261,7 +261,7 @@ impl RunDetail {
             id: d.id,
             task: d.task,
             result: d.result,
-            status: d.status,
+            status: d.status.to_string(),
             worker_type: d.worker_type,
             channel_id: d.channel_id,
             channel_name: d.channel_name,

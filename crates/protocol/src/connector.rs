@@ -282,9 +282,7 @@ pub struct HeartbeatClaim {
 pub struct HeartbeatResponse {
     pub ok: bool,
     pub worker_id: String,
-    #[schema(value_type = WorkerStatus)]
-    #[schemars(with = "WorkerStatus")]
-    pub status: String,
+    pub status: WorkerStatus,
     pub last_heartbeat_at: String,
     pub claims: Vec<HeartbeatClaim>,
     pub heartbeat_interval_secs: u64,
@@ -305,7 +303,5 @@ pub struct DeregisterBody {
 pub struct DeregisterResponse {
     pub ok: bool,
     pub worker_id: String,
-    #[schema(value_type = WorkerStatus)]
-    #[schemars(with = "WorkerStatus")]
-    pub status: String,
+    pub status: WorkerStatus,
 }

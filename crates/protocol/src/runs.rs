@@ -13,9 +13,7 @@ use shepherd_core::transcript::TranscriptStep;
 pub struct WorkerRunInfo {
     pub id: String,
     pub task: String,
-    #[schema(value_type = RunStatus)]
-    #[schemars(with = "RunStatus")]
-    pub status: String,
+    pub status: RunStatus,
     pub worker_type: String,
     pub channel_id: Option<String>,
     pub channel_name: Option<String>,
@@ -43,9 +41,7 @@ pub struct WorkerDetailResponse {
     pub id: String,
     pub task: String,
     pub result: Option<String>,
-    #[schema(value_type = RunStatus)]
-    #[schemars(with = "RunStatus")]
-    pub status: String,
+    pub status: RunStatus,
     pub worker_type: String,
     pub channel_id: Option<String>,
     pub channel_name: Option<String>,
@@ -149,9 +145,7 @@ pub struct IndexedStep {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct StepsPage {
     pub run_id: String,
-    #[schema(value_type = RunStatus)]
-    #[schemars(with = "RunStatus")]
-    pub status: String,
+    pub status: RunStatus,
     pub steps: Vec<IndexedStep>,
     /// Pass as `after` to read on.
     pub next_after: i64,

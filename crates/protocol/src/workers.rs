@@ -35,9 +35,7 @@ pub struct WorkerInfo {
     pub agent_id: String,
     pub worker_type: String,
     pub status: SessionStatus,
-    #[schema(value_type = WorkerStatus)]
-    #[schemars(with = "WorkerStatus")]
-    pub registry_status: String,
+    pub registry_status: WorkerStatus,
     pub created_at: String,
     pub last_activity: String,
     pub last_heartbeat_at: String,

@@ -146,7 +146,7 @@ impl Store {
                         terminal_id: w.terminal_id.clone(),
                         agent_type: w.agent_id.clone(),
                         worker_type: w.worker_type.clone(),
-                        registry_status: w.status.clone(),
+                        registry_status: w.status,
                         state: if w.active_claims > 0 {
                             "active"
                         } else {

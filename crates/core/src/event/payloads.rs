@@ -259,7 +259,7 @@ pub struct SnapshotWorker {
     pub terminal_id: Option<String>,
     pub agent_type: String,
     pub worker_type: String,
-    pub registry_status: String,
+    pub registry_status: crate::status::WorkerStatus,
     /// `active` or `idle`.
     pub state: String,
     /// `busy` or `ready`.

@@ -176,7 +176,7 @@ pub async fn task(g: &Global, cmd: &TaskCommand) -> Result<()> {
                             .map(|c| {
                                 vec![
                                     c.worker_id.clone(),
-                                    c.purpose.clone(),
+                                    c.purpose.to_string(),
                                     c.run_id.clone(),
                                     ago(&shepherd_core::time::to_rfc3339(c.claimed_at)),
                                     opt(&c.release_reason),

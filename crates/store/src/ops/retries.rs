@@ -66,7 +66,7 @@ pub(crate) fn decide(task: &Task, claim_lost: bool, retryable: bool, now: Millis
 /// Where a retried task waits: a validator's attempt goes back to review,
 /// a builder's to the queue.
 pub(crate) fn back_to(wf: &Workflow, claim: &Claim) -> &'static str {
-    if claim.purpose == "validate" {
+    if claim.purpose == shepherd_core::status::ClaimPurpose::Validate {
         wf.review_state.unwrap_or(wf.dispatched_state)
     } else {
         wf.dispatched_state

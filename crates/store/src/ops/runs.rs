@@ -38,8 +38,8 @@ pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
         agent_id: r.string(6)?,
         worker_type: r.string(7)?,
         attempt: r.i64(8)?,
-        purpose: r.string(9)?,
-        status: r.string(10)?,
+        purpose: r.word(9)?,
+        status: r.word(10)?,
         result: r.opt_string(11)?,
         started_at: r.i64(12)?,
         completed_at: r.opt_i64(13)?,
@@ -285,7 +285,7 @@ pub async fn steps<D: Db>(
     limit: i64,
 ) -> Result<(Run, Vec<(i64, TranscriptStep)>), Error> {
     let run = require(db, run_id).await?;
-    let steps: Vec<(i64, TranscriptStep)> = if run.status == "running" {
+    let steps: Vec<(i64, TranscriptStep)> = if run.status == RunStatus::Running {
         let rows = db
             .query(
                 "SELECT idx, body FROM run_steps WHERE run_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
@@ -395,7 +395,7 @@ pub async fn append_steps<D: Db>(
     // every write below rests on this transaction's reads alone.
     let new_steps = (start_index + steps.len() as i64) > stored;
     let mut starts = None;
-    if new_steps && run.purpose == "build" {
+    if new_steps && run.purpose == ClaimPurpose::Build {
         let task = tasks::require(db, &run.vtid).await?;
         if task.cancel_requested_at.is_none() {
             let wf = workflow_of(&task)?;
@@ -519,7 +519,7 @@ pub async fn set_status<D: Db>(
 /// What ending a run needs to know about it, when the caller already read it.
 #[derive(Debug, Clone)]
 pub(crate) struct RunInfo {
-    pub status: String,
+    pub status: RunStatus,
     pub step_count: i64,
     pub refs: EventRefs,
 }
@@ -527,7 +527,7 @@ pub(crate) struct RunInfo {
 impl RunInfo {
     pub(crate) fn of(run: &Run) -> RunInfo {
         RunInfo {
-            status: run.status.clone(),
+            status: run.status,
             step_count: run.step_count,
             refs: run_refs(run),
         }
@@ -553,7 +553,7 @@ pub(crate) async fn finish<D: Db>(
         Some(k) => k,
         None => RunInfo::of(&require(db, run_id).await?),
     };
-    if info.status != "running" {
+    if info.status != RunStatus::Running {
         if release {
             db.defer(
                 "UPDATE runs SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL",

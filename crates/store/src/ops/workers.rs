@@ -67,7 +67,7 @@ pub(crate) fn worker_from_row(r: &Row) -> Result<Worker, Error> {
         terminal_id: r.opt_string(6)?,
         capabilities: r.json(7)?,
         max_concurrent: r.i64(8)?,
-        status: r.string(9)?,
+        status: r.word(9)?,
         metadata: r.json(10)?,
         registered_at: r.i64(11)?,
         last_heartbeat_at: r.i64(12)?,
@@ -98,7 +98,7 @@ pub async fn require<D: Db>(db: &mut D, worker_id: &str) -> Result<Worker, Error
 /// The worker, if it may still act (not terminated).
 pub async fn require_live<D: Db>(db: &mut D, worker_id: &str) -> Result<Worker, Error> {
     let w = require(db, worker_id).await?;
-    if w.status == "terminated" {
+    if w.status == shepherd_core::status::WorkerStatus::Terminated {
         return Err(Error::conflict(
             "worker_terminated",
             format!("worker {worker_id:?} has deregistered; register again"),

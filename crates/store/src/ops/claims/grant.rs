@@ -381,7 +381,7 @@ async fn claim_inner<D: Db>(
         };
         let task = task_from_row(&slice(&r, 0, TASK_WIDTH))?;
         let worker = workers::worker_from_row(&slice(&r, TASK_WIDTH, WORKER_WIDTH))?;
-        if worker.status == "terminated" {
+        if worker.status == WorkerStatus::Terminated {
             return Err(Error::conflict(
                 "worker_terminated",
                 format!("worker {worker_id:?} has deregistered; register again"),
@@ -627,7 +627,7 @@ fn plan_grant<D: Db>(
             vtid: vtid.to_owned(),
             worker_id: worker_id.to_owned(),
             run_id,
-            purpose: purpose.to_string(),
+            purpose,
             claimed_at: now,
             expires_at,
             released_at: None,

@@ -43,7 +43,6 @@ pub(crate) async fn release<D: Db>(
         .worker(&claim.worker_id)
         .run(&claim.run_id)
         .agent(&agent_id);
-    let purpose: ClaimPurpose = claim.purpose.parse().map_err(Error::internal)?;
     // The worker's claim count after the release: seed 001's `worker_idle`
     // is this event when it is 0 (no event of its own is stored).
     emit(
@@ -58,7 +57,7 @@ pub(crate) async fn release<D: Db>(
             refs,
             &ClaimReleased {
                 claim_id: claim.id.clone(),
-                purpose,
+                purpose: claim.purpose,
                 reason: reason.to_owned(),
                 worker_active_claims: Some(remaining),
             },
@@ -79,8 +78,13 @@ async fn expire_if_lapsed<D: Db>(
         return Ok(false);
     }
     let worker = workers::require(db, &claim.worker_id).await?;
-    let Some(reason) = lapse_reason(now, rules, claim, worker.last_heartbeat_at, &worker.status)
-    else {
+    let Some(reason) = lapse_reason(
+        now,
+        rules,
+        claim,
+        worker.last_heartbeat_at,
+        worker.status.as_str(),
+    ) else {
         return Ok(false);
     };
     expire(db, now, claim, &reason).await
@@ -155,7 +159,7 @@ pub async fn heartbeat<D: Db>(
     );
     // A heartbeat is hearing from the worker: it is no longer `spawning`.
     db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
-    if worker.status == "inactive" {
+    if worker.status == WorkerStatus::Inactive {
         emit(
             db,
             now,
@@ -177,9 +181,13 @@ pub async fn heartbeat<D: Db>(
     );
     for r in &db.query(&sql, params![worker_id]).await? {
         let claim = claim_from_row(r)?;
-        if let Some(reason) =
-            lapse_reason(now, rules, &claim, worker.last_heartbeat_at, &worker.status)
-        {
+        if let Some(reason) = lapse_reason(
+            now,
+            rules,
+            &claim,
+            worker.last_heartbeat_at,
+            worker.status.as_str(),
+        ) {
             expire(db, now, &claim, &reason).await?;
         }
     }

@@ -182,7 +182,7 @@ fn context_from_row(r: &Row, vtid: &str) -> Result<Context, Error> {
                 .conversation(r.opt_string(at + 15)?);
             let holder = Holder {
                 run: runs::RunInfo {
-                    status: r.string(at + 9)?,
+                    status: r.word(at + 9)?,
                     step_count: r.i64(at + 10)?,
                     refs,
                 },

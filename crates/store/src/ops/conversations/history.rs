@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use shepherd_core::model::Run;
+use shepherd_core::status::RunStatus;
 use shepherd_core::time::Millis;
 use shepherd_core::transcript::{StepsJson, TranscriptStep};
 use shepherd_core::Error;
@@ -95,7 +96,7 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
     let mut live: std::collections::HashMap<String, Vec<TranscriptStep>> = Default::default();
     if runs
         .iter()
-        .any(|r| r.status == "running" && r.step_count > 0)
+        .any(|r| r.status == RunStatus::Running && r.step_count > 0)
     {
         let rows = db
             .query(
@@ -119,7 +120,7 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
     let mut by_task: std::collections::HashMap<String, Vec<Run>> = Default::default();
     let mut active_run_id = None;
     for run in runs {
-        if run.status == "running"
+        if run.status == RunStatus::Running
             && conversation.current_task_id.as_deref() == Some(run.vtid.as_str())
         {
             active_run_id = Some(run.id.clone());
@@ -143,7 +144,7 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
             created_at: m.created_at,
         });
         for run in replies {
-            let steps = if run.status == "running" {
+            let steps = if run.status == RunStatus::Running {
                 // Step rows are parsed and re-serialised: PostgreSQL's
                 // jsonb does not give back the text that was written.
                 StepsJson::from_steps(&live.remove(&run.id).unwrap_or_default())
@@ -155,7 +156,7 @@ pub async fn load<D: Db>(db: &mut D, id: &str) -> Result<ConversationView, Error
                 role: "agent",
                 text: run.result.clone(),
                 run_id: Some(run.id),
-                status: run.status,
+                status: run.status.to_string(),
                 steps,
                 created_at: run.started_at,
             });
