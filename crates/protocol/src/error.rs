@@ -13,8 +13,27 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct ErrorDetail {
     /// Stable, machine-readable, snake_case.
+    // A string in Rust, so a client reads codes newer than itself; the
+    // document lists every code the server answers with (see below).
+    #[schema(schema_with = error_code_schema)]
     pub code: String,
     pub message: String,
+}
+
+/// The schema of `ErrorDetail.code`: an enum of every code in
+/// `shepherd_core::error::codes`, described with what each means.
+fn error_code_schema() -> utoipa::openapi::Object {
+    use shepherd_core::error::codes::ERROR_CODES;
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    let mut description = String::from("Stable, machine-readable, snake_case. One of:\n");
+    for c in ERROR_CODES {
+        description.push_str(&format!("\n- `{}`: {}", c.code, c.description));
+    }
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(ERROR_CODES.iter().map(|c| c.code)))
+        .description(Some(description))
+        .build()
 }
 
 /// A connector (seed 003) error: the standard `error` object with the

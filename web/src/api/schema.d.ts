@@ -1366,8 +1366,140 @@ export interface components {
             error: components["schemas"]["ErrorDetail"];
         };
         ErrorDetail: {
-            /** @description Stable, machine-readable, snake_case. */
-            code: string;
+            /**
+             * @description Stable, machine-readable, snake_case. One of:
+             *
+             *     - `agent_at_capacity`: The agent runs as many tasks as it may at once.
+             *     - `agent_not_found`: No agent has that id.
+             *     - `agent_not_interactive`: The agent cannot run in a terminal tab.
+             *     - `already_claimed`: Another worker holds the task's claim.
+             *     - `already_dispatched`: The task was dispatched already.
+             *     - `bad_body`: The request body could not be read.
+             *     - `bad_database_url`: The database URL (or its TLS settings) is not usable.
+             *     - `bad_request`: The request is malformed.
+             *     - `bad_schema`: The database schema is not one this server knows.
+             *     - `bad_tls_certificate`: The TLS certificate or key cannot be loaded.
+             *     - `body_timeout`: The request body did not arrive in time.
+             *     - `channel_archived`: The channel is archived.
+             *     - `channel_not_found`: No channel has that id.
+             *     - `claim_stale`: The claim token is not the task's active claim (it expired or was replaced).
+             *     - `conflict`: The request conflicts with the current state.
+             *     - `constraint_violation`: A uniqueness or reference rule of the database refused the write.
+             *     - `conversation_busy`: The conversation is working on a message (or stopping a cancelled run).
+             *     - `conversation_idle`: The conversation is idle; there is nothing to cancel.
+             *     - `conversation_not_found`: No conversation has that id.
+             *     - `database_unavailable`: The database cannot be reached; retry later.
+             *     - `forbidden`: The token may not do this.
+             *     - `git_failed`: A git command failed.
+             *     - `git_timeout`: A git command took too long.
+             *     - `headers_too_large`: The request headers are larger than the server accepts.
+             *     - `host_not_allowed`: The request's Host is not a name this server is known by.
+             *     - `internal`: An unexpected failure; the server log has the details.
+             *     - `invalid_after`: `after` is not a cursor.
+             *     - `invalid_agent_id`: The agent id is not a valid identifier.
+             *     - `invalid_agent_session_id`: The agent session id could be read as an option or holds other characters.
+             *     - `invalid_body`: The JSON body does not have the expected shape.
+             *     - `invalid_capabilities`: A capability is empty or longer than 64 characters.
+             *     - `invalid_channel_id`: The channel id is not a valid identifier.
+             *     - `invalid_cursor`: The cursor is not a sequence number.
+             *     - `invalid_event`: The event is not one the task's workflow knows.
+             *     - `invalid_group_by`: `group_by` names no known grouping.
+             *     - `invalid_limit`: `limit` is out of range.
+             *     - `invalid_location`: The session's location is not a usable directory.
+             *     - `invalid_max`: `max` is out of range.
+             *     - `invalid_max_attempts`: `max_attempts` is out of range.
+             *     - `invalid_max_concurrent`: `max_concurrent` is out of range.
+             *     - `invalid_message`: The message cannot be read.
+             *     - `invalid_name`: The name is empty or too long.
+             *     - `invalid_offset`: `offset` is out of range.
+             *     - `invalid_page_token`: The page token is not one the server gave.
+             *     - `invalid_path`: The request path is not valid UTF-8 once percent-decoded.
+             *     - `invalid_priority`: `priority` is out of range.
+             *     - `invalid_query`: The query string does not have the expected shape.
+             *     - `invalid_reason`: The reason is too long.
+             *     - `invalid_reports`: The batch of reports is empty or too large.
+             *     - `invalid_resource_id`: The resource id is not a valid identifier.
+             *     - `invalid_retry_backoff`: `retry_backoff` is out of range.
+             *     - `invalid_run_at`: `run_at` is not a usable time.
+             *     - `invalid_session_id`: The session id is not a valid identifier.
+             *     - `invalid_since`: `since` is not a time.
+             *     - `invalid_size`: The terminal size is out of range.
+             *     - `invalid_stale_threshold`: The stale threshold is out of range.
+             *     - `invalid_start_index`: The first step's index is out of range.
+             *     - `invalid_state`: The state names no known state.
+             *     - `invalid_status`: The status is not a known one or is too long.
+             *     - `invalid_text`: The text is empty or too long.
+             *     - `invalid_title`: The title is empty or too long.
+             *     - `invalid_transition`: The event does not apply in the task's state; it was recorded and refused.
+             *     - `invalid_usage`: The usage report has an impossible value.
+             *     - `invalid_vtid`: The vtid is not a valid identifier.
+             *     - `invalid_worker_id`: The worker id is not a valid identifier.
+             *     - `invalid_worker_type`: The worker type is not a known one.
+             *     - `invalid_workspace`: The workspace report is not usable.
+             *     - `length_required`: The request needs a Content-Length.
+             *     - `malformed_json`: The body is not valid JSON.
+             *     - `max_above_capacity`: `max` is above the worker's capacity.
+             *     - `method_not_allowed`: The route does not take this method.
+             *     - `migration_changed`: An applied migration was edited since it ran.
+             *     - `missing_capabilities`: The worker lacks capabilities the task needs.
+             *     - `missing_worker_id`: The request names no worker.
+             *     - `not_a_git_diff_worker`: The tab is not a git-diff tab.
+             *     - `not_a_terminal`: The tab has no terminal.
+             *     - `not_acceptable`: The server cannot answer in a format the request accepts.
+             *     - `not_found`: The thing named does not exist.
+             *     - `not_your_worker`: The worker token belongs to another worker.
+             *     - `operator_only`: Only the operator's token may do this.
+             *     - `origin_not_allowed`: The request's Origin is not allowed.
+             *     - `outside_sessions_root`: The location is outside the sessions root.
+             *     - `overloaded`: The server has too many requests in flight; retry later.
+             *     - `payload_too_large`: The request body is larger than the server accepts.
+             *     - `refused`: The server refused the request.
+             *     - `request_timeout`: The request did not arrive in time.
+             *     - `resource_archived`: The resource is archived.
+             *     - `resource_busy`: Another conversation of the resource is processing.
+             *     - `resource_has_no_agent`: The resource names no agent.
+             *     - `resource_not_found`: No resource has that id.
+             *     - `restore_failed`: The tab's process could not be started again (its restore failed).
+             *     - `route_not_found`: No route has that path.
+             *     - `run_has_no_workspace`: The run reported no workspace.
+             *     - `run_not_found`: No run has that id.
+             *     - `session_not_found`: No session has that id.
+             *     - `session_on_other_node`: The session lives on another server node.
+             *     - `sessions_unavailable`: This server does not host sessions.
+             *     - `shutting_down`: The server is shutting down.
+             *     - `spawn_failed`: The tab's process could not be started.
+             *     - `step_gap`: The steps do not continue from the last one recorded.
+             *     - `task_cancelled`: The task is cancelled.
+             *     - `task_exists`: A task with that vtid exists.
+             *     - `task_finished`: The task has reached a final state.
+             *     - `task_not_claimable`: The task is in a state no worker may claim.
+             *     - `task_not_dispatched`: The task is a draft; dispatch it first.
+             *     - `task_not_due`: The task may not be claimed before its `run_at`.
+             *     - `task_not_failed`: The task has not failed.
+             *     - `task_not_found`: No task has that vtid.
+             *     - `too_many_requests`: Too many requests; retry later.
+             *     - `too_many_steps`: The batch of steps is too large.
+             *     - `too_many_streams`: The server has as many streams open as it allows; retry later.
+             *     - `transcript_corrupt`: The stored transcript cannot be read.
+             *     - `unauthorized`: The request has no valid token.
+             *     - `unavailable`: The server cannot serve the request now; retry later.
+             *     - `unknown_agent`: No agent with that id is configured or registered.
+             *     - `unknown_event`: The event is not one the workflow knows.
+             *     - `unknown_workflow`: No workflow has that name.
+             *     - `unsupported_media_type`: The body's Content-Type is not application/json.
+             *     - `uri_too_long`: The request URI is longer than the server accepts.
+             *     - `validator_is_builder`: The worker that built the task may not validate it.
+             *     - `websocket_required`: The route needs a WebSocket upgrade.
+             *     - `worker_at_capacity`: The worker holds as many claims as it may.
+             *     - `worker_not_found`: No worker has that id.
+             *     - `worker_terminated`: The worker has deregistered; it must register again.
+             *     - `workspace_branch_gone`: The run's branch no longer exists.
+             *     - `workspace_repo_gone`: The run's repository no longer exists.
+             *     - `workspace_repo_not_allowed`: The run's repository is not one the server reads.
+             *     - `wrong_agent`: The task is for another agent.
+             * @enum {string}
+             */
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_event" | "invalid_group_by" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_transition" | "invalid_usage" | "invalid_vtid" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "validator_is_builder" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -2215,7 +2347,7 @@ export interface components {
             last_heartbeat_at: string;
             name?: string | null;
             project_path?: string | null;
-            registry_status: string;
+            registry_status: components["schemas"]["WorkerStatus"];
             session_id?: string | null;
             /** @description `active` or `idle`. */
             state: string;
@@ -2837,6 +2969,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     seed_detail: {
@@ -2889,6 +3039,24 @@ export interface operations {
             };
             /** @description run_not_found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2969,6 +3137,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     serve_openapi: {
@@ -2986,6 +3172,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
             };
         };
     };
@@ -3017,6 +3212,24 @@ export interface operations {
             };
             /** @description origin_not_allowed, operator_only */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3065,6 +3278,24 @@ export interface operations {
             };
             /** @description origin_not_allowed, operator_only */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3122,6 +3353,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
@@ -3131,8 +3371,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_channel_id, invalid_name */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3197,6 +3455,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     get_conversation: {
@@ -3245,6 +3521,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     activate_conversation: {
@@ -3286,6 +3580,24 @@ export interface operations {
             };
             /** @description conversation_not_found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3354,6 +3666,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description conversation_idle */
             409: {
                 headers: {
@@ -3372,8 +3693,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_body */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3442,6 +3781,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description conversation_busy, resource_busy, resource_has_no_agent */
             409: {
                 headers: {
@@ -3460,8 +3808,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_text */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3526,6 +3892,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list_resources: {
@@ -3556,6 +3940,24 @@ export interface operations {
             };
             /** @description origin_not_allowed, operator_only */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3623,6 +4025,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
@@ -3632,8 +4043,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_resource_id, invalid_name, invalid_agent_id, unknown_agent */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3703,6 +4132,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     create_conversation: {
@@ -3753,6 +4200,24 @@ export interface operations {
             };
             /** @description resource_archived */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3816,6 +4281,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     get_run: {
@@ -3864,6 +4347,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description transcript_corrupt */
             500: {
                 headers: {
@@ -3903,7 +4404,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description workspace_repo_not_allowed */
+            /** @description forbidden, origin_not_allowed, workspace_repo_not_allowed */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3930,8 +4431,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description run_has_no_workspace, invalid_workspace, git_failed */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4000,6 +4519,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description claim_stale */
             409: {
                 headers: {
@@ -4018,8 +4546,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_body */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4088,6 +4634,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description claim_stale */
             409: {
                 headers: {
@@ -4106,8 +4661,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_body */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4176,6 +4749,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     append_steps: {
@@ -4237,6 +4828,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description claim_stale, step_gap */
             409: {
                 headers: {
@@ -4255,8 +4855,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description too_many_steps, invalid_body */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4325,6 +4943,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description claim_stale */
             409: {
                 headers: {
@@ -4343,8 +4970,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_usage */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4382,6 +5027,24 @@ export interface operations {
             };
             /** @description origin_not_allowed, operator_only */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4439,6 +5102,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
@@ -4448,8 +5120,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_location, outside_sessions_root, invalid_name */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4498,6 +5188,24 @@ export interface operations {
             };
             /** @description session_not_found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4605,6 +5313,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description session_on_other_node */
             409: {
                 headers: {
@@ -4623,8 +5340,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_worker_type, agent_not_found, agent_not_interactive, invalid_location, spawn_failed */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4721,8 +5456,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description not_a_git_diff_worker, git_failed */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4792,6 +5545,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description session_on_other_node */
             409: {
                 headers: {
@@ -4810,8 +5572,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description not_a_terminal, agent_not_found, agent_not_interactive, invalid_location, spawn_failed */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4873,6 +5653,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     create_task: {
@@ -4924,6 +5722,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description task_exists */
             409: {
                 headers: {
@@ -4942,8 +5749,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_title, unknown_workflow, invalid_max_attempts, invalid_retry_backoff, invalid_run_at, … */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4992,6 +5817,24 @@ export interface operations {
             };
             /** @description task_not_found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5060,6 +5903,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description task_finished */
             409: {
                 headers: {
@@ -5078,8 +5930,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_body */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5137,6 +6007,24 @@ export interface operations {
             };
             /** @description already_dispatched */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5205,6 +6093,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_transition (recorded) */
             409: {
                 headers: {
@@ -5223,8 +6120,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description unknown_event */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5289,6 +6204,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     usage_report: {
@@ -5343,6 +6276,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     worker_events: {
@@ -5390,6 +6341,24 @@ export interface operations {
             };
             /** @description origin_not_allowed, operator_only */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5456,6 +6425,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description worker_terminated */
             409: {
                 headers: {
@@ -5474,8 +6452,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_body */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5542,6 +6538,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description worker_terminated */
             409: {
                 headers: {
@@ -5560,8 +6565,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_body */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5620,8 +6643,26 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description payload_too_large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5636,6 +6677,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -5688,8 +6738,26 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description payload_too_large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5704,6 +6772,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -5767,6 +6844,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description already_claimed, task_not_claimable, task_not_dispatched */
             409: {
                 headers: {
@@ -5778,6 +6864,15 @@ export interface operations {
             };
             /** @description payload_too_large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5864,6 +6959,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description claim_stale (seed fields), invalid_transition (body `TransitionRejectedBody`) */
             409: {
                 headers: {
@@ -5882,6 +6986,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description unknown_event */
             422: {
                 headers: {
@@ -5889,6 +7002,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -5950,6 +7072,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description worker_terminated */
             409: {
                 headers: {
@@ -5968,6 +7099,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description invalid_max (below 1), max_above_capacity (above the worker's free capacity) */
             422: {
                 headers: {
@@ -5975,6 +7115,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -6046,6 +7195,24 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list_workers: {
@@ -6098,6 +7265,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     workflows: {
@@ -6135,6 +7320,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     healthz: {
@@ -6152,6 +7355,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Health"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -6192,6 +7404,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     readyz: {
@@ -6209,6 +7430,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Ready"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description database unreachable */
@@ -6266,6 +7496,15 @@ export interface operations {
             };
             /** @description session_on_other_node */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };
