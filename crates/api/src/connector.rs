@@ -1,7 +1,7 @@
-//! Seed 003's worker connector, served exactly at its routes: register,
+//! The connector contract's worker connector, served exactly at its routes: register,
 //! poll, claim, progress, heartbeat, plus deregister.
 //!
-//! Errors keep the seed's fields (`ok: false`, `claimed: false`, `reason`)
+//! Errors keep the contract's fields (`ok: false`, `claimed: false`, `reason`)
 //! beside the standard `error` object, so clients written to the seed keep
 //! working.
 
@@ -11,10 +11,11 @@ use axum::{Extension, Json, Router};
 use shepherd_core::time::to_rfc3339;
 use shepherd_core::Error;
 use shepherd_protocol::{
-    ClaimNextBody, ClaimNextResponse, ClaimResponse, DeregisterBody, DeregisterResponse,
-    ErrorDetail, EventApplied, HeartbeatBody, HeartbeatClaim, HeartbeatResponse, PendingQuery,
-    PendingResponse, PendingTask, ProgressBatchBody, ProgressBatchResponse, ProgressBody,
-    ProgressResult, RegisterBody, RegisterResponse, SeedErrorBody, SeedErrorFields, WorkerBody,
+    ClaimNextBody, ClaimNextResponse, ClaimResponse, ConnectorErrorFields, DeregisterBody,
+    DeregisterResponse, ErrorDetail, EventApplied, HeartbeatBody, HeartbeatClaim,
+    HeartbeatResponse, PendingQuery, PendingResponse, PendingTask, ProgressBatchBody,
+    ProgressBatchResponse, ProgressBody, ProgressResult, RegisterBody, RegisterResponse,
+    SeedErrorBody, WorkerBody,
 };
 use shepherd_store::{Applied, Registration};
 
@@ -25,10 +26,10 @@ use crate::AppState;
 
 pub use shepherd_protocol::HEARTBEAT_INTERVAL_SECS;
 
-fn seed_error(e: impl Into<ApiError>, claim: bool) -> ApiError {
+fn connector_error(e: impl Into<ApiError>, claim: bool) -> ApiError {
     let e: ApiError = e.into();
     let reason = e.error.message.clone();
-    e.with_fields(SeedErrorFields {
+    e.with_fields(ConnectorErrorFields {
         ok: false,
         reason,
         claimed: claim.then_some(false),
@@ -47,7 +48,7 @@ pub async fn register(
 ) -> ApiResult<Json<RegisterResponse>> {
     caller
         .require_operator()
-        .map_err(|e| seed_error(e, false))?;
+        .map_err(|e| connector_error(e, false))?;
     let (worker, token) = state
         .store
         .register_worker(Registration {
@@ -65,7 +66,7 @@ pub async fn register(
             metadata: b.metadata,
         })
         .await
-        .map_err(|e| seed_error(e, false))?;
+        .map_err(|e| connector_error(e, false))?;
     Ok(Json(RegisterResponse {
         ok: true,
         worker_id: worker.worker_id,
@@ -105,10 +106,10 @@ pub async fn pending(
     ApiQuery(q): ApiQuery<PendingQuery>,
 ) -> ApiResult<Json<PendingResponse>> {
     let worker =
-        acting_worker(&caller, q.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
+        acting_worker(&caller, q.worker_id.as_deref()).map_err(|e| connector_error(e, false))?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
-        return Err(seed_error(
+        return Err(connector_error(
             Error::bad_request("invalid_limit", "limit must be between 1 and 500"),
             false,
         ));
@@ -117,7 +118,7 @@ pub async fn pending(
         .store
         .pending_tasks(&worker, limit)
         .await
-        .map_err(|e| seed_error(e, false))?;
+        .map_err(|e| connector_error(e, false))?;
     let tasks = tasks
         .into_iter()
         .map(|t| PendingTask {
@@ -135,7 +136,7 @@ pub async fn pending(
     Ok(Json(PendingResponse { ok: true, tasks }))
 }
 
-/// The claims a worker has lost track of, judged from seed 003's
+/// The claims a worker has lost track of, judged from the connector contract's
 /// `active_vtid` in its heartbeat: when it names no task (empty) or a task
 /// it holds no claim on, every claim it holds is one it no longer works on.
 /// A worker that leaves the field out says nothing, and one that names one
@@ -162,18 +163,21 @@ pub async fn claim(
     axum::extract::Path(vtid): axum::extract::Path<String>,
     ApiJson(b): ApiJson<WorkerBody>,
 ) -> ApiResult<Json<ClaimResponse>> {
-    let worker = acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, true))?;
+    let worker =
+        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| connector_error(e, true))?;
     let g = state
         .store
         .claim_task(&worker, &vtid, state.lease_rules())
         .await
-        .map_err(|e| seed_error(e, true))?;
-    Ok(Json(claim_response(g).map_err(|e| seed_error(e, true))?))
+        .map_err(|e| connector_error(e, true))?;
+    Ok(Json(
+        claim_response(g).map_err(|e| connector_error(e, true))?,
+    ))
 }
 
 /// What a granted claim answers (claim-by-vtid and each claim-next element).
 fn claim_response(g: shepherd_store::Grant) -> Result<ClaimResponse, Error> {
-    let purpose = g.claim.purpose.parse().map_err(Error::internal)?;
+    let purpose = g.claim.purpose;
     Ok(ClaimResponse {
         ok: true,
         claimed: true,
@@ -215,17 +219,18 @@ pub async fn claim_next(
     Extension(caller): Extension<Caller>,
     ApiJson(b): ApiJson<ClaimNextBody>,
 ) -> ApiResult<Json<ClaimNextResponse>> {
-    let worker = acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, true))?;
+    let worker =
+        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| connector_error(e, true))?;
     let grants = state
         .store
         .claim_next(&worker, b.max.unwrap_or(1), state.lease_rules())
         .await
-        .map_err(|e| seed_error(e, true))?;
+        .map_err(|e| connector_error(e, true))?;
     let claims = grants
         .into_iter()
         .map(claim_response)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| seed_error(e, true))?;
+        .map_err(|e| connector_error(e, true))?;
     Ok(Json(ClaimNextResponse { ok: true, claims }))
 }
 
@@ -246,9 +251,9 @@ pub async fn progress_batch(
     ApiJson(b): ApiJson<ProgressBatchBody>,
 ) -> ApiResult<Json<ProgressBatchResponse>> {
     let worker =
-        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
+        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| connector_error(e, false))?;
     if b.reports.is_empty() || b.reports.len() > MAX_PROGRESS_REPORTS {
-        return Err(seed_error(
+        return Err(connector_error(
             Error::invalid(
                 "invalid_reports",
                 format!(
@@ -289,7 +294,7 @@ pub async fn progress_batch(
         .store
         .progress_batch(&worker, valid, state.lease_rules())
         .await
-        .map_err(|e| seed_error(e, false))?;
+        .map_err(|e| connector_error(e, false))?;
     let mut outcomes = outcomes.into_iter().zip(vtids).zip(events);
     for slot in results.iter_mut().filter(|s| s.is_none()) {
         let Some(((outcome, vtid), event)) = outcomes.next() else {
@@ -355,9 +360,9 @@ pub async fn progress(
     ApiJson(b): ApiJson<ProgressBody>,
 ) -> ApiResult<Json<EventApplied>> {
     let worker =
-        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
+        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| connector_error(e, false))?;
     if b.event.is_empty() || b.event.len() > 128 {
-        return Err(seed_error(
+        return Err(connector_error(
             Error::invalid("invalid_event", "event must be 1-128 characters"),
             false,
         ));
@@ -375,7 +380,7 @@ pub async fn progress(
             state.lease_rules(),
         )
         .await
-        .map_err(|e| seed_error(e, false))?;
+        .map_err(|e| connector_error(e, false))?;
     applied_response(applied, &b.event)
 }
 
@@ -392,16 +397,16 @@ pub async fn heartbeat(
     ApiJson(b): ApiJson<HeartbeatBody>,
 ) -> ApiResult<Json<HeartbeatResponse>> {
     let worker =
-        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
+        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| connector_error(e, false))?;
     let (w, claims) = state
         .store
         .heartbeat(&worker, state.lease_rules())
         .await
-        .map_err(|e| seed_error(e, false))?;
+        .map_err(|e| connector_error(e, false))?;
     let held: Vec<&str> = claims.iter().map(|c| c.vtid.as_str()).collect();
     let lost = lost_claims(b.active_vtid.as_deref(), &held);
     if !lost.is_empty() {
-        // The claims stay until they end or lapse as seed 003 says; the
+        // The claims stay until they end or lapse as the connector contract says; the
         // answer below lists them, which is how the worker learns what it
         // still holds. The operator learns it from this line.
         tracing::warn!(
@@ -442,12 +447,12 @@ pub async fn deregister(
     ApiJson(b): ApiJson<DeregisterBody>,
 ) -> ApiResult<Json<DeregisterResponse>> {
     let worker =
-        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| seed_error(e, false))?;
+        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| connector_error(e, false))?;
     let w = state
         .store
         .deregister_worker(&worker, b.reason)
         .await
-        .map_err(|e| seed_error(e, false))?;
+        .map_err(|e| connector_error(e, false))?;
     Ok(Json(DeregisterResponse {
         ok: true,
         worker_id: w.worker_id,

@@ -22,7 +22,7 @@ use shepherd_protocol::ErrorDetail;
 pub struct ApiError {
     pub error: Error,
     /// Extra top-level fields kept for compatibility with a seed's error
-    /// shape (seed 003's `ok`, `claimed`, `reason`).
+    /// shape (the connector contract's `ok`, `claimed`, `reason`).
     pub extra: Option<Map<String, Value>>,
 }
 

@@ -37,7 +37,7 @@ use crate::AppState;
 
 /// The log type behind one of the Workers page contract's SSE names, so a `types` filter may
 /// use either (`worker_completed` or `run.completed`).
-fn seed000_kind(name: &str) -> &str {
+fn workers_page_kind(name: &str) -> &str {
     match name {
         "worker_started" => kind::RUN_STARTED,
         "worker_status" => kind::RUN_STATUS,
@@ -64,7 +64,7 @@ pub fn filter_of(q: &EventStreamQuery) -> EventFilter {
                 t.split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
-                    .map(|t| seed000_kind(t).to_owned())
+                    .map(|t| workers_page_kind(t).to_owned())
                     .collect()
             })
             .unwrap_or_default(),

@@ -1,4 +1,4 @@
-//! Runs and transcripts: seed 000's list and detail routes as written, and
+//! Runs and transcripts: the Workers page contract's list and detail routes as written, and
 //! the `/api/v1/runs` routes workers use to append steps and set status.
 
 use axum::extract::{Path, State};
@@ -12,8 +12,8 @@ use shepherd_core::transcript::TranscriptStep;
 use shepherd_core::Error;
 use shepherd_protocol::{
     AppendAck, AppendSteps, ErrorBody, IndexedStep, RequeueRun, RunDetail, RunList, RunsQuery,
-    SeedDetailQuery, SeedRunsQuery, SetStatus, StatusAck, StepsPage, StepsQuery,
-    WorkerDetailResponse, WorkerListResponse, WorkerRunInfo,
+    SetStatus, StatusAck, StepsPage, StepsQuery, WorkerDetailResponse, WorkerListResponse,
+    WorkerRunInfo, WorkersPageDetailQuery, WorkersPageQuery,
 };
 use shepherd_store::RunFilter;
 
@@ -40,7 +40,7 @@ fn check_status(status: &str) -> Result<(), Error> {
 }
 
 fn info_of(r: Run) -> WorkerRunInfo {
-    let running = r.status == RunStatus::Running.as_str();
+    let running = r.status == RunStatus::Running;
     WorkerRunInfo {
         id: r.id,
         task: r.task,
@@ -51,7 +51,7 @@ fn info_of(r: Run) -> WorkerRunInfo {
         started_at: to_rfc3339(r.started_at),
         completed_at: opt_rfc3339(r.completed_at),
         has_transcript: r.has_transcript,
-        // Completed runs answer null/0, as the seed says.
+        // Completed runs answer null/0, as the contract says.
         live_status: if running { r.live_status } else { None },
         tool_calls: if running { r.tool_calls } else { 0 },
         agent_id: r.agent_id,
@@ -61,7 +61,7 @@ fn info_of(r: Run) -> WorkerRunInfo {
 }
 
 fn detail_of(r: Run, transcript: Option<Vec<TranscriptStep>>) -> WorkerDetailResponse {
-    let running = r.status == RunStatus::Running.as_str();
+    let running = r.status == RunStatus::Running;
     WorkerDetailResponse {
         id: r.id,
         task: r.task,
@@ -93,15 +93,15 @@ async fn check_agent(state: &AppState, agent_id: &Option<String>) -> Result<(), 
     Ok(())
 }
 
-/// Seed 000: list runs ("workers") without transcripts, newest first.
-#[utoipa::path(get, path = "/api/agents/workers", tag = "runs", params(SeedRunsQuery), responses(
+/// The Workers page contract: list runs ("workers") without transcripts, newest first.
+#[utoipa::path(get, path = "/api/agents/workers", tag = "runs", params(WorkersPageQuery), responses(
     (status = 200, body = WorkerListResponse),
     (status = 400, description = "invalid_status, invalid_limit, invalid_offset", body = ErrorBody),
     (status = 404, description = "agent_not_found", body = ErrorBody)))]
 pub async fn seed_list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    ApiQuery(q): ApiQuery<SeedRunsQuery>,
+    ApiQuery(q): ApiQuery<WorkersPageQuery>,
 ) -> ApiResult<impl IntoResponse> {
     crate::scope::operator_only(&caller, "the run list")?;
     let (limit, offset) = paging(q.limit, q.offset, 50)?;
@@ -134,15 +134,15 @@ pub async fn seed_list(
     ))
 }
 
-/// Seed 000: one run ("worker") with its transcript.
-#[utoipa::path(get, path = "/api/agents/workers/detail", tag = "runs", params(SeedDetailQuery), responses(
+/// The Workers page contract: one run ("worker") with its transcript.
+#[utoipa::path(get, path = "/api/agents/workers/detail", tag = "runs", params(WorkersPageDetailQuery), responses(
     (status = 200, body = WorkerDetailResponse),
     (status = 404, description = "run_not_found", body = ErrorBody),
     (status = 500, description = "transcript_corrupt", body = ErrorBody)))]
 pub async fn seed_detail(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    ApiQuery(q): ApiQuery<SeedDetailQuery>,
+    ApiQuery(q): ApiQuery<WorkersPageDetailQuery>,
 ) -> ApiResult<impl IntoResponse> {
     let (run, transcript, cursor) = state.store.run_detail(&q.worker_id).await?;
     crate::scope::check_run(&caller, &run)?;

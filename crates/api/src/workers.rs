@@ -1,4 +1,4 @@
-//! Workers as seed 001 sees them: `list_workers` with provenance after a
+//! Workers as the worker registry contract sees them: `list_workers` with provenance after a
 //! restart, and `worker_events` with stable ids; plus a JSON page of the
 //! event log for clients that poll rather than stream.
 
@@ -26,7 +26,7 @@ use crate::error::{ApiQuery, ApiResult};
 use crate::events::start_cursor;
 use crate::{cursor_header, AppState};
 
-/// Seed 001's event state of a worker: idle, active or closed.
+/// The worker registry contract's event state of a worker: idle, active or closed.
 pub fn event_state(w: &Worker) -> EventState {
     if w.status == shepherd_core::status::WorkerStatus::Terminated.as_str() {
         EventState::Closed
@@ -37,7 +37,7 @@ pub fn event_state(w: &Worker) -> EventState {
     }
 }
 
-/// Seed 001's session status: spawning (registered, not heard from since:
+/// The worker registry contract's session status: spawning (registered, not heard from since:
 /// no poll, claim or heartbeat yet), ready (idle), busy (active), closed.
 pub fn session_status(w: &Worker) -> SessionStatus {
     match event_state(w) {
@@ -81,7 +81,7 @@ fn worker_info(state: &AppState, w: &Worker, last_event: Option<i64>) -> WorkerI
         agent_id: w.agent_id.clone(),
         worker_type: w.worker_type.clone(),
         status,
-        registry_status: w.status.clone(),
+        registry_status: w.status,
         created_at: to_rfc3339(w.registered_at),
         last_activity: to_rfc3339(w.last_activity_at.unwrap_or(w.registered_at)),
         last_heartbeat_at: to_rfc3339(w.last_heartbeat_at),
@@ -99,7 +99,7 @@ fn worker_info(state: &AppState, w: &Worker, last_event: Option<i64>) -> WorkerI
     }
 }
 
-/// Seed 001's `list_workers`: every worker known, live and recovered.
+/// The worker registry contract's `list_workers`: every worker known, live and recovered.
 #[utoipa::path(get, path = "/api/v1/workers", tag = "workers", params(WorkersQuery), responses(
     (status = 200, body = WorkerInfoList), (status = 400, description = "invalid_query", body = ErrorBody)))]
 pub async fn list_workers(
@@ -141,13 +141,13 @@ fn active_claims_after(e: &Event) -> Option<i64> {
     e.data.get("worker_active_claims").and_then(|n| n.as_i64())
 }
 
-/// Seed 001's event name for a stored event, if it is one of seed 001's:
+/// The worker registry contract's event name for a stored event, if it is one of the worker registry contract's:
 /// each stored event maps to at most one, derived from that event alone.
 /// `worker_active` / `worker_idle` are the claim events that took a worker
 /// from no claim to one and back (logs from earlier versions stored them
 /// as `worker.active` / `worker.idle`, which map as before; their claim
 /// events carry no count and map to nothing, so nothing appears twice).
-fn seed001_name(e: &Event) -> Option<WorkerEventType> {
+fn registry_event_name(e: &Event) -> Option<WorkerEventType> {
     match e.kind.as_str() {
         kind::WORKER_REGISTERED => Some(WorkerEventType::WorkerStarted),
         kind::WORKER_ACTIVE => Some(WorkerEventType::WorkerActive),
@@ -164,7 +164,7 @@ fn seed001_name(e: &Event) -> Option<WorkerEventType> {
     }
 }
 
-fn seed001_filter() -> EventFilter {
+fn registry_event_filter() -> EventFilter {
     EventFilter {
         kinds: [
             kind::WORKER_REGISTERED,
@@ -183,10 +183,10 @@ fn seed001_filter() -> EventFilter {
     }
 }
 
-/// Seed 001's form of a stored event, if it has one. The id stays the
+/// The worker registry contract's form of a stored event, if it has one. The id stays the
 /// event's `seq`, so it is a cursor like any other.
-fn seed001_event(e: &Event) -> Option<WorkerEvent> {
-    let kind_ = seed001_name(e)?;
+fn registry_event(e: &Event) -> Option<WorkerEvent> {
+    let kind_ = registry_event_name(e)?;
     // A derived event carries the data its stored form used to have.
     let data = match (kind_, e.kind.as_str()) {
         (WorkerEventType::WorkerActive, kind::CLAIM_GRANTED) => {
@@ -213,7 +213,7 @@ fn seed001_event(e: &Event) -> Option<WorkerEvent> {
     })
 }
 
-/// Seed 001's `worker_events`, with stable ids and a `next_cursor`.
+/// The worker registry contract's `worker_events`, with stable ids and a `next_cursor`.
 #[utoipa::path(get, path = "/api/v1/worker_events", tag = "workers", params(WorkerEventsQuery), responses(
     (status = 200, body = WorkerEventsResponse),
     (status = 400, description = "invalid_since, invalid_limit, invalid_stale_threshold", body = ErrorBody)))]
@@ -242,7 +242,7 @@ pub async fn worker_events(
     }
     let filter = EventFilter {
         worker_id: me.clone(),
-        ..seed001_filter()
+        ..registry_event_filter()
     };
     let page = match q.since.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => state.store.read_latest_events(&filter, limit).await?,
@@ -259,7 +259,7 @@ pub async fn worker_events(
             }
         },
     };
-    let events: Vec<WorkerEvent> = page.events.iter().filter_map(seed001_event).collect();
+    let events: Vec<WorkerEvent> = page.events.iter().filter_map(registry_event).collect();
     let mut body = WorkerEventsResponse {
         count: events.len(),
         events,
@@ -282,7 +282,7 @@ pub async fn worker_events(
     if q.include_summary.unwrap_or(false) {
         let mut lists: HashMap<&str, Vec<String>> = HashMap::new();
         for e in &page.events {
-            if let (Some(name), Some(w)) = (seed001_name(e), &e.refs.worker_id) {
+            if let (Some(name), Some(w)) = (registry_event_name(e), &e.refs.worker_id) {
                 let key = match name {
                     WorkerEventType::WorkerStarted => "started",
                     WorkerEventType::WorkerClosed => "closed",

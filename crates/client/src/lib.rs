@@ -529,16 +529,16 @@ impl Client {
 
     // ----- runs (the Workers page contract and v1) -----
 
-    pub async fn seed_runs(
+    pub async fn workers_page_runs(
         &self,
-        q: &p::SeedRunsQuery,
+        q: &p::WorkersPageQuery,
     ) -> Result<p::WorkerListResponse, ClientError> {
         self.get("/api/agents/workers", q).await
     }
 
-    pub async fn seed_run(
+    pub async fn workers_page_run(
         &self,
-        q: &p::SeedDetailQuery,
+        q: &p::WorkersPageDetailQuery,
     ) -> Result<p::WorkerDetailResponse, ClientError> {
         self.get("/api/agents/workers/detail", q).await
     }

@@ -1,9 +1,12 @@
 //! One error type for the whole system.
 //!
 //! Every failure that can reach a client carries a stable, machine-readable
-//! `code` (snake_case) and a `kind` that decides the HTTP status. Keeping the
-//! kinds few and the codes free-form avoids a 30-variant enum while still
-//! letting tests and clients match on exact codes.
+//! `code` (snake_case) and a `kind` that decides the HTTP status. The kinds
+//! are few; the codes are listed once, with what each means, in [`codes`]
+//! (the OpenAPI document's list comes from there), so tests and clients
+//! match on exact codes.
+
+pub mod codes;
 
 use std::fmt;
 
@@ -48,6 +51,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
+        debug_assert!(
+            codes::is_listed(code),
+            "error code {code:?} is missing from shepherd_core::error::codes"
+        );
         Error {
             kind,
             code,

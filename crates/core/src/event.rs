@@ -2,14 +2,17 @@
 //! reader says which events it wants.
 //!
 //! The log uses one unambiguous type name per kind of change (the constants in
-//! [`kind`]). Surfaces that speak another dialect (seed 000's run events, seed
+//! [`kind`]). Surfaces that speak another dialect (the Workers page contract's run events, seed
 //! 001's worker events) map from these names; the log itself never stores two
 //! names for one thing.
+
+pub mod payloads;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::time::Millis;
+use payloads::EventPayload;
 
 /// Declares each type name as a constant and lists them all in `ALL`, so a
 /// new type cannot be added without appearing there (the OpenAPI document
@@ -24,11 +27,11 @@ macro_rules! kinds {
 
 /// Event type names as stored in the log.
 pub mod kind {
-    /// A worker took its first claim. No longer written: seed 001's
+    /// A worker took its first claim. No longer written: the worker registry contract's
     /// `worker_active` is derived from [`CLAIM_GRANTED`] (its data's
     /// `worker_active_claims` is 1). Logs written before may hold it.
     pub const WORKER_ACTIVE: &str = "worker.active";
-    /// A worker's last claim ended. No longer written: seed 001's
+    /// A worker's last claim ended. No longer written: the worker registry contract's
     /// `worker_idle` is derived from [`CLAIM_RELEASED`] / [`CLAIM_EXPIRED`]
     /// (`worker_active_claims` 0). Logs written before may hold it.
     pub const WORKER_IDLE: &str = "worker.idle";
@@ -37,7 +40,7 @@ pub mod kind {
     pub const LEGACY: &[&str] = &[WORKER_ACTIVE, WORKER_IDLE];
 
     kinds! {
-        // Workers (seed 001 surface: worker_started / worker_active / worker_idle / worker_closed / snapshot;
+        // Workers (the worker registry contract surface: worker_started / worker_active / worker_idle / worker_closed / snapshot;
         // worker_active and worker_idle come from the claim events).
         WORKER_REGISTERED = "worker.registered";
         WORKER_INACTIVE = "worker.inactive";
@@ -53,28 +56,28 @@ pub mod kind {
         /// An attempt failed and another is scheduled (data: attempt, run_id,
         /// reason, run_at, max_attempts).
         TASK_RETRY_SCHEDULED = "task.retry_scheduled";
-        // Claims (seed 003 names the expiry event).
+        // Claims (the connector contract names the expiry event).
         CLAIM_GRANTED = "worker.claim.granted";
         CLAIM_RELEASED = "worker.claim.released";
         CLAIM_EXPIRED = "worker.claim.expired";
-        // Runs (seed 000 surface: worker_started / worker_status / tool_started / tool_completed / worker_completed).
+        // Runs (the Workers page contract surface: worker_started / worker_status / tool_started / tool_completed / worker_completed).
         RUN_STARTED = "run.started";
         RUN_STATUS = "run.status";
         RUN_USAGE = "run.usage";
         RUN_STEP = "run.step";
         RUN_COMPLETED = "run.completed";
-        // Channels (seed 002's resources).
+        // Channels (the conversations contract's resources).
         CHANNEL_CREATED = "channel.created";
         CHANNEL_ARCHIVED = "channel.archived";
         AGENT_UPSERTED = "agent.upserted";
         CHANNEL_UPDATED = "channel.updated";
-        // Conversations on resources (seed 002).
+        // Conversations on resources (the conversations contract).
         CONVERSATION_CREATED = "conversation.created";
         CONVERSATION_STATE_CHANGED = "conversation.state_changed";
         CONVERSATION_MESSAGE = "conversation.message";
         CONVERSATION_ACTIVATED = "conversation.activated";
         CONVERSATION_AGENT_SESSION = "conversation.agent_session";
-        // Sessions (seed 004): workspaces and their tabs.
+        // Sessions (the sessions contract): workspaces and their tabs.
         SESSION_CREATED = "session.created";
         SESSION_DELETED = "session.deleted";
         SESSION_WORKER_ADDED = "session.worker.added";
@@ -154,12 +157,25 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
+    /// An event whose `data` is any JSON value. The store writes its own
+    /// events with [`NewEvent::typed`]; this is for events a caller shapes
+    /// itself (tests, benchmarks).
     pub fn new(kind: impl Into<String>, refs: EventRefs, data: Value) -> Self {
         NewEvent {
             kind: kind.into(),
             refs,
             data,
         }
+    }
+
+    /// An event whose `data` is one of the documented payloads of
+    /// [`payloads`].
+    pub fn typed<P: EventPayload>(kind: impl Into<String>, refs: EventRefs, payload: &P) -> Self {
+        // A payload holds strings, numbers, options and JSON values only, so
+        // turning it into a JSON value cannot fail; `null` is the fallback
+        // rather than a panic in the middle of a unit of work.
+        let data = serde_json::to_value(payload).unwrap_or(Value::Null);
+        NewEvent::new(kind, refs, data)
     }
 }
 

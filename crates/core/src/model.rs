@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::time::{serde_ms, Millis};
 
-/// A unit of work (seed 003's VTID).
+/// A unit of work (the connector contract's VTID).
 #[derive(
     Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
 )]
@@ -76,9 +76,7 @@ pub struct Claim {
     pub worker_id: String,
     pub run_id: String,
     /// `build` or `validate`.
-    #[schema(value_type = crate::status::ClaimPurpose)]
-    #[schemars(with = "crate::status::ClaimPurpose")]
-    pub purpose: String,
+    pub purpose: crate::status::ClaimPurpose,
     #[serde(with = "serde_ms")]
     #[schema(value_type = String, format = DateTime)]
     #[schemars(with = "String")]
@@ -94,7 +92,7 @@ pub struct Claim {
     pub release_reason: Option<String>,
 }
 
-/// A registered worker (seed 003's registry row, with seed 001's fields).
+/// A registered worker (the connector contract's registry row, with the worker registry contract's fields).
 #[derive(
     Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
 )]
@@ -109,9 +107,7 @@ pub struct Worker {
     pub capabilities: Vec<String>,
     pub max_concurrent: i64,
     /// Registry status: `active | inactive | terminated`.
-    #[schema(value_type = crate::status::WorkerStatus)]
-    #[schemars(with = "crate::status::WorkerStatus")]
-    pub status: String,
+    pub status: crate::status::WorkerStatus,
     #[schema(value_type = Object)]
     pub metadata: Value,
     #[serde(with = "serde_ms")]
@@ -153,7 +149,7 @@ pub struct Agent {
     pub running: i64,
 }
 
-/// One execution of a task by a worker (seed 000's `worker_runs` row).
+/// One execution of a task by a worker (the Workers page contract's `worker_runs` row).
 #[derive(
     Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
 )]
@@ -168,13 +164,9 @@ pub struct Run {
     pub agent_id: String,
     pub worker_type: String,
     pub attempt: i64,
-    #[schema(value_type = crate::status::ClaimPurpose)]
-    #[schemars(with = "crate::status::ClaimPurpose")]
-    pub purpose: String,
+    pub purpose: crate::status::ClaimPurpose,
     /// `running | done | failed | cancelled`.
-    #[schema(value_type = crate::status::RunStatus)]
-    #[schemars(with = "crate::status::RunStatus")]
-    pub status: String,
+    pub status: crate::status::RunStatus,
     pub result: Option<String>,
     #[serde(with = "serde_ms")]
     #[schema(value_type = String, format = DateTime)]
@@ -245,7 +237,7 @@ impl RunWorkspace {
     }
 }
 
-/// A channel (seed 002's resource, seed 000's `channel_id`): what runs and
+/// A channel (the conversations contract's resource, the Workers page contract's `channel_id`): what runs and
 /// conversations belong to.
 #[derive(
     Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,

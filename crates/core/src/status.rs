@@ -1,6 +1,6 @@
 //! The status vocabularies, one enum each, so that every layer (store, API,
 //! runner, CLI) compares the same words and an OpenAPI or JSON Schema
-//! consumer sees the closed list. Each serialises as the seed's string.
+//! consumer sees the closed list. Each serialises as the contract's string.
 
 use serde::{Deserialize, Serialize};
 
@@ -60,7 +60,7 @@ macro_rules! vocabulary {
 }
 
 vocabulary!(
-    /// A run's status (seed 000's `worker_runs.status`).
+    /// A run's status (the Workers page contract's `worker_runs.status`).
     RunStatus {
         Running = "running",
         Done = "done",
@@ -76,7 +76,7 @@ impl RunStatus {
 }
 
 vocabulary!(
-    /// A worker's registry status (seed 003).
+    /// A worker's registry status (the connector contract).
     WorkerStatus {
         Active = "active",
         Inactive = "inactive",
@@ -93,7 +93,7 @@ vocabulary!(
 );
 
 vocabulary!(
-    /// Seed 001's session status of a worker.
+    /// The worker registry contract's session status of a worker.
     SessionStatus {
         /// Registered, not yet heard from since (no poll, no heartbeat).
         Spawning = "spawning",
@@ -118,7 +118,7 @@ vocabulary!(
 );
 
 vocabulary!(
-    /// Seed 001's event state of a worker.
+    /// The worker registry contract's event state of a worker.
     EventState {
         Idle = "idle",
         Active = "active",
@@ -127,7 +127,7 @@ vocabulary!(
 );
 
 vocabulary!(
-    /// Where seed 001's worker list learned of a worker.
+    /// Where the worker registry contract's worker list learned of a worker.
     WorkerSource {
         /// Heard from since this server started.
         Registry = "registry",
@@ -137,7 +137,7 @@ vocabulary!(
 );
 
 vocabulary!(
-    /// Seed 001's names for worker lifecycle events.
+    /// The worker registry contract's names for worker lifecycle events.
     WorkerEventType {
         WorkerStarted = "worker_started",
         WorkerActive = "worker_active",

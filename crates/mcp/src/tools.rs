@@ -106,7 +106,7 @@ pub fn catalogue() -> Vec<Tool> {
         tool::<ListWorkersArgs, WorkerInfoList>(
             "list_workers",
             "List workers",
-            "Every worker Shepherd knows, live and recovered after a restart (seed 001): \
+            "Every worker Shepherd knows, live and recovered after a restart (the worker registry contract): \
 session_id, name, project_path, terminal_id, agent_type, status (ready|busy|closed), \
 last_activity, created_at, plus source (registry|event_log), event_state \
 (idle|active|closed), recovered_at and last_event_ts.",
@@ -138,7 +138,7 @@ if a worker already claimed it); follow with wait_for_task.",
         tool::<ListSessionsArgs, SessionList>(
             "list_sessions",
             "List sessions",
-            "Workspaces (seed 004) with their tabs: agent and terminal PTYs and git-diff, \
+            "Workspaces (the sessions contract) with their tabs: agent and terminal PTYs and git-diff, \
 each with its pid and whether its process runs now. Attach over the WebSocket \
 /ws/session/{session_id}/worker/{worker_id}.",
             ReadOnly,
@@ -166,14 +166,14 @@ sending progress notifications as its runs make progress.",
         tool::<ListRunsArgs, WorkerListResponse>(
             "list_runs",
             "List runs",
-            "Runs (executions of tasks by agents), newest first, in seed 000's list shape \
+            "Runs (executions of tasks by agents), newest first, in the Workers page contract's list shape \
 (`workers` are runs there).",
             ReadOnly,
         ),
         tool::<GetRunArgs, RunAnswer>(
             "get_run",
             "Get a run",
-            "One run in seed 000's detail shape: result, status, live status, tool calls; \
+            "One run in the Workers page contract's detail shape: result, status, live status, tool calls; \
 the transcript only with include_transcript (use get_transcript to page through it).",
             ReadOnly,
         ),
@@ -187,7 +187,7 @@ next_index back as start_index while has_more.",
         tool::<SendMessageArgs, SendResponse>(
             "send_message",
             "Send a message",
-            "Send a user message to a conversation (seed 002): the resource's agent answers it \
+            "Send a user message to a conversation (the conversations contract): the resource's agent answers it \
 in a new run. While a reply is still running, multitask decides: reject (default; the \
 error conversation_busy), enqueue (run it after) or interrupt (cancel the current run, \
 keeping its partial work, then run it).",
@@ -627,23 +627,23 @@ async fn list_runs(
     a: Result<ListRunsArgs, Failure>,
 ) -> Result<WorkerListResponse, Failure> {
     let a = a?;
-    let q = p::SeedRunsQuery {
+    let q = p::WorkersPageQuery {
         agent_id: a.agent_id,
         limit: a.limit,
         offset: a.offset,
         status: a.status,
         q: a.q,
     };
-    Ok(api.seed_runs(&q).await?)
+    Ok(api.workers_page_runs(&q).await?)
 }
 
 async fn get_run(api: &Client, a: Result<GetRunArgs, Failure>) -> Result<RunAnswer, Failure> {
     let a = a?;
-    let q = p::SeedDetailQuery {
+    let q = p::WorkersPageDetailQuery {
         agent_id: None,
         worker_id: a.run_id,
     };
-    let detail = api.seed_run(&q).await?;
+    let detail = api.workers_page_run(&q).await?;
     Ok(RunAnswer::from_rest(detail, a.include_transcript))
 }
 
@@ -703,7 +703,7 @@ pub(crate) async fn get_transcript(
     Ok(TranscriptPage {
         run_id: a.run_id,
         complete: !has_more && page.status != "running",
-        status: page.status,
+        status: page.status.to_string(),
         steps,
         next_index,
         has_more,

@@ -176,7 +176,7 @@ pub struct ListRunsArgs {
 #[serde(deny_unknown_fields)]
 pub struct GetRunArgs {
     pub run_id: String,
-    /// Include the whole transcript (seed 000's detail); for long runs use
+    /// Include the whole transcript (the Workers page contract's detail); for long runs use
     /// `get_transcript`, which pages.
     #[serde(default)]
     pub include_transcript: bool,
@@ -188,7 +188,7 @@ pub struct GetRunArgs {
 // unless it was asked for, a long run's transcript being large. An absent
 // key, unlike null, says "not asked for". (Plain comments: a doc comment
 // here would become the output schema's description.)
-/// Seed 000's detail shape, with the transcript only when asked for.
+/// The Workers page contract's detail shape, with the transcript only when asked for.
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(rename = "RunDetail")]
 pub struct RunAnswer {
@@ -229,7 +229,7 @@ pub struct GetTranscriptArgs {
 #[schemars(rename = "IndexedStep")]
 pub struct PageStep {
     pub index: i64,
-    /// Seed 000's transcript step; null when the step alone was larger than
+    /// The Workers page contract's transcript step; null when the step alone was larger than
     /// the size cap (`omitted_bytes` says how large).
     pub step: Option<TranscriptStep>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -276,7 +276,7 @@ impl RunAnswer {
             id: d.id,
             task: d.task,
             result: d.result,
-            status: d.status,
+            status: d.status.to_string(),
             worker_type: d.worker_type,
             channel_id: d.channel_id,
             channel_name: d.channel_name,

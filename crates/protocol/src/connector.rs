@@ -1,4 +1,4 @@
-//! Seed 003's worker connector: register, poll, claim, progress,
+//! The connector contract's worker connector: register, poll, claim, progress,
 //! heartbeat and deregister.
 
 use serde::{Deserialize, Serialize};
@@ -120,7 +120,7 @@ pub struct ClaimResponse {
     pub conversation: Option<ClaimConversation>,
 }
 
-/// The claim's `conversation` object (seed 002): a follow-up continues the
+/// The claim's `conversation` object (the conversations contract): a follow-up continues the
 /// agent's own conversation when it can.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct ClaimConversation {
@@ -282,9 +282,7 @@ pub struct HeartbeatClaim {
 pub struct HeartbeatResponse {
     pub ok: bool,
     pub worker_id: String,
-    #[schema(value_type = WorkerStatus)]
-    #[schemars(with = "WorkerStatus")]
-    pub status: String,
+    pub status: WorkerStatus,
     pub last_heartbeat_at: String,
     pub claims: Vec<HeartbeatClaim>,
     pub heartbeat_interval_secs: u64,
@@ -305,7 +303,5 @@ pub struct DeregisterBody {
 pub struct DeregisterResponse {
     pub ok: bool,
     pub worker_id: String,
-    #[schema(value_type = WorkerStatus)]
-    #[schemars(with = "WorkerStatus")]
-    pub status: String,
+    pub status: WorkerStatus,
 }

@@ -10,7 +10,7 @@
 //! they also derive their schemas.
 //!
 //! Field names and values are the contracts' exactly (docs/contracts.md); a golden test
-//! (`crates/shepherd/tests/golden.rs`) pins the JSON of every seed route.
+//! (`crates/shepherd/tests/golden.rs`) pins the JSON of every contract route.
 
 pub mod catalog;
 pub mod connector;

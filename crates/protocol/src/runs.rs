@@ -1,4 +1,4 @@
-//! Runs and transcripts: seed 000's list and detail, and the `/api/v1/runs`
+//! Runs and transcripts: the Workers page contract's list and detail, and the `/api/v1/runs`
 //! routes workers append steps and set status through.
 
 use serde::{Deserialize, Serialize};
@@ -8,14 +8,12 @@ use shepherd_core::model::Run;
 use shepherd_core::status::RunStatus;
 use shepherd_core::transcript::TranscriptStep;
 
-/// Seed 000's worker list item (a run), with the live overlay.
+/// The Workers page contract's worker list item (a run), with the live overlay.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct WorkerRunInfo {
     pub id: String,
     pub task: String,
-    #[schema(value_type = RunStatus)]
-    #[schemars(with = "RunStatus")]
-    pub status: String,
+    pub status: RunStatus,
     pub worker_type: String,
     pub channel_id: Option<String>,
     pub channel_name: Option<String>,
@@ -37,15 +35,13 @@ pub struct WorkerListResponse {
     pub total: i64,
 }
 
-/// Seed 000's worker detail (a run) with its decompressed transcript.
+/// The Workers page contract's worker detail (a run) with its decompressed transcript.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct WorkerDetailResponse {
     pub id: String,
     pub task: String,
     pub result: Option<String>,
-    #[schema(value_type = RunStatus)]
-    #[schemars(with = "RunStatus")]
-    pub status: String,
+    pub status: RunStatus,
     pub worker_type: String,
     pub channel_id: Option<String>,
     pub channel_name: Option<String>,
@@ -59,10 +55,10 @@ pub struct WorkerDetailResponse {
     pub tool_calls: i64,
 }
 
-/// Seed 000's list query.
+/// The Workers page contract's list query.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct SeedRunsQuery {
+pub struct WorkersPageQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
     /// 1 to 500; default 50.
@@ -82,7 +78,7 @@ pub struct SeedRunsQuery {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct SeedDetailQuery {
+pub struct WorkersPageDetailQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
     /// The run id.
@@ -149,9 +145,7 @@ pub struct IndexedStep {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct StepsPage {
     pub run_id: String,
-    #[schema(value_type = RunStatus)]
-    #[schemars(with = "RunStatus")]
-    pub status: String,
+    pub status: RunStatus,
     pub steps: Vec<IndexedStep>,
     /// Pass as `after` to read on.
     pub next_after: i64,

@@ -1,4 +1,4 @@
-//! Seed 001's workers: the list with provenance, and worker events.
+//! The worker registry's workers: the list with provenance, and worker events.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -22,7 +22,7 @@ pub struct WorkersQuery {
     pub agent_id: Option<String>,
 }
 
-/// A worker as seed 001's `list_workers` shows it.
+/// A worker as the worker registry contract's `list_workers` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct WorkerInfo {
     pub worker_id: String,
@@ -30,14 +30,12 @@ pub struct WorkerInfo {
     pub name: Option<String>,
     pub project_path: Option<String>,
     pub terminal_id: Option<String>,
-    /// The agent, under seed 001's name.
+    /// The agent, under the worker registry contract's name.
     pub agent_type: String,
     pub agent_id: String,
     pub worker_type: String,
     pub status: SessionStatus,
-    #[schema(value_type = WorkerStatus)]
-    #[schemars(with = "WorkerStatus")]
-    pub registry_status: String,
+    pub registry_status: WorkerStatus,
     pub created_at: String,
     pub last_activity: String,
     pub last_heartbeat_at: String,
@@ -77,7 +75,7 @@ pub struct WorkerEventsQuery {
     pub stale_threshold_minutes: Option<i64>,
 }
 
-/// One worker lifecycle event under seed 001's names.
+/// One worker lifecycle event under the worker registry contract's names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct WorkerEvent {
     /// Stable: the event's sequence number.

@@ -633,7 +633,11 @@ fn process_cpu(pid: i32) -> f64 {
         .rsplit_once(')')
         .map(|(_, r)| r.split_whitespace().collect())
         .unwrap_or_default();
-    let field = |i: usize| rest.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let field = |i: usize| {
+        rest.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     (field(11) + field(12)) / ticks
 }
 
@@ -660,8 +664,7 @@ struct IdleResult {
 /// [`IDLE_WINDOW`], a few seconds after the last one started.
 async fn idle_case(n: usize) -> IdleResult {
     let dir = unique_dir("idle");
-    let (api, stop_tx, server) =
-        start_server(load_config(&dir, n, "[\"sleep\", \"600\"]")).await;
+    let (api, stop_tx, server) = start_server(load_config(&dir, n, "[\"sleep\", \"600\"]")).await;
     for i in 0..n {
         api.create_task(&format!("quiet agent {i}")).await;
     }
@@ -676,8 +679,8 @@ async fn idle_case(n: usize) -> IdleResult {
     let self0 = cpu_now().0;
     tokio::time::sleep(IDLE_WINDOW).await;
     let server_cpu = (cpu_now().0 - self0) / IDLE_WINDOW.as_secs_f64();
-    let shims_cpu = (shims.iter().map(|p| process_cpu(*p)).sum::<f64>() - shims0)
-        / IDLE_WINDOW.as_secs_f64();
+    let shims_cpu =
+        (shims.iter().map(|p| process_cpu(*p)).sum::<f64>() - shims0) / IDLE_WINDOW.as_secs_f64();
     // The built-in runner leaves its agents running when the server stops;
     // these end with the case.
     for pgid in run_pids(&dir, "agent") {

@@ -245,7 +245,7 @@ pub async fn run(
     Ok(())
 }
 
-/// Eager recovery at start-up (seed 001): the registry is rebuilt from the
+/// Eager recovery at start-up (the worker registry contract): the registry is rebuilt from the
 /// tables, a report is logged and recorded, and a snapshot of every worker
 /// is written. Claims of workers that stay silent expire one heartbeat
 /// timeout after this start (the sweeper's `not_before`), not earlier.
@@ -265,10 +265,15 @@ pub async fn recover(store: &Store) -> anyhow_like::Result<()> {
     let ts = shepherd_core::time::to_rfc3339(shepherd_store::now_ms());
     tracing::info!(added, updated, ignored, timestamp = %ts, "recovered workers from storage");
     store
-        .record_event(shepherd_core::event::NewEvent::new(
+        .record_event(shepherd_core::event::NewEvent::typed(
             shepherd_core::event::kind::RECOVERY_REPORT,
             Default::default(),
-            serde_json::json!({ "added": added, "updated": updated, "ignored": ignored, "timestamp": ts }),
+            &shepherd_core::event::payloads::ServerRecovered {
+                added: added as i64,
+                updated: updated as i64,
+                ignored: ignored as i64,
+                timestamp: ts,
+            },
         ))
         .await?;
     store.snapshot_workers("startup").await?;

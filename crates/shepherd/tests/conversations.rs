@@ -1,6 +1,6 @@
 //! Conversations end to end (the conversations contract) with the built-in runner and a
 //! scripted agent that speaks Claude Code's stream-json (no API key): the
-//! seed's scenarios, load then tail from the cursor, concurrent sends,
+//! contract's scenarios, load then tail from the cursor, concurrent sends,
 //! follow-ups that continue the agent's own session, and a server killed
 //! with SIGKILL mid-reply.
 

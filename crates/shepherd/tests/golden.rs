@@ -1,4 +1,4 @@
-//! Golden wire tests: the JSON of every seed route, pinned.
+//! Golden wire tests: the JSON of every contract route (docs/contracts.md), pinned.
 //!
 //! One scenario drives the connector (register, pending, claim,
 //! progress, heartbeat), the Workers page's run list and detail, the worker registry's workers
@@ -110,7 +110,7 @@ fn steps() -> Value {
     ])
 }
 
-/// Drives every seed route once; returns the recorded calls and SSE frames.
+/// Drives every contract route once; returns the recorded calls and SSE frames.
 async fn scenario(kind: Kind) -> Value {
     let mut env = Env::new(kind);
     env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);

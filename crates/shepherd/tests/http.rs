@@ -447,7 +447,10 @@ e2e!(bad_input_gets_clear_codes, |kind: Kind| async move {
         ),
         (404, "worker_not_found", Some(false), Some(false))
     );
-    assert!(b["reason"].is_string(), "seed fields kept: {b}");
+    assert!(
+        b["reason"].is_string(),
+        "the connector contract's fields kept: {b}"
+    );
     s.stop().await;
 });
 

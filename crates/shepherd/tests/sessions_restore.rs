@@ -3,7 +3,7 @@
 //! history holds what the terminal showed before plus a restore marker;
 //! two clients attaching at once cause exactly one new process; an agent
 //! comes back with its `continue_args`; an impossible restore answers the
-//! seed's exit message and closes.
+//! contract's exit message and closes.
 
 mod common;
 #[path = "common/ws.rs"]

@@ -1,6 +1,7 @@
 //! The store's channel operations (the resources runs are grouped under):
 //! creating or renaming, archiving and listing channels.
 
+use shepherd_core::event::payloads::{ChannelArchived, ChannelChanged};
 use shepherd_core::event::NewEvent;
 use shepherd_core::Error;
 
@@ -9,7 +10,7 @@ use crate::sql::Db;
 use crate::{log, params, Store};
 
 impl Store {
-    // ----- channels (seed 002's resources) -----
+    // ----- channels (the conversations contract's resources) -----
 
     /// Creates a channel, or renames it if it exists.
     pub async fn upsert_channel(
@@ -33,10 +34,13 @@ impl Store {
                     params![&id, &name, now],
                 )
                 .await?;
-                let e = NewEvent::new(
+                let e = NewEvent::typed(
                     shepherd_core::event::kind::CHANNEL_CREATED,
                     shepherd_core::event::EventRefs::default().channel(Some(id.clone())),
-                    serde_json::json!({ "name": name }),
+                    &ChannelChanged {
+                        name: name.clone(),
+                        agent_id: None,
+                    },
                 );
                 log::append(db, now, &e).await?;
                 ops::channel_get(db, &id).await
@@ -63,10 +67,10 @@ impl Store {
                         format!("channel {id:?} is already archived"),
                     ));
                 }
-                let e = NewEvent::new(
+                let e = NewEvent::typed(
                     shepherd_core::event::kind::CHANNEL_ARCHIVED,
                     shepherd_core::event::EventRefs::default().channel(Some(id.clone())),
-                    serde_json::json!({}),
+                    &ChannelArchived {},
                 );
                 log::append(db, now, &e).await?;
                 ops::channel_get(db, &id).await

@@ -33,7 +33,7 @@ impl Store {
         self.read(move |db| {
             Box::pin(async move {
                 let r = runs::require(db, &id).await?;
-                let t = if r.status == "running" {
+                let t = if r.status == shepherd_core::status::RunStatus::Running {
                     None
                 } else {
                     runs::transcript(db, &id).await?

@@ -138,6 +138,13 @@ impl Row {
             other => Err(bad_column(idx, "bytes", other)),
         }
     }
+    /// Reads a text column holding one word of a vocabulary (a status, a
+    /// purpose); a word outside it is an internal error, not a panic.
+    pub fn word<T: std::str::FromStr<Err = String>>(&self, idx: usize) -> Result<T, Error> {
+        self.string(idx)?
+            .parse()
+            .map_err(|e| Error::internal(format!("column {idx}: {e}")))
+    }
     /// Parses a JSON text column; a bad document is an internal error, not a panic.
     pub fn json<T: serde::de::DeserializeOwned>(&self, idx: usize) -> Result<T, Error> {
         let s = self.string(idx)?;

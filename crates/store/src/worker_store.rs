@@ -2,6 +2,7 @@
 //! tokens, the worker list and its snapshot event, and the agents declared
 //! from configuration; see `ops/workers.rs` for what each records.
 
+use shepherd_core::event::payloads::{SnapshotWorker, WorkersSnapshot};
 use shepherd_core::event::NewEvent;
 use shepherd_core::model::{Agent, Worker};
 use shepherd_core::time::Millis;
@@ -132,29 +133,44 @@ impl Store {
     /// Records a `workers.snapshot` event of every worker not closed.
     pub async fn snapshot_workers(&self, reason: &str) -> Result<i64, Error> {
         let (now, reason) = (self.now(), reason.to_owned());
-        self.write(move |db| Box::pin(async move {
-            let list = workers::list(db, &WorkerFilter::default()).await?;
-            let entries: Vec<serde_json::Value> = list
-                .iter()
-                .map(|w| {
-                    serde_json::json!({
-                        "worker_id": w.worker_id, "session_id": w.session_id, "name": w.name,
-                        "project_path": w.project_path, "terminal_id": w.terminal_id, "agent_type": w.agent_id,
-                        "worker_type": w.worker_type, "registry_status": w.status,
-                        "state": if w.active_claims > 0 { "active" } else { "idle" },
-                        "status": if w.active_claims > 0 { "busy" } else { "ready" },
-                        "created_at": shepherd_core::time::to_rfc3339(w.registered_at),
-                        "last_activity": shepherd_core::time::opt_rfc3339(w.last_activity_at),
-                        "last_heartbeat_at": shepherd_core::time::to_rfc3339(w.last_heartbeat_at),
+        self.write(move |db| {
+            Box::pin(async move {
+                let list = workers::list(db, &WorkerFilter::default()).await?;
+                let workers: Vec<SnapshotWorker> = list
+                    .iter()
+                    .map(|w| SnapshotWorker {
+                        worker_id: w.worker_id.clone(),
+                        session_id: w.session_id.clone(),
+                        name: w.name.clone(),
+                        project_path: w.project_path.clone(),
+                        terminal_id: w.terminal_id.clone(),
+                        agent_type: w.agent_id.clone(),
+                        worker_type: w.worker_type.clone(),
+                        registry_status: w.status,
+                        state: if w.active_claims > 0 {
+                            "active"
+                        } else {
+                            "idle"
+                        }
+                        .to_owned(),
+                        status: if w.active_claims > 0 { "busy" } else { "ready" }.to_owned(),
+                        created_at: shepherd_core::time::to_rfc3339(w.registered_at),
+                        last_activity: shepherd_core::time::opt_rfc3339(w.last_activity_at),
+                        last_heartbeat_at: shepherd_core::time::to_rfc3339(w.last_heartbeat_at),
                     })
-                })
-                .collect();
-            let e = NewEvent::new(
-                shepherd_core::event::kind::WORKERS_SNAPSHOT,
-                Default::default(),
-                serde_json::json!({ "count": entries.len(), "workers": entries, "reason": reason }),
-            );
-            log::append(db, now, &e).await
-        })).await
+                    .collect();
+                let e = NewEvent::typed(
+                    shepherd_core::event::kind::WORKERS_SNAPSHOT,
+                    Default::default(),
+                    &WorkersSnapshot {
+                        count: workers.len() as i64,
+                        workers,
+                        reason,
+                    },
+                );
+                log::append(db, now, &e).await
+            })
+        })
+        .await
     }
 }

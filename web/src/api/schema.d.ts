@@ -7,7 +7,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Seed 000: list runs ("workers") without transcripts, newest first. */
+        /** The Workers page contract: list runs ("workers") without transcripts, newest first. */
         get: operations["seed_list"];
         put?: never;
         post?: never;
@@ -24,7 +24,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Seed 000: one run ("worker") with its transcript. */
+        /** The Workers page contract: one run ("worker") with its transcript. */
         get: operations["seed_detail"];
         put?: never;
         post?: never;
@@ -604,7 +604,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Seed 001's `worker_events`, with stable ids and a `next_cursor`. */
+        /** The worker registry contract's `worker_events`, with stable ids and a `next_cursor`. */
         get: operations["worker_events"];
         put?: never;
         post?: never;
@@ -765,7 +765,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Seed 001's `list_workers`: every worker known, live and recovered. */
+        /** The worker registry contract's `list_workers`: every worker known, live and recovered. */
         get: operations["list_workers"];
         put?: never;
         post?: never;
@@ -974,7 +974,7 @@ export interface components {
             task: components["schemas"]["Task"];
         };
         /**
-         * @description A channel (seed 002's resource, seed 000's `channel_id`): what runs and
+         * @description A channel (the conversations contract's resource, the Workers page contract's `channel_id`): what runs and
          *     conversations belong to.
          */
         Channel: {
@@ -1012,7 +1012,7 @@ export interface components {
         };
         /** @description `data` of `channel.created` and `channel.updated`. */
         ChannelChanged: {
-            /** @description Set when the channel is a resource with an agent (seed 002). */
+            /** @description Set when the channel is a resource with an agent (the conversations contract). */
             agent_id?: string | null;
             name: string;
         };
@@ -1048,7 +1048,7 @@ export interface components {
             worker_id: string;
         };
         /**
-         * @description The claim's `conversation` object (seed 002): a follow-up continues the
+         * @description The claim's `conversation` object (the conversations contract): a follow-up continues the
          *     agent's own conversation when it can.
          */
         ClaimConversation: {
@@ -1366,8 +1366,140 @@ export interface components {
             error: components["schemas"]["ErrorDetail"];
         };
         ErrorDetail: {
-            /** @description Stable, machine-readable, snake_case. */
-            code: string;
+            /**
+             * @description Stable, machine-readable, snake_case. One of:
+             *
+             *     - `agent_at_capacity`: The agent runs as many tasks as it may at once.
+             *     - `agent_not_found`: No agent has that id.
+             *     - `agent_not_interactive`: The agent cannot run in a terminal tab.
+             *     - `already_claimed`: Another worker holds the task's claim.
+             *     - `already_dispatched`: The task was dispatched already.
+             *     - `bad_body`: The request body could not be read.
+             *     - `bad_database_url`: The database URL (or its TLS settings) is not usable.
+             *     - `bad_request`: The request is malformed.
+             *     - `bad_schema`: The database schema is not one this server knows.
+             *     - `bad_tls_certificate`: The TLS certificate or key cannot be loaded.
+             *     - `body_timeout`: The request body did not arrive in time.
+             *     - `channel_archived`: The channel is archived.
+             *     - `channel_not_found`: No channel has that id.
+             *     - `claim_stale`: The claim token is not the task's active claim (it expired or was replaced).
+             *     - `conflict`: The request conflicts with the current state.
+             *     - `constraint_violation`: A uniqueness or reference rule of the database refused the write.
+             *     - `conversation_busy`: The conversation is working on a message (or stopping a cancelled run).
+             *     - `conversation_idle`: The conversation is idle; there is nothing to cancel.
+             *     - `conversation_not_found`: No conversation has that id.
+             *     - `database_unavailable`: The database cannot be reached; retry later.
+             *     - `forbidden`: The token may not do this.
+             *     - `git_failed`: A git command failed.
+             *     - `git_timeout`: A git command took too long.
+             *     - `headers_too_large`: The request headers are larger than the server accepts.
+             *     - `host_not_allowed`: The request's Host is not a name this server is known by.
+             *     - `internal`: An unexpected failure; the server log has the details.
+             *     - `invalid_after`: `after` is not a cursor.
+             *     - `invalid_agent_id`: The agent id is not a valid identifier.
+             *     - `invalid_agent_session_id`: The agent session id could be read as an option or holds other characters.
+             *     - `invalid_body`: The JSON body does not have the expected shape.
+             *     - `invalid_capabilities`: A capability is empty or longer than 64 characters.
+             *     - `invalid_channel_id`: The channel id is not a valid identifier.
+             *     - `invalid_cursor`: The cursor is not a sequence number.
+             *     - `invalid_event`: The event is not one the task's workflow knows.
+             *     - `invalid_group_by`: `group_by` names no known grouping.
+             *     - `invalid_limit`: `limit` is out of range.
+             *     - `invalid_location`: The session's location is not a usable directory.
+             *     - `invalid_max`: `max` is out of range.
+             *     - `invalid_max_attempts`: `max_attempts` is out of range.
+             *     - `invalid_max_concurrent`: `max_concurrent` is out of range.
+             *     - `invalid_message`: The message cannot be read.
+             *     - `invalid_name`: The name is empty or too long.
+             *     - `invalid_offset`: `offset` is out of range.
+             *     - `invalid_page_token`: The page token is not one the server gave.
+             *     - `invalid_path`: The request path is not valid UTF-8 once percent-decoded.
+             *     - `invalid_priority`: `priority` is out of range.
+             *     - `invalid_query`: The query string does not have the expected shape.
+             *     - `invalid_reason`: The reason is too long.
+             *     - `invalid_reports`: The batch of reports is empty or too large.
+             *     - `invalid_resource_id`: The resource id is not a valid identifier.
+             *     - `invalid_retry_backoff`: `retry_backoff` is out of range.
+             *     - `invalid_run_at`: `run_at` is not a usable time.
+             *     - `invalid_session_id`: The session id is not a valid identifier.
+             *     - `invalid_since`: `since` is not a time.
+             *     - `invalid_size`: The terminal size is out of range.
+             *     - `invalid_stale_threshold`: The stale threshold is out of range.
+             *     - `invalid_start_index`: The first step's index is out of range.
+             *     - `invalid_state`: The state names no known state.
+             *     - `invalid_status`: The status is not a known one or is too long.
+             *     - `invalid_text`: The text is empty or too long.
+             *     - `invalid_title`: The title is empty or too long.
+             *     - `invalid_transition`: The event does not apply in the task's state; it was recorded and refused.
+             *     - `invalid_usage`: The usage report has an impossible value.
+             *     - `invalid_vtid`: The vtid is not a valid identifier.
+             *     - `invalid_worker_id`: The worker id is not a valid identifier.
+             *     - `invalid_worker_type`: The worker type is not a known one.
+             *     - `invalid_workspace`: The workspace report is not usable.
+             *     - `length_required`: The request needs a Content-Length.
+             *     - `malformed_json`: The body is not valid JSON.
+             *     - `max_above_capacity`: `max` is above the worker's capacity.
+             *     - `method_not_allowed`: The route does not take this method.
+             *     - `migration_changed`: An applied migration was edited since it ran.
+             *     - `missing_capabilities`: The worker lacks capabilities the task needs.
+             *     - `missing_worker_id`: The request names no worker.
+             *     - `not_a_git_diff_worker`: The tab is not a git-diff tab.
+             *     - `not_a_terminal`: The tab has no terminal.
+             *     - `not_acceptable`: The server cannot answer in a format the request accepts.
+             *     - `not_found`: The thing named does not exist.
+             *     - `not_your_worker`: The worker token belongs to another worker.
+             *     - `operator_only`: Only the operator's token may do this.
+             *     - `origin_not_allowed`: The request's Origin is not allowed.
+             *     - `outside_sessions_root`: The location is outside the sessions root.
+             *     - `overloaded`: The server has too many requests in flight; retry later.
+             *     - `payload_too_large`: The request body is larger than the server accepts.
+             *     - `refused`: The server refused the request.
+             *     - `request_timeout`: The request did not arrive in time.
+             *     - `resource_archived`: The resource is archived.
+             *     - `resource_busy`: Another conversation of the resource is processing.
+             *     - `resource_has_no_agent`: The resource names no agent.
+             *     - `resource_not_found`: No resource has that id.
+             *     - `restore_failed`: The tab's process could not be started again (its restore failed).
+             *     - `route_not_found`: No route has that path.
+             *     - `run_has_no_workspace`: The run reported no workspace.
+             *     - `run_not_found`: No run has that id.
+             *     - `session_not_found`: No session has that id.
+             *     - `session_on_other_node`: The session lives on another server node.
+             *     - `sessions_unavailable`: This server does not host sessions.
+             *     - `shutting_down`: The server is shutting down.
+             *     - `spawn_failed`: The tab's process could not be started.
+             *     - `step_gap`: The steps do not continue from the last one recorded.
+             *     - `task_cancelled`: The task is cancelled.
+             *     - `task_exists`: A task with that vtid exists.
+             *     - `task_finished`: The task has reached a final state.
+             *     - `task_not_claimable`: The task is in a state no worker may claim.
+             *     - `task_not_dispatched`: The task is a draft; dispatch it first.
+             *     - `task_not_due`: The task may not be claimed before its `run_at`.
+             *     - `task_not_failed`: The task has not failed.
+             *     - `task_not_found`: No task has that vtid.
+             *     - `too_many_requests`: Too many requests; retry later.
+             *     - `too_many_steps`: The batch of steps is too large.
+             *     - `too_many_streams`: The server has as many streams open as it allows; retry later.
+             *     - `transcript_corrupt`: The stored transcript cannot be read.
+             *     - `unauthorized`: The request has no valid token.
+             *     - `unavailable`: The server cannot serve the request now; retry later.
+             *     - `unknown_agent`: No agent with that id is configured or registered.
+             *     - `unknown_event`: The event is not one the workflow knows.
+             *     - `unknown_workflow`: No workflow has that name.
+             *     - `unsupported_media_type`: The body's Content-Type is not application/json.
+             *     - `uri_too_long`: The request URI is longer than the server accepts.
+             *     - `validator_is_builder`: The worker that built the task may not validate it.
+             *     - `websocket_required`: The route needs a WebSocket upgrade.
+             *     - `worker_at_capacity`: The worker holds as many claims as it may.
+             *     - `worker_not_found`: No worker has that id.
+             *     - `worker_terminated`: The worker has deregistered; it must register again.
+             *     - `workspace_branch_gone`: The run's branch no longer exists.
+             *     - `workspace_repo_gone`: The run's repository no longer exists.
+             *     - `workspace_repo_not_allowed`: The run's repository is not one the server reads.
+             *     - `wrong_agent`: The task is for another agent.
+             * @enum {string}
+             */
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_event" | "invalid_group_by" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_transition" | "invalid_usage" | "invalid_vtid" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "validator_is_builder" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -1429,7 +1561,7 @@ export interface components {
             worker_id?: string | null;
         };
         /**
-         * @description Seed 001's event state of a worker.
+         * @description The worker registry contract's event state of a worker.
          * @enum {string}
          */
         EventState: "idle" | "active" | "closed";
@@ -1760,7 +1892,7 @@ export interface components {
             /** @description Its run. */
             run_id: string;
         };
-        /** @description One execution of a task by a worker (seed 000's `worker_runs` row). */
+        /** @description One execution of a task by a worker (the Workers page contract's `worker_runs` row). */
         Run: {
             active_tool?: string | null;
             agent_id: string;
@@ -1862,7 +1994,7 @@ export interface components {
             type: "run.started";
         };
         /**
-         * @description A run's status (seed 000's `worker_runs.status`).
+         * @description A run's status (the Workers page contract's `worker_runs.status`).
          * @enum {string}
          */
         RunStatus: "running" | "done" | "failed" | "cancelled";
@@ -1940,8 +2072,8 @@ export interface components {
             repo?: string | null;
         };
         /**
-         * @description A connector (seed 003) error: the standard `error` object with the
-         *     seed's `ok: false` and `reason`, and `claimed: false` on claims. A
+         * @description A connector (the connector contract) error: the standard `error` object with the
+         *     contract's `ok: false` and `reason`, and `claimed: false` on claims. A
          *     request that could not be read at all (malformed JSON) has only `error`.
          */
         SeedErrorBody: {
@@ -1949,7 +2081,7 @@ export interface components {
             claimed?: boolean | null;
             error: components["schemas"]["ErrorDetail"];
             ok?: boolean | null;
-            /** @description The error's message again, as the seed names it. */
+            /** @description The error's message again, as the contract names it. */
             reason?: string | null;
         };
         SendBody: {
@@ -2074,7 +2206,7 @@ export interface components {
             sessions: components["schemas"]["Session"][];
         };
         /**
-         * @description Seed 001's session status of a worker.
+         * @description The worker registry contract's session status of a worker.
          * @enum {string}
          */
         SessionStatus: "spawning" | "ready" | "busy" | "closed";
@@ -2207,7 +2339,7 @@ export interface components {
             claim_token: string;
             usage: components["schemas"]["Usage"];
         };
-        /** @description One worker in a `workers.snapshot` (seed 001's fields). */
+        /** @description One worker in a `workers.snapshot` (the worker registry contract's fields). */
         SnapshotWorker: {
             agent_type: string;
             created_at: string;
@@ -2215,7 +2347,7 @@ export interface components {
             last_heartbeat_at: string;
             name?: string | null;
             project_path?: string | null;
-            registry_status: string;
+            registry_status: components["schemas"]["WorkerStatus"];
             session_id?: string | null;
             /** @description `active` or `idle`. */
             state: string;
@@ -2242,7 +2374,7 @@ export interface components {
         };
         /** @description What an SSE frame's `data:` line holds: an event, or a `resync` notice. */
         StreamData: components["schemas"]["WireEvent"] | components["schemas"]["Resync"];
-        /** @description A unit of work (seed 003's VTID). */
+        /** @description A unit of work (the connector contract's VTID). */
         Task: {
             agent_id?: string | null;
             /** Format: int64 */
@@ -2492,7 +2624,7 @@ export interface components {
         WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["ProgressEvent"];
         /**
          * @description `data` of `worker.active`: the worker took a claim. No longer written (a
-         *     log from an earlier version may hold it): seed 001's `worker_active` now
+         *     log from an earlier version may hold it): the worker registry contract's `worker_active` now
          *     comes from `worker.claim.granted` with `worker_active_claims` 1.
          */
         WorkerActive: {
@@ -2536,7 +2668,7 @@ export interface components {
              */
             type: "worker.closed";
         };
-        /** @description Seed 000's worker detail (a run) with its decompressed transcript. */
+        /** @description The Workers page contract's worker detail (a run) with its decompressed transcript. */
         WorkerDetailResponse: {
             agent_id: string;
             channel_id?: string | null;
@@ -2555,7 +2687,7 @@ export interface components {
             vtid: string;
             worker_type: string;
         };
-        /** @description One worker lifecycle event under seed 001's names. */
+        /** @description One worker lifecycle event under the worker registry contract's names. */
         WorkerEvent: {
             data: Record<string, never>;
             /**
@@ -2586,13 +2718,13 @@ export interface components {
             stuck: string[];
         };
         /**
-         * @description Seed 001's names for worker lifecycle events.
+         * @description The worker registry contract's names for worker lifecycle events.
          * @enum {string}
          */
         WorkerEventType: "worker_started" | "worker_active" | "worker_idle" | "worker_closed" | "snapshot" | "unknown";
         /**
          * @description `data` of `worker.idle`: the worker's last claim ended. No longer written
-         *     (a log from an earlier version may hold it): seed 001's `worker_idle` now
+         *     (a log from an earlier version may hold it): the worker registry contract's `worker_idle` now
          *     comes from `worker.claim.released` / `worker.claim.expired` with
          *     `worker_active_claims` 0.
          */
@@ -2628,12 +2760,12 @@ export interface components {
              */
             type: "worker.inactive";
         };
-        /** @description A worker as seed 001's `list_workers` shows it. */
+        /** @description A worker as the worker registry contract's `list_workers` shows it. */
         WorkerInfo: {
             /** Format: int64 */
             active_claims: number;
             agent_id: string;
-            /** @description The agent, under seed 001's name. */
+            /** @description The agent, under the worker registry contract's name. */
             agent_type: string;
             capabilities: string[];
             created_at: string;
@@ -2695,7 +2827,7 @@ export interface components {
             /** @description Always `true`. */
             resumed: boolean;
         };
-        /** @description Seed 000's worker list item (a run), with the live overlay. */
+        /** @description The Workers page contract's worker list item (a run), with the live overlay. */
         WorkerRunInfo: {
             active_tool?: string | null;
             agent_id: string;
@@ -2725,7 +2857,7 @@ export interface components {
             ts: string;
         };
         /**
-         * @description Where seed 001's worker list learned of a worker.
+         * @description Where the worker registry contract's worker list learned of a worker.
          * @enum {string}
          */
         WorkerSource: "registry" | "event_log";
@@ -2749,7 +2881,7 @@ export interface components {
             type: "workers.snapshot";
         };
         /**
-         * @description A worker's registry status (seed 003).
+         * @description A worker's registry status (the connector contract).
          * @enum {string}
          */
         WorkerStatus: "active" | "inactive" | "terminated";

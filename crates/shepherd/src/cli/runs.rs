@@ -61,7 +61,7 @@ pub async fn runs(g: &Global, cmd: &RunsCommand) -> Result<()> {
                                 };
                                 vec![
                                     r.id.clone(),
-                                    r.status.clone(),
+                                    r.status.to_string(),
                                     r.vtid.clone(),
                                     r.agent_id.clone(),
                                     ago(&shepherd_core::time::to_rfc3339(r.started_at)),

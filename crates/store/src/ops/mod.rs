@@ -148,10 +148,15 @@ pub async fn agents_upsert<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             shepherd_core::event::kind::AGENT_UPSERTED,
             shepherd_core::event::EventRefs::default().agent(id),
-            serde_json::json!({ "source": "config", "worker_type": worker_type, "max_concurrent": max_concurrent }),
+            &shepherd_core::event::payloads::AgentUpserted {
+                source: "config".to_owned(),
+                worker_type: worker_type.to_owned(),
+                // Present, `null` when the configuration sets no limit.
+                max_concurrent: Some(max_concurrent),
+            },
         ),
     );
     Ok(())

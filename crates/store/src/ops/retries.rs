@@ -6,7 +6,8 @@
 //! moves the task where the answer says.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
+use shepherd_core::event::payloads::RetryScheduled;
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::{Claim, Task};
 use shepherd_core::retry::{self, AfterRun, AttemptFailure, RunEnding};
@@ -65,7 +66,7 @@ pub(crate) fn decide(task: &Task, claim_lost: bool, retryable: bool, now: Millis
 /// Where a retried task waits: a validator's attempt goes back to review,
 /// a builder's to the queue.
 pub(crate) fn back_to(wf: &Workflow, claim: &Claim) -> &'static str {
-    if claim.purpose == "validate" {
+    if claim.purpose == shepherd_core::status::ClaimPurpose::Validate {
         wf.review_state.unwrap_or(wf.dispatched_state)
     } else {
         wf.dispatched_state
@@ -123,13 +124,16 @@ pub(crate) async fn record<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::TASK_RETRY_SCHEDULED,
                 refs,
-                json!({
-                    "attempt": attempt, "run_id": claim.run_id, "reason": reason,
-                    "run_at": run_at, "max_attempts": task.max_attempts.unwrap_or(1),
-                }),
+                &RetryScheduled {
+                    attempt,
+                    run_id: claim.run_id.clone(),
+                    reason: reason.to_owned(),
+                    run_at,
+                    max_attempts: task.max_attempts.unwrap_or(1),
+                },
             ),
         );
     }

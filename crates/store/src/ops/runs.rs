@@ -1,4 +1,4 @@
-//! Runs and their transcripts (seed 000's `worker_runs`).
+//! Runs and their transcripts (the Workers page contract's `worker_runs`).
 //!
 //! While a run is running, each finished step is its own row (`run_steps`),
 //! durable before the worker's call returns; an event carries a short
@@ -6,9 +6,10 @@
 //! once into a gzipped JSON blob on the run row and the step rows go, in the
 //! same transaction. List queries never select the blob column.
 
-use serde_json::json;
+use shepherd_core::event::payloads::{RunCompleted, RunStarted, RunStatusChanged, RunStep};
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::{Run, Task, Worker};
+use shepherd_core::status::{ClaimPurpose, RunStatus};
 use shepherd_core::time::Millis;
 use shepherd_core::transcript::{self, ActionContent, TranscriptStep};
 use shepherd_core::workflow::{self, Outcome};
@@ -37,8 +38,8 @@ pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
         agent_id: r.string(6)?,
         worker_type: r.string(7)?,
         attempt: r.i64(8)?,
-        purpose: r.string(9)?,
-        status: r.string(10)?,
+        purpose: r.word(9)?,
+        status: r.word(10)?,
         result: r.opt_string(11)?,
         started_at: r.i64(12)?,
         completed_at: r.opt_i64(13)?,
@@ -168,7 +169,7 @@ pub(crate) fn new_run<D: Db>(
     now: Millis,
     task: &Task,
     worker: &Worker,
-    purpose: &str,
+    purpose: ClaimPurpose,
     attempt: i64,
     lease: Lease<'_>,
 ) -> NewRun {
@@ -182,7 +183,7 @@ pub(crate) fn new_run<D: Db>(
         &worker.agent_id,
         &worker.worker_type,
         attempt,
-        purpose,
+        purpose.as_str(),
         now,
         &task.conversation_id,
         lease.claim_id,
@@ -199,13 +200,17 @@ pub(crate) fn new_run<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::RUN_STARTED,
             refs,
-            json!({
-                "task": task.title, "agent_id": worker.agent_id, "channel_id": task.channel_id,
-                "worker_type": worker.worker_type, "purpose": purpose, "attempt": attempt,
-            }),
+            &RunStarted {
+                agent_id: worker.agent_id.clone(),
+                attempt,
+                channel_id: task.channel_id.clone(),
+                purpose,
+                task: task.title.clone(),
+                worker_type: worker.worker_type.clone(),
+            },
         ),
     );
     NewRun { id, params }
@@ -280,7 +285,7 @@ pub async fn steps<D: Db>(
     limit: i64,
 ) -> Result<(Run, Vec<(i64, TranscriptStep)>), Error> {
     let run = require(db, run_id).await?;
-    let steps: Vec<(i64, TranscriptStep)> = if run.status == "running" {
+    let steps: Vec<(i64, TranscriptStep)> = if run.status == RunStatus::Running {
         let rows = db
             .query(
                 "SELECT idx, body FROM run_steps WHERE run_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
@@ -390,7 +395,7 @@ pub async fn append_steps<D: Db>(
     // every write below rests on this transaction's reads alone.
     let new_steps = (start_index + steps.len() as i64) > stored;
     let mut starts = None;
-    if new_steps && run.purpose == "build" {
+    if new_steps && run.purpose == ClaimPurpose::Build {
         let task = tasks::require(db, &run.vtid).await?;
         if task.cancel_requested_at.is_none() {
             let wf = workflow_of(&task)?;
@@ -438,13 +443,16 @@ pub async fn append_steps<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::RUN_STEP,
                 refs.clone(),
-                json!({
-                    "index": idx, "kind": summary.kind, "tool_name": summary.tool_name,
-                    "call_ids": summary.call_ids, "preview": summary.preview,
-                }),
+                &RunStep {
+                    index: idx,
+                    kind: summary.kind.to_owned(),
+                    preview: summary.preview,
+                    tool_name: summary.tool_name,
+                    call_ids: summary.call_ids,
+                },
             ),
         );
         accepted += 1;
@@ -497,7 +505,13 @@ pub async fn set_status<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(kind::RUN_STATUS, refs, json!({ "status": text })),
+        NewEvent::typed(
+            kind::RUN_STATUS,
+            refs,
+            &RunStatusChanged {
+                status: text.to_owned(),
+            },
+        ),
     );
     require(db, run_id).await
 }
@@ -505,7 +519,7 @@ pub async fn set_status<D: Db>(
 /// What ending a run needs to know about it, when the caller already read it.
 #[derive(Debug, Clone)]
 pub(crate) struct RunInfo {
-    pub status: String,
+    pub status: RunStatus,
     pub step_count: i64,
     pub refs: EventRefs,
 }
@@ -513,7 +527,7 @@ pub(crate) struct RunInfo {
 impl RunInfo {
     pub(crate) fn of(run: &Run) -> RunInfo {
         RunInfo {
-            status: run.status.clone(),
+            status: run.status,
             step_count: run.step_count,
             refs: run_refs(run),
         }
@@ -529,7 +543,7 @@ pub(crate) async fn finish<D: Db>(
     db: &mut D,
     now: Millis,
     run_id: &str,
-    status: &str,
+    status: RunStatus,
     result: Option<String>,
     reason: &str,
     known: Option<RunInfo>,
@@ -539,7 +553,7 @@ pub(crate) async fn finish<D: Db>(
         Some(k) => k,
         None => RunInfo::of(&require(db, run_id).await?),
     };
-    if info.status != "running" {
+    if info.status != RunStatus::Running {
         if release {
             db.defer(
                 "UPDATE runs SET released_at = $2, release_reason = $3 WHERE id = $1 AND released_at IS NULL",
@@ -570,7 +584,7 @@ pub(crate) async fn finish<D: Db>(
     };
     let result = match (result, status) {
         (Some(r), _) => Some(r),
-        (None, "done") => None,
+        (None, RunStatus::Done) => None,
         (None, _) => Some(reason.to_owned()),
     };
     let has_transcript = !matches!(blob, Value::Null);
@@ -582,7 +596,7 @@ pub(crate) async fn finish<D: Db>(
     }
     let mut args = vec![
         Value::from(run_id),
-        Value::from(status),
+        Value::from(status.as_str()),
         Value::from(result.clone()),
         Value::Int(now),
         Value::from(has_transcript),
@@ -601,7 +615,7 @@ pub(crate) async fn finish<D: Db>(
         db.defer(&format!("{END} WHERE id = $1"), args);
     }
     if let (Some(agent), Some(worker)) = (&info.refs.agent_id, &info.refs.worker_id) {
-        count_finished(db, agent, status, worker);
+        count_finished(db, agent, status.as_str(), worker);
     }
     if info.step_count > 0 {
         db.defer("DELETE FROM run_steps WHERE run_id = $1", params![run_id]);
@@ -609,10 +623,15 @@ pub(crate) async fn finish<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::RUN_COMPLETED,
             info.refs,
-            json!({ "status": status, "result": result, "reason": reason, "steps": steps.len() }),
+            &RunCompleted {
+                status,
+                result,
+                reason: reason.to_owned(),
+                steps: steps.len() as i64,
+            },
         ),
     );
     Ok(())

@@ -1,20 +1,32 @@
-//! Sessions (seed 004): workspaces and their tabs ("session workers"), the
+//! Sessions (the sessions contract): workspaces and their tabs ("session workers"), the
 //! latest process of each PTY tab, and the registry row that makes a PTY tab
-//! a worker in seed 001's `list_workers`.
+//! a worker in the worker registry contract's `list_workers`.
 //!
 //! Processes themselves live in `shepherd-sessions`; this module only records
 //! what happened to them (started, restored, restarted, exited), each change
 //! with its event in the same unit of work.
 
 use serde::Serialize;
-use serde_json::json;
+use shepherd_core::event::payloads::{
+    SessionCreated, SessionDeleted, SessionWorkerAdded, SessionWorkerExited, SessionWorkerRemoved,
+    SessionWorkerStarted, WorkerClosed, WorkerRegistered, WorkerRegisteredData,
+};
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::time::Millis;
 use shepherd_core::Error;
 
-use super::{emit, hash_token, random_hex, validate_id, workers};
+use super::{emit, hash_token, random_hex, to_json, validate_id, workers};
 use crate::params;
 use crate::sql::{Db, Row};
+
+/// The `metadata` of a PTY tab's worker row: which kind of tab it is and its
+/// process. The fields are in alphabetical order, as the text has always
+/// been written.
+#[derive(Serialize)]
+struct PtyWorkerMetadata<'a> {
+    pid: Option<i64>,
+    session_worker_type: &'a str,
+}
 
 /// The registry's agent id for terminal tabs (agent tabs use their agent's id).
 pub const TERMINAL_AGENT: &str = "terminal";
@@ -228,10 +240,14 @@ pub async fn create<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::SESSION_CREATED,
             EventRefs::default().session(Some(new.id.clone())),
-            json!({ "name": new.name, "location_path": new.location_path, "node_id": new.node_id }),
+            &SessionCreated {
+                name: new.name.clone(),
+                location_path: new.location_path.clone(),
+                node_id: new.node_id.clone(),
+            },
         ),
     );
     require(db, &new.id).await
@@ -278,12 +294,18 @@ pub async fn add_worker<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::SESSION_WORKER_ADDED,
             EventRefs::default()
                 .session(Some(session_id.to_owned()))
                 .worker(&new.id),
-            json!({ "type": new.kind, "name": new.name, "agent_id": new.agent_id, "pid": new.pid, "epoch": epoch }),
+            &SessionWorkerAdded {
+                kind: new.kind.clone(),
+                name: new.name.clone(),
+                agent_id: new.agent_id.clone(),
+                pid: new.pid,
+                epoch,
+            },
         ),
     );
     if pty {
@@ -305,7 +327,7 @@ async fn register_pty<D: Db>(
     workers::ensure_agent(db, now, agent, PTY_WORKER_TYPE).await?;
     let token = hash_token(&format!("pty_{}", random_hex(24)));
     // The tab's process is running when it is recorded (it has a pid), so
-    // it is never seed 001's `spawning`: its activity starts now.
+    // it is never the worker registry contract's `spawning`: its activity starts now.
     db.execute(
         "INSERT INTO workers (id, agent_id, worker_type, name, project_path, session_id, terminal_id, \
          capabilities, max_concurrent, status, token_hash, metadata, registered_at, last_heartbeat_at, \
@@ -319,7 +341,10 @@ async fn register_pty<D: Db>(
             &session.location_path,
             &session.id,
             token,
-            json!({ "session_worker_type": new.kind, "pid": new.pid }).to_string(),
+            to_json(&PtyWorkerMetadata {
+                pid: new.pid,
+                session_worker_type: &new.kind,
+            }),
             now
         ],
     )
@@ -327,20 +352,20 @@ async fn register_pty<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::WORKER_REGISTERED,
             EventRefs::default()
                 .worker(&new.id)
                 .agent(agent)
                 .session(Some(session.id.clone())),
-            json!({
-                "re_registered": false,
-                "name": new.name,
-                "project_path": session.location_path,
-                "terminal_id": new.id,
-                "worker_type": PTY_WORKER_TYPE,
-                "capabilities": [],
-                "max_concurrent": 1,
+            &WorkerRegisteredData::Registered(WorkerRegistered {
+                re_registered: false,
+                name: Some(new.name.clone()),
+                project_path: Some(session.location_path.clone()),
+                terminal_id: Some(new.id.clone()),
+                worker_type: PTY_WORKER_TYPE.to_owned(),
+                capabilities: Vec::new(),
+                max_concurrent: 1,
             }),
         ),
     );
@@ -381,7 +406,10 @@ pub async fn process_started<D: Db>(
         params![
             worker_id,
             now,
-            json!({ "session_worker_type": before.kind, "pid": pid }).to_string()
+            to_json(&PtyWorkerMetadata {
+                pid: Some(pid),
+                session_worker_type: &before.kind,
+            })
         ],
     )
     .await?;
@@ -392,12 +420,17 @@ pub async fn process_started<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind_,
             EventRefs::default()
                 .session(Some(session_id.to_owned()))
                 .worker(worker_id),
-            json!({ "pid": pid, "epoch": epoch, "previous_pid": before.pid, "mode": mode }),
+            &SessionWorkerStarted {
+                pid,
+                epoch,
+                previous_pid: before.pid,
+                mode: mode.to_owned(),
+            },
         ),
     );
     let (_, w) = require_worker(db, session_id, worker_id).await?;
@@ -428,12 +461,18 @@ pub async fn process_exited<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::SESSION_WORKER_EXITED,
             EventRefs::default()
                 .session(Some(session_id.to_owned()))
                 .worker(worker_id),
-            json!({ "epoch": epoch, "exitCode": exit_code, "signal": signal }),
+            &SessionWorkerExited {
+                epoch: Some(epoch),
+                exit_code,
+                signal,
+                restore_failed: None,
+                reason: None,
+            },
         ),
     );
     Ok(true)
@@ -456,12 +495,15 @@ pub async fn remove_worker<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::SESSION_WORKER_REMOVED,
             EventRefs::default()
                 .session(Some(session_id.to_owned()))
                 .worker(worker_id),
-            json!({ "type": w.kind, "reason": reason }),
+            &SessionWorkerRemoved {
+                kind: w.kind.clone(),
+                reason: reason.to_owned(),
+            },
         ),
     );
     if w.is_pty() {
@@ -476,13 +518,16 @@ pub async fn remove_worker<D: Db>(
             emit(
                 db,
                 now,
-                NewEvent::new(
+                NewEvent::typed(
                     kind::WORKER_CLOSED,
                     EventRefs::default()
                         .worker(worker_id)
                         .agent(agent)
                         .session(Some(session_id.to_owned())),
-                    json!({ "reason": reason }),
+                    &WorkerClosed {
+                        reason: reason.to_owned(),
+                        released_claims: None,
+                    },
                 ),
             );
         }
@@ -501,10 +546,12 @@ pub async fn delete<D: Db>(db: &mut D, now: Millis, id: &str) -> Result<SessionR
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::SESSION_DELETED,
             EventRefs::default().session(Some(id.to_owned())),
-            json!({ "workers": s.workers.len() }),
+            &SessionDeleted {
+                workers: s.workers.len() as i64,
+            },
         ),
     );
     Ok(s)
@@ -539,12 +586,18 @@ pub async fn restore_failed<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::SESSION_WORKER_EXITED,
             EventRefs::default()
                 .session(Some(session_id.to_owned()))
                 .worker(worker_id),
-            json!({ "restore_failed": true, "reason": reason, "exitCode": 1, "signal": null }),
+            &SessionWorkerExited {
+                epoch: None,
+                exit_code: Some(1),
+                signal: None,
+                restore_failed: Some(true),
+                reason: Some(reason.to_owned()),
+            },
         ),
     );
     Ok(())

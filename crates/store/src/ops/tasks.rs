@@ -1,7 +1,10 @@
 //! Tasks: creation, dispatch, listing, cancel, and events from outside any
 //! worker that drive a task's workflow.
 
-use serde_json::{json, Value};
+use serde_json::Value;
+use shepherd_core::event::payloads::{
+    CancelRequested, ChannelChanged, TaskCreated, TaskDispatched, TaskStateChanged,
+};
 use shepherd_core::event::{kind, Event, EventFilter, EventRefs, NewEvent};
 use shepherd_core::model::{Claim, Task};
 use shepherd_core::retry::{self, RetryBackoff, RetryPolicy};
@@ -136,10 +139,14 @@ pub(crate) async fn set_state<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::TASK_STATE_CHANGED,
             refs,
-            json!({ "from": task.state, "to": to, "cause": cause }),
+            &TaskStateChanged {
+                from: task.state.clone(),
+                to: to.to_owned(),
+                cause: cause.to_owned(),
+            },
         ),
     );
     task.state = to.to_owned();
@@ -191,10 +198,13 @@ pub(crate) async fn ensure_channel<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::CHANNEL_CREATED,
                 EventRefs::default().channel(Some(channel_id.to_owned())),
-                json!({ "name": channel_id }),
+                &ChannelChanged {
+                    name: channel_id.to_owned(),
+                    agent_id: None,
+                },
             ),
         );
     }
@@ -300,13 +310,16 @@ pub async fn create<D: Db>(db: &mut D, now: Millis, new: NewTask) -> Result<Task
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::TASK_CREATED,
             task_refs(&task),
-            json!({
-                "title": task.title, "priority": task.priority, "workflow": task.workflow,
-                "capabilities": task.capabilities, "state": task.state,
-            }),
+            &TaskCreated {
+                title: task.title.clone(),
+                priority: task.priority,
+                workflow: task.workflow.clone(),
+                capabilities: task.capabilities.clone(),
+                state: task.state.clone(),
+            },
         ),
     );
     if new.dispatch {
@@ -391,10 +404,13 @@ async fn dispatch_loaded<D: Db>(db: &mut D, now: Millis, task: &mut Task) -> Res
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::TASK_DISPATCHED,
             task_refs(task),
-            json!({ "spec_snapshot_id": snapshot, "priority": task.priority }),
+            &TaskDispatched {
+                spec_snapshot_id: snapshot.clone(),
+                priority: task.priority,
+            },
         ),
     );
     set_state(
@@ -516,10 +532,12 @@ pub async fn cancel<D: Db>(
                 emit(
                     db,
                     now,
-                    NewEvent::new(
+                    NewEvent::typed(
                         kind::TASK_CANCEL_REQUESTED,
                         refs,
-                        json!({ "reason": reason }),
+                        &CancelRequested {
+                            reason: reason.clone(),
+                        },
                     ),
                 );
             }
@@ -540,10 +558,12 @@ pub async fn cancel<D: Db>(
             emit(
                 db,
                 now,
-                NewEvent::new(
+                NewEvent::typed(
                     kind::TASK_CANCEL_REQUESTED,
                     task_refs(&task),
-                    json!({ "reason": reason }),
+                    &CancelRequested {
+                        reason: reason.clone(),
+                    },
                 ),
             );
             set_state(

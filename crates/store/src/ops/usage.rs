@@ -2,7 +2,7 @@
 //! claim reports it (a running total, so the latest report replaces the
 //! last) and announced as a `run.usage` event.
 
-use serde_json::json;
+use shepherd_core::event::payloads::RunUsage;
 use shepherd_core::event::{kind, NewEvent};
 use shepherd_core::model::Run;
 use shepherd_core::time::Millis;
@@ -42,7 +42,7 @@ pub async fn set_usage<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(kind::RUN_USAGE, run_refs(&run), json!({ "usage": usage })),
+        NewEvent::typed(kind::RUN_USAGE, run_refs(&run), &RunUsage { usage }),
     );
     require(db, run_id).await
 }

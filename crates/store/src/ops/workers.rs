@@ -1,6 +1,7 @@
 //! Worker registry: registration, heartbeats, deregistration, listing.
 
-use serde_json::{json, Value};
+use serde_json::Value;
+use shepherd_core::event::payloads::{AgentUpserted, WorkerRegistered, WorkerRegisteredData};
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::Worker;
 use shepherd_core::time::Millis;
@@ -66,7 +67,7 @@ pub(crate) fn worker_from_row(r: &Row) -> Result<Worker, Error> {
         terminal_id: r.opt_string(6)?,
         capabilities: r.json(7)?,
         max_concurrent: r.i64(8)?,
-        status: r.string(9)?,
+        status: r.word(9)?,
         metadata: r.json(10)?,
         registered_at: r.i64(11)?,
         last_heartbeat_at: r.i64(12)?,
@@ -97,7 +98,7 @@ pub async fn require<D: Db>(db: &mut D, worker_id: &str) -> Result<Worker, Error
 /// The worker, if it may still act (not terminated).
 pub async fn require_live<D: Db>(db: &mut D, worker_id: &str) -> Result<Worker, Error> {
     let w = require(db, worker_id).await?;
-    if w.status == "terminated" {
+    if w.status == shepherd_core::status::WorkerStatus::Terminated {
         return Err(Error::conflict(
             "worker_terminated",
             format!("worker {worker_id:?} has deregistered; register again"),
@@ -124,10 +125,15 @@ pub async fn ensure_agent<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::AGENT_UPSERTED,
                 EventRefs::default().agent(agent_id),
-                json!({ "source": "registration", "worker_type": worker_type }),
+                &AgentUpserted {
+                    source: "registration".to_owned(),
+                    worker_type: worker_type.to_owned(),
+                    // Left out: a registered agent has no configured limit.
+                    max_concurrent: None,
+                },
             ),
         );
     }
@@ -164,7 +170,7 @@ pub async fn register<D: Db>(
     };
     // A worker that registers again keeps its id and its registration time;
     // everything it says about itself, and its token, are replaced. Its
-    // activity starts over: a new process is `spawning` (seed 001) until
+    // activity starts over: a new process is `spawning` (the worker registry contract) until
     // it polls or heartbeats.
     db.defer(
         "INSERT INTO workers (id, agent_id, worker_type, name, project_path, session_id, terminal_id, \
@@ -195,20 +201,20 @@ pub async fn register<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::WORKER_REGISTERED,
             EventRefs::default()
                 .worker(&worker_id)
                 .agent(&reg.agent_id)
                 .session(reg.session_id.clone()),
-            json!({
-                "re_registered": existing.is_some(),
-                "name": reg.name,
-                "project_path": reg.project_path,
-                "terminal_id": reg.terminal_id,
-                "worker_type": reg.worker_type,
-                "capabilities": reg.capabilities,
-                "max_concurrent": reg.max_concurrent,
+            &WorkerRegisteredData::Registered(WorkerRegistered {
+                re_registered: existing.is_some(),
+                name: reg.name.clone(),
+                project_path: reg.project_path.clone(),
+                terminal_id: reg.terminal_id.clone(),
+                worker_type: reg.worker_type.clone(),
+                capabilities: reg.capabilities.clone(),
+                max_concurrent: reg.max_concurrent,
             }),
         ),
     );

@@ -182,7 +182,7 @@ pub async fn claim_next<D: Db>(
     rules: &LeaseRules,
 ) -> Result<Vec<Grant>, Error> {
     let worker = workers::require_live(db, worker_id).await?;
-    // Asking for work ends seed 001's `spawning`, granted or not.
+    // Asking for work ends the worker registry contract's `spawning`, granted or not.
     workers::touch(db, worker_id, worker.last_activity_at, now);
     let free = (worker.max_concurrent - worker.active_claims).max(0);
     if max < 1 {
@@ -368,7 +368,7 @@ async fn claim_inner<D: Db>(
         };
         let task = task_from_row(&slice(&r, 0, TASK_WIDTH))?;
         let worker = workers::worker_from_row(&slice(&r, TASK_WIDTH, WORKER_WIDTH))?;
-        if worker.status == "terminated" {
+        if worker.status == WorkerStatus::Terminated {
             return Err(Error::conflict(
                 "worker_terminated",
                 format!("worker {worker_id:?} has deregistered; register again"),
@@ -528,9 +528,9 @@ fn plan_grant<D: Db>(
     let vtid = vtid.as_str();
     let wf = workflow_of(&task)?;
     let purpose = if wf.awaits_validator(&task.state) {
-        "validate"
+        ClaimPurpose::Validate
     } else {
-        "build"
+        ClaimPurpose::Build
     };
     let attempt = task.attempts + 1;
     let claim_id = new_uuid();
@@ -546,12 +546,12 @@ fn plan_grant<D: Db>(
     let run = runs::new_run(db, now, &task, worker, purpose, attempt, lease);
     let run_id = run.id.clone();
     writes.runs.push(run);
-    let builder = if purpose == "build" {
+    let builder = if purpose == ClaimPurpose::Build {
         Some(worker_id.to_owned())
     } else {
         task.builder_worker_id.clone()
     };
-    let new_state = if purpose == "build" {
+    let new_state = if purpose == ClaimPurpose::Build {
         wf.claimed_state
     } else {
         task.state.as_str()
@@ -567,18 +567,21 @@ fn plan_grant<D: Db>(
         .agent(&worker.agent_id)
         .channel(task.channel_id.clone())
         .conversation(task.conversation_id.clone());
-    // The worker's claim count after the grant: seed 001's `worker_active`
+    // The worker's claim count after the grant: the worker registry contract's `worker_active`
     // is this event when it is 1 (no event of its own is stored).
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::CLAIM_GRANTED,
             refs.clone(),
-            json!({
-                "claim_id": claim_id, "purpose": purpose, "attempt": attempt, "expires_at": expires_at,
-                "worker_active_claims": worker.active_claims + 1,
-            }),
+            &ClaimGranted {
+                claim_id: claim_id.clone(),
+                attempt,
+                expires_at,
+                purpose,
+                worker_active_claims: Some(worker.active_claims + 1),
+            },
         ),
     );
     if new_state != task.state {
@@ -587,10 +590,14 @@ fn plan_grant<D: Db>(
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::TASK_STATE_CHANGED,
                 r,
-                json!({ "from": task.state, "to": new_state, "cause": "claimed" }),
+                &TaskStateChanged {
+                    from: task.state.clone(),
+                    to: new_state.to_owned(),
+                    cause: "claimed".to_owned(),
+                },
             ),
         );
     }
@@ -607,7 +614,7 @@ fn plan_grant<D: Db>(
             vtid: vtid.to_owned(),
             worker_id: worker_id.to_owned(),
             run_id,
-            purpose: purpose.to_owned(),
+            purpose,
             claimed_at: now,
             expires_at,
             released_at: None,

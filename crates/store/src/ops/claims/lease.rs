@@ -13,7 +13,7 @@ pub(crate) async fn release<D: Db>(
     now: Millis,
     claim: &Claim,
     reason: &str,
-    run_status: &str,
+    run_status: RunStatus,
     result: Option<String>,
     expired: bool,
     holder: Option<Holder>,
@@ -43,22 +43,24 @@ pub(crate) async fn release<D: Db>(
         .worker(&claim.worker_id)
         .run(&claim.run_id)
         .agent(&agent_id);
-    // The worker's claim count after the release: seed 001's `worker_idle`
+    // The worker's claim count after the release: the worker registry contract's `worker_idle`
     // is this event when it is 0 (no event of its own is stored).
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             if expired {
                 kind::CLAIM_EXPIRED
             } else {
                 kind::CLAIM_RELEASED
             },
             refs,
-            json!({
-                "claim_id": claim.id, "reason": reason, "purpose": claim.purpose,
-                "worker_active_claims": remaining,
-            }),
+            &ClaimReleased {
+                claim_id: claim.id.clone(),
+                purpose: claim.purpose,
+                reason: reason.to_owned(),
+                worker_active_claims: Some(remaining),
+            },
         ),
     );
     runs::finish(db, now, &claim.run_id, run_status, result, reason, run).await?;
@@ -76,8 +78,13 @@ async fn expire_if_lapsed<D: Db>(
         return Ok(false);
     }
     let worker = workers::require(db, &claim.worker_id).await?;
-    let Some(reason) = lapse_reason(now, rules, claim, worker.last_heartbeat_at, &worker.status)
-    else {
+    let Some(reason) = lapse_reason(
+        now,
+        rules,
+        claim,
+        worker.last_heartbeat_at,
+        worker.status.as_str(),
+    ) else {
         return Ok(false);
     };
     expire(db, now, claim, &reason).await
@@ -90,7 +97,7 @@ pub(crate) async fn expire<D: Db>(
     claim: &Claim,
     reason: &str,
 ) -> Result<bool, Error> {
-    if !release(db, now, claim, reason, "failed", None, true, None).await? {
+    if !release(db, now, claim, reason, RunStatus::Failed, None, true, None).await? {
         return Ok(false);
     }
     let mut task = tasks::require(db, &claim.vtid).await?;
@@ -152,16 +159,16 @@ pub async fn heartbeat<D: Db>(
     );
     // A heartbeat is hearing from the worker: it is no longer `spawning`.
     db.defer(workers::TOUCH_ACTIVITY, params![worker_id, now]);
-    if worker.status == "inactive" {
+    if worker.status == WorkerStatus::Inactive {
         emit(
             db,
             now,
-            NewEvent::new(
+            NewEvent::typed(
                 kind::WORKER_REGISTERED,
                 EventRefs::default()
                     .worker(worker_id)
                     .agent(&worker.agent_id),
-                json!({ "resumed": true }),
+                &WorkerRegisteredData::Resumed(WorkerResumed { resumed: true }),
             ),
         );
     }
@@ -174,9 +181,13 @@ pub async fn heartbeat<D: Db>(
     );
     for r in &db.query(&sql, params![worker_id]).await? {
         let claim = claim_from_row(r)?;
-        if let Some(reason) =
-            lapse_reason(now, rules, &claim, worker.last_heartbeat_at, &worker.status)
-        {
+        if let Some(reason) = lapse_reason(
+            now,
+            rules,
+            &claim,
+            worker.last_heartbeat_at,
+            worker.status.as_str(),
+        ) {
             expire(db, now, &claim, &reason).await?;
         }
     }
@@ -230,13 +241,16 @@ pub async fn deregister<D: Db>(
     emit(
         db,
         now,
-        NewEvent::new(
+        NewEvent::typed(
             kind::WORKER_CLOSED,
             EventRefs::default()
                 .worker(worker_id)
                 .agent(&worker.agent_id)
                 .session(worker.session_id.clone()),
-            json!({ "reason": reason.unwrap_or_else(|| "deregistered".into()), "released_claims": held.len() }),
+            &WorkerClosed {
+                reason: reason.unwrap_or_else(|| "deregistered".into()),
+                released_claims: Some(held.len() as i64),
+            },
         ),
     );
     workers::require(db, worker_id).await
@@ -289,7 +303,7 @@ pub async fn sweep<D: Db>(
                 now,
                 &c,
                 "cancel grace period ended",
-                "cancelled",
+                RunStatus::Cancelled,
                 None,
                 false,
                 None,
@@ -326,10 +340,12 @@ pub async fn sweep<D: Db>(
                 emit(
                     db,
                     now,
-                    NewEvent::new(
+                    NewEvent::typed(
                         kind::WORKER_INACTIVE,
                         EventRefs::default().worker(&id).agent(r.string(1)?),
-                        json!({ "reason": "heartbeats lapsed" }),
+                        &WorkerInactive {
+                            reason: "heartbeats lapsed".to_owned(),
+                        },
                     ),
                 );
                 report.workers_inactive += 1;

@@ -11,11 +11,15 @@
 //! holder's liveness); `grant`, `report` and `lease` hold the three jobs.
 //! The rules they apply are pure functions in `shepherd_core::claiming`.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use shepherd_core::claiming;
+use shepherd_core::event::payloads::{
+    ClaimGranted, ClaimReleased, ProgressRecorded, TaskStateChanged, TransitionRejected,
+    WorkerClosed, WorkerInactive, WorkerRegisteredData, WorkerResumed,
+};
 use shepherd_core::event::{kind, EventRefs, NewEvent};
 use shepherd_core::model::{Claim, Task, Worker};
-use shepherd_core::status::RunStatus;
+use shepherd_core::status::{ClaimPurpose, RunStatus, WorkerStatus};
 use shepherd_core::time::Millis;
 use shepherd_core::workflow::{self, Outcome};
 use shepherd_core::Error;
@@ -51,7 +55,7 @@ fn claim_from_row(r: &Row) -> Result<Claim, Error> {
         vtid: r.string(1)?,
         worker_id: r.string(2)?,
         run_id: r.string(3)?,
-        purpose: r.string(4)?,
+        purpose: r.word(4)?,
         claimed_at: r.i64(5)?,
         expires_at: r.i64(6)?,
         released_at: r.opt_i64(7)?,
@@ -147,7 +151,7 @@ fn active_from(r: &Row, at: usize, vtid: &str) -> Result<Option<ActiveWithHolder
         vtid: vtid.to_owned(),
         worker_id: r.string(at + 1)?,
         run_id: r.string(at + 2)?,
-        purpose: r.string(at + 3)?,
+        purpose: r.word(at + 3)?,
         claimed_at: r.i64(at + 4)?,
         expires_at: r.i64(at + 5)?,
         released_at: None,

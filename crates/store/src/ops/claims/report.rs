@@ -182,7 +182,7 @@ fn context_from_row(r: &Row, vtid: &str) -> Result<Context, Error> {
                 .conversation(r.opt_string(at + 15)?);
             let holder = Holder {
                 run: runs::RunInfo {
-                    status: r.string(at + 9)?,
+                    status: r.word(at + 9)?,
                     step_count: r.i64(at + 10)?,
                     refs,
                 },
@@ -235,7 +235,7 @@ pub(crate) async fn progress<D: Db>(
             if a.claim.worker_id == worker_id
                 && match claim_token {
                     Some(t) => crate::ops::claim_token_matches(t, &a.token),
-                    // The seed's request shape has no token. It is enough
+                    // The contract's request shape has no token. It is enough
                     // only while the worker has held one claim on the task:
                     // after a claim lapsed and was re-granted to the same
                     // worker, a token-less report could come from its old
@@ -384,10 +384,15 @@ pub(crate) async fn apply_event<D: Db>(
             let seq = emit_first(
                 db,
                 now,
-                NewEvent::new(
+                NewEvent::typed(
                     kind::TASK_TRANSITION_REJECTED,
                     refs,
-                    json!({ "event": event, "state": task.state, "message": message, "metadata": metadata }),
+                    &TransitionRejected {
+                        event: event.to_owned(),
+                        state: task.state.clone(),
+                        message: message.clone(),
+                        metadata: metadata.clone(),
+                    },
                 ),
             )
             .await?;
@@ -411,13 +416,17 @@ pub(crate) async fn apply_event<D: Db>(
             let seq = emit_first(
                 db,
                 now,
-                NewEvent::new(
+                NewEvent::typed(
                     event,
                     refs.clone(),
-                    json!({
-                        "message": message, "metadata": metadata, "from": from, "to": to,
-                        "result": result, "external": external,
-                    }),
+                    &ProgressRecorded {
+                        from: from.to_owned(),
+                        to: to.to_owned(),
+                        message: message.clone(),
+                        metadata: metadata.clone(),
+                        result: result.clone(),
+                        external,
+                    },
                 ),
             )
             .await?;
@@ -440,7 +449,7 @@ pub(crate) async fn apply_event<D: Db>(
                     Some(claiming::RunEnding { status, reason }) => {
                         ended = true;
                         // A run that did not succeed keeps the worker's own
-                        // account of why (seed 000 shows the failure's text).
+                        // account of why (the Workers page contract shows the failure's text).
                         let result = result.clone().or_else(|| {
                             (status != RunStatus::Done)
                                 .then(|| message.clone().filter(|m| !m.is_empty()))
@@ -451,7 +460,7 @@ pub(crate) async fn apply_event<D: Db>(
                             now,
                             &a.claim,
                             reason,
-                            status.as_str(),
+                            status,
                             result,
                             false,
                             Some(holder),

@@ -1,0 +1,190 @@
+//! Every error code the server answers with, each with what it means: the
+//! one list the OpenAPI document's `ErrorDetail.code` enum and its
+//! description are generated from. A code is stable once listed: clients
+//! match on it, so its spelling never changes.
+//!
+//! Errors are still built with the code as a string (`Error::conflict(
+//! "task_exists", …)`); in debug builds `Error::new` refuses a code missing
+//! here, and `shepherd/tests/error_codes.rs` fails when the sources use one.
+
+/// One error code and what it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorCode {
+    pub code: &'static str,
+    pub description: &'static str,
+}
+
+/// Declares the table, sorted by code (a test keeps it sorted).
+macro_rules! error_codes {
+    ($($code:literal => $description:literal,)+) => {
+        /// Every code, sorted.
+        pub const ERROR_CODES: &[ErrorCode] = &[
+            $(ErrorCode { code: $code, description: $description },)+
+        ];
+    };
+}
+
+error_codes! {
+    "agent_at_capacity" => "The agent runs as many tasks as it may at once.",
+    "agent_not_found" => "No agent has that id.",
+    "agent_not_interactive" => "The agent cannot run in a terminal tab.",
+    "already_claimed" => "Another worker holds the task's claim.",
+    "already_dispatched" => "The task was dispatched already.",
+    "bad_body" => "The request body could not be read.",
+    "bad_database_url" => "The database URL (or its TLS settings) is not usable.",
+    "bad_request" => "The request is malformed.",
+    "bad_schema" => "The database schema is not one this server knows.",
+    "bad_tls_certificate" => "The TLS certificate or key cannot be loaded.",
+    "body_timeout" => "The request body did not arrive in time.",
+    "channel_archived" => "The channel is archived.",
+    "channel_not_found" => "No channel has that id.",
+    "claim_stale" => "The claim token is not the task's active claim (it expired or was replaced).",
+    "conflict" => "The request conflicts with the current state.",
+    "constraint_violation" => "A uniqueness or reference rule of the database refused the write.",
+    "conversation_busy" => "The conversation is working on a message (or stopping a cancelled run).",
+    "conversation_idle" => "The conversation is idle; there is nothing to cancel.",
+    "conversation_not_found" => "No conversation has that id.",
+    "database_unavailable" => "The database cannot be reached; retry later.",
+    "forbidden" => "The token may not do this.",
+    "git_failed" => "A git command failed.",
+    "git_timeout" => "A git command took too long.",
+    "headers_too_large" => "The request headers are larger than the server accepts.",
+    "host_not_allowed" => "The request's Host is not a name this server is known by.",
+    "internal" => "An unexpected failure; the server log has the details.",
+    "invalid_after" => "`after` is not a cursor.",
+    "invalid_agent_id" => "The agent id is not a valid identifier.",
+    "invalid_agent_session_id" => "The agent session id could be read as an option or holds other characters.",
+    "invalid_body" => "The JSON body does not have the expected shape.",
+    "invalid_capabilities" => "A capability is empty or longer than 64 characters.",
+    "invalid_channel_id" => "The channel id is not a valid identifier.",
+    "invalid_cursor" => "The cursor is not a sequence number.",
+    "invalid_event" => "The event is not one the task's workflow knows.",
+    "invalid_group_by" => "`group_by` names no known grouping.",
+    "invalid_limit" => "`limit` is out of range.",
+    "invalid_location" => "The session's location is not a usable directory.",
+    "invalid_max" => "`max` is out of range.",
+    "invalid_max_attempts" => "`max_attempts` is out of range.",
+    "invalid_max_concurrent" => "`max_concurrent` is out of range.",
+    "invalid_message" => "The message cannot be read.",
+    "invalid_name" => "The name is empty or too long.",
+    "invalid_offset" => "`offset` is out of range.",
+    "invalid_page_token" => "The page token is not one the server gave.",
+    "invalid_path" => "The request path is not valid UTF-8 once percent-decoded.",
+    "invalid_priority" => "`priority` is out of range.",
+    "invalid_query" => "The query string does not have the expected shape.",
+    "invalid_reason" => "The reason is too long.",
+    "invalid_reports" => "The batch of reports is empty or too large.",
+    "invalid_resource_id" => "The resource id is not a valid identifier.",
+    "invalid_retry_backoff" => "`retry_backoff` is out of range.",
+    "invalid_run_at" => "`run_at` is not a usable time.",
+    "invalid_session_id" => "The session id is not a valid identifier.",
+    "invalid_since" => "`since` is not a time.",
+    "invalid_size" => "The terminal size is out of range.",
+    "invalid_stale_threshold" => "The stale threshold is out of range.",
+    "invalid_start_index" => "The first step's index is out of range.",
+    "invalid_state" => "The state names no known state.",
+    "invalid_status" => "The status is not a known one or is too long.",
+    "invalid_text" => "The text is empty or too long.",
+    "invalid_title" => "The title is empty or too long.",
+    "invalid_transition" => "The event does not apply in the task's state; it was recorded and refused.",
+    "invalid_usage" => "The usage report has an impossible value.",
+    "invalid_vtid" => "The vtid is not a valid identifier.",
+    "invalid_worker_id" => "The worker id is not a valid identifier.",
+    "invalid_worker_type" => "The worker type is not a known one.",
+    "invalid_workspace" => "The workspace report is not usable.",
+    "length_required" => "The request needs a Content-Length.",
+    "malformed_json" => "The body is not valid JSON.",
+    "max_above_capacity" => "`max` is above the worker's capacity.",
+    "method_not_allowed" => "The route does not take this method.",
+    "migration_changed" => "An applied migration was edited since it ran.",
+    "missing_capabilities" => "The worker lacks capabilities the task needs.",
+    "missing_worker_id" => "The request names no worker.",
+    "not_a_git_diff_worker" => "The tab is not a git-diff tab.",
+    "not_a_terminal" => "The tab has no terminal.",
+    "not_acceptable" => "The server cannot answer in a format the request accepts.",
+    "not_found" => "The thing named does not exist.",
+    "not_your_worker" => "The worker token belongs to another worker.",
+    "operator_only" => "Only the operator's token may do this.",
+    "origin_not_allowed" => "The request's Origin is not allowed.",
+    "outside_sessions_root" => "The location is outside the sessions root.",
+    "overloaded" => "The server has too many requests in flight; retry later.",
+    "payload_too_large" => "The request body is larger than the server accepts.",
+    "refused" => "The server refused the request.",
+    "request_timeout" => "The request did not arrive in time.",
+    "resource_archived" => "The resource is archived.",
+    "resource_busy" => "Another conversation of the resource is processing.",
+    "resource_has_no_agent" => "The resource names no agent.",
+    "resource_not_found" => "No resource has that id.",
+    "restore_failed" => "The tab's process could not be started again (its restore failed).",
+    "route_not_found" => "No route has that path.",
+    "run_has_no_workspace" => "The run reported no workspace.",
+    "run_not_found" => "No run has that id.",
+    "session_not_found" => "No session has that id.",
+    "session_on_other_node" => "The session lives on another server node.",
+    "sessions_unavailable" => "This server does not host sessions.",
+    "shutting_down" => "The server is shutting down.",
+    "spawn_failed" => "The tab's process could not be started.",
+    "step_gap" => "The steps do not continue from the last one recorded.",
+    "task_cancelled" => "The task is cancelled.",
+    "task_exists" => "A task with that vtid exists.",
+    "task_finished" => "The task has reached a final state.",
+    "task_not_claimable" => "The task is in a state no worker may claim.",
+    "task_not_dispatched" => "The task is a draft; dispatch it first.",
+    "task_not_due" => "The task may not be claimed before its `run_at`.",
+    "task_not_failed" => "The task has not failed.",
+    "task_not_found" => "No task has that vtid.",
+    "too_many_requests" => "Too many requests; retry later.",
+    "too_many_steps" => "The batch of steps is too large.",
+    "too_many_streams" => "The server has as many streams open as it allows; retry later.",
+    "transcript_corrupt" => "The stored transcript cannot be read.",
+    "unauthorized" => "The request has no valid token.",
+    "unavailable" => "The server cannot serve the request now; retry later.",
+    "unknown_agent" => "No agent with that id is configured or registered.",
+    "unknown_event" => "The event is not one the workflow knows.",
+    "unknown_workflow" => "No workflow has that name.",
+    "unsupported_media_type" => "The body's Content-Type is not application/json.",
+    "uri_too_long" => "The request URI is longer than the server accepts.",
+    "validator_is_builder" => "The worker that built the task may not validate it.",
+    "websocket_required" => "The route needs a WebSocket upgrade.",
+    "worker_at_capacity" => "The worker holds as many claims as it may.",
+    "worker_not_found" => "No worker has that id.",
+    "worker_terminated" => "The worker has deregistered; it must register again.",
+    "workspace_branch_gone" => "The run's branch no longer exists.",
+    "workspace_repo_gone" => "The run's repository no longer exists.",
+    "workspace_repo_not_allowed" => "The run's repository is not one the server reads.",
+    "wrong_agent" => "The task is for another agent.",
+}
+
+/// Whether `code` is in [`ERROR_CODES`].
+pub fn is_listed(code: &str) -> bool {
+    ERROR_CODES.binary_search_by(|c| c.code.cmp(code)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_is_sorted_without_repeats_and_every_code_is_snake_case() {
+        for pair in ERROR_CODES.windows(2) {
+            assert!(
+                pair[0].code < pair[1].code,
+                "{:?} before {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        for c in ERROR_CODES {
+            assert!(
+                !c.code.is_empty()
+                    && c.code
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{c:?}"
+            );
+            assert!(!c.description.is_empty(), "{c:?}");
+        }
+        assert!(is_listed("task_not_found"));
+        assert!(!is_listed("task_not_fond"));
+    }
+}
