@@ -192,15 +192,7 @@ fn claim_response(g: shepherd_store::Grant) -> Result<ClaimResponse, Error> {
         attempt: g.task.attempts,
         state: g.task.state,
         workflow: g.task.workflow,
-        conversation: g
-            .conversation
-            .map(|c| shepherd_protocol::ClaimConversation {
-                conversation_id: c.conversation_id,
-                resource_id: c.resource_id,
-                agent_session_id: c.agent_session_id,
-                message: c.message,
-                turn: c.turn,
-            }),
+        conversation: g.conversation,
     })
 }
 

@@ -66,6 +66,22 @@ pub struct Task {
     pub failures: Vec<crate::retry::AttemptFailure>,
 }
 
+/// The claim's `conversation` object (the conversations contract): a follow-up continues the
+/// agent's own conversation when it can.
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
+pub struct ClaimConversation {
+    pub conversation_id: String,
+    pub resource_id: String,
+    /// The agent's own id for this conversation, captured from its output.
+    pub agent_session_id: Option<String>,
+    /// The new user message alone (the spec also holds the earlier turns).
+    pub message: String,
+    /// 1 for the conversation's first message.
+    pub turn: i64,
+}
+
 /// A lease of one task by one worker.
 #[derive(
     Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,

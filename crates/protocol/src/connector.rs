@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use shepherd_core::model::ClaimConversation;
 use shepherd_core::status::{ClaimPurpose, WorkerStatus};
 
 fn is_null(v: &Value) -> bool {
@@ -118,20 +119,6 @@ pub struct ClaimResponse {
     /// needs to continue it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<ClaimConversation>,
-}
-
-/// The claim's `conversation` object (the conversations contract): a follow-up continues the
-/// agent's own conversation when it can.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
-pub struct ClaimConversation {
-    pub conversation_id: String,
-    pub resource_id: String,
-    /// The agent's own id for this conversation, captured from its output.
-    pub agent_session_id: Option<String>,
-    /// The new user message alone (the spec also holds the earlier turns).
-    pub message: String,
-    /// 1 for the conversation's first message.
-    pub turn: i64,
 }
 
 fn first_attempt() -> i64 {

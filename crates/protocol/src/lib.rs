@@ -25,7 +25,7 @@ pub mod usage;
 pub mod workers;
 
 pub use shepherd_core::event::{Event, EventRefs};
-pub use shepherd_core::model::{Agent, Channel, Claim, Run, Task, Worker};
+pub use shepherd_core::model::{Agent, Channel, Claim, ClaimConversation, Run, Task, Worker};
 pub use shepherd_core::status::{
     ClaimPurpose, EventState, RunStatus, SessionStatus, WorkerEventType, WorkerSource, WorkerStatus,
 };

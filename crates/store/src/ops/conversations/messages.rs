@@ -51,18 +51,7 @@ pub struct Message {
     pub created_at: Millis,
 }
 
-/// What a claim of a conversation's task tells the worker.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ClaimConversation {
-    pub conversation_id: String,
-    pub resource_id: String,
-    /// The agent's own id for this conversation, if one was captured.
-    pub agent_session_id: Option<String>,
-    /// The new user message alone (the spec also holds the earlier turns).
-    pub message: String,
-    /// 1 for the first message of the conversation.
-    pub turn: i64,
-}
+pub use shepherd_core::model::ClaimConversation;
 /// What a send did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SendOutcome {
