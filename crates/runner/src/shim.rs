@@ -25,7 +25,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -138,61 +138,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 static TERM: AtomicBool = AtomicBool::new(false);
-/// The write end of the shim's wake-up pipe (-1: none). The SIGTERM
-/// handler and the thread that waits for the agent each write a byte to
-/// it, so the loop sleeps in poll(2) until something happens or the lease
-/// is due a look, instead of waking every few milliseconds.
-static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 
 extern "C" fn on_term(_: libc::c_int) {
     TERM.store(true, Ordering::SeqCst);
-    wake();
-}
-
-/// Async-signal-safe: one write(2) to a non-blocking pipe (a full pipe
-/// already holds a wake-up).
-fn wake() {
-    let fd = WAKE_FD.load(Ordering::SeqCst);
-    if fd >= 0 {
-        // SAFETY: a one-byte write from a valid buffer.
-        unsafe {
-            libc::write(fd, [1u8].as_ptr().cast(), 1);
-        }
-    }
-}
-
-/// The read end of a new wake-up pipe, its write end published in
-/// [`WAKE_FD`]; `None` if no pipe could be made (the loop then polls).
-fn wake_pipe() -> Option<libc::c_int> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 writes two descriptors into the array it is given.
-    let made = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
-    if made != 0 {
-        return None;
-    }
-    WAKE_FD.store(fds[1], Ordering::SeqCst);
-    Some(fds[0])
-}
-
-/// Sleeps until the pipe is written to or `timeout` passes, then empties it.
-fn sleep_until_woken(pipe: Option<libc::c_int>, timeout: Duration) {
-    let Some(fd) = pipe else {
-        std::thread::sleep(timeout.min(Duration::from_millis(50)));
-        return;
-    };
-    let mut poll = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-    // SAFETY: one pollfd, then reads into a local buffer until the
-    // non-blocking pipe is empty.
-    unsafe {
-        libc::poll(&mut poll, 1, ms);
-        let mut buf = [0u8; 64];
-        while libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) > 0 {}
-    }
 }
 
 /// How the shim was asked to run.
@@ -212,9 +160,8 @@ pub struct ShimArgs {
 /// Runs the shim to its end; returns the process exit code. Synchronous on
 /// purpose: it is one loop around one child, with no runtime to fail.
 pub fn main(args: ShimArgs) -> i32 {
-    let pipe = wake_pipe();
     // SAFETY: setsid and signal take no pointers; the handler only stores
-    // to an atomic and writes to a pipe, both async-signal-safe.
+    // to an atomic, which is async-signal-safe.
     unsafe {
         libc::setsid();
         libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
@@ -290,7 +237,7 @@ pub fn main(args: ShimArgs) -> i32 {
             Ok(())
         });
     }
-    let child = match cmd.spawn() {
+    let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             record(&ExitRecord {
@@ -304,76 +251,59 @@ pub fn main(args: ShimArgs) -> i32 {
     };
     let pgid = child.id() as i32;
     let _ = write_atomic(&run.path("agent"), format!("{pgid}\n").as_bytes());
-    // The agent's end, told the moment it comes by a thread that waits
-    // for nothing else.
-    let (ended_tx, ended) = std::sync::mpsc::channel();
-    let mut child = child;
-    std::thread::spawn(move || {
-        let _ = ended_tx.send(child.wait());
-        wake();
-    });
-    // Often enough that a lapsed lease ends the agent in good time, seldom
-    // enough that hundreds of idle shims cost next to nothing.
-    let lease_look =
-        (args.lease_timeout / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
     let mut lease_expired = false;
+    // The lease is read a few times per lease timeout, not at every turn:
+    // the read is most of what an idle shim costs, and hundreds of them
+    // run at once on a busy host.
+    let lease_look =
+        (args.lease_timeout / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
+    let mut next_lease_look = Instant::now();
     loop {
-        let status = match ended.try_recv() {
-            Ok(Ok(status)) => Some(Ok(status)),
-            Ok(Err(e)) => Some(Err(e.to_string())),
-            Err(std::sync::mpsc::TryRecvError::Empty) => None,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                Some(Err("the thread waiting for it ended".to_owned()))
-            }
-        };
-        if let Some(status) = status {
-            use std::os::unix::process::ExitStatusExt;
-            // Nothing of the group outlives the run.
-            if group_alive(pgid) {
-                signal_group(pgid, libc::SIGKILL);
-            }
-            record(&match status {
-                Ok(status) => ExitRecord {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                use std::os::unix::process::ExitStatusExt;
+                // Nothing of the group outlives the run.
+                if group_alive(pgid) {
+                    signal_group(pgid, libc::SIGKILL);
+                }
+                record(&ExitRecord {
                     code: status.code(),
                     signal: status.signal(),
                     error: None,
                     lease_expired,
-                },
-                Err(e) => ExitRecord {
-                    code: None,
-                    signal: None,
-                    error: Some(format!("waiting for the agent: {e}")),
-                    lease_expired,
-                },
-            });
-            return 0;
+                });
+                return 0;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("shim: waiting for the agent: {e}");
+            }
         }
         let now = Instant::now();
         if TERM.swap(false, Ordering::SeqCst) && kill_at.is_none() {
             signal_group(pgid, libc::SIGTERM);
             kill_at = Some(now + args.grace);
         }
-        let lease_age = run
-            .lease_ms()
-            .map(|t| Duration::from_millis(now_ms().saturating_sub(t)));
-        if kill_at.is_none() && lease_age.is_none_or(|age| age > args.lease_timeout) {
-            eprintln!("shim: no runner renewed the lease in time; ending the agent");
-            lease_expired = true;
-            signal_group(pgid, libc::SIGTERM);
-            kill_at = Some(now + args.grace.min(Duration::from_secs(2)));
+        if kill_at.is_none() && now >= next_lease_look {
+            next_lease_look = now + lease_look;
+            let lease_age = run
+                .lease_ms()
+                .map(|t| Duration::from_millis(now_ms().saturating_sub(t)));
+            if lease_age.is_none_or(|age| age > args.lease_timeout) {
+                eprintln!("shim: no runner renewed the lease in time; ending the agent");
+                lease_expired = true;
+                signal_group(pgid, libc::SIGTERM);
+                kill_at = Some(now + args.grace.min(Duration::from_secs(2)));
+            }
         }
-        let mut wait = lease_look;
         if let Some(at) = kill_at {
             if now >= at && !killed {
                 signal_group(pgid, libc::SIGKILL);
                 killed = true;
             }
-            if !killed {
-                wait = wait.min(at.saturating_duration_since(now));
-            }
         }
-        sleep_until_woken(pipe, wait);
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
