@@ -163,7 +163,9 @@ pub async fn run(
             .map_err(|e| format!("SHEPHERD_METRICS_LISTEN: cannot listen on {addr}: {e}"))?;
         let addr = metrics.local_addr()?;
         tracing::info!(%addr, "serving /metrics without a token");
-        println!("shepherd serves /metrics at http://{addr}/metrics");
+        announce(&format!(
+            "shepherd serves /metrics at http://{addr}/metrics"
+        ));
         let state = state.clone();
         tracker.spawn(async move {
             if let Err(e) = shepherd_api::metrics::serve_metrics(metrics, state).await {
@@ -178,7 +180,7 @@ pub async fn run(
     // Whatever the log level, one line on stdout tells where the server
     // listens: with `SHEPHERD_LISTEN=127.0.0.1:0` it is the only place the
     // port it chose is told (tests and scripts read it from there).
-    println!("shepherd is serving {scheme}://{addr}");
+    announce(&format!("shepherd is serving {scheme}://{addr}"));
     // The built-in runner talks to this server over HTTP like any worker.
     let runner_stop = CancellationToken::new();
     let runner = if config.agents.is_empty() {
@@ -306,4 +308,13 @@ pub async fn shutdown_signal() {
 pub mod anyhow_like {
     pub type Error = Box<dyn std::error::Error + Send + Sync + 'static>;
     pub type Result<T> = std::result::Result<T, Error>;
+}
+
+/// One line on stdout for whoever started the server. A reader that went
+/// away (`shepherd serve | head -1`) must not stop the server, as
+/// `println!` would by panicking on the broken pipe.
+fn announce(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }

@@ -15,7 +15,7 @@ use shepherd_protocol::{
     WorkerEventsQuery, WorkerInfo, WorkerInfoList, WorkersQuery, WorkersSnapshot,
 };
 
-use common::{task, wait_ready, Env, Kind, Served, SseClient};
+use common::{free_port, task, wait_ready, Env, Kind, Served, SseClient};
 
 /// `shepherd serve` on `listen` (`127.0.0.1:0`, or the address an earlier
 /// run of the same test chose), ready when this returns.
@@ -96,6 +96,27 @@ async fn sigterm_shuts_down_gracefully_even_with_a_stream_open() {
     signal(&p, libc::SIGTERM);
     let st = wait_exit(&mut p, Duration::from_secs(5));
     assert!(st.success(), "exit status {st:?}");
+}
+
+#[tokio::test]
+async fn a_reader_of_the_announcement_that_goes_away_does_not_stop_the_server() {
+    // `shepherd serve | head -1`: stdout's reader is gone before the server
+    // says where it listens. The port is told in advance, since nobody
+    // reads it back here.
+    let env = Env::new(Kind::Sqlite);
+    let port = free_port();
+    let mut child = env
+        .serve_command()
+        .env("SHEPHERD_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SHEPHERD_METRICS_LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn shepherd serve");
+    drop(child.stdout.take());
+    let p = common::Proc(child);
+    wait_ready(&reqwest::Client::new(), &format!("http://127.0.0.1:{port}")).await;
+    assert!(common::alive(p.0.id() as i32), "the server still runs");
 }
 
 #[tokio::test]
