@@ -87,8 +87,11 @@ impl FileEvents {
     /// Watches `dir` for the run files' changes; `None` if it cannot be
     /// watched (gone, or the watch limit is reached).
     pub fn watch(self: &Arc<Self>, dir: &Path) -> Option<DirWatch> {
-        let mask =
-            WatchMask::MODIFY | WatchMask::CLOSE_WRITE | WatchMask::CREATE | WatchMask::MOVED_TO;
+        // A write to `out` or `err` is a MODIFY; `exit` arrives by rename
+        // (MOVED_TO). Creations and closes would only add events (the lease
+        // is renewed through a temporary file every second) that wake
+        // nobody.
+        let mask = WatchMask::MODIFY | WatchMask::MOVED_TO;
         let wd = match lock(&self.watches).add(dir, mask) {
             Ok(wd) => wd,
             Err(e) => {
