@@ -154,13 +154,7 @@ impl Server {
     /// The real binary (`shepherd serve`) with this environment, as a child
     /// on a port it chose; ready when this returns.
     pub async fn spawn(env: &Env) -> Server {
-        Server::spawn_command(env.serve_command().stderr(std::process::Stdio::null())).await
-    }
-
-    /// [`Server::spawn`] with a command of the test's own (from
-    /// [`Env::serve_command`]).
-    pub async fn spawn_command(cmd: &mut std::process::Command) -> Server {
-        let served = Served::spawn(cmd);
+        let served = Served::spawn(env.serve_command().stderr(std::process::Stdio::null()));
         let http = reqwest::Client::new();
         wait_ready(&http, &served.base).await;
         Server {
