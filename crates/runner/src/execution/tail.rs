@@ -172,3 +172,62 @@ pub(super) async fn follow(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Follows `out` of a fresh run directory, told of writes by `events`
+    /// or polling without them; returns every line, once the exit is
+    /// recorded and the file read to its end.
+    async fn follow_to_the_end(events: Option<Arc<FileEvents>>) -> Vec<String> {
+        let dir = std::env::temp_dir().join(format!(
+            "shepherd-tail-{}-{}",
+            std::process::id(),
+            events.is_some()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let run = RunFiles::at(dir.clone());
+        let (tx, mut rx) = mpsc::channel(16);
+        let stop = CancellationToken::new();
+        tokio::spawn(follow(
+            run.path("out"),
+            0,
+            run.clone(),
+            tx,
+            false,
+            events,
+            stop.clone(),
+        ));
+        let mut out = std::fs::File::create(run.path("out")).unwrap();
+        writeln!(out, "first").unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A partial line, finished only after the exit is recorded.
+        write!(out, "second").unwrap();
+        crate::shim::write_atomic(&run.path("exit"), b"{}").unwrap();
+        let mut lines = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(Line::Out(l, _))) => lines.push(l),
+                Ok(Some(Line::OutClosed)) => break,
+                other => panic!("the follower ended without closing: {:?}", other.is_ok()),
+            }
+        }
+        stop.cancel();
+        let _ = std::fs::remove_dir_all(&dir);
+        lines
+    }
+
+    #[tokio::test]
+    async fn a_follower_reads_everything_with_inotify_and_without() {
+        let stop = CancellationToken::new();
+        let events = FileEvents::start(stop.clone());
+        assert!(events.is_some(), "inotify is available here");
+        assert_eq!(follow_to_the_end(events).await, ["first", "second"]);
+        // Where inotify cannot start, the follower polls and loses nothing.
+        assert_eq!(follow_to_the_end(None).await, ["first", "second"]);
+        stop.cancel();
+    }
+}
