@@ -20,6 +20,9 @@ use crate::AppState;
 pub enum Caller {
     Operator,
     Worker(String),
+    /// A run token (`SHEPHERD_RUN_TOKEN`): an agent acting for its own run.
+    /// It reaches only the routes [`run_token_may`] lists.
+    Run(String),
 }
 
 impl Caller {
@@ -27,7 +30,7 @@ impl Caller {
     pub fn require_operator(&self) -> Result<(), Error> {
         match self {
             Caller::Operator => Ok(()),
-            Caller::Worker(_) => Err(Error::forbidden(
+            Caller::Worker(_) | Caller::Run(_) => Err(Error::forbidden(
                 "operator_only",
                 "this action needs the operator token",
             )),
@@ -43,7 +46,38 @@ impl Caller {
                 "not_your_worker",
                 format!("this token belongs to worker {w:?}, not {worker_id:?}"),
             )),
+            Caller::Run(r) => Err(Error::forbidden(
+                "not_your_worker",
+                format!("this token belongs to run {r:?}, not to a worker"),
+            )),
         }
+    }
+
+    /// Who answered, as input requests record it (`answered_by`).
+    pub fn label(&self) -> String {
+        match self {
+            Caller::Operator => "operator".into(),
+            Caller::Worker(w) => format!("worker:{w}"),
+            Caller::Run(r) => format!("run:{r}"),
+        }
+    }
+}
+
+/// The routes a run token reaches: asking for input, reading its requests,
+/// and reading its own run (each handler checks that it is its own).
+pub fn run_token_may(method: &axum::http::Method, path: &str) -> bool {
+    use axum::http::Method;
+    let Some(rest) = path.strip_prefix("/api/v1/") else {
+        return false;
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    match (method, segments.as_slice()) {
+        (&Method::POST, ["input-requests"]) => true,
+        (&Method::GET, ["input-requests"]) => true,
+        (&Method::GET, ["input-requests", _]) => true,
+        (&Method::GET, ["runs", _]) => true,
+        (&Method::GET, ["runs", _, "steps"]) => true,
+        _ => false,
     }
 }
 
@@ -92,6 +126,12 @@ pub async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Caller, A
             ))
         }
         (Some(t), Some(op)) if shepherd_core::token::tokens_equal(&t, op) => Caller::Operator,
+        (Some(t), _) if t.starts_with(shepherd_core::token::RUN_TOKEN_PREFIX) => {
+            match shepherd_core::token::verify_run_token(state.run_key().await?, &t) {
+                Some(run_id) => Caller::Run(run_id),
+                None => return Err(unauthorized("unknown or revoked token")),
+            }
+        }
         (Some(t), _) => match state.store.worker_for_token(&t).await? {
             Some(worker_id) => Caller::Worker(worker_id),
             None => return Err(unauthorized("unknown or revoked token")),
@@ -105,6 +145,13 @@ pub async fn authenticate(
     next: Next,
 ) -> Result<Response, ApiError> {
     let caller = identify(&state, req.headers()).await?;
+    if matches!(caller, Caller::Run(_)) && !run_token_may(req.method(), req.uri().path()) {
+        return Err(Error::forbidden(
+            "forbidden",
+            "a run token may only ask for input and read its own run and requests",
+        )
+        .into());
+    }
     req.extensions_mut().insert(caller);
     Ok(next.run(req).await)
 }

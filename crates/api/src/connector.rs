@@ -90,6 +90,7 @@ fn acting_worker(caller: &Caller, named: Option<&str>) -> Result<String, Error> 
             "missing_worker_id",
             "worker_id is required",
         )),
+        (Caller::Run(_), None) => Err(crate::scope::forbidden("the connector")),
     }
 }
 

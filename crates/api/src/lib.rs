@@ -16,6 +16,7 @@ pub mod error;
 pub mod events;
 pub mod health;
 pub mod host;
+pub mod input_requests;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
@@ -62,6 +63,11 @@ pub struct Settings {
     /// Agents' own grace (`[agents.NAME] cancel_grace_secs`), which the
     /// runner gives their processes instead of `cancel_grace`.
     pub agent_cancel_grace: std::collections::BTreeMap<String, Duration>,
+    /// Agents' permission policies (`[agents.NAME]` `allow`, `deny`,
+    /// `ask_timeout`, `on_timeout`): the rules that answer their input
+    /// requests at once, and how long a request may wait.
+    pub agent_permissions:
+        std::collections::BTreeMap<String, shepherd_core::input::PermissionPolicy>,
     pub sse_keepalive: Duration,
     /// A busy SSE stream writes at most once per this interval, carrying
     /// every event of the interval in one write.
@@ -107,6 +113,7 @@ impl Default for Settings {
             claim_ttl: defaults::CLAIM_TTL,
             cancel_grace: defaults::CANCEL_GRACE,
             agent_cancel_grace: Default::default(),
+            agent_permissions: Default::default(),
             sse_keepalive: Duration::from_secs(15),
             sse_coalesce: Duration::from_millis(25),
             allowed_origins: Vec::new(),
@@ -149,6 +156,8 @@ pub struct StateFields {
     pub limits: Arc<limits::Limits>,
     /// Request counts and latencies for `/metrics`.
     pub metrics: Arc<metrics::HttpMetrics>,
+    /// The key run tokens are checked with, read from the store once.
+    pub run_key: Arc<tokio::sync::OnceCell<String>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -181,6 +190,7 @@ impl AppState {
             started_at: shepherd_store::now_ms(),
             frames: Arc::default(),
             sessions: None,
+            run_key: Arc::default(),
         }))
     }
 
@@ -189,6 +199,14 @@ impl AppState {
         let mut fields = Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone());
         fields.sessions = Some(sessions);
         AppState(Arc::new(fields))
+    }
+
+    /// The key run tokens are made and checked with (the same on every node).
+    pub async fn run_key(&self) -> Result<&str, shepherd_core::Error> {
+        self.run_key
+            .get_or_try_init(|| self.store.run_token_key())
+            .await
+            .map(String::as_str)
     }
 
     /// The lease rules in force on this node.
@@ -218,6 +236,7 @@ pub fn router(state: AppState) -> Router {
         .merge(channels::router())
         .merge(conversations::router())
         .merge(usage::router())
+        .merge(input_requests::router())
         .merge(run_diff::router())
         .merge(sessions::router())
         .merge(session_ws::router())

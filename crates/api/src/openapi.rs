@@ -34,6 +34,8 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::sessions::add_worker, crate::sessions::remove_worker, crate::sessions::restart, crate::sessions::diff,
         crate::session_ws::attach,
         crate::metrics::metrics,
+        crate::input_requests::ask, crate::input_requests::list, crate::input_requests::get_one,
+        crate::input_requests::answer, crate::input_requests::run_token,
     ),
     components(schemas(
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,

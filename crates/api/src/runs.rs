@@ -251,6 +251,8 @@ pub async fn get_steps(
 fn caller_worker(caller: &Caller) -> Option<String> {
     match caller {
         Caller::Worker(w) => Some(w.clone()),
+        // Never a claim's holder: a run token is fenced out.
+        Caller::Run(r) => Some(format!("run:{r}")),
         Caller::Operator => None,
     }
 }

@@ -27,15 +27,17 @@ pub fn forbidden(what: &str) -> Error {
 pub fn operator_only(caller: &Caller, what: &str) -> Result<(), Error> {
     match caller {
         Caller::Operator => Ok(()),
-        Caller::Worker(_) => Err(forbidden(what)),
+        Caller::Worker(_) | Caller::Run(_) => Err(forbidden(what)),
     }
 }
 
 /// A task is visible to a worker that holds or held a claim on it, or that
 /// may take it now.
 pub async fn check_task(state: &AppState, caller: &Caller, d: &TaskDetail) -> Result<(), Error> {
-    let Caller::Worker(w) = caller else {
-        return Ok(());
+    let w = match caller {
+        Caller::Operator => return Ok(()),
+        Caller::Run(_) => return Err(forbidden("tasks")),
+        Caller::Worker(w) => w,
     };
     if d.claims.iter().any(|c| &c.worker_id == w) || may_take(state, w, &d.task).await? {
         return Ok(());
@@ -52,10 +54,11 @@ async fn may_take(state: &AppState, worker_id: &str, task: &Task) -> Result<bool
     ))
 }
 
-/// A run is visible to the worker that ran it.
+/// A run is visible to the worker that ran it, and to its own run token.
 pub fn check_run(caller: &Caller, run: &Run) -> Result<(), Error> {
     match caller {
         Caller::Worker(w) if w != &run.worker_id => Err(forbidden("another worker's run")),
+        Caller::Run(r) if r != &run.id => Err(forbidden("another run")),
         _ => Ok(()),
     }
 }
@@ -68,6 +71,7 @@ pub fn check_conversation(caller: &Caller, ran_by: &[String]) -> Result<(), Erro
         Caller::Worker(w) if !ran_by.contains(w) => {
             Err(forbidden("a conversation it ran no run of"))
         }
+        Caller::Run(_) => Err(forbidden("conversations")),
         _ => Ok(()),
     }
 }
@@ -81,5 +85,6 @@ pub fn event_worker(caller: &Caller, asked: Option<String>) -> Result<Option<Str
             Some(a) if &a != w => Err(forbidden("another worker's events")),
             _ => Ok(Some(w.clone())),
         },
+        Caller::Run(_) => Err(forbidden("events")),
     }
 }

@@ -32,6 +32,8 @@ pub async fn set_usage(
 ) -> ApiResult<Json<UsageAck>> {
     let worker = match caller {
         Caller::Worker(w) => Some(w),
+        // Never a claim's holder: a run token is fenced out.
+        Caller::Run(r) => Some(format!("run:{r}")),
         Caller::Operator => None,
     };
     let run = state

@@ -103,7 +103,7 @@ impl ClientError {
     }
 
     /// Retried inside the client for reads: unreachable or a gateway error.
-    pub(crate) fn is_transient(&self) -> bool {
+    pub fn is_transient(&self) -> bool {
         match self {
             ClientError::Unreachable { .. } => true,
             ClientError::Api { status, .. } => StatusCode::from_u16(*status)

@@ -553,6 +553,75 @@ impl Client {
             .await
     }
 
+    // ----- input requests -----
+
+    /// Asks a person (a permission or a question) for a run. Retried: a
+    /// request with a `key` is asked once however often it is sent.
+    pub async fn ask(&self, b: &p::AskInput) -> Result<p::InputRequest, ClientError> {
+        let body = serde_json::to_vec(b)
+            .map_err(|e| ClientError::config(format!("cannot encode the request: {e}")))?;
+        Ok(self
+            .send(
+                Method::POST,
+                "/api/v1/input-requests",
+                Some(Bytes::from(body)),
+                b.key.is_some(),
+            )
+            .await?
+            .0)
+    }
+
+    pub async fn input_requests(
+        &self,
+        q: &p::InputRequestsQuery,
+    ) -> Result<p::InputRequestList, ClientError> {
+        self.get("/api/v1/input-requests", q).await
+    }
+
+    /// One request; with `wait` seconds, held until it is answered or the
+    /// wait ends (keep it under the transport's 60 s read timeout).
+    pub async fn input_request(
+        &self,
+        id: &str,
+        wait: Option<u64>,
+    ) -> Result<p::InputRequest, ClientError> {
+        let q = p::InputRequestQuery { wait };
+        self.get(&format!("/api/v1/input-requests/{}", enc(id)), &q)
+            .await
+    }
+
+    pub async fn answer_input(
+        &self,
+        id: &str,
+        answer: &p::InputAnswer,
+    ) -> Result<p::InputRequest, ClientError> {
+        self.post(
+            &format!("/api/v1/input-requests/{}/answer", enc(id)),
+            answer,
+        )
+        .await
+    }
+
+    /// The run token a running run's agent asks with, for the claim's holder.
+    pub async fn run_token(
+        &self,
+        run_id: &str,
+        claim_token: &str,
+    ) -> Result<p::RunToken, ClientError> {
+        let b = p::RunTokenRequest {
+            claim_token: claim_token.to_owned(),
+        };
+        Ok(self
+            .send(
+                Method::POST,
+                &format!("/api/v1/runs/{}/token", enc(run_id)),
+                Some(Bytes::from(serde_json::to_vec(&b).unwrap_or_default())),
+                true,
+            )
+            .await?
+            .0)
+    }
+
     /// A worktree run's diff against its base.
     pub async fn run_diff(&self, run_id: &str) -> Result<p::RunDiff, ClientError> {
         self.fetch(&format!("/api/v1/runs/{}/diff", enc(run_id)))

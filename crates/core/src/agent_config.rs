@@ -56,6 +56,76 @@ pub struct AgentConfig {
     /// Exit codes that count as a failure worth retrying; unset: every
     /// non-zero code. Any other code fails the task at once.
     pub retry_on_exit_codes: Option<Vec<i32>>,
+    /// `"ask"`: the agent's permission prompts become input requests that a
+    /// person answers from any device (Claude Code agents get the flags this
+    /// needs added to their command). Unset: the agent runs with whatever
+    /// its command line grants.
+    pub permissions: Option<String>,
+    /// Rules in Claude Code's syntax (`"Read"`, `"Bash(git status:*)"`)
+    /// whose calls are allowed at once, without asking; recorded all the same.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Rules whose calls are denied at once (they win over `allow`).
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// How long a request waits for a person (`"10m"`, `90` seconds);
+    /// unset: as long as the run lives.
+    pub ask_timeout: Option<DurationSetting>,
+    /// The answer a request gets when `ask_timeout` passes: `"deny"` (default) or `"allow"`.
+    pub on_timeout: Option<crate::input::Decision>,
+    /// With `max_cost_usd`: `"ask"` turns reaching the budget into a
+    /// question (allow raises the budget by as much again); `"stop"`
+    /// (default) stops the run.
+    pub on_budget: Option<String>,
+    /// A running run with no new step for this long is reported once as
+    /// stuck (`run.stuck`), so that someone can be told.
+    pub stuck_after: Option<DurationSetting>,
+}
+
+/// A duration in the configuration: whole seconds, or a number with a unit
+/// (`"90s"`, `"10m"`, `"2h"`, `"1d"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationSetting(pub std::time::Duration);
+
+impl<'de> Deserialize<'de> for DurationSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Secs(s) => Ok(DurationSetting(std::time::Duration::from_secs(s))),
+            Raw::Text(t) => parse_duration(&t)
+                .map(DurationSetting)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// `"90s"`, `"10m"`, `"2h"`, `"1d"` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 90s, 10m, 2h or 1d"))?;
+    let secs = match unit.trim() {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a duration like 90s, 10m, 2h or 1d"
+            ))
+        }
+    };
+    n.checked_mul(secs)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is too long"))
 }
 
 impl AgentConfig {
@@ -137,12 +207,55 @@ impl AgentConfig {
                 }
             }
         }
+        match self.permissions.as_deref() {
+            None | Some("ask") => {}
+            Some(_) => {
+                return Err(bad(
+                    "permissions",
+                    "the only setting is \"ask\" (route permission prompts to Shepherd)",
+                ))
+            }
+        }
+        crate::input::PermissionPolicy::new(&self.allow, &self.deny)
+            .map_err(|m| bad("allow/deny", &m))?;
+        if self.ask_timeout.is_some_and(|d| d.0.is_zero()) {
+            return Err(bad("ask_timeout", "must be at least 1 second"));
+        }
+        if self.stuck_after.is_some_and(|d| d.0.is_zero()) {
+            return Err(bad("stuck_after", "must be at least 1 second"));
+        }
+        match self.on_budget.as_deref() {
+            None | Some("stop") => {}
+            Some("ask") if self.max_cost_usd.is_some() => {}
+            Some("ask") => return Err(bad("on_budget", "\"ask\" needs max_cost_usd")),
+            Some(_) => return Err(bad("on_budget", "one of \"stop\" and \"ask\"")),
+        }
         if let Some(cwd) = &self.cwd {
             if !cwd.is_dir() {
                 return Err(bad("cwd", &format!("{} is not a directory", cwd.display())));
             }
         }
         Ok(())
+    }
+
+    /// The policy the server answers this agent's input requests with.
+    pub fn permission_policy(&self) -> crate::input::PermissionPolicy {
+        let mut p = crate::input::PermissionPolicy::new(&self.allow, &self.deny)
+            // validate() refused bad rules before any caller gets here.
+            .unwrap_or_default();
+        p.ask_timeout_ms = self.ask_timeout.map(|d| d.0.as_millis() as i64);
+        p.on_timeout = self.on_timeout;
+        p
+    }
+
+    /// Whether permission prompts go to Shepherd.
+    pub fn asks_permissions(&self) -> bool {
+        self.permissions.as_deref() == Some("ask")
+    }
+
+    /// Whether reaching `max_cost_usd` asks instead of stopping.
+    pub fn asks_at_budget(&self) -> bool {
+        self.on_budget.as_deref() == Some("ask")
     }
 
     /// Whether a run that exited with `code` (non-zero) may be retried.

@@ -13,6 +13,7 @@ pub mod cmdline;
 pub mod defaults;
 pub mod error;
 pub mod event;
+pub mod input;
 pub mod model;
 pub mod retry;
 pub mod secrets;

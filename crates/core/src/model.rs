@@ -210,6 +210,10 @@ pub struct Run {
     /// The git worktree branch the run worked on (worktree agents only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<RunWorkspace>,
+    /// Input requests of this run waiting for a person (its `live_status`
+    /// says for what).
+    #[serde(default)]
+    pub pending_input: i64,
 }
 
 /// Where a worktree run did its work: a branch of `repo` made from `base`.

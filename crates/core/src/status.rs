@@ -59,6 +59,8 @@ macro_rules! vocabulary {
     };
 }
 
+pub(crate) use vocabulary;
+
 vocabulary!(
     /// A run's status (the Workers page contract's `worker_runs.status`).
     RunStatus {

@@ -23,6 +23,35 @@ pub fn digests_equal(a: &str, b: &str) -> bool {
             == 0
 }
 
+/// The prefix of a run token: the credential an agent asks a person with
+/// (`SHEPHERD_RUN_TOKEN`), good for its own run only.
+pub const RUN_TOKEN_PREFIX: &str = "srt_";
+
+fn run_token_mac(key: &str, run_id: &str) -> String {
+    use hmac::{Hmac, Mac};
+    // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes any key");
+    mac.update(b"shepherd run token v1\0");
+    mac.update(run_id.as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The run token of `run_id` under the server's `key`: derived, not stored,
+/// so minting one writes nothing and every node checks it alike.
+pub fn run_token(key: &str, run_id: &str) -> String {
+    format!("{RUN_TOKEN_PREFIX}{run_id}.{}", run_token_mac(key, run_id))
+}
+
+/// The run a run token was made for, if it was made with `key`.
+pub fn verify_run_token(key: &str, token: &str) -> Option<String> {
+    let (run_id, mac) = token.strip_prefix(RUN_TOKEN_PREFIX)?.rsplit_once('.')?;
+    digests_equal(&run_token_mac(key, run_id), mac).then(|| run_id.to_owned())
+}
+
 /// Whether two tokens are the same token, compared through their digests.
 pub fn tokens_equal(a: &str, b: &str) -> bool {
     digests_equal(&hash_token(a), &hash_token(b))
@@ -42,5 +71,17 @@ mod tests {
         assert!(tokens_equal("abc", "abc"));
         assert!(!tokens_equal("abc", "abd"));
         assert!(!digests_equal(&h, &h[..63]));
+    }
+
+    #[test]
+    fn run_tokens_name_their_run_and_need_the_key() {
+        let t = run_token("k1", "r-1");
+        assert!(t.starts_with("srt_r-1."));
+        assert_eq!(verify_run_token("k1", &t).as_deref(), Some("r-1"));
+        assert_eq!(verify_run_token("k2", &t), None);
+        let forged = t.replace("srt_r-1.", "srt_r-2.");
+        assert_eq!(verify_run_token("k1", &forged), None);
+        assert_eq!(verify_run_token("k1", "srt_r-1"), None);
+        assert_eq!(verify_run_token("k1", "swk_x"), None);
     }
 }

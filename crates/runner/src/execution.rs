@@ -192,6 +192,16 @@ async fn start(ctx: &RunContext, a: &Assignment, run: RunFiles) -> Result<Starte
         }
     }
     let mut cmd = shim_command(ctx, a, &run, &argv);
+    // The agent's own credential for asking a person (`shepherd ask`, the
+    // permission tool): good for this run only. A server too old to make
+    // one leaves the agent without it, not without a run.
+    match ctx.connector.run_token(&a.run_id, &a.claim_token).await {
+        Ok(t) => {
+            cmd.env("SHEPHERD_RUN_TOKEN", t.token)
+                .env("SHEPHERD_SERVER", ctx.connector.base());
+        }
+        Err(e) => tracing::warn!(run_id = a.run_id, error = %e, "no run token for the agent"),
+    }
     let mut workspace = match make_workspace(ctx, a).await {
         Ok(w) => w,
         Err(reason) => {

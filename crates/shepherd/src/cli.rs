@@ -10,6 +10,7 @@ pub mod admin;
 pub mod args;
 pub mod chat;
 pub mod events;
+pub mod input;
 pub mod output;
 pub mod prune_branches;
 pub mod runs;
@@ -124,6 +125,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Conversation { cmd, .. } => chat::conversation(g, cmd).await,
         Command::Session { cmd, .. } => session::session(g, cmd).await,
         Command::Attach { args, .. } => session::attach(g, args).await,
+        Command::Ask { args, .. } => input::ask(g, args).await,
+        Command::Inbox { args, .. } => input::inbox(g, args).await,
+        Command::Answer { args, .. } => input::answer(g, args).await,
         Command::Mcp { .. } => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
         Command::Shim { .. } => Err("the shim runs before the runtime starts".into()),
     }

@@ -1,5 +1,5 @@
-//! Background loops of a server node: the lease sweeper, event retention and
-//! transcript pruning. Each loop selects on the shutdown token, so shutdown
+//! Background loops of a server node: the lease sweeper, input requests'
+//! timeouts, event retention and transcript pruning. Each loop selects on the shutdown token, so shutdown
 //! never waits for a timer.
 
 use std::time::Duration;
@@ -35,6 +35,25 @@ pub fn start(tracker: &TaskTracker, state: &AppState, config: &Config, token: Ca
                     }
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                }
+            }
+        });
+    }
+    // Input requests whose agent's `ask_timeout` passed end with its
+    // `on_timeout` answer (checked every second: a cheap read when none is due).
+    {
+        let state = state.clone();
+        let token = token.clone();
+        tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                match state.store.expire_input_requests().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(expired = n, "input requests timed out"),
+                    Err(e) => tracing::warn!(error = %e, "input request expiry failed"),
                 }
             }
         });

@@ -55,6 +55,11 @@ pub fn settings(config: &Config, port: u16) -> anyhow_like::Result<Settings> {
                     .map(|s| (name.clone(), Duration::from_secs(s)))
             })
             .collect(),
+        agent_permissions: config
+            .agents
+            .iter()
+            .map(|(name, a)| (name.clone(), a.permission_policy()))
+            .collect(),
         allowed_origins: config.allowed_origins.clone(),
         max_requests: config.max_requests,
         max_streams: config.max_streams,

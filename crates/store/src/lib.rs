@@ -41,6 +41,7 @@ mod channel_store;
 mod claim_store;
 mod conversation_store;
 mod event_store;
+mod input_store;
 mod run_store;
 mod session_store;
 mod task_store;
@@ -69,6 +70,7 @@ pub use ops::conversations::{
     ClaimConversation, Conversation, ConversationView, Message, MessageView, Multitask, Resource,
     SendOutcome,
 };
+pub use ops::input_requests::{InputFilter, NewInputRequest};
 pub use ops::runs::{RunFilter, StepsAck};
 pub use ops::sessions::{
     NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,

@@ -60,6 +60,9 @@ event_payloads!(
     SessionWorkerStarted,
     SessionWorkerExited,
     SessionWorkerRemoved,
+    InputRequested,
+    InputAnswered,
+    RunStuck,
 );
 
 /// `data` of `task.state_changed`.
@@ -538,4 +541,33 @@ mod tests {
         assert_eq!(data(&resumed), json!({ "resumed": true }));
         assert_eq!(data(&ChannelArchived {}), json!({}));
     }
+}
+
+/// `data` of `input.requested`: the request as it was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct InputRequested {
+    pub request: crate::input::InputRequest,
+}
+
+/// `data` of `input.answered`: how a request ended (answered by a person
+/// or a rule, expired, or withdrawn with its run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct InputAnswered {
+    pub id: String,
+    pub kind: crate::input::InputKind,
+    pub state: crate::input::InputState,
+    pub answer: Option<crate::input::InputAnswer>,
+    pub answered_by: Option<String>,
+    /// Requests of the run still pending after this one.
+    pub pending_input: i64,
+}
+
+/// `data` of `run.stuck`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct RunStuck {
+    /// Milliseconds since the run's last step (or its start).
+    pub quiet_ms: i64,
+    pub steps: i64,
+    /// Whether it waits for a person (a pending input request) meanwhile.
+    pub pending_input: i64,
 }

@@ -319,6 +319,28 @@ pub enum Command {
         #[command(flatten)]
         args: crate::cli::session::AttachArgs,
     },
+    /// Ask a person and wait for the answer (for agents and their scripts):
+    /// prints the answer alone; exit 0 on allow or an answer, 1 on deny or expiry.
+    Ask {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(flatten)]
+        args: crate::cli::input::AskArgs,
+    },
+    /// What agents wait for: pending permission requests and questions.
+    Inbox {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(flatten)]
+        args: crate::cli::input::InboxArgs,
+    },
+    /// Answer an agent's request: --allow, --deny, --text or --option.
+    Answer {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(flatten)]
+        args: crate::cli::input::AnswerArgs,
+    },
     /// Serve MCP on stdin/stdout for an agent, as a client of the server
     /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
     Mcp {
@@ -406,6 +428,9 @@ impl Command {
             | Command::Usage { client, .. }
             | Command::Session { client, .. }
             | Command::Attach { client, .. }
+            | Command::Ask { client, .. }
+            | Command::Inbox { client, .. }
+            | Command::Answer { client, .. }
             | Command::Mcp { client } => Some(client),
             _ => None,
         }

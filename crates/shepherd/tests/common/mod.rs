@@ -166,6 +166,25 @@ impl Server {
         }
     }
 
+    /// [`Server::spawn`] on a given address (`127.0.0.1:PORT`), for tests
+    /// that start a server again where its clients were told it is.
+    pub async fn spawn_at(env: &Env, listen: &str) -> Server {
+        let served = Served::spawn(
+            env.serve_command()
+                .env("SHEPHERD_LISTEN", listen)
+                .stderr(std::process::Stdio::null()),
+        );
+        let http = reqwest::Client::new();
+        wait_ready(&http, &served.base).await;
+        Server {
+            base: served.base.clone(),
+            stop: None,
+            handle: None,
+            http,
+            child: Some(served),
+        }
+    }
+
     /// A server in this process serving HTTPS (the environment names its
     /// certificate), reached at `https://HOST:PORT` with `http`, a client
     /// that trusts that certificate.

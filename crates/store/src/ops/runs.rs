@@ -24,7 +24,7 @@ use crate::sql::{Db, Row, Value};
 /// table (`run_transcripts`); lists read only the `has_transcript` flag.
 pub(crate) const RUN_COLUMNS: &str = "r.id, r.task_id, r.task, r.channel_id, ch.name, r.worker_id, r.agent_id, r.worker_type, \
     r.attempt, r.purpose, r.status, r.result, r.started_at, r.completed_at, r.live_status, r.tool_calls, \
-    r.active_tool, r.step_count, r.has_transcript, r.cancel_requested_at, r.conversation_id, r.usage, r.workspace";
+    r.active_tool, r.step_count, r.has_transcript, r.cancel_requested_at, r.conversation_id, r.usage, r.workspace, r.pending_input";
 pub(crate) const RUN_FROM: &str = "FROM runs r LEFT JOIN channels ch ON ch.id = r.channel_id";
 
 pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
@@ -71,6 +71,7 @@ pub(crate) fn run_from_row(r: &Row) -> Result<Run, Error> {
             })?),
             None => None,
         },
+        pending_input: r.i64(23)?,
     })
 }
 
@@ -522,6 +523,8 @@ pub(crate) struct RunInfo {
     pub status: RunStatus,
     pub step_count: i64,
     pub refs: EventRefs,
+    /// Its input requests still pending (withdrawn when it ends).
+    pub pending_input: i64,
 }
 
 impl RunInfo {
@@ -530,6 +533,7 @@ impl RunInfo {
             status: run.status,
             step_count: run.step_count,
             refs: run_refs(run),
+            pending_input: run.pending_input,
         }
     }
 }
@@ -604,7 +608,7 @@ pub(crate) async fn finish<D: Db>(
     ];
     const END: &str =
         "UPDATE runs SET status = $2, result = $3, completed_at = $4, has_transcript = $5, \
-         live_status = NULL, active_tool = NULL, step_count = $6";
+         live_status = NULL, active_tool = NULL, step_count = $6, pending_input = 0";
     if release {
         args.push(Value::from(reason));
         db.defer(
@@ -619,6 +623,9 @@ pub(crate) async fn finish<D: Db>(
     }
     if info.step_count > 0 {
         db.defer("DELETE FROM run_steps WHERE run_id = $1", params![run_id]);
+    }
+    if info.pending_input > 0 {
+        super::input_requests::withdraw(db, now, run_id, &info.refs).await?;
     }
     emit(
         db,

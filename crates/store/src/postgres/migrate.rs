@@ -18,6 +18,7 @@ const MIGRATIONS: &[Migration] = &[
     (9, include_str!("0009_claims_in_runs.sql")),
     (10, include_str!("0010_run_counts_by_worker.sql")),
     (11, include_str!("0011_tasks_ready.sql")),
+    (12, include_str!("0012_input_requests.sql")),
 ];
 const MIGRATION_LOCK: i64 = 0x5348_4550_0002;
 

@@ -40,7 +40,7 @@ fn progress_context_where(holder: &str, filter: &str) -> String {
         "SELECT {TASK_COLUMNS}, c.claim_id, c.worker_id, c.id, c.purpose, c.started_at, c.expires_at, c.claim_token, \
          w.last_heartbeat_at, w.status, c.status, c.step_count, c.agent_id, c.channel_id, w.agent_id, \
          (SELECT COUNT(*) FROM runs c2 WHERE c2.worker_id = {holder} AND c2.released_at IS NULL), \
-         c.conversation_id, w.last_activity_at \
+         c.conversation_id, w.last_activity_at, c.pending_input \
          FROM tasks t LEFT JOIN runs c ON c.task_id = t.id AND c.released_at IS NULL \
          LEFT JOIN workers w ON w.id = c.worker_id \
          WHERE {filter}"
@@ -185,6 +185,7 @@ fn context_from_row(r: &Row, vtid: &str) -> Result<Context, Error> {
                     status: r.word(at + 9)?,
                     step_count: r.i64(at + 10)?,
                     refs,
+                    pending_input: r.i64(at + 17)?,
                 },
                 agent_id: r.string(at + 13)?,
                 active_claims: r.i64(at + 14)?,
