@@ -32,9 +32,9 @@ TOKEN = "mcp-test-token-0123456789"
 TOOLS = {
     "list_workers", "worker_events", "submit_task", "list_tasks", "get_task", "cancel_task",
     "wait_for_task", "list_runs", "get_run", "get_transcript", "send_message",
-    "cancel_conversation", "list_sessions",
+    "cancel_conversation", "list_sessions", "list_input_requests", "answer_input_request",
 }
-DESTRUCTIVE = {"cancel_task", "cancel_conversation"}
+DESTRUCTIVE = {"cancel_task", "cancel_conversation", "answer_input_request"}
 READ_ONLY = TOOLS - DESTRUCTIVE - {"submit_task", "send_message"}
 
 
@@ -352,6 +352,11 @@ async def check_errors(s):
     assert await tool_error(s, "get_transcript", run_id="nope", max_steps=0) == "invalid_limit"
     assert await tool_error(s, "wait_for_task", vtid="VTID-99999", timeout_seconds=-1) == "invalid_timeout"
     assert await tool_error(s, "list_workers", bogus=True) == "invalid_arguments"
+    assert await tool_error(s, "answer_input_request", id="nope", decision="allow") == "input_request_not_found"
+    assert await tool_error(s, "answer_input_request", id="nope", decision="maybe") == "invalid_arguments"
+    assert await tool_error(s, "list_input_requests", state="waiting") == "invalid_state"
+    pending = await s.call_tool("list_input_requests", {})
+    assert not pending.is_error and pending.structured_content["requests"] == [], pending
     try:
         await s.call_tool("no_such_tool", {})
         raise AssertionError("an unknown tool must be a JSON-RPC error")

@@ -201,6 +201,22 @@ is told at once; the conversation stays `cancelled` until the run has ended, kee
 partial work, then is `idle`. An idle conversation is the error conversation_idle.",
             Destructive,
         ),
+        tool::<ListInputRequestsArgs, p::InputRequestList>(
+            "list_input_requests",
+            "List input requests",
+            "What agents wait for a person to answer: permission requests (a tool call with its \
+exact input) and questions (a prompt, maybe with options), newest first; pending ones \
+unless `state` says otherwise (`all` for every state).",
+            ReadOnly,
+        ),
+        tool::<AnswerInputArgs, p::InputRequest>(
+            "answer_input_request",
+            "Answer an input request",
+            "Answer an agent's request: `decision` allow or deny (with an optional `message` \
+the agent is told) for a permission, `text` or one of the `option`s for a question. The \
+first answer wins; a later one is the error already_answered.",
+            Destructive,
+        ),
     ]
 }
 
@@ -255,6 +271,8 @@ pub async fn call(
         "get_run" => run(get_run(api, args(raw)).await),
         "send_message" => run(send_message(api, args(raw)).await),
         "cancel_conversation" => run(cancel_conversation(api, args(raw)).await),
+        "list_input_requests" => run(list_input_requests(api, args(raw)).await),
+        "answer_input_request" => run(answer_input_request(api, args(raw)).await),
         "get_transcript" => {
             let max = mcp.settings.max_answer_bytes;
             run(get_transcript(api, args(raw), max).await)
@@ -477,6 +495,39 @@ async fn list_tasks(
         offset: a.offset,
     };
     Ok(api.tasks(&q).await?)
+}
+
+async fn list_input_requests(
+    api: &Client,
+    a: Result<ListInputRequestsArgs, Failure>,
+) -> Result<p::InputRequestList, Failure> {
+    let a = a?;
+    let state = match a.state.as_deref() {
+        None | Some("") => Some("pending".to_owned()),
+        Some("all") => None,
+        Some(s) => Some(s.to_owned()),
+    };
+    let q = p::InputRequestsQuery {
+        state,
+        run_id: a.run_id,
+        vtid: a.vtid,
+        limit: a.limit,
+    };
+    Ok(api.input_requests(&q).await?)
+}
+
+async fn answer_input_request(
+    api: &Client,
+    a: Result<AnswerInputArgs, Failure>,
+) -> Result<p::InputRequest, Failure> {
+    let a = a?;
+    let answer = p::InputAnswer {
+        decision: a.decision,
+        message: a.message,
+        text: a.text,
+        option: a.option,
+    };
+    Ok(api.answer_input(&a.id, &answer).await?)
 }
 
 async fn get_task(api: &Client, a: Result<VtidArgs, Failure>) -> Result<TaskDetail, Failure> {
@@ -717,7 +768,7 @@ mod tests {
     #[test]
     fn every_tool_has_schemas_and_annotations() {
         let tools = catalogue();
-        assert_eq!(tools.len(), 13);
+        assert_eq!(tools.len(), 15);
         for t in &tools {
             assert_eq!(
                 t.input_schema.get("type"),
@@ -733,6 +784,7 @@ mod tests {
         for (name, destructive) in [
             ("cancel_task", true),
             ("cancel_conversation", true),
+            ("answer_input_request", true),
             ("send_message", false),
         ] {
             let t = tools.iter().find(|t| t.name == name).unwrap();

@@ -290,3 +290,27 @@ impl RunAnswer {
         }
     }
 }
+
+/// `list_input_requests`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListInputRequestsArgs {
+    /// `pending` (default), `answered`, `expired`, `withdrawn`, or `all`.
+    pub state: Option<String>,
+    pub run_id: Option<String>,
+    pub vtid: Option<String>,
+    /// 1 to 1000 (default 100).
+    pub limit: Option<i64>,
+}
+
+/// `answer_input_request`: `decision` (and `message`) for a permission,
+/// `text` or `option` for a question.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerInputArgs {
+    pub id: String,
+    pub decision: Option<shepherd_protocol::Decision>,
+    pub message: Option<String>,
+    pub text: Option<String>,
+    pub option: Option<String>,
+}

@@ -194,6 +194,24 @@ async fn connector(s: &Server) {
         json!({ "claim_token": ct, "status": "testing" }),
     )
     .await;
+    // The worker asks a person for its run; the operator answers.
+    let asked = ok(
+        s,
+        "/api/v1/input-requests",
+        Some(&w1),
+        json!({ "run_id": run, "prompt": "Go on?", "options": ["yes", "no"] }),
+    )
+    .await;
+    ok(
+        s,
+        &format!(
+            "/api/v1/input-requests/{}/answer",
+            asked["id"].as_str().unwrap()
+        ),
+        OP,
+        json!({ "option": "yes" }),
+    )
+    .await;
     ok(
         s,
         &format!("/api/v1/runs/{run}/usage"),

@@ -62,7 +62,6 @@ event_payloads!(
     SessionWorkerRemoved,
     InputRequested,
     InputAnswered,
-    RunStuck,
 );
 
 /// `data` of `task.state_changed`.
@@ -559,15 +558,5 @@ pub struct InputAnswered {
     pub answer: Option<crate::input::InputAnswer>,
     pub answered_by: Option<String>,
     /// Requests of the run still pending after this one.
-    pub pending_input: i64,
-}
-
-/// `data` of `run.stuck`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
-pub struct RunStuck {
-    /// Milliseconds since the run's last step (or its start).
-    pub quiet_ms: i64,
-    pub steps: i64,
-    /// Whether it waits for a person (a pending input request) meanwhile.
     pub pending_input: i64,
 }
