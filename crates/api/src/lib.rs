@@ -68,6 +68,8 @@ pub struct Settings {
     /// requests at once, and how long a request may wait.
     pub agent_permissions:
         std::collections::BTreeMap<String, shepherd_core::input::PermissionPolicy>,
+    /// Agents' `stuck_after`: a running run quiet this long is reported stuck.
+    pub agent_stuck_after: std::collections::BTreeMap<String, Duration>,
     pub sse_keepalive: Duration,
     /// A busy SSE stream writes at most once per this interval, carrying
     /// every event of the interval in one write.
@@ -114,6 +116,7 @@ impl Default for Settings {
             cancel_grace: defaults::CANCEL_GRACE,
             agent_cancel_grace: Default::default(),
             agent_permissions: Default::default(),
+            agent_stuck_after: Default::default(),
             sse_keepalive: Duration::from_secs(15),
             sse_coalesce: Duration::from_millis(25),
             allowed_origins: Vec::new(),

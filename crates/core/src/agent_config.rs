@@ -73,6 +73,14 @@ pub struct AgentConfig {
     pub ask_timeout: Option<DurationSetting>,
     /// The answer a request gets when `ask_timeout` passes: `"deny"` (default) or `"allow"`.
     pub on_timeout: Option<crate::input::Decision>,
+    /// With `max_cost_usd`: `"ask"` turns reaching the budget into a
+    /// question ("continue with another $Y?"): continue raises the run's
+    /// budget by `max_cost_usd` again, stop (or no answer) stops the run as
+    /// `"stop"` (the default) does at once.
+    pub on_budget: Option<String>,
+    /// A running run with no new step for this long is reported once per
+    /// quiet spell as stuck (`run.stuck`), so that someone can be told.
+    pub stuck_after: Option<DurationSetting>,
 }
 
 /// A duration in the configuration: whole seconds, or a number with a unit
@@ -214,6 +222,15 @@ impl AgentConfig {
         if self.ask_timeout.is_some_and(|d| d.0.is_zero()) {
             return Err(bad("ask_timeout", "must be at least 1 second"));
         }
+        if self.stuck_after.is_some_and(|d| d.0.is_zero()) {
+            return Err(bad("stuck_after", "must be at least 1 second"));
+        }
+        match self.on_budget.as_deref() {
+            None | Some("stop") => {}
+            Some("ask") if self.max_cost_usd.is_some() => {}
+            Some("ask") => return Err(bad("on_budget", "\"ask\" needs max_cost_usd")),
+            Some(_) => return Err(bad("on_budget", "one of \"stop\" and \"ask\"")),
+        }
         if let Some(cwd) = &self.cwd {
             if !cwd.is_dir() {
                 return Err(bad("cwd", &format!("{} is not a directory", cwd.display())));
@@ -235,6 +252,11 @@ impl AgentConfig {
     /// Whether permission prompts go to Shepherd.
     pub fn asks_permissions(&self) -> bool {
         self.permissions.as_deref() == Some("ask")
+    }
+
+    /// Whether reaching `max_cost_usd` asks instead of stopping.
+    pub fn asks_at_budget(&self) -> bool {
+        self.on_budget.as_deref() == Some("ask")
     }
 
     /// Whether a run that exited with `code` (non-zero) may be retried.

@@ -66,6 +66,9 @@ pub mod kind {
         RUN_USAGE = "run.usage";
         RUN_STEP = "run.step";
         RUN_COMPLETED = "run.completed";
+        /// A running run made no new step for its agent's `stuck_after`
+        /// (once per quiet spell).
+        RUN_STUCK = "run.stuck";
         // Input requests: an agent asks a person (permission or question).
         INPUT_REQUESTED = "input.requested";
         INPUT_ANSWERED = "input.answered";

@@ -225,6 +225,7 @@ pub fn event_families() -> Vec<EventFamily> {
         F::of::<RunUsage>("RunUsageEvent", vec![k::RUN_USAGE]),
         F::of::<RunStep>("RunStepEvent", vec![k::RUN_STEP]),
         F::of::<RunCompleted>("RunCompletedEvent", vec![k::RUN_COMPLETED]),
+        F::of::<RunStuck>("RunStuckEvent", vec![k::RUN_STUCK]),
         F::of::<InputRequested>("InputRequestedEvent", vec![k::INPUT_REQUESTED]),
         F::of::<InputAnswered>("InputAnsweredEvent", vec![k::INPUT_ANSWERED]),
         F::of::<ChannelChanged>(

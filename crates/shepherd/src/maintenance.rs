@@ -1,5 +1,5 @@
 //! Background loops of a server node: the lease sweeper, input requests'
-//! timeouts, event retention and transcript pruning. Each loop selects on the shutdown token, so shutdown
+//! timeouts and stuck runs, event retention and transcript pruning. Each loop selects on the shutdown token, so shutdown
 //! never waits for a timer.
 
 use std::time::Duration;
@@ -40,10 +40,17 @@ pub fn start(tracker: &TaskTracker, state: &AppState, config: &Config, token: Ca
         });
     }
     // Input requests whose agent's `ask_timeout` passed end with its
-    // `on_timeout` answer (checked every second: a cheap read when none is due).
+    // `on_timeout` answer, and quiet runs are reported stuck (checked every
+    // second: cheap reads when nothing is due).
     {
         let state = state.clone();
         let token = token.clone();
+        let stuck_after: Vec<(String, i64)> = state
+            .settings
+            .agent_stuck_after
+            .iter()
+            .map(|(a, d)| (a.clone(), d.as_millis() as i64))
+            .collect();
         tracker.spawn(async move {
             loop {
                 tokio::select! {
@@ -54,6 +61,13 @@ pub fn start(tracker: &TaskTracker, state: &AppState, config: &Config, token: Ca
                     Ok(0) => {}
                     Ok(n) => tracing::info!(expired = n, "input requests timed out"),
                     Err(e) => tracing::warn!(error = %e, "input request expiry failed"),
+                }
+                if !stuck_after.is_empty() {
+                    match state.store.mark_stuck_runs(&stuck_after).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(runs = n, "runs reported stuck"),
+                        Err(e) => tracing::warn!(error = %e, "stuck-run check failed"),
+                    }
                 }
             }
         });

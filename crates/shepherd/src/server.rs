@@ -60,6 +60,11 @@ pub fn settings(config: &Config, port: u16) -> anyhow_like::Result<Settings> {
             .iter()
             .map(|(name, a)| (name.clone(), a.permission_policy()))
             .collect(),
+        agent_stuck_after: config
+            .agents
+            .iter()
+            .filter_map(|(name, a)| a.stuck_after.map(|d| (name.clone(), d.0)))
+            .collect(),
         allowed_origins: config.allowed_origins.clone(),
         max_requests: config.max_requests,
         max_streams: config.max_streams,

@@ -194,6 +194,25 @@ async fn connector(s: &Server) {
         json!({ "claim_token": ct, "status": "testing" }),
     )
     .await;
+    // An agent that says nothing is reported stuck.
+    task(
+        s,
+        "QUIET-1",
+        json!({ "agent_id": "quiet", "capabilities": [] }),
+    )
+    .await;
+    wait_for("run.stuck", Duration::from_secs(30), || async {
+        (!events(s, "run.stuck").await.is_empty()).then_some(())
+    })
+    .await;
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks/QUIET-1/cancel",
+            OP,
+            json!({ "reason": "quiet" }),
+        )
+        .await;
+    assert!(st < 300, "{b}");
     // The worker asks a person for its run; the operator answers.
     let asked = ok(
         s,
@@ -485,6 +504,9 @@ async fn check(kind: Kind) {
 command = ["bash", "{script}"]
 transcript = "claude-stream-json"
 max_concurrent = 2
+[agents.quiet]
+command = ["sleep", "30"]
+stuck_after = 1
 "#
     ));
     let s = Server::start(&env).await;

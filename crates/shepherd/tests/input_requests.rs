@@ -496,3 +496,97 @@ async fn a_pending_request_survives_kill_9_of_the_server() {
     common::typed::task_in(&s, "KILL-1", &["done"], WAIT).await;
     s.stop().await;
 }
+
+/// `on_budget = "ask"`: passing `max_cost_usd` asks whether to go on;
+/// "continue" raises the budget by as much again, "stop" stops the run as
+/// a plain budget does. A quiet agent with `stuck_after` is reported once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_asks_and_a_quiet_run_is_reported_stuck() {
+    let mut env = Env::new(Kind::Sqlite);
+    let spender = env.script(
+        "spender.sh",
+        "cat > /dev/null\n\
+         echo '{\"type\":\"usage\",\"cost_usd\":0.6}'\n\
+         while [ ! -e \"$NEXT\" ]; do sleep 0.05; done\n\
+         echo '{\"type\":\"usage\",\"cost_usd\":0.6}'\n\
+         sleep 60\n",
+    );
+    let next = env.dir.join("next");
+    env.with_config_file(&format!(
+        r#"
+[agents.spender]
+command = ["bash", "{spender}"]
+transcript = "steps-jsonl"
+max_cost_usd = 0.5
+on_budget = "ask"
+cancel_grace_secs = 1
+env = {{ NEXT = "{next}" }}
+[agents.quiet]
+command = ["sleep", "60"]
+stuck_after = 1
+"#,
+        next = next.display()
+    ));
+    let s = Server::start(&env).await;
+    for (vtid, agent) in [("B-1", "spender"), ("Q-1", "quiet")] {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    // $0.60 of $0.50: a question, and the run goes on meanwhile.
+    let q = pending(&s, "B-1", 1).await.remove(0);
+    assert_eq!(q.options, vec!["continue", "stop"]);
+    assert!(
+        q.prompt.as_deref().unwrap().contains("$0.60 of $0.50"),
+        "{q:?}"
+    );
+    let (st, b) = answer(&s, &q.id, json!({ "option": "continue" })).await;
+    assert_eq!(st, 200, "{b}");
+    // $1.20 of $1.00: asked again; stop ends it as a budget does.
+    std::fs::write(&next, "").unwrap();
+    let q2 = wait_for("the second budget question", WAIT, || async {
+        let list: p::InputRequestList = s
+            .get_as("/api/v1/input-requests?vtid=B-1&state=pending", None)
+            .await
+            .1;
+        list.requests.into_iter().find(|r| r.id != q.id)
+    })
+    .await;
+    assert!(q2.prompt.as_deref().unwrap().contains("of $1.00"), "{q2:?}");
+    let (st, b) = answer(&s, &q2.id, json!({ "option": "stop" })).await;
+    assert_eq!(st, 200, "{b}");
+    let run = wait_for("the spender to be stopped", WAIT, || async {
+        let run = common::typed::runs_of(&s, "B-1").await.remove(0);
+        (run.status.as_str() != "running").then_some(run)
+    })
+    .await;
+    assert!(
+        run.result
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("budget_exceeded"),
+        "{run:?}"
+    );
+
+    // The quiet agent: one run.stuck, not one a second.
+    let stuck = wait_for("run.stuck", WAIT, || async {
+        let (_, page) = s.get("/api/v1/events?types=run.stuck", None).await;
+        let events = page["events"].as_array().cloned().unwrap_or_default();
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(stuck[0]["task_id"], "Q-1");
+    assert!(
+        stuck[0]["data"]["quiet_ms"].as_i64().unwrap() >= 1000,
+        "{stuck:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (_, page) = s.get("/api/v1/events?types=run.stuck", None).await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 1, "{page}");
+    s.stop().await;
+}

@@ -13,6 +13,31 @@ use crate::{log, LeaseRules, Page, RunFilter, StepsAck, Store, UsageRow};
 impl Store {
     // ----- runs -----
 
+    /// Reports the quiet runs of each `(agent, stuck_after ms)` as stuck
+    /// (`run.stuck`, once per quiet spell); how many. Reads first, so a
+    /// node with nothing to report writes nothing.
+    pub async fn mark_stuck_runs(&self, agents: &[(String, i64)]) -> Result<usize, Error> {
+        let mut total = 0;
+        for (agent, after) in agents {
+            let (now, a, after) = (self.now(), agent.clone(), *after);
+            let any = {
+                let a = a.clone();
+                self.read(move |db| {
+                    Box::pin(async move { runs::mark_stuck(db, now, &a, after, true).await })
+                })
+                .await?
+            };
+            if any > 0 {
+                total += self
+                    .write(move |db| {
+                        Box::pin(async move { runs::mark_stuck(db, now, &a, after, false).await })
+                    })
+                    .await?;
+            }
+        }
+        Ok(total)
+    }
+
     pub async fn run(&self, run_id: &str) -> Result<(Run, i64), Error> {
         let id = run_id.to_owned();
         self.read(move |db| {

@@ -62,6 +62,7 @@ event_payloads!(
     SessionWorkerRemoved,
     InputRequested,
     InputAnswered,
+    RunStuck,
 );
 
 /// `data` of `task.state_changed`.
@@ -559,4 +560,14 @@ pub struct InputAnswered {
     pub answered_by: Option<String>,
     /// Requests of the run still pending after this one.
     pub pending_input: i64,
+}
+
+/// `data` of `run.stuck`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct RunStuck {
+    /// Milliseconds since the run's last step (or its start, without one).
+    pub quiet_ms: i64,
+    pub steps: i64,
+    /// The agent's `stuck_after`, in milliseconds.
+    pub stuck_after_ms: i64,
 }

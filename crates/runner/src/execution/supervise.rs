@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use shepherd_core::adapters::{adapter_for, Adapter, TranscriptFormat};
+use shepherd_protocol as p;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +39,9 @@ const TICK: Duration = Duration::from_millis(100);
 /// the shutdown wakes it at once. A runner holding hundreds of quiet agents
 /// then wakes a few hundred times a second, not thousands.
 const IDLE_TICK: Duration = Duration::from_secs(1);
+/// The budget question's answers (`on_budget = "ask"`).
+const BUDGET_CONTINUE: &str = "continue";
+const BUDGET_STOP: &str = "stop";
 /// How long after the agent's last output the loop counts as busy.
 const BUSY_AFTER_OUTPUT: Duration = Duration::from_secs(2);
 
@@ -83,7 +87,7 @@ pub(super) async fn supervise(
         s.kill_after_grace(now);
         s.flush_when_quiet(now);
         s.deliver_when_due(now).await;
-        s.enforce_budget(now);
+        s.enforce_budget(now).await;
         s.stop_if_claim_lost(now);
         if s.exit.is_some() && !s.out.open && !s.err.open {
             break;
@@ -165,6 +169,13 @@ struct Supervisor {
     exit: Option<ExitRecord>,
     /// This runner stops and leaves the agent to the next one.
     leaving: bool,
+    /// The cost the run may reach: `max_cost_usd`, raised by each
+    /// "continue" answer to the budget question (`on_budget = "ask"`).
+    budget: Option<f64>,
+    /// How many times the budget was raised (the budget questions' keys).
+    budget_raises: u32,
+    /// The budget question waiting for its answer, and when to look again.
+    budget_question: Option<(String, Instant)>,
 }
 
 impl Supervisor {
@@ -214,6 +225,9 @@ impl Supervisor {
             killed: false,
             exit: None,
             leaving: false,
+            budget: ctx.agent.max_cost_usd,
+            budget_raises: 0,
+            budget_question: None,
             ctx,
         }
     }
@@ -395,23 +409,84 @@ impl Supervisor {
         }
     }
 
-    /// The agent's `max_cost_usd`, against the cost it reported so far.
-    fn enforce_budget(&mut self, now: Instant) {
-        if let (Some(max), Some(cost), None) = (
+    /// The agent's `max_cost_usd`, against the cost it reported so far:
+    /// past it the agent is stopped, or with `on_budget = "ask"` a person is
+    /// asked whether to go on (the agent keeps working meanwhile).
+    async fn enforce_budget(&mut self, now: Instant) {
+        let (Some(max), Some(budget), Some(cost), None) = (
             self.ctx.agent.max_cost_usd,
+            self.budget,
             self.outbox.usage_total.cost_usd,
             &self.stopping,
-        ) {
-            if cost > max {
-                let reason =
-                    format!("budget_exceeded: cost ${cost:.4} passed max_cost_usd ${max:.4}");
-                tracing::info!(
-                    run_id = self.a.run_id,
-                    reason,
-                    "SIGTERM to the agent through its shim"
-                );
-                self.terminate(Ending::BudgetExceeded(reason), now + self.grace);
+        ) else {
+            return;
+        };
+        if cost <= budget {
+            return;
+        }
+        let reason = format!("budget_exceeded: cost ${cost:.4} passed max_cost_usd ${budget:.4}");
+        if !self.ctx.agent.asks_at_budget() {
+            tracing::info!(
+                run_id = self.a.run_id,
+                reason,
+                "SIGTERM to the agent through its shim"
+            );
+            self.terminate(Ending::BudgetExceeded(reason), now + self.grace);
+            return;
+        }
+        match self.budget_question.take() {
+            None => {
+                // The key makes asking again (after a failed call, or by the
+                // next runner after a restart) find the same question.
+                let ask = p::AskInput {
+                    run_id: Some(self.a.run_id.clone()),
+                    kind: Some(p::InputKind::Question),
+                    key: Some(format!("budget-{}", self.budget_raises)),
+                    tool_name: None,
+                    tool_input: None,
+                    prompt: Some(format!(
+                        "Spent ${cost:.2} of ${budget:.2}; continue with another ${max:.2}?"
+                    )),
+                    options: vec![BUDGET_CONTINUE.into(), BUDGET_STOP.into()],
+                };
+                match self.ctx.connector.ask(&ask).await {
+                    Ok(q) => self.budget_question = Some((q.id, now)),
+                    Err(e) => {
+                        tracing::warn!(run_id = self.a.run_id, error = %e, "cannot ask about the budget yet")
+                    }
+                }
             }
+            Some((id, next)) if now < next => self.budget_question = Some((id, next)),
+            Some((id, _)) => match self.ctx.connector.input_request(&id, None).await {
+                Ok(q) if q.state == p::InputState::Pending => {
+                    self.budget_question = Some((id, now + Duration::from_secs(1)));
+                }
+                Ok(q) => {
+                    let go_on = q.state == p::InputState::Answered
+                        && q.answer.as_ref().and_then(|a| a.option.as_deref())
+                            == Some(BUDGET_CONTINUE);
+                    if go_on {
+                        self.budget = Some(budget + max);
+                        self.budget_raises += 1;
+                        tracing::info!(
+                            run_id = self.a.run_id,
+                            budget = budget + max,
+                            "budget raised"
+                        );
+                    } else {
+                        tracing::info!(
+                            run_id = self.a.run_id,
+                            reason,
+                            "budget not raised: SIGTERM to the agent"
+                        );
+                        self.terminate(Ending::BudgetExceeded(reason), now + self.grace);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(run_id = self.a.run_id, error = %e, "budget question unreadable for now");
+                    self.budget_question = Some((id, now + Duration::from_secs(1)));
+                }
+            },
         }
     }
 

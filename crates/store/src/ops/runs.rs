@@ -644,6 +644,62 @@ pub(crate) async fn finish<D: Db>(
     Ok(())
 }
 
+/// Reports, once per quiet spell, the running runs of `agent_id` that made
+/// no step for `after_ms` (and wait for no person: a pending input request
+/// was told already); how many. `check_only` reads without writing.
+pub async fn mark_stuck<D: Db>(
+    db: &mut D,
+    now: Millis,
+    agent_id: &str,
+    after_ms: i64,
+    check_only: bool,
+) -> Result<usize, Error> {
+    let rows = db
+        .query(
+            &format!(
+                "SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.status = 'running' AND r.agent_id = $1 \
+                 AND r.pending_input = 0 AND COALESCE(r.last_step_at, r.started_at) < $2 \
+                 AND (r.stuck_at IS NULL OR r.stuck_at < COALESCE(r.last_step_at, r.started_at)) \
+                 LIMIT 100"
+            ),
+            params![agent_id, now - after_ms],
+        )
+        .await?;
+    if check_only {
+        return Ok(rows.len());
+    }
+    let mut n = 0;
+    for row in &rows {
+        let run = run_from_row(row)?;
+        let quiet_since = db
+            .query_one(
+                "SELECT COALESCE(last_step_at, started_at) FROM runs WHERE id = $1",
+                params![&run.id],
+            )
+            .await?
+            .i64(0)?;
+        db.defer(
+            "UPDATE runs SET stuck_at = $2 WHERE id = $1",
+            params![&run.id, now],
+        );
+        emit(
+            db,
+            now,
+            NewEvent::typed(
+                kind::RUN_STUCK,
+                run_refs(&run),
+                &shepherd_core::event::payloads::RunStuck {
+                    quiet_ms: now - quiet_since,
+                    steps: run.step_count,
+                    stuck_after_ms: after_ms,
+                },
+            ),
+        );
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Which runs to list.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {

@@ -34,6 +34,9 @@ CREATE INDEX input_requests_run ON input_requests (run_id, created_at);
 
 -- Requests of the run still pending (the run carries the count).
 ALTER TABLE runs ADD COLUMN pending_input INTEGER NOT NULL DEFAULT 0;
+-- When the run was last reported stuck (no new step for its agent's
+-- stuck_after): once per quiet spell, so a later step starts a new one.
+ALTER TABLE runs ADD COLUMN stuck_at INTEGER;
 
 -- Keys the server derives credentials from (the run tokens agents ask
 -- with), made once per database so that every node agrees on them.
