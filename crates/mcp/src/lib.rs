@@ -12,6 +12,7 @@
 
 pub mod in_process;
 mod jsonrpc;
+pub mod permission_tool;
 mod resources;
 mod server;
 mod tools;

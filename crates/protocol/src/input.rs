@@ -84,3 +84,10 @@ pub struct RunToken {
     /// `srt_…`: may ask for input and read its own run and requests, nothing else.
     pub token: String,
 }
+
+/// The MCP server name and tool Claude Code asks for permission through
+/// (`--permission-prompt-tool mcp__shepherd__approve`): `shepherd
+/// permission-tool`, which the runner configures for agents with
+/// `permissions = "ask"`.
+pub const PERMISSION_TOOL_SERVER: &str = "shepherd";
+pub const PERMISSION_TOOL: &str = "approve";

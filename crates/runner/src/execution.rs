@@ -191,16 +191,28 @@ async fn start(ctx: &RunContext, a: &Assignment, run: RunFiles) -> Result<Starte
             return Err(format!("cannot write the spec: {e}"));
         }
     }
-    let mut cmd = shim_command(ctx, a, &run, &argv);
     // The agent's own credential for asking a person (`shepherd ask`, the
     // permission tool): good for this run only. A server too old to make
     // one leaves the agent without it, not without a run.
-    match ctx.connector.run_token(&a.run_id, &a.claim_token).await {
-        Ok(t) => {
-            cmd.env("SHEPHERD_RUN_TOKEN", t.token)
-                .env("SHEPHERD_SERVER", ctx.connector.base());
+    let run_token = match ctx.connector.run_token(&a.run_id, &a.claim_token).await {
+        Ok(t) => Some(t.token),
+        Err(e) => {
+            tracing::warn!(run_id = a.run_id, error = %e, "no run token for the agent");
+            None
         }
-        Err(e) => tracing::warn!(run_id = a.run_id, error = %e, "no run token for the agent"),
+    };
+    let mut argv = argv;
+    if let Err(e) = ask_permissions_through_shepherd(ctx, &run, &mut argv, run_token.as_deref()) {
+        remove_run_dir(&run, spool);
+        return Err(e);
+    }
+    let mut cmd = shim_command(ctx, a, &run, &argv);
+    if let Some(t) = &run_token {
+        cmd.env("SHEPHERD_RUN_TOKEN", t)
+            .env("SHEPHERD_SERVER", ctx.connector.base())
+            // Claude Code gives an MCP tool call this long (ms) before it
+            // gives up; a person may take hours to answer.
+            .env("MCP_TOOL_TIMEOUT", PERMISSION_WAIT_MS.to_string());
     }
     let mut workspace = match make_workspace(ctx, a).await {
         Ok(w) => w,
@@ -242,6 +254,56 @@ async fn start(ctx: &RunContext, a: &Assignment, run: RunFiles) -> Result<Starte
         started_ms: saved.started_ms,
         shim_pid,
     })
+}
+
+/// How long Claude Code waits for the permission tool (ms): a week.
+const PERMISSION_WAIT_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// `permissions = "ask"` on a Claude Code agent: its permission prompts go
+/// to `shepherd permission-tool` (an MCP server over stdio, this binary),
+/// which asks a person through the server. The MCP configuration is a file
+/// in the run's private directory, not an argument: it holds the run token,
+/// and arguments are visible to every user (`ps`).
+fn ask_permissions_through_shepherd(
+    ctx: &RunContext,
+    run: &RunFiles,
+    argv: &mut Vec<String>,
+    run_token: Option<&str>,
+) -> Result<(), String> {
+    use shepherd_core::adapters::TranscriptFormat;
+    if !ctx.agent.asks_permissions() || ctx.agent.format() != TranscriptFormat::ClaudeStreamJson {
+        return Ok(());
+    }
+    let Some(token) = run_token else {
+        return Err("permissions = \"ask\" needs a run token, and the server gave none".into());
+    };
+    let config = serde_json::json!({
+        "mcpServers": {
+            shepherd_protocol::PERMISSION_TOOL_SERVER: {
+                "type": "stdio",
+                "command": ctx.shim_program.display().to_string(),
+                "args": ["permission-tool"],
+                "env": {
+                    "SHEPHERD_SERVER": ctx.connector.base(),
+                    "SHEPHERD_RUN_TOKEN": token,
+                },
+            }
+        }
+    });
+    let path = run.path("mcp.json");
+    write_atomic(&path, config.to_string().as_bytes())
+        .map_err(|e| format!("cannot write the permission tool's configuration: {e}"))?;
+    argv.extend([
+        "--permission-prompt-tool".to_owned(),
+        format!(
+            "mcp__{}__{}",
+            shepherd_protocol::PERMISSION_TOOL_SERVER,
+            shepherd_protocol::PERMISSION_TOOL
+        ),
+        "--mcp-config".to_owned(),
+        path.display().to_string(),
+    ]);
+    Ok(())
 }
 
 /// Creates the run directory and its step spool.

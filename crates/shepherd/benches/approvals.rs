@@ -291,10 +291,7 @@ async fn bench(label: &str, vars: Vec<(&str, String)>) {
     }
     report("answer one of a full inbox", answers);
     let t = Instant::now();
-    let l = op
-        .input_requests(&list_q)
-        .await
-        .unwrap_or_else(|e| fail(e));
+    let l = op.input_requests(&list_q).await.unwrap_or_else(|e| fail(e));
     println!(
         "  list after answering all: {} pending, {:.2} ms",
         l.requests.len(),

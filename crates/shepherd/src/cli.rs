@@ -128,6 +128,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Ask { args, .. } => input::ask(g, args).await,
         Command::Inbox { args, .. } => input::inbox(g, args).await,
         Command::Answer { args, .. } => input::answer(g, args).await,
+        Command::PermissionTool { .. } => {
+            shepherd_mcp::permission_tool::serve_stdio(&g.server, g.token.as_deref()).await
+        }
         Command::Mcp { .. } => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
         Command::Shim { .. } => Err("the shim runs before the runtime starts".into()),
     }

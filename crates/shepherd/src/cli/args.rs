@@ -347,6 +347,13 @@ pub enum Command {
         #[command(flatten)]
         client: ClientFlags,
     },
+    /// The MCP server Claude Code asks for permission through
+    /// (`permissions = "ask"`; the runner configures it).
+    #[command(hide = true)]
+    PermissionTool {
+        #[command(flatten)]
+        client: ClientFlags,
+    },
     /// Supervise one agent process for a runner (started by the runner).
     #[command(hide = true)]
     Shim {
@@ -431,6 +438,7 @@ impl Command {
             | Command::Ask { client, .. }
             | Command::Inbox { client, .. }
             | Command::Answer { client, .. }
+            | Command::PermissionTool { client }
             | Command::Mcp { client } => Some(client),
             _ => None,
         }
