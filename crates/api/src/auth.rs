@@ -71,14 +71,14 @@ pub fn run_token_may(method: &axum::http::Method, path: &str) -> bool {
         return false;
     };
     let segments: Vec<&str> = rest.split('/').collect();
-    match (method, segments.as_slice()) {
-        (&Method::POST, ["input-requests"]) => true,
-        (&Method::GET, ["input-requests"]) => true,
-        (&Method::GET, ["input-requests", _]) => true,
-        (&Method::GET, ["runs", _]) => true,
-        (&Method::GET, ["runs", _, "steps"]) => true,
-        _ => false,
-    }
+    matches!(
+        (method, segments.as_slice()),
+        (&Method::POST, ["input-requests"])
+            | (&Method::GET, ["input-requests"])
+            | (&Method::GET, ["input-requests", _])
+            | (&Method::GET, ["runs", _])
+            | (&Method::GET, ["runs", _, "steps"])
+    )
 }
 
 fn unauthorized(message: &str) -> ApiError {
