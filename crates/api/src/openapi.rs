@@ -162,6 +162,23 @@ mod tests {
     /// new constant joins) and the workflows' progress events. A new type
     /// without a schema fails here.
     #[test]
+    fn operation_ids_are_unique() {
+        // Generated clients name a method after each operationId: two
+        // handlers named alike in different modules would clash.
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let mut seen = std::collections::BTreeMap::new();
+        for (path, ops) in doc["paths"].as_object().unwrap() {
+            for (method, op) in ops.as_object().unwrap() {
+                if let Some(id) = op.get("operationId").and_then(|v| v.as_str()) {
+                    if let Some(other) = seen.insert(id.to_owned(), format!("{method} {path}")) {
+                        panic!("operationId {id:?} names both {other} and {method} {path}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_event_type_has_a_data_schema() {
         let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
         let schemas = &doc["components"]["schemas"];

@@ -154,16 +154,7 @@ impl Server {
     /// The real binary (`shepherd serve`) with this environment, as a child
     /// on a port it chose; ready when this returns.
     pub async fn spawn(env: &Env) -> Server {
-        let served = Served::spawn(env.serve_command().stderr(std::process::Stdio::null()));
-        let http = reqwest::Client::new();
-        wait_ready(&http, &served.base).await;
-        Server {
-            base: served.base.clone(),
-            stop: None,
-            handle: None,
-            http,
-            child: Some(served),
-        }
+        Server::spawn_at(env, "127.0.0.1:0").await
     }
 
     /// [`Server::spawn`] on a given address (`127.0.0.1:PORT`), for tests
