@@ -13,7 +13,6 @@ mode=$1
 id=$2
 out=${ASK_OUT_DIR:?ASK_OUT_DIR must be set}
 cat >/dev/null
-echo "{\"type\":\"status\",\"text\":\"asking ($mode)\"}"
 case $mode in
 question)
     "$SHEPHERD_BIN" ask --permission Bash --input '{"command":"git status --short"}' >/dev/null
@@ -25,7 +24,7 @@ text)
     code=$?
     ;;
 permission)
-    answer=$("$SHEPHERD_BIN" ask --permission Bash --input '{"command":"rm -rf build","description":"Clean the build"}' 'Clean the build before deploying')
+    answer=$("$SHEPHERD_BIN" ask --permission Bash --input '{"command":"rm -rf build","description":"Clean the build: removes the build directory and everything in it, so that the next deploy starts from a fresh tree with nothing left over from earlier builds"}' 'Clean the build before deploying')
     code=$?
     ;;
 *)

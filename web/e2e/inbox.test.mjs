@@ -104,6 +104,24 @@ async function screenshot(page, name) {
   await page.emulateMedia({ colorScheme: "light" });
 }
 
+/** Runs `body` with a page at `viewport`; a failure also tells what the server and the page had. */
+async function withPage(viewport, body) {
+  const { context, page } = await openPage(viewport);
+  try {
+    await body(page);
+  } catch (e) {
+    const requests = await apiCall(server, "GET", "/api/v1/input-requests?limit=10").catch((x) => x.message);
+    const shown = await page
+      .locator("main")
+      .innerText({ timeout: 1_000 })
+      .catch((x) => x.message);
+    e.message += `\n--- the server's newest requests: ${JSON.stringify(requests)}\n--- the page (${page.url()}):\n${shown}`;
+    throw e;
+  } finally {
+    await context.close();
+  }
+}
+
 /** Nothing scrolls sideways, and every answer button is inside the window. */
 async function expectFits(page, name) {
   const overflow = await page.evaluate(() => {
@@ -136,14 +154,15 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
+  // A server that ended by itself explains the failures that followed.
+  if (server && server.child.exitCode !== null) console.error(`the server exited with ${server.child.exitCode}:\n${server.log()}`);
   await server?.stop();
 });
 
 for (const viewport of Object.keys(VIEWPORTS)) {
   describe(`the Inbox at ${viewport} width`, () => {
     test("a question appears, is answered with an option, leaves the list, and the agent gets the answer", async () => {
-      const { context, page } = await openPage(viewport);
-      try {
+      await withPage(viewport, async (page) => {
         await page.goto(`${server.url}/inbox`);
         await waitForText(page, '[data-testid="inbox-empty"]', "Nothing waits for you");
         await waitForText(page, '[data-testid="connection"]', "Live");
@@ -200,14 +219,11 @@ for (const viewport of Object.keys(VIEWPORTS)) {
         await waitForText(page, `[data-testid="run-request"][data-request-id="${r.id}"]`, "by operator");
         await waitForText(page, '[data-testid="run-request"][data-state="answered"]', "by rule:Bash(git status:*)");
         assert.equal(await page.getByTestId("waiting-for-you").count(), 0);
-      } finally {
-        await context.close();
-      }
+      });
     });
 
     test("a permission is denied with a message, which the run's views show", async () => {
-      const { context, page } = await openPage(viewport);
-      try {
+      await withPage(viewport, async (page) => {
         const task = await createTask(server, { title: `Clean from the ${viewport}`, agent_id: "guarded" });
         const run = await runOf(server, task.vtid, "running");
         // The run says it waits for a person, and leads to the Inbox.
@@ -224,6 +240,10 @@ for (const viewport of Object.keys(VIEWPORTS)) {
         // A Bash command shows as the command; its other fields beside it.
         await waitForText(page, `${card("permission")} [data-testid="request-command"]`, "rm -rf build");
         await waitForText(page, card("permission"), "Clean the build before deploying");
+        // A long input scrolls inside its own box, not the page.
+        const extras = page.locator(`${card("permission")} .request-extras`);
+        await waitForText(page, `${card("permission")} .request-extras`, "the build directory");
+        assert.ok(await extras.evaluate((el) => el.scrollWidth > el.clientWidth), "the long input scrolls inside its box");
         await expectFits(page, `inbox with a permission (${viewport})`);
         await expectAccessible(page, `inbox with a permission (${viewport})`);
         await screenshot(page, `inbox-permission-${viewport}`);
@@ -246,16 +266,13 @@ for (const viewport of Object.keys(VIEWPORTS)) {
         await waitForText(page, `[data-testid="run-request"][data-request-id="${r.id}"]`, "by operator");
         assert.equal(await page.getByTestId("waiting-for-you").count(), 0);
         await expectAccessible(page, `run with its requests (${viewport})`);
-      } finally {
-        await context.close();
-      }
+      });
     });
   });
 }
 
 test("an answer another device gave first is shown with who gave it, and the list refreshes", async () => {
-  const { context, page } = await openPage("desktop");
-  try {
+  await withPage("desktop", async (page) => {
     await page.goto(`${server.url}/inbox`);
     await waitForText(page, '[data-testid="connection"]', "Live");
     const task = await createTask(server, { title: "Pick a branch", agent_id: "texter" });
@@ -267,11 +284,18 @@ test("an answer another device gave first is shown with who gave it, and the lis
     // device's answer (and its event) must not reach it first.
     const stale = await (await fetch(`${server.url}/api/v1/input-requests?state=pending&limit=1000`)).text();
     let frozen = true;
+    let servedStale = 0;
     await page.route(
       (url) => url.pathname === "/api/v1/input-requests",
-      (route) => (frozen && route.request().method() === "GET" ? route.fulfill({ status: 200, contentType: "application/json", body: stale }) : route.continue()),
+      (route) => {
+        if (!frozen || route.request().method() !== "GET") return route.continue();
+        servedStale++;
+        return route.fulfill({ status: 200, contentType: "application/json", body: stale });
+      },
     );
     await apiCall(server, "POST", `/api/v1/input-requests/${id}/answer`, { text: "main" });
+    // The answer's event makes the page refetch its list: it gets the old one.
+    await until(() => servedStale > 0, "the page to refetch after the other device's answer");
     await question.getByTestId("answer-text").fill("develop");
     frozen = false;
     await question.getByTestId("answer-send").click();
@@ -280,7 +304,5 @@ test("an answer another device gave first is shown with who gave it, and the lis
     await waitForText(page, '[data-testid="inbox-empty"]', "Nothing waits for you");
     await expectAccessible(page, "inbox after a conflict");
     assert.equal(await agentAnswer(task.vtid), "main exit=0");
-  } finally {
-    await context.close();
-  }
+  });
 });
