@@ -49,13 +49,25 @@ export function useInputRequests(filter: InputRequestFilter, enabled = true) {
 /**
  * Refreshes every list of requests when one is made or ends. Mounted once,
  * in the shell, so that every page showing requests stays current.
+ *
+ * A fetch already under way may have read the lists before the event: it is
+ * cancelled first. (An invalidation alone would not do: a query still on its
+ * first fetch keeps that fetch rather than start another.)
  */
 export function useInputRequestLiveUpdates() {
   const client = useQueryClient();
   useServerEvents((events) => {
     if (events.some((e) => e.type === "input.requested" || e.type === "input.answered")) {
-      void client.invalidateQueries({ queryKey: inputRequestKeys.all });
+      void client
+        .cancelQueries({ queryKey: inputRequestKeys.all })
+        .then(() => client.invalidateQueries({ queryKey: inputRequestKeys.all }));
     }
   });
+}
+
+/** The ids of the pending requests, read now (not from the cache). */
+export async function pendingIdsNow(): Promise<Set<string>> {
+  const { requests } = await unwrap(api.GET("/api/v1/input-requests", { params: { query: { state: "pending", limit: PENDING_LIMIT } } }));
+  return new Set(requests.map((r) => r.id));
 }
 

@@ -59,10 +59,3 @@ export function useAnswerRequest() {
     onSettled: () => client.invalidateQueries({ queryKey: inputRequestKeys.all }),
   });
 }
-
-/** Which of `ids` are still pending, read now (shared with the list's query). */
-export async function stillPending(client: ReturnType<typeof useQueryClient>, ids: string[]): Promise<Set<string>> {
-  const pending = await client.fetchQuery({ ...inputRequestsQuery(PENDING), staleTime: 0 });
-  const now = new Set(pending.map((r) => r.id));
-  return new Set(ids.filter((id) => now.has(id)));
-}

@@ -4,12 +4,11 @@
 // request twice. Several at once (a stream catching up after a reconnect)
 // make one notification. Only the tab reading the shared stream notifies.
 import { useRef } from "react";
-import { useQueryClient } from "@tanstack/react-query";
+import { pendingIdsNow } from "@/api/inputRequests";
 import type { InputRequest } from "@/api/types";
 import { isLeader } from "@/events/connection";
 import { useServerEvents } from "@/events/hooks";
 import { bashCommand, requestTitle } from "@/components/InputRequestView";
-import { stillPending } from "@/features/inbox/api/inbox";
 import { notificationState, notify } from "@/features/inbox/stores/notifications";
 
 function describe(r: InputRequest): string {
@@ -20,7 +19,6 @@ function describe(r: InputRequest): string {
 }
 
 export function useInputRequestNotifications(openInbox: () => void) {
-  const client = useQueryClient();
   const seen = useRef(new Set<string>());
   useServerEvents((events) => {
     if (notificationState() !== "granted" || !isLeader()) return;
@@ -35,10 +33,8 @@ export function useInputRequestNotifications(openInbox: () => void) {
       fresh.push(r);
     }
     if (fresh.length === 0) return;
-    void stillPending(
-      client,
-      fresh.map((r) => r.id),
-    ).then((pending) => {
+    // Still pending now? A rule's answer may have followed in another batch.
+    void pendingIdsNow().then((pending) => {
       const waiting = fresh.filter((r) => pending.has(r.id));
       if (waiting.length === 1) {
         const r = waiting[0];
@@ -47,6 +43,8 @@ export function useInputRequestNotifications(openInbox: () => void) {
       } else if (waiting.length > 1) {
         notify(`${waiting.length} requests wait for you`, waiting.map((r) => `${r.agent_id}: ${describe(r)}`).join("\n"), "shepherd-inbox", openInbox);
       }
+    }, () => {
+      /* not read: the Inbox's count still shows them */
     });
   });
 }
