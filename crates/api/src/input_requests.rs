@@ -109,7 +109,7 @@ pub async fn ask(
 }
 
 /// Input requests, newest first (a run token sees its own run's).
-#[utoipa::path(get, path = "/api/v1/input-requests", tag = "input", params(InputRequestsQuery), responses(
+#[utoipa::path(get, path = "/api/v1/input-requests", tag = "input", operation_id = "list_input_requests", params(InputRequestsQuery), responses(
     (status = 200, body = InputRequestList),
     (status = 400, description = "invalid_state, invalid_limit", body = ErrorBody),
     (status = 403, description = "forbidden", body = ErrorBody)))]

@@ -208,6 +208,69 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/input-requests": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Input requests, newest first (a run token sees its own run's). */
+        get: operations["list_input_requests"];
+        put?: never;
+        /**
+         * Ask a person: a permission for a tool call, or a question. A rule of the
+         *     agent's policy may answer it at once (`answered_by` `rule:<rule>`).
+         *     Asking again with the same `key` returns the same request.
+         */
+        post: operations["ask"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/input-requests/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One input request; with `wait`, held open until it is answered (or the
+         *     wait ends), so an asker learns the answer as soon as it is given.
+         */
+        get: operations["get_one"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/input-requests/{id}/answer": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Answer a pending request: `{"decision": "allow"|"deny", "message"?}` for
+         *     a permission, `{"text"}` or `{"option"}` for a question. The first answer
+         *     wins; any later one gets 409 `already_answered`.
+         */
+        post: operations["answer"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/resources": {
         parameters: {
             query?: never;
@@ -347,6 +410,27 @@ export interface paths {
          *     acknowledged without storing twice; a gap is `step_gap`.
          */
         post: operations["append_steps"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The run token for a running run, asked by the worker holding its claim:
+         *     its agent gets it as `SHEPHERD_RUN_TOKEN`. Derived, not stored: asking
+         *     again gives the same token.
+         */
+        post: operations["run_token"];
         delete?: never;
         options?: never;
         head?: never;
@@ -946,6 +1030,21 @@ export interface components {
             start_index: number;
             steps: components["schemas"]["TranscriptStep"][];
         };
+        /** @description `POST /api/v1/input-requests`: a run asks a person. */
+        AskInput: {
+            /**
+             * @description The asker's own key for this request (a tool call's id, say): asking
+             *     again with it returns the same request, so a retry never asks twice.
+             */
+            key?: string | null;
+            kind?: null | components["schemas"]["InputKind"];
+            options?: string[];
+            prompt?: string | null;
+            /** @description The asking run (a run token may leave it out: its own run). */
+            run_id?: string | null;
+            tool_input?: Record<string, never> | null;
+            tool_name?: string | null;
+        };
         /** @description One attempt that failed, as the task records it. */
         AttemptFailure: {
             /** Format: date-time */
@@ -1352,6 +1451,11 @@ export interface components {
             /** @description `simple` (default) or `autopilot`. */
             workflow?: string | null;
         };
+        /**
+         * @description The answer to a permission request.
+         * @enum {string}
+         */
+        Decision: "allow" | "deny";
         DeregisterBody: {
             reason?: string | null;
             worker_id?: string | null;
@@ -1372,6 +1476,7 @@ export interface components {
              *     - `agent_at_capacity`: The agent runs as many tasks as it may at once.
              *     - `agent_not_found`: No agent has that id.
              *     - `agent_not_interactive`: The agent cannot run in a terminal tab.
+             *     - `already_answered`: The input request was answered, expired or withdrawn already; the first answer stands.
              *     - `already_claimed`: Another worker holds the task's claim.
              *     - `already_dispatched`: The task was dispatched already.
              *     - `bad_body`: The request body could not be read.
@@ -1394,16 +1499,19 @@ export interface components {
              *     - `git_timeout`: A git command took too long.
              *     - `headers_too_large`: The request headers are larger than the server accepts.
              *     - `host_not_allowed`: The request's Host is not a name this server is known by.
+             *     - `input_request_not_found`: No input request has that id.
              *     - `internal`: An unexpected failure; the server log has the details.
              *     - `invalid_after`: `after` is not a cursor.
              *     - `invalid_agent_id`: The agent id is not a valid identifier.
              *     - `invalid_agent_session_id`: The agent session id could be read as an option or holds other characters.
+             *     - `invalid_answer`: The answer does not fit the input request (a decision for a permission, text or one of the options for a question).
              *     - `invalid_body`: The JSON body does not have the expected shape.
              *     - `invalid_capabilities`: A capability is empty or longer than 64 characters.
              *     - `invalid_channel_id`: The channel id is not a valid identifier.
              *     - `invalid_cursor`: The cursor is not a sequence number.
              *     - `invalid_event`: The event is not one the task's workflow knows.
              *     - `invalid_group_by`: `group_by` names no known grouping.
+             *     - `invalid_input_request`: The input request is malformed (a permission needs tool_name, a question a prompt; sizes and options are bounded).
              *     - `invalid_limit`: `limit` is out of range.
              *     - `invalid_location`: The session's location is not a usable directory.
              *     - `invalid_max`: `max` is out of range.
@@ -1447,6 +1555,7 @@ export interface components {
              *     - `not_a_terminal`: The tab has no terminal.
              *     - `not_acceptable`: The server cannot answer in a format the request accepts.
              *     - `not_found`: The thing named does not exist.
+             *     - `not_your_run`: A run token acts only for its own run.
              *     - `not_your_worker`: The worker token belongs to another worker.
              *     - `operator_only`: Only the operator's token may do this.
              *     - `origin_not_allowed`: The request's Origin is not allowed.
@@ -1463,6 +1572,7 @@ export interface components {
              *     - `route_not_found`: No route has that path.
              *     - `run_has_no_workspace`: The run reported no workspace.
              *     - `run_not_found`: No run has that id.
+             *     - `run_not_running`: The run has ended; it can no longer ask or be asked for anything.
              *     - `session_not_found`: No session has that id.
              *     - `session_on_other_node`: The session lives on another server node.
              *     - `sessions_unavailable`: This server does not host sessions.
@@ -1499,7 +1609,7 @@ export interface components {
              *     - `wrong_agent`: The task is for another agent.
              * @enum {string}
              */
-            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_event" | "invalid_group_by" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_transition" | "invalid_usage" | "invalid_vtid" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "validator_is_builder" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_event" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_transition" | "invalid_usage" | "invalid_vtid" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "validator_is_builder" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -1603,6 +1713,116 @@ export interface components {
             index: number;
             step: components["schemas"]["TranscriptStep"];
         };
+        /**
+         * @description An answer: `decision` (and an optional `message` for the agent) for a
+         *     permission, `text` or `option` for a question.
+         */
+        InputAnswer: {
+            decision?: null | components["schemas"]["Decision"];
+            /** @description Told to the agent with the decision (why it was denied, say). */
+            message?: string | null;
+            /** @description One of the question's `options`. */
+            option?: string | null;
+            /** @description A free-text answer to a question. */
+            text?: string | null;
+        };
+        /**
+         * @description `data` of `input.answered`: how a request ended (answered by a person
+         *     or a rule, expired, or withdrawn with its run).
+         */
+        InputAnswered: {
+            answer?: null | components["schemas"]["InputAnswer"];
+            answered_by?: string | null;
+            id: string;
+            kind: components["schemas"]["InputKind"];
+            /**
+             * Format: int64
+             * @description Requests of the run still pending after this one.
+             */
+            pending_input: number;
+            state: components["schemas"]["InputState"];
+        };
+        /** @description An event of type `input.answered`. */
+        InputAnsweredEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["InputAnswered"];
+            /** @enum {string} */
+            type: "input.answered";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "input.answered";
+        };
+        /**
+         * @description What an input request asks for.
+         * @enum {string}
+         */
+        InputKind: "permission" | "question";
+        /** @description An input request as stored and served (`/api/v1/input-requests`). */
+        InputRequest: {
+            agent_id: string;
+            answer?: null | components["schemas"]["InputAnswer"];
+            /** Format: date-time */
+            answered_at?: string | null;
+            /**
+             * @description Who answered: `operator`, `worker:<id>`, `run:<id>`, `rule:<rule>`,
+             *     `timeout` or `budget`.
+             */
+            answered_by?: string | null;
+            conversation_id?: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When the agent's `ask_timeout` ends it, if it has one.
+             */
+            expires_at?: string | null;
+            id: string;
+            kind: components["schemas"]["InputKind"];
+            /** @description The answers a question offers (empty: free text). */
+            options: string[];
+            /** @description What the agent asks (questions; a permission's optional explanation). */
+            prompt?: string | null;
+            run_id: string;
+            state: components["schemas"]["InputState"];
+            task_id: string;
+            /** @description The tool call's exact input, as the agent gave it (permissions). */
+            tool_input?: Record<string, never> | null;
+            /** @description The tool the agent wants to call (permissions). */
+            tool_name?: string | null;
+            vtid: string;
+        };
+        /** @description `data` of `input.requested`: the request as it was made. */
+        InputRequested: {
+            request: components["schemas"]["InputRequest"];
+        };
+        /** @description An event of type `input.requested`. */
+        InputRequestedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["InputRequested"];
+            /** @enum {string} */
+            type: "input.requested";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "input.requested";
+        };
+        InputRequestList: {
+            /**
+             * Format: int64
+             * @description The event-log cursor the list is valid at: follow `input.*` events from it.
+             */
+            cursor: number;
+            /** @description Newest first. */
+            requests: components["schemas"]["InputRequest"][];
+        };
+        /**
+         * @description Where an input request is in its life.
+         * @enum {string}
+         */
+        InputState: "pending" | "answered" | "expired" | "withdrawn";
         /**
          * @description One entry of a conversation: a user message, or a run of the agent
          *     replying to the message before it.
@@ -1909,6 +2129,12 @@ export interface components {
             has_transcript: boolean;
             id: string;
             live_status?: string | null;
+            /**
+             * Format: int64
+             * @description Input requests of this run waiting for a person (its `live_status`
+             *     says for what).
+             */
+            pending_input?: number;
             purpose: components["schemas"]["ClaimPurpose"];
             result?: string | null;
             /** Format: date-time */
@@ -2035,6 +2261,45 @@ export interface components {
              * @enum {string}
              */
             type: "run.step";
+        };
+        /** @description `data` of `run.stuck`. */
+        RunStuck: {
+            /**
+             * Format: int64
+             * @description Milliseconds since the run's last step (or its start, without one).
+             */
+            quiet_ms: number;
+            /** Format: int64 */
+            steps: number;
+            /**
+             * Format: int64
+             * @description The agent's `stuck_after`, in milliseconds.
+             */
+            stuck_after_ms: number;
+        };
+        /** @description An event of type `run.stuck`. */
+        RunStuckEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["RunStuck"];
+            /** @enum {string} */
+            type: "run.stuck";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "run.stuck";
+        };
+        RunToken: {
+            run_id: string;
+            /** @description `srt_…`: may ask for input and read its own run and requests, nothing else. */
+            token: string;
+        };
+        /**
+         * @description `POST /api/v1/runs/{run_id}/token`: the run token the worker holding a
+         *     run gives its agent (`SHEPHERD_RUN_TOKEN`).
+         */
+        RunTokenRequest: {
+            claim_token: string;
         };
         /** @description `data` of `run.usage`: the run's running total. */
         RunUsage: {
@@ -2621,7 +2886,7 @@ export interface components {
             total: components["schemas"]["Usage"];
         };
         /** @description One event of the log: the envelope (cursor, time, ids), `type`, and the `data` that type carries. */
-        WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["ProgressEvent"];
+        WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["RunStuckEvent"] | components["schemas"]["InputRequestedEvent"] | components["schemas"]["InputAnsweredEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["ProgressEvent"];
         /**
          * @description `data` of `worker.active`: the worker took a claim. No longer written (a
          *     log from an earlier version may hold it): the worker registry contract's `worker_active` now
@@ -3912,6 +4177,385 @@ export interface operations {
             };
         };
     };
+    list_input_requests: {
+        parameters: {
+            query?: {
+                /** @description 1 to 1000; default 100. */
+                limit?: number;
+                run_id?: string;
+                state?: components["schemas"]["InputState"];
+                vtid?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InputRequestList"];
+                };
+            };
+            /** @description invalid_state, invalid_limit */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    ask: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AskInput"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InputRequest"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden, not_your_run */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run_not_running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_input_request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_one: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Wait up to this many seconds (at most 60) for a pending request to
+                 *     end before answering; the answer is the request either way.
+                 */
+                wait?: number;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InputRequest"];
+                };
+            };
+            /** @description invalid_query */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden, not_your_run */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description input_request_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    answer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InputAnswer"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InputRequest"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description input_request_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_answered */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_answer */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     list_resources: {
         parameters: {
             query?: never;
@@ -4865,6 +5509,121 @@ export interface operations {
                 };
             };
             /** @description too_many_steps, invalid_body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    run_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RunTokenRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunToken"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description run_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description claim_stale */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_body */
             422: {
                 headers: {
                     [name: string]: unknown;

@@ -42,3 +42,7 @@ export type WireEvent = S["WireEvent"];
 export type TerminalServerMessage = S["ServerMessage"];
 export type TerminalClientMessage = S["ClientMessage"];
 export type ActivityState = S["ActivityState"];
+export type InputRequest = S["InputRequest"];
+export type InputAnswer = S["InputAnswer"];
+export type InputState = S["InputState"];
+export type InputKind = S["InputKind"];

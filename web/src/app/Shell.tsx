@@ -1,12 +1,17 @@
-// The frame around every page: the top bar (navigation, live status, theme),
-// the page itself, the event stream's bridge and the token prompt.
+// The frame around every page: the top bar (navigation with the Inbox's
+// count, live status, theme), the page itself, the event stream's bridge and
+// the token prompt.
 import { Link, Outlet } from "@tanstack/react-router";
 import { ConnectionIndicator } from "@/events/ConnectionIndicator";
 import { EventsBridge } from "@/events/EventsBridge";
 import { TokenPrompt } from "@/auth/TokenPrompt";
 import { ThemeToggle } from "@/features/theme/components/ThemeToggle";
+import { InboxNavLink } from "@/features/inbox/components/InboxNavLink";
+import { useInputRequestLiveUpdates } from "@/api/inputRequests";
 
 export function Shell() {
+  // Every list of input requests on any page follows the `input.*` events.
+  useInputRequestLiveUpdates();
   return (
     <div className="app">
       <a href="#main" className="skip-link">
@@ -19,6 +24,7 @@ export function Shell() {
         <Link to="/" activeOptions={{ exact: true }} activeProps={{ className: "nav-active" }}>
           Agents
         </Link>
+        <InboxNavLink />
         <Link to="/tasks" activeProps={{ className: "nav-active" }}>
           Tasks
         </Link>

@@ -10,6 +10,7 @@ import { FleetPage, validateFleetSearch } from "@/features/fleet/components/Flee
 import { ConversationsPage } from "@/features/conversations/components/ConversationsPage";
 import { SessionsPage } from "@/features/sessions/components/SessionsPage";
 import { SessionPage, validateSessionSearch } from "@/features/sessions/components/SessionPage";
+import { InboxPage, validateInboxSearch } from "@/features/inbox/components/InboxPage";
 
 const rootRoute = createRootRoute({ component: Shell, notFoundComponent: NotFound });
 
@@ -86,6 +87,15 @@ const sessionRoute = createRoute({
   },
 });
 
+const inboxRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/inbox",
+  validateSearch: validateInboxSearch,
+  component: function InboxRoute() {
+    return <InboxPage search={inboxRoute.useSearch()} />;
+  },
+});
+
 const routeTree = rootRoute.addChildren([
   homeRoute,
   agentWorkersRoute,
@@ -96,6 +106,7 @@ const routeTree = rootRoute.addChildren([
   resourceConversationsRoute,
   sessionsRoute,
   sessionRoute,
+  inboxRoute,
 ]);
 
 export const router = createRouter({ routeTree, defaultPreload: false, scrollRestoration: true });

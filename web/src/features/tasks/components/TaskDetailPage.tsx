@@ -1,11 +1,14 @@
-// One task: its spec, state, claims, runs, validator outcome and its event
-// timeline, kept current by the event stream.
+// One task: its spec, state, claims, runs (with what each asked people),
+// validator outcome and its event timeline, kept current by the event stream.
 import { Link } from "@tanstack/react-router";
 import { ApiError } from "@/api/errors";
+import type { InputRequest } from "@/api/types";
 import { StatusBadge } from "@/components/StatusBadge";
 import { Markdown } from "@/components/Markdown";
 import { RelativeTime } from "@/components/time";
 import { useTask, useTaskActions, useTaskDetailLiveUpdates, useTaskRuns, useWorkflows } from "@/features/tasks/api/tasks";
+import { useInputRequests } from "@/api/inputRequests";
+import { RunInputRequests, WaitingForYou } from "@/components/RunInputRequests";
 import { RunUsage } from "./RunUsage";
 
 function summary(data: Record<string, unknown>): string {
@@ -17,9 +20,21 @@ function summary(data: Record<string, unknown>): string {
   return parts.join(" ");
 }
 
+/** A run's requests; the marker counts the pending ones once they are loaded. */
+function RunRequests({ requests, pendingInput }: { requests: InputRequest[] | undefined; pendingInput: number }) {
+  const waiting = requests ? requests.filter((q) => q.state === "pending").length : pendingInput;
+  return (
+    <>
+      <WaitingForYou count={waiting} />
+      {requests && <RunInputRequests requests={requests} />}
+    </>
+  );
+}
+
 export function TaskDetailPage({ vtid }: { vtid: string }) {
   const task = useTask(vtid);
   const runs = useTaskRuns(vtid);
+  const requests = useInputRequests({ vtid, limit: 100 });
   const workflows = useWorkflows();
   const { dispatch, cancel } = useTaskActions();
   useTaskDetailLiveUpdates(vtid);
@@ -100,6 +115,7 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
                 </Link>{" "}
                 <StatusBadge status={r.status} /> <span className="muted">{r.worker_id}</span> <RelativeTime iso={r.started_at} />
                 <RunUsage usage={r.usage} workspace={r.workspace} />
+                <RunRequests requests={requests.data?.filter((q) => q.run_id === r.id)} pendingInput={r.pending_input ?? 0} />
               </li>
             ))}
           </ul>

@@ -1,10 +1,13 @@
 // The right column: the selected run's header, result and transcript; for a
-// running run, its live status, active tool and tool-call count.
+// running run, its live status, active tool and tool-call count; and what the
+// run asked people (input requests), with a marker while any waits.
 import type { WorkerDetailResponse } from "@/api/types";
 import { Badge, StatusBadge } from "@/components/StatusBadge";
 import { Markdown } from "@/components/Markdown";
 import { duration, useNow } from "@/components/time";
 import { ApiError } from "@/api/errors";
+import { useInputRequests } from "@/api/inputRequests";
+import { RunInputRequests, WaitingForYou } from "@/components/RunInputRequests";
 import { Transcript } from "./Transcript";
 import { useWorkerDetail, type WorkerDetail as Detail } from "@/features/workers/api/workers";
 import { useLive } from "@/features/workers/stores/live";
@@ -39,6 +42,8 @@ export function WorkerDetail({ agentId, workerId }: { agentId: string; workerId:
 function DetailBody({ detail }: { detail: Detail }) {
   const run = useLive(detail.id, detail, detail.cursor);
   const running = run.status === "running";
+  const requests = useInputRequests({ runId: run.id, limit: 100 }).data ?? [];
+  const waiting = requests.filter((r) => r.state === "pending").length;
   return (
     <article className="worker-detail" data-testid="worker-detail" data-worker-id={run.id} data-run-status={run.status}>
       <header className="detail-header">
@@ -60,7 +65,14 @@ function DetailBody({ detail }: { detail: Detail }) {
           <StatusBadge status={run.status} />
           <span className="muted">{run.vtid}</span>
         </div>
+        <WaitingForYou count={waiting} />
       </header>
+      {requests.length > 0 && (
+        <section className="detail-requests" aria-label="Requests for a person">
+          <h3>Requests for a person</h3>
+          <RunInputRequests requests={requests} />
+        </section>
+      )}
       {running ? (
         <section className="detail-live" aria-label="Live status" data-testid="live-panel">
           <dl className="live-grid">
@@ -76,7 +88,7 @@ function DetailBody({ detail }: { detail: Detail }) {
       ) : (
         <>
           {run.result && (
-            <section className="detail-result" aria-label="Result" data-testid="result">
+            <section className="detail-result" aria-label="Result" data-testid="result" tabIndex={0}>
               <h3>Result</h3>
               <Markdown text={run.result} />
             </section>
