@@ -362,6 +362,20 @@ e2e!(
             (201, &r["id"]),
             "the same key asks once"
         );
+        // A status the worker reports while the run waits does not hide the wait.
+        let (st, b) = s
+            .post(
+                &format!("/api/v1/runs/{run_a}/status"),
+                None,
+                json!({ "claim_token": claim_a, "status": "compiling" }),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let (_, run) = s.get(&format!("/api/v1/runs/{run_a}"), None).await;
+        assert_eq!(
+            run["run"]["live_status"], "waiting for an answer: ok?",
+            "{run}"
+        );
         let (st, b) = s
             .post(
                 "/api/v1/input-requests",

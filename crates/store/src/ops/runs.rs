@@ -498,6 +498,12 @@ pub async fn set_status<D: Db>(
     }
     let run = require(db, run_id).await?;
     fence_run(db, now, &run, claim_token, caller, Some(rules)).await?;
+    // While the run waits for a person its live status says so: a status
+    // line the agent printed before it asked (read by the runner after the
+    // ask) must not hide that.
+    if run.pending_input > 0 {
+        return Ok(run);
+    }
     db.defer(
         "UPDATE runs SET live_status = $2 WHERE id = $1",
         params![run_id, text],
