@@ -93,6 +93,7 @@ error_codes! {
     "invalid_transition" => "The event does not apply in the task's state; it was recorded and refused.",
     "invalid_usage" => "The usage report has an impossible value.",
     "invalid_vtid" => "The vtid is not a valid identifier.",
+    "invalid_webhook_events" => "The webhook's event list is empty, too long, or holds a name that is neither an event type nor a prefix wildcard (`run.*`).",
     "invalid_webhook_secret" => "The webhook secret is not `whsec_` followed by the base64 of 24 to 64 bytes.",
     "invalid_worker_id" => "The worker id is not a valid identifier.",
     "invalid_worker_type" => "The worker type is not a known one.",
