@@ -153,6 +153,8 @@ error_codes! {
     "unsupported_media_type" => "The body's Content-Type is not application/json.",
     "uri_too_long" => "The request URI is longer than the server accepts.",
     "validator_is_builder" => "The worker that built the task may not validate it.",
+    "webhook_from_config" => "The webhook comes from shepherd.toml; remove it there, not through the API.",
+    "webhook_not_found" => "No webhook has that id.",
     "websocket_required" => "The route needs a WebSocket upgrade.",
     "worker_at_capacity" => "The worker holds as many claims as it may.",
     "worker_not_found" => "No worker has that id.",
