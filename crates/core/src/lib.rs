@@ -22,6 +22,8 @@ pub mod time;
 pub mod token;
 pub mod transcript;
 pub mod usage;
+pub mod webhook_events;
+pub mod webhook_signature;
 pub mod workflow;
 
 pub use error::{Error, ErrorKind, Result};

@@ -23,6 +23,7 @@ pub mod runs;
 pub mod sessions;
 pub mod tasks;
 pub mod usage;
+pub mod webhooks;
 pub mod workers;
 
 pub use shepherd_core::event::{Event, EventRefs};
@@ -43,6 +44,7 @@ pub use runs::*;
 pub use sessions::*;
 pub use tasks::*;
 pub use usage::*;
+pub use webhooks::*;
 pub use workers::*;
 
 /// Response header carrying the event-log cursor a response's data is valid at.

@@ -48,6 +48,7 @@ mod task_store;
 // Only for tests, benchmarks and examples (see the module).
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
+mod webhook_store;
 mod worker_store;
 
 pub use statement_costs::StatementCost;
@@ -77,6 +78,7 @@ pub use ops::sessions::{
 };
 pub use ops::tasks::{Applied, CancelOutcome, NewTask, TaskDetail, TaskFilter};
 pub use ops::usage::UsageRow;
+pub use ops::webhooks::{NewWebhook, WebhookRow};
 pub use ops::workers::{Registration, WorkerFilter};
 pub use postgres::PgOptions;
 /// The PostgreSQL advisory lock that orders event-log commits: anything else

@@ -19,6 +19,7 @@ const MIGRATIONS: &[Migration] = &[
     (10, include_str!("0010_run_counts_by_worker.sql")),
     (11, include_str!("0011_tasks_ready.sql")),
     (12, include_str!("0012_input_requests.sql")),
+    (13, include_str!("0013_webhooks.sql")),
 ];
 const MIGRATION_LOCK: i64 = 0x5348_4550_0002;
 

@@ -18,6 +18,7 @@ const MIGRATIONS: &[Migration] = &[
     (10, include_str!("0010_run_counts_by_worker.sql")),
     (11, include_str!("0011_tasks_ready.sql")),
     (12, include_str!("0012_input_requests.sql")),
+    (13, include_str!("0013_webhooks.sql")),
 ];
 
 /// Brings the database up to this build's schema. One `BEGIN IMMEDIATE`
