@@ -412,6 +412,38 @@ e2e!(
         // A forged token (another run's id, the same signature) is nobody.
         let forged = token_a.replace(&run_a, &run_b);
         assert_eq!(s.get("/api/v1/input-requests", Some(&forged)).await.0, 401);
+        // Another worker's token neither reads, asks for nor answers a run it
+        // does not hold; the holder's own token answers it.
+        let (st, other) = s
+            .post(
+                "/api/v1/worker/orchestrator/register",
+                None,
+                json!({ "worker_id": "w-other", "capabilities": [], "max_concurrent": 1 }),
+            )
+            .await;
+        assert_eq!(st, 200, "{other}");
+        let other = Some(other["worker_token"].as_str().unwrap().to_owned());
+        let o = other.as_deref();
+        let (st, _) = s.get(&format!("/api/v1/input-requests/{id}"), o).await;
+        assert_eq!(st, 403);
+        let (st, _) = s.get("/api/v1/input-requests", o).await;
+        assert_eq!(st, 403, "a worker lists only runs it names and holds");
+        let (st, _) = s
+            .get(&format!("/api/v1/input-requests?run_id={run_a}"), o)
+            .await;
+        assert_eq!(st, 403);
+        let (st, _) = s
+            .post(
+                "/api/v1/input-requests",
+                o,
+                json!({ "run_id": run_a, "prompt": "x" }),
+            )
+            .await;
+        assert_eq!(st, 403);
+        let (st, _) = answer_as(&s, id, o, json!({ "text": "no" })).await;
+        assert_eq!(st, 403);
+        let (st, still) = s.get(&format!("/api/v1/input-requests/{id}"), None).await;
+        assert_eq!((st, &still["state"]), (200, &json!("pending")), "{still}");
 
         // Malformed requests.
         for (body, code) in [
