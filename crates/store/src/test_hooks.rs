@@ -61,6 +61,25 @@ impl Store {
         .await
     }
 
+    /// Appends `events` as deferred writes and then, in the same unit, reads
+    /// the log's head before the unit ends, so that the events' answer is
+    /// still unread when the read is sent. Tests use it with enough events
+    /// that the answer comes in several chunks.
+    #[doc(hidden)]
+    pub async fn append_events_then_read(&self, events: Vec<NewEvent>) -> Result<i64, Error> {
+        let now = self.now();
+        self.write(move |db| {
+            Box::pin(async move {
+                for e in &events {
+                    log::append_deferred(db, now, e);
+                }
+                sql::Db::query(db, "SELECT 1", params![]).await?;
+                log::head(db).await
+            })
+        })
+        .await
+    }
+
     /// Reads the log's head in a read transaction that then stays open for
     /// `hold_ms`. Tests use it to cut a read short and check that its
     /// connection does not go back to the pool still inside that

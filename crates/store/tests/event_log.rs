@@ -831,6 +831,34 @@ async fn postgres_a_write_dropped_part_way_is_rolled_back_and_frees_the_log() {
     second.close();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_unread_answer_does_not_stall_the_writers_connection() {
+    // A unit's pipelined writes are answered in order, and tokio-postgres
+    // stops reading a connection while an answer nobody reads yet fills
+    // its hand-over. A unit that appends many events (a long answer of
+    // `seq`s, in several chunks) and then reads must still get its read's
+    // answer. The first round prepares the statements; the later ones send
+    // the insert at once, its answer unread while the read waits.
+    let db = TestDb::new(Kind::Postgres).await;
+    let store = db.open().await;
+    let mut expected = 0;
+    for round in 0..3u64 {
+        let events: Vec<_> = (0..5000)
+            .map(|n| event("test.many", "T1", round * 10_000 + n))
+            .collect();
+        let head = tokio::time::timeout(
+            Duration::from_secs(30),
+            store.append_events_then_read(events),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: the unit never got its read's answer"))
+        .unwrap();
+        expected += 5000;
+        assert!(head >= expected, "round {round}: head {head}");
+    }
+    store.close();
+}
+
 #[tokio::test]
 async fn postgres_a_read_cut_short_does_not_leave_its_snapshot_to_the_next() {
     // A reader that goes away mid-read (an SSE client hanging up during a

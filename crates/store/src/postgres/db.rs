@@ -111,12 +111,42 @@ fn kick(mut fut: Pending) -> Result<Option<Pending>, Error> {
     }
 }
 
+/// Reads the answer of a statement whose request is already on the wire
+/// on a task of its own, and returns a future of its outcome.
+///
+/// Why: tokio-postgres hands each request's answer over through a channel
+/// that holds two chunks of messages, and stops reading the connection
+/// while one is full. An answer that arrives in more chunks than that (an
+/// error is flushed on its own, before the ReadyForQuery behind it) and
+/// whose future nobody polls yet would then stall every answer after it,
+/// and a unit waiting for a later statement would wait forever, holding
+/// the event lock. Reading each answer as it comes keeps the connection
+/// moving whatever order the answers are awaited in. Only a request that
+/// has gone out whole may be detached: the task sends nothing.
+fn detach(fut: Pending) -> Pending {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            let task = handle.spawn(fut);
+            Box::pin(async move {
+                task.await.unwrap_or_else(|e| {
+                    Err(Error::internal(format!(
+                        "reading a statement's answer failed: {e}"
+                    )))
+                })
+            })
+        }
+        Err(_) => fut,
+    }
+}
+
 /// Starts a simple-protocol statement (transaction control) in order.
 pub(super) fn send_simple(client: &Conn, sql: String) -> Result<Option<Pending>, Error> {
     let client = client.clone();
-    kick(Box::pin(async move {
+    // `batch_execute` writes its whole request on the first poll.
+    Ok(kick(Box::pin(async move {
         client.batch_execute(&sql).await.map_err(map_err)
-    }))
+    }))?
+    .map(detach))
 }
 
 /// Waits for started statements; returns the first error.
@@ -796,10 +826,14 @@ impl PgDb {
         // turn, in order.
         match kick(write) {
             Ok(Some(f)) => {
-                if !sent.load(std::sync::atomic::Ordering::Relaxed) {
+                if sent.load(std::sync::atomic::Ordering::Relaxed) {
+                    // The write is on the wire: only its answer is left.
+                    self.pending.push(detach(f))
+                } else {
+                    // Polled again only in its turn (see `settle`).
                     self.barrier = true;
+                    self.pending.push(f)
                 }
-                self.pending.push(f)
             }
             Ok(None) => {}
             Err(e) => self.failed = Some(e),
