@@ -33,6 +33,7 @@ pub mod tasks;
 pub mod tls;
 pub mod ui;
 pub mod usage;
+pub mod webhooks;
 pub mod workers;
 pub mod workspace_repos;
 
@@ -240,6 +241,7 @@ pub fn router(state: AppState) -> Router {
         .merge(conversations::router())
         .merge(usage::router())
         .merge(input_requests::router())
+        .merge(webhooks::router())
         .merge(run_diff::router())
         .merge(sessions::router())
         .merge(session_ws::router())

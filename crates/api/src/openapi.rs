@@ -36,6 +36,8 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::metrics::metrics,
         crate::input_requests::ask, crate::input_requests::list, crate::input_requests::get_one,
         crate::input_requests::answer, crate::input_requests::run_token,
+        crate::webhooks::create, crate::webhooks::list, crate::webhooks::get_one,
+        crate::webhooks::delete, crate::webhooks::deliveries,
     ),
     components(schemas(
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,

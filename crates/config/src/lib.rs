@@ -34,6 +34,9 @@ const DURATIONS: &[&str] = &[
     "send_timeout",
     "header_timeout",
     "body_timeout",
+    "webhook_timeout",
+    "webhook_retry_base",
+    "webhook_retry_for",
 ];
 
 /// Keys whose environment value is a number.
@@ -113,8 +116,34 @@ struct RawConfig {
     metrics_listen: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    #[serde(default, with = "humantime_serde")]
+    webhook_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    webhook_retry_base: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    webhook_retry_for: Option<Duration>,
     #[serde(default)]
     agents: BTreeMap<String, AgentConfig>,
+    #[serde(default)]
+    webhooks: Vec<WebhookConfig>,
+}
+
+/// A `[[webhooks]]` table: a subscription the server keeps in step with
+/// this file (made at start, changed or removed when the file changes).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    pub url: String,
+    /// Default: `input.requested`, `run.stuck`, `run.failed`, `task.finished`.
+    #[serde(default)]
+    pub events: Option<Vec<String>>,
+    /// `whsec_<base64>`; required for the `standard` format, so that
+    /// receivers can verify deliveries.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// `standard` (default) or `slack`.
+    #[serde(default)]
+    pub format: Option<String>,
 }
 
 /// How hard SQLite tries to survive power loss (`sqlite_sync`); the store's
@@ -194,6 +223,16 @@ pub struct Config {
     /// Serve HTTPS with this certificate chain and key (PEM files), read
     /// again on SIGHUP and when either file changes; `None`: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// The `[[webhooks]]` tables, checked.
+    pub webhooks: Vec<WebhookConfig>,
+    /// A delivery attempt that has no answer by then fails (and is retried).
+    pub webhook_timeout: Duration,
+    /// The wait before the second attempt at an event; each later wait
+    /// doubles, up to an hour.
+    pub webhook_retry_base: Duration,
+    /// How long an event is retried before it is given up and the
+    /// subscription marked failing.
+    pub webhook_retry_for: Duration,
     /// Where each top-level key's value came from (absent: the default).
     pub origins: BTreeMap<String, Origin>,
     /// What loading found worth a warning (a deprecated variable): the
@@ -266,6 +305,33 @@ fn token_var(vars: &dyn Fn(&str) -> Option<String>) -> Option<(&'static str, Str
     }
     let old = env(vars, DEPRECATED_TOKEN_ENV)?;
     Some((DEPRECATED_TOKEN_ENV, old))
+}
+
+/// Checks a `[[webhooks]]` table as the API checks a subscription.
+fn validate_webhook(w: &WebhookConfig) -> Result<(), String> {
+    use shepherd_core::{webhook_events, webhook_signature, webhook_target};
+    webhook_target::validate_url(&w.url).map_err(|e| e.message)?;
+    if let Some(events) = &w.events {
+        webhook_events::validate_events(events).map_err(|e| e.message)?;
+    }
+    let format = w.format.as_deref().unwrap_or("standard");
+    webhook_target::validate_format(format).map_err(|e| e.message)?;
+    match &w.secret {
+        Some(secret) => {
+            webhook_signature::WebhookSecret::parse(secret).map_err(|e| e.message)?;
+        }
+        // A Slack incoming webhook checks no signature.
+        None if format == "slack" => {}
+        None => {
+            return Err(
+                "a standard-format webhook needs secret = \"whsec_…\" (for example \
+                 \"whsec_\" followed by the output of `openssl rand -base64 32`), \
+                 so that its receiver can verify deliveries"
+                    .into(),
+            )
+        }
+    }
+    Ok(())
 }
 
 /// Checks `SHEPHERD_DATABASE_URL` by the store's rules (`postgres://`,
@@ -709,6 +775,16 @@ impl Config {
             }
             validate_agent(name, agent)?;
         }
+        let webhooks = file.webhooks;
+        for (i, w) in webhooks.iter().enumerate() {
+            validate_webhook(w).map_err(|e| err(format!("webhooks[{i}] ({}): {e}", w.url)))?;
+            if webhooks[..i].iter().any(|other| other.url == w.url) {
+                return Err(err(format!(
+                    "webhooks[{i}]: {} is listed twice; one [[webhooks]] table per URL",
+                    w.url
+                )));
+            }
+        }
         Ok(Config {
             source: path,
             listen,
@@ -782,6 +858,25 @@ impl Config {
                 .unwrap_or(defaults::MAX_REQUESTS_PER_TOKEN)
                 as usize,
             tls,
+            webhooks,
+            webhook_timeout: dur(
+                "webhook_timeout",
+                file.webhook_timeout,
+                defaults::WEBHOOK_TIMEOUT,
+                1,
+            )?,
+            webhook_retry_base: dur(
+                "webhook_retry_base",
+                file.webhook_retry_base,
+                defaults::WEBHOOK_RETRY_BASE,
+                0,
+            )?,
+            webhook_retry_for: dur(
+                "webhook_retry_for",
+                file.webhook_retry_for,
+                defaults::WEBHOOK_RETRY_FOR,
+                0,
+            )?,
             origins,
             warnings,
         })
@@ -879,6 +974,23 @@ impl Config {
                 source: self.origins.get(key).cloned().into(),
             })
             .collect();
+        for (i, w) in self.webhooks.iter().enumerate() {
+            let events = w
+                .events
+                .as_ref()
+                .map(|e| e.join(","))
+                .unwrap_or_else(|| "(defaults)".into());
+            out.push(Setting {
+                key: format!("webhooks[{i}]"),
+                value: format!(
+                    "{} events={events} format={} secret={}",
+                    w.url,
+                    w.format.as_deref().unwrap_or("standard"),
+                    if w.secret.is_some() { "***" } else { "(none)" }
+                ),
+                source: self.origins.get("webhooks").cloned().into(),
+            });
+        }
         for (name, a) in &self.agents {
             let mut shown = a.clone();
             for v in shown.env.values_mut() {
@@ -940,7 +1052,11 @@ const KEYS: &[&str] = &[
     "max_requests_per_token",
     "tls_cert",
     "tls_key",
+    "webhook_timeout",
+    "webhook_retry_base",
+    "webhook_retry_for",
     "agents",
+    "webhooks",
 ];
 
 /// One row of `shepherd config`.

@@ -45,3 +45,10 @@ pub const LISTEN_BACKLOG: u64 = 1024;
 /// Requests in flight per credential: far above what one client needs,
 /// far below the server's whole cap, so that one token cannot take it all.
 pub const MAX_REQUESTS_PER_TOKEN: u64 = 64;
+
+/// A webhook delivery attempt without an answer by then fails.
+pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+/// The wait before a webhook's second attempt at an event (doubling after).
+pub const WEBHOOK_RETRY_BASE: Duration = Duration::from_secs(5);
+/// How long one event is retried before it is given up.
+pub const WEBHOOK_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);

@@ -24,6 +24,7 @@ pub mod transcript;
 pub mod usage;
 pub mod webhook_events;
 pub mod webhook_signature;
+pub mod webhook_target;
 pub mod workflow;
 
 pub use error::{Error, ErrorKind, Result};

@@ -86,3 +86,14 @@ pub struct WebhookDelivery {
 pub struct WebhookDeliveryList {
     pub deliveries: Vec<WebhookDelivery>,
 }
+
+/// `GET /api/v1/webhooks/{id}/deliveries`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct WebhookDeliveriesQuery {
+    /// 1 to 500; default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+}

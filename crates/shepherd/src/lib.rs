@@ -9,3 +9,4 @@ pub mod private_data;
 pub mod render;
 pub mod server;
 pub mod session_host;
+pub mod webhooks;

@@ -156,6 +156,21 @@ pub async fn run(
     // Ends every PTY when the server stops (they are restored on attach).
     tracker.spawn(sessions.run(token.clone()));
     maintenance::start(&tracker, &state, &config, token.clone());
+    // The `[[webhooks]]` tables become subscriptions before anything is
+    // served, so that nothing logged from now on escapes them.
+    let (added, changed, removed) = store
+        .sync_config_webhooks(crate::webhooks::configured(&config))
+        .await
+        .map_err(|e| format!("webhooks from the configuration: {e}"))?;
+    if added + changed + removed > 0 {
+        tracing::info!(added, changed, removed, "webhooks from the configuration");
+    }
+    let delivery = crate::webhooks::Delivery::new(
+        store.clone(),
+        crate::session_host::node_id(&config)?,
+        crate::webhooks::Tuning::from_config(&config),
+    )?;
+    tracker.spawn(std::sync::Arc::new(delivery).run(token.clone()));
     if let Some(cert) = &tls {
         // SIGHUP is taken before the server answers anyone, so that a
         // reload asked for as soon as it is up cannot end the process

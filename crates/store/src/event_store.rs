@@ -177,6 +177,13 @@ impl Store {
         self.hub().statement_costs.stop()
     }
 
+    /// Wakes its holder whenever events are committed (on this node, or
+    /// heard from other nodes), without reading them: for loops that look
+    /// at the log again when it changed, such as webhook delivery.
+    pub fn commits(&self) -> Commits {
+        Commits(self.hub().tx.subscribe())
+    }
+
     /// A live, gap-free reader starting after `cursor`.
     pub fn tail(&self, cursor: i64, filter: EventFilter) -> Tail {
         Tail::new(self.clone(), cursor, filter)
@@ -212,5 +219,26 @@ impl Store {
         let now = self.now();
         self.write(move |db| Box::pin(async move { log::append(db, now, &e).await }))
             .await
+    }
+}
+
+/// See [`Store::commits`].
+pub struct Commits(tokio::sync::broadcast::Receiver<std::sync::Arc<crate::hub::Live>>);
+
+impl Commits {
+    /// Waits until something was committed since the last call (several
+    /// commits wake it once); false once the store is closed.
+    pub async fn changed(&mut self) -> bool {
+        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+        match self.0.recv().await {
+            Ok(_) | Err(RecvError::Lagged(_)) => {
+                while !matches!(
+                    self.0.try_recv(),
+                    Err(TryRecvError::Empty | TryRecvError::Closed)
+                ) {}
+                true
+            }
+            Err(RecvError::Closed) => false,
+        }
     }
 }

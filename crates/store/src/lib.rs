@@ -41,6 +41,7 @@ mod channel_store;
 mod claim_store;
 mod conversation_store;
 mod event_store;
+pub use event_store::Commits;
 mod input_store;
 mod run_store;
 mod session_store;
@@ -78,7 +79,7 @@ pub use ops::sessions::{
 };
 pub use ops::tasks::{Applied, CancelOutcome, NewTask, TaskDetail, TaskFilter};
 pub use ops::usage::UsageRow;
-pub use ops::webhooks::{NewWebhook, WebhookRow};
+pub use ops::webhooks::{Attempt as WebhookAttempt, NewWebhook, WebhookRow};
 pub use ops::workers::{Registration, WorkerFilter};
 pub use postgres::PgOptions;
 /// The PostgreSQL advisory lock that orders event-log commits: anything else
@@ -88,6 +89,7 @@ pub use postgres::EVENT_LOCK as POSTGRES_EVENT_LOCK;
 pub use sqlite::SyncMode;
 #[cfg(feature = "test-hooks")]
 pub use test_hooks::TestFailure;
+pub use webhook_store::{new_webhook_id, new_webhook_secret};
 
 use postgres::PgBackend;
 use sqlite::SqliteBackend;
