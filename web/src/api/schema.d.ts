@@ -681,6 +681,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every subscription, oldest first (never their secrets). */
+        get: operations["list_webhooks"];
+        put?: never;
+        /**
+         * Subscribe a URL to events. Deliveries start with the next event logged;
+         *     the secret is shown in this answer only.
+         */
+        post: operations["create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One subscription. */
+        get: operations["get_webhook"];
+        put?: never;
+        post?: never;
+        /** Delete a subscription made through the API (and its delivery record). */
+        delete: operations["delete_webhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A subscription's delivery attempts, newest first. */
+        get: operations["deliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/worker_events": {
         parameters: {
             query?: never;
@@ -1412,6 +1468,13 @@ export interface components {
              */
             type: "conversation.state_changed";
         };
+        /**
+         * @description The answer to `POST /api/v1/webhooks`: the subscription and its secret,
+         *     shown this once.
+         */
+        CreatedWebhook: components["schemas"]["Webhook"] & {
+            secret: string;
+        };
         CreateSession: {
             /** @description An existing directory on the host, inside `SHEPHERD_SESSIONS_ROOT` when set. */
             location_path: string;
@@ -1450,6 +1513,21 @@ export interface components {
             vtid?: string | null;
             /** @description `simple` (default) or `autopilot`. */
             workflow?: string | null;
+        };
+        /** @description `POST /api/v1/webhooks`. */
+        CreateWebhook: {
+            /**
+             * @description Event types (`run.completed`), prefix wildcards (`run.*`) or the
+             *     derived `run.failed` and `task.finished`. Omitted: `input.requested`,
+             *     `run.stuck`, `run.failed`, `task.finished`.
+             */
+            events?: string[] | null;
+            /** @description `standard` (default) or `slack`. */
+            format?: string | null;
+            /** @description A Standard Webhooks secret (`whsec_<base64>`); one is made when omitted. */
+            secret?: string | null;
+            /** @description Where deliveries are POSTed: an `http` or `https` URL. */
+            url: string;
         };
         /**
          * @description The answer to a permission request.
@@ -1542,7 +1620,9 @@ export interface components {
              *     - `invalid_usage`: The usage report has an impossible value.
              *     - `invalid_vtid`: The vtid is not a valid identifier.
              *     - `invalid_webhook_events`: The webhook's event list is empty, too long, or holds a name that is neither an event type nor a prefix wildcard (`run.*`).
+             *     - `invalid_webhook_format`: The webhook format is neither `standard` nor `slack`.
              *     - `invalid_webhook_secret`: The webhook secret is not `whsec_` followed by the base64 of 24 to 64 bytes.
+             *     - `invalid_webhook_url`: The webhook URL is not an absolute http or https URL with a host (no credentials, no fragment, at most 2048 bytes).
              *     - `invalid_worker_id`: The worker id is not a valid identifier.
              *     - `invalid_worker_type`: The worker type is not a known one.
              *     - `invalid_workspace`: The workspace report is not usable.
@@ -1613,7 +1693,7 @@ export interface components {
              *     - `wrong_agent`: The task is for another agent.
              * @enum {string}
              */
-            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_event" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_transition" | "invalid_usage" | "invalid_vtid" | "invalid_webhook_events" | "invalid_webhook_secret" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_event" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_transition" | "invalid_usage" | "invalid_vtid" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -2888,6 +2968,59 @@ export interface components {
             /** @description The start of the window, when one was asked for. */
             since?: string | null;
             total: components["schemas"]["Usage"];
+        };
+        /** @description A subscription as listed: never its secret. */
+        Webhook: {
+            /** @description RFC 3339. */
+            created_at: string;
+            /**
+             * Format: int64
+             * @description The last event sequence number delivered or given up.
+             */
+            cursor: number;
+            events: string[];
+            /** @description `standard` or `slack`. */
+            format: string;
+            id: string;
+            /** @description `api`, or `config` for subscriptions from `shepherd.toml` (not deletable through the API). */
+            source: string;
+            /** @description `active`, or `failing` after a delivery was given up (until the next success). */
+            state: string;
+            url: string;
+        };
+        /** @description One delivery attempt. */
+        WebhookDelivery: {
+            /**
+             * Format: int64
+             * @description 1 for the first attempt at this event.
+             */
+            attempt: number;
+            error?: string | null;
+            /** @description RFC 3339. */
+            finished_at: string;
+            /** Format: int64 */
+            http_status?: number | null;
+            /** @description RFC 3339; when the next attempt is due (`retrying` only). */
+            next_attempt_at?: string | null;
+            /** @description `delivered`, `retrying` or `failed` (given up after 24 hours). */
+            outcome: string;
+            /**
+             * Format: int64
+             * @description The event's sequence number in the log.
+             */
+            seq: number;
+            /** @description RFC 3339. */
+            started_at: string;
+            /** @description The name it was delivered under. */
+            type: string;
+        };
+        /** @description `GET /api/v1/webhooks/{id}/deliveries`: newest first. */
+        WebhookDeliveryList: {
+            deliveries: components["schemas"]["WebhookDelivery"][];
+        };
+        /** @description `GET /api/v1/webhooks`. */
+        WebhookList: {
+            webhooks: components["schemas"]["Webhook"][];
         };
         /** @description One event of the log: the envelope (cursor, time, ids), `type`, and the `data` that type carries. */
         WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["RunStuckEvent"] | components["schemas"]["InputRequestedEvent"] | components["schemas"]["InputAnsweredEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["ProgressEvent"];
@@ -7032,6 +7165,338 @@ export interface operations {
             };
             /** @description origin_not_allowed, operator_only */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_webhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateWebhook"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedWebhook"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_webhook_url, invalid_webhook_events, invalid_webhook_secret, invalid_webhook_format */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_webhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description webhook_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_webhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description webhook_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description webhook_from_config */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    deliveries: {
+        parameters: {
+            query?: {
+                /** @description 1 to 500; default 100. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            /** @description invalid_limit */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description webhook_not_found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
