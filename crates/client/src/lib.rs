@@ -326,6 +326,12 @@ impl Client {
         if !status.is_success() {
             return Err(ClientError::from_response(status, &bytes));
         }
+        // A 204 has no body: it reads as `null`, which `()` accepts.
+        let bytes = if bytes.is_empty() {
+            b"null".to_vec()
+        } else {
+            bytes
+        };
         let body = serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
             message: format!("unexpected answer from the server ({status}): {e}"),
         })?;
@@ -600,6 +606,38 @@ impl Client {
             answer,
         )
         .await
+    }
+
+    // ----- webhooks -----
+
+    /// Subscribes a URL; the answer carries the secret, shown this once.
+    pub async fn create_webhook(
+        &self,
+        b: &p::CreateWebhook,
+    ) -> Result<p::CreatedWebhook, ClientError> {
+        self.post("/api/v1/webhooks", b).await
+    }
+
+    pub async fn webhooks(&self) -> Result<p::WebhookList, ClientError> {
+        self.fetch("/api/v1/webhooks").await
+    }
+
+    pub async fn webhook(&self, id: &str) -> Result<p::Webhook, ClientError> {
+        self.fetch(&format!("/api/v1/webhooks/{}", enc(id))).await
+    }
+
+    pub async fn delete_webhook(&self, id: &str) -> Result<(), ClientError> {
+        self.delete(&format!("/api/v1/webhooks/{}", enc(id))).await
+    }
+
+    /// A subscription's delivery attempts, newest first.
+    pub async fn webhook_deliveries(
+        &self,
+        id: &str,
+        q: &p::WebhookDeliveriesQuery,
+    ) -> Result<p::WebhookDeliveryList, ClientError> {
+        self.get(&format!("/api/v1/webhooks/{}/deliveries", enc(id)), q)
+            .await
     }
 
     /// The run token a running run's agent asks with, for the claim's holder.

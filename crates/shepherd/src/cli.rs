@@ -17,6 +17,7 @@ pub mod runs;
 pub mod session;
 pub mod task;
 pub mod usage;
+pub mod webhooks;
 pub mod workers;
 
 use std::process::ExitCode;
@@ -128,6 +129,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Ask { args, .. } => input::ask(g, args).await,
         Command::Inbox { args, .. } => input::inbox(g, args).await,
         Command::Answer { args, .. } => input::answer(g, args).await,
+        Command::Webhooks { cmd, .. } => webhooks::run(g, cmd).await,
         Command::PermissionTool { .. } => {
             shepherd_mcp::permission_tool::serve_stdio(&g.server, g.token.as_deref()).await
         }

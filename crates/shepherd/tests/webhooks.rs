@@ -587,3 +587,67 @@ async fn nothing_is_lost_across_kill_9() {
     assert_eq!(created_vtids(&receiver.delivered()), vtids);
     s.stop().await;
 }
+
+/// Runs the real `shepherd` binary against `s`; returns its exit status,
+/// stdout and stderr.
+fn cli(s: &Server, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(args)
+        .args(["--server", &s.base])
+        .env_remove("SHEPHERD_TOKEN")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `shepherd webhooks add|list|deliveries|rm`, and a refusal told plainly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_manages_webhooks() {
+    let env = quick_env(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let receiver = Receiver::default();
+    let url = receiver.start().await;
+    let (ok, out, err) = cli(&s, &["webhooks", "add", &url, "--event", "task.created"]);
+    assert!(ok, "{out}{err}");
+    let id = out.split_whitespace().next().unwrap().to_owned();
+    assert!(id.starts_with("wh_"), "{out}");
+    assert!(out.contains("secret: whsec_"), "{out}");
+
+    let (ok, out, _) = cli(&s, &["webhooks", "list"]);
+    assert!(ok);
+    assert!(
+        out.contains(&id) && out.contains("task.created") && out.contains("active"),
+        "{out}"
+    );
+
+    create_task(&s, "CLI-1").await;
+    wait_for("delivered", WAIT, || async {
+        (!receiver.delivered().is_empty()).then_some(())
+    })
+    .await;
+    let (ok, out, _) = cli(&s, &["webhooks", "deliveries", &id]);
+    assert!(ok);
+    assert!(
+        out.contains("task.created") && out.contains("delivered") && out.contains("200"),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&s, &["webhooks", "deliveries", &id, "-o", "json"]);
+    assert!(ok);
+    let parsed: p::WebhookDeliveryList = serde_json::from_str(&out).unwrap();
+    assert_eq!(parsed.deliveries[0].outcome, "delivered");
+
+    let (ok, _, err) = cli(&s, &["webhooks", "add", "ftp://nope"]);
+    assert!(!ok);
+    assert!(err.contains("invalid_webhook_url"), "{err}");
+
+    let (ok, out, err) = cli(&s, &["webhooks", "rm", &id]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, _) = cli(&s, &["webhooks", "list"]);
+    assert!(ok);
+    assert!(out.contains("no webhooks"), "{out}");
+    s.stop().await;
+}

@@ -341,6 +341,13 @@ pub enum Command {
         #[command(flatten)]
         args: crate::cli::input::AnswerArgs,
     },
+    /// Webhook subscriptions: add, list, rm, and each one's deliveries.
+    Webhooks {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(subcommand)]
+        cmd: crate::cli::webhooks::WebhookCommand,
+    },
     /// Serve MCP on stdin/stdout for an agent, as a client of the server
     /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
     Mcp {
@@ -438,6 +445,7 @@ impl Command {
             | Command::Ask { client, .. }
             | Command::Inbox { client, .. }
             | Command::Answer { client, .. }
+            | Command::Webhooks { client, .. }
             | Command::PermissionTool { client }
             | Command::Mcp { client } => Some(client),
             _ => None,
