@@ -13,9 +13,12 @@
 //! databases migrated before and after the edit with different schemas and
 //! nobody told. Rows from before checksums were recorded (the column is
 //! empty) take the current text's checksum on the first start that sees
-//! them. Versions need not be contiguous (there are gaps), and a version
-//! this build does not know (applied by a newer build sharing the
-//! database) is left alone.
+//! them. Versions need not be contiguous (there are gaps). A database that
+//! holds a migration newer than this build's newest (a newer build migrated
+//! it) is refused at start, naming both versions: this build would read and
+//! write tables whose meaning it does not know. (A node already running
+//! when a newer one migrates goes on serving; the upgrade procedure in the
+//! README replaces every node with the newer build.)
 //!
 //! Why not `refinery`, which runs numbered migrations with checksums for
 //! both drivers: resolved against this workspace (2026-11), `refinery` 0.10
@@ -64,6 +67,20 @@ pub(crate) fn plan(
     known: &[Migration],
     applied: &[(i64, Option<String>)],
 ) -> Result<Vec<Step>, Error> {
+    let newest_known = known.iter().map(|(v, _)| *v).max().unwrap_or(0);
+    if let Some(newest) = applied.iter().map(|(v, _)| *v).filter(|v| *v > newest_known).max() {
+        return Err(Error::new(
+            shepherd_core::error::ErrorKind::Internal,
+            "schema_too_new",
+            format!(
+                "the database's schema is at migration {newest}, newer than this build of \
+                 shepherd ({}) knows: its newest migration is {newest_known}. A newer shepherd \
+                 migrated this database; run that version (or newer), or restore a backup made \
+                 before the upgrade; refusing to start",
+                env!("CARGO_PKG_VERSION")
+            ),
+        ));
+    }
     let mut steps = Vec::new();
     for &(version, sql) in known {
         let sum = checksum(sql);
@@ -122,10 +139,24 @@ mod tests {
         let applied = vec![
             (1, Some(checksum(KNOWN[0].1))),
             (3, Some(checksum(KNOWN[1].1))),
-            // A newer build's migration: not this build's business.
-            (9, Some("0".repeat(64))),
         ];
         assert_eq!(plan(KNOWN, &applied).unwrap(), []);
+    }
+
+    #[test]
+    fn a_database_a_newer_build_migrated_is_refused_naming_both_versions() {
+        let applied = vec![
+            (1, Some(checksum(KNOWN[0].1))),
+            (3, Some(checksum(KNOWN[1].1))),
+            (9, Some("0".repeat(64))),
+        ];
+        let err = plan(KNOWN, &applied).unwrap_err();
+        assert_eq!(err.code, "schema_too_new");
+        assert!(
+            err.message.contains("migration 9") && err.message.contains("newest migration is 3"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

@@ -101,6 +101,29 @@ contract!(
 );
 
 contract!(
+    a_database_a_newer_build_migrated_refuses_to_start,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        store.close();
+        drop(store);
+        // As if a newer shepherd had applied its migration 9000.
+        raw(
+            &db,
+            "INSERT INTO schema_migrations (version, applied_at, checksum) \
+             VALUES (9000, 0, 'from-the-future')",
+        )
+        .await;
+        let err = match Store::open(&db.config()).await {
+            Ok(_) => panic!("a store opened a database a newer build migrated"),
+            Err(e) => e,
+        };
+        assert_eq!(err.code, "schema_too_new");
+        assert!(err.message.contains("migration 9000"), "{}", err.message);
+        assert!(err.message.contains("newest migration is"), "{}", err.message);
+    }
+);
+
+contract!(
     checksums_are_recorded_for_databases_migrated_without_them,
     |db: TestDb| async move {
         let store = db.open().await;

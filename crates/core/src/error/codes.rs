@@ -129,6 +129,7 @@ error_codes! {
     "run_has_no_workspace" => "The run reported no workspace.",
     "run_not_found" => "No run has that id.",
     "run_not_running" => "The run has ended; it can no longer ask or be asked for anything.",
+    "schema_too_new" => "The database was migrated by a newer shepherd than this one; the server refuses to start on it.",
     "session_not_found" => "No session has that id.",
     "session_on_other_node" => "The session lives on another server node.",
     "sessions_unavailable" => "This server does not host sessions.",
