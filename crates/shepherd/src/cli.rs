@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod args;
+pub mod backup;
 pub mod chat;
 pub mod events;
 pub mod input;
@@ -48,7 +49,12 @@ pub fn main(cli: Cli) -> ExitCode {
     // private to this user, set before the runtime starts any thread.
     if matches!(
         cli.command,
-        Command::Serve { .. } | Command::Runner { .. } | Command::Migrate | Command::Prune { .. }
+        Command::Serve { .. }
+            | Command::Runner { .. }
+            | Command::Migrate
+            | Command::Prune { .. }
+            | Command::Backup { .. }
+            | Command::Restore { .. }
     ) {
         crate::private_data::restrict_umask();
     }
@@ -112,6 +118,14 @@ async fn run(cli: Cli) -> Result<()> {
             )
             .await
         }
+        Command::Backup {
+            file, files_only, ..
+        } => backup::backup(g, file, *files_only),
+        Command::Restore {
+            file,
+            data_dir,
+            force,
+        } => backup::restore(file, data_dir, *force),
         Command::Config { .. } => admin::config(g),
         Command::Completion { shell } => {
             admin::completion(*shell);

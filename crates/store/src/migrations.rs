@@ -68,7 +68,12 @@ pub(crate) fn plan(
     applied: &[(i64, Option<String>)],
 ) -> Result<Vec<Step>, Error> {
     let newest_known = known.iter().map(|(v, _)| *v).max().unwrap_or(0);
-    if let Some(newest) = applied.iter().map(|(v, _)| *v).filter(|v| *v > newest_known).max() {
+    if let Some(newest) = applied
+        .iter()
+        .map(|(v, _)| *v)
+        .filter(|v| *v > newest_known)
+        .max()
+    {
         return Err(Error::new(
             shepherd_core::error::ErrorKind::Internal,
             "schema_too_new",

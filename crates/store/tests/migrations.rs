@@ -119,7 +119,11 @@ contract!(
         };
         assert_eq!(err.code, "schema_too_new");
         assert!(err.message.contains("migration 9000"), "{}", err.message);
-        assert!(err.message.contains("newest migration is"), "{}", err.message);
+        assert!(
+            err.message.contains("newest migration is"),
+            "{}",
+            err.message
+        );
     }
 );
 

@@ -45,6 +45,7 @@ error_codes! {
     "conversation_busy" => "The conversation is working on a message (or stopping a cancelled run).",
     "conversation_idle" => "The conversation is idle; there is nothing to cancel.",
     "conversation_not_found" => "No conversation has that id.",
+    "database_not_found" => "No database file where the configuration says (backup, prune).",
     "database_unavailable" => "The database cannot be reached; retry later.",
     "forbidden" => "The token may not do this.",
     "git_failed" => "A git command failed.",

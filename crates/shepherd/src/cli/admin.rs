@@ -99,7 +99,7 @@ impl Drop for LogLine {
     }
 }
 
-fn load_config(global: &Global) -> Result<Config> {
+pub(super) fn load_config(global: &Global) -> Result<Config> {
     Ok(Config::load(global.config.as_deref())?)
 }
 
@@ -328,7 +328,7 @@ pub fn completion(shell: clap_complete::Shell) {
 /// A spinner with a message and the elapsed time on stderr, for operations
 /// that can take minutes on a large database. indicatif draws nothing when
 /// stderr is not a terminal, so scripts and logs see only the result.
-fn progress(message: String, show: bool) -> indicatif::ProgressBar {
+pub(super) fn progress(message: String, show: bool) -> indicatif::ProgressBar {
     if !show {
         return indicatif::ProgressBar::hidden();
     }
@@ -344,7 +344,7 @@ fn progress(message: String, show: bool) -> indicatif::ProgressBar {
     bar
 }
 
-fn human_bytes(b: i64) -> String {
+pub(super) fn human_bytes(b: i64) -> String {
     match b {
         b if b < 1024 => format!("{b} B"),
         b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),

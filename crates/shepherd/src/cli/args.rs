@@ -391,6 +391,29 @@ pub enum Command {
         /// bash, zsh or fish (elvish and powershell work too).
         shell: clap_complete::Shell,
     },
+    /// Back up the database and the data directory into one archive, while
+    /// the server runs (run on the server's machine, with its configuration).
+    Backup {
+        /// The archive to write (.tar.gz).
+        file: PathBuf,
+        /// Only the data directory (the database is PostgreSQL: pg_dump it).
+        #[arg(long)]
+        files_only: bool,
+        /// Accepted only to refuse it clearly: backup works on the files.
+        #[arg(long, hide = true)]
+        server: Option<String>,
+    },
+    /// Restore a `shepherd backup` archive into a data directory.
+    Restore {
+        /// The archive `shepherd backup` wrote.
+        file: PathBuf,
+        /// Where to restore (empty, or replaced with --force).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Replace what the directory holds.
+        #[arg(long)]
+        force: bool,
+    },
     /// Remove old data on purpose (transcripts, events).
     Prune {
         /// Null transcripts of runs that ended longer ago than this (e.g. 30d, 12h).

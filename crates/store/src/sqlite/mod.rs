@@ -18,6 +18,7 @@
 //! `db` is the connection seen through the portable `Db` interface,
 //! `migrate` the schema migrations applied at open.
 
+pub mod backup;
 mod db;
 mod migrate;
 

@@ -1,0 +1,280 @@
+//! `shepherd backup` and `shepherd restore` with the real binary: a backup
+//! taken while the server runs and writes, restored into a new directory
+//! and served, keeps every task and every event with its sequence number
+//! (so cursors from before the backup still resume); restore refuses a
+//! non-empty directory without `--force`; on PostgreSQL the database goes
+//! through `pg_dump`/`pg_restore` and the files through `--files-only`.
+
+mod common;
+
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+
+use common::{pg_url, task, unique, Env, Kind, Server};
+
+/// Runs `shepherd ARGS` with `env`'s variables (its configuration).
+fn shepherd(env: &Env, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(args)
+        .envs(&env.vars)
+        .current_dir(&env.dir)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn create(s: &Server, vtid: &str) {
+    let (st, b) = s.post("/api/v1/tasks", None, task(vtid, "simple")).await;
+    assert_eq!(st, 201, "{b}");
+}
+
+/// Every event after `after`, as (seq, type), through the REST pages.
+async fn events_after(s: &Server, mut after: i64) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    loop {
+        let (st, page) = s
+            .get(&format!("/api/v1/events?after={after}&limit=1000"), None)
+            .await;
+        assert_eq!(st, 200, "{page}");
+        let events = page["events"].as_array().unwrap();
+        if events.is_empty() {
+            return out;
+        }
+        for e in events {
+            out.push((
+                e["id"].as_i64().unwrap(),
+                e["type"].as_str().unwrap().to_owned(),
+            ));
+        }
+        after = page["next_cursor"].as_i64().unwrap();
+    }
+}
+
+fn is_empty_dir(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_while_serving_restores_everything_and_cursors_resume() {
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::spawn(&env).await;
+    for i in 0..20 {
+        create(&s, &format!("BK-{i}")).await;
+    }
+    let (st, _) = s.post("/api/v1/tasks/BK-3/cancel", None, json!({})).await;
+    assert!(st == 200 || st == 202);
+    // A cursor a client holds from before the backup.
+    let before = events_after(&s, 0).await;
+    let cursor = before[before.len() / 2].0;
+
+    // Writes go on while the backup is taken.
+    let writer = {
+        let base = s.base.clone();
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for i in 0..40 {
+                let res = http
+                    .post(format!("{base}/api/v1/tasks"))
+                    .json(&task(&format!("DURING-{i}"), "simple"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(res.status(), 201);
+            }
+        })
+    };
+    let archive = env.dir.join("backup.tar.gz");
+    let archive_s = archive.display().to_string();
+    let (ok, out, err) = shepherd(&env, &["backup", &archive_s]);
+    writer.await.unwrap();
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("backed up the database"), "{out}");
+    let at_backup_end = events_after(&s, 0).await;
+    s.stop().await;
+
+    // Restore refuses a directory with something in it.
+    let (ok, _, err) = shepherd(
+        &env,
+        &[
+            "restore",
+            &archive_s,
+            "--data-dir",
+            &env.dir.display().to_string(),
+        ],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("not empty") && err.contains("--force"),
+        "{err}"
+    );
+
+    let mut restored = Env::new(Kind::Sqlite);
+    let target = restored.dir.join("restored");
+    let (ok, out, err) = shepherd(
+        &env,
+        &[
+            "restore",
+            &archive_s,
+            "--data-dir",
+            &target.display().to_string(),
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    restored.set("SHEPHERD_DATA_DIR", &target.display().to_string());
+    let s = Server::spawn(&restored).await;
+    // Every task from before the backup, as it was.
+    for i in 0..20 {
+        let (st, t) = s.get(&format!("/api/v1/tasks/BK-{i}"), None).await;
+        assert_eq!(st, 200, "BK-{i}: {t}");
+    }
+    let (_, cancelled) = s.get("/api/v1/tasks/BK-3", None).await;
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    // The log is one committed state: a prefix of what the server had
+    // when the backup ended, at least everything from before it began,
+    // with the same sequence numbers.
+    let after_restore = events_after(&s, 0).await;
+    // What the backup held ends where the restored server's own start-up
+    // events begin.
+    let held = after_restore
+        .iter()
+        .rposition(|e| e.1 == "server.recovered")
+        .unwrap();
+    assert!(held >= before.len(), "{held} < {}", before.len());
+    assert_eq!(after_restore[..held], at_backup_end[..held]);
+    // A cursor from before the backup resumes where it was.
+    let resumed = events_after(&s, cursor).await;
+    assert_eq!(
+        resumed.first().map(|e| e.0),
+        before.iter().find(|e| e.0 > cursor).map(|e| e.0)
+    );
+    // New events continue the numbering.
+    create(&s, "AFTER-1").await;
+    let last = events_after(&s, cursor).await;
+    assert!(last.last().unwrap().0 > after_restore.last().unwrap().0);
+    s.stop().await;
+
+    // --force replaces what the directory held (a stale WAL included).
+    std::fs::write(target.join("shepherd.db-wal"), b"stale").unwrap();
+    std::fs::write(target.join("junk"), b"x").unwrap();
+    let (ok, out, err) = shepherd(
+        &env,
+        &[
+            "restore",
+            &archive_s,
+            "--data-dir",
+            &target.display().to_string(),
+            "--force",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(!target.join("junk").exists());
+    assert!(!target.join("shepherd.db-wal").exists());
+    let s = Server::spawn(&restored).await;
+    let (st, _) = s.get("/api/v1/tasks/BK-19", None).await;
+    assert_eq!(st, 200);
+    s.stop().await;
+
+    // Not a backup at all.
+    let bogus = restored.dir.join("bogus.tar.gz");
+    std::fs::write(&bogus, b"not gzip").unwrap();
+    let empty = restored.dir.join("empty");
+    let (ok, _, err) = shepherd(
+        &env,
+        &[
+            "restore",
+            &bogus.display().to_string(),
+            "--data-dir",
+            &empty.display().to_string(),
+        ],
+    );
+    assert!(!ok, "{err}");
+    assert!(is_empty_dir(&empty));
+}
+
+/// PostgreSQL: `backup` says to use pg_dump; `pg_dump` + `pg_restore` into a
+/// new database and `backup --files-only` + `restore` of the data directory
+/// give a server that serves the same tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_goes_through_pg_dump_and_files_only() {
+    let env = Env::new(Kind::Postgres);
+    let s = Server::spawn(&env).await;
+    for i in 0..5 {
+        create(&s, &format!("PG-{i}")).await;
+    }
+    let archive = env.dir.join("files.tar.gz").display().to_string();
+    let (ok, _, err) = shepherd(&env, &["backup", &archive]);
+    assert!(!ok);
+    assert!(
+        err.contains("pg_dump") && err.contains("--files-only"),
+        "{err}"
+    );
+    let (ok, out, err) = shepherd(&env, &["backup", "--files-only", &archive]);
+    assert!(ok, "{out}{err}");
+
+    let schema = env.vars["SHEPHERD_PG_SCHEMA"].clone();
+    let dump = env.dir.join("db.dump").display().to_string();
+    let status = Command::new("pg_dump")
+        .args([
+            "--dbname",
+            &pg_url(),
+            "--schema",
+            &schema,
+            "--format",
+            "custom",
+            "--file",
+            &dump,
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    s.stop().await;
+
+    let db = format!("restore_{}", unique()).replace('-', "_");
+    let base = pg_url();
+    let (server_url, _) = base.rsplit_once('/').unwrap();
+    let status = Command::new("createdb")
+        .args(["--maintenance-db", &base, &db])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let new_url = format!("{server_url}/{db}");
+    let status = Command::new("pg_restore")
+        .args(["--dbname", &new_url, "--no-owner", &dump])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let mut restored = Env::new(Kind::Postgres);
+    let target = restored.dir.join("restored");
+    let (ok, out, err) = shepherd(
+        &env,
+        &[
+            "restore",
+            &archive,
+            "--data-dir",
+            &target.display().to_string(),
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("pg_restore"), "{out}");
+    restored
+        .set("SHEPHERD_DATA_DIR", &target.display().to_string())
+        .set("SHEPHERD_DATABASE_URL", &new_url)
+        .set("SHEPHERD_PG_SCHEMA", &schema);
+    let s = Server::spawn(&restored).await;
+    for i in 0..5 {
+        let (st, t) = s.get(&format!("/api/v1/tasks/PG-{i}"), None).await;
+        assert_eq!(st, 200, "{t}");
+    }
+    s.stop().await;
+    let _ = Command::new("dropdb")
+        .args(["--maintenance-db", &base, &db])
+        .status();
+}
