@@ -12,6 +12,7 @@ pub mod backup;
 pub mod chat;
 pub mod events;
 pub mod input;
+pub mod migrate_store;
 pub mod output;
 pub mod prune_branches;
 pub mod runs;
@@ -55,6 +56,7 @@ pub fn main(cli: Cli) -> ExitCode {
             | Command::Prune { .. }
             | Command::Backup { .. }
             | Command::Restore { .. }
+            | Command::MigrateStore { .. }
     ) {
         crate::private_data::restrict_umask();
     }
@@ -126,6 +128,12 @@ async fn run(cli: Cli) -> Result<()> {
             data_dir,
             force,
         } => backup::restore(file, data_dir, *force),
+        Command::MigrateStore {
+            from,
+            to,
+            pg_schema,
+            batch,
+        } => migrate_store::migrate_store(from, to, pg_schema.clone(), *batch).await,
         Command::Config { .. } => admin::config(g),
         Command::Completion { shell } => {
             admin::completion(*shell);

@@ -24,6 +24,7 @@
 mod any_db;
 mod clock;
 mod config;
+mod copy_to_postgres;
 pub mod hub;
 mod inflated;
 pub(crate) mod log;
@@ -65,6 +66,7 @@ use tokio_util::sync::CancellationToken;
 pub use claim_store::ProgressReport;
 pub use clock::{now_ms, Clock};
 pub use config::{parse_database_url, redact_url, DatabaseUrl, StoreConfig};
+pub use copy_to_postgres::{copy_sqlite_to_postgres, CopyProgress, TableCopy};
 pub use hub::{Tail, TailItem, BROADCAST_CAPACITY};
 pub use log::EventPage;
 pub use ops::claims::{Grant, HeldClaim, LeaseRules, SweepReport};

@@ -105,6 +105,7 @@ error_codes! {
     "malformed_json" => "The body is not valid JSON.",
     "max_above_capacity" => "`max` is above the worker's capacity.",
     "method_not_allowed" => "The route does not take this method.",
+    "migrate_store_failed" => "Copying a SQLite store into PostgreSQL was refused or failed (`shepherd migrate-store`).",
     "migration_changed" => "An applied migration was edited since it ran.",
     "missing_capabilities" => "The worker lacks capabilities the task needs.",
     "missing_worker_id" => "The request names no worker.",

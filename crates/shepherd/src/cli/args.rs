@@ -414,6 +414,23 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Copy a SQLite store into an empty PostgreSQL database: every task,
+    /// run, transcript and event (with its sequence number), verified at the
+    /// end. Stop the server first; run it again to resume an interrupted copy.
+    MigrateStore {
+        /// The SQLite database: sqlite:PATH or sqlite://PATH.
+        #[arg(long)]
+        from: String,
+        /// The PostgreSQL database: postgres://….
+        #[arg(long)]
+        to: String,
+        /// The PostgreSQL schema to copy into (as SHEPHERD_PG_SCHEMA).
+        #[arg(long)]
+        pg_schema: Option<String>,
+        /// Rows per transaction.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
     /// Remove old data on purpose (transcripts, events).
     Prune {
         /// Null transcripts of runs that ended longer ago than this (e.g. 30d, 12h).

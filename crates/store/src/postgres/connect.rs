@@ -26,7 +26,7 @@ pub struct PgOptions {
 /// asked for, and builds the pool; every pooled connection, and the
 /// returned configuration, uses that schema. Connects once only if it has
 /// a schema to create: the pool connects when first used.
-pub(super) async fn connect(
+pub(crate) async fn connect(
     opts: &PgOptions,
 ) -> Result<(tokio_postgres::Config, tls::MakeRustls, Pool), Error> {
     let (url, tls) = tls::split_url(&opts.url)?;

@@ -19,7 +19,7 @@
 //! caught up from the log) have a small pool of their own, so that request
 //! load cannot starve live delivery.
 
-mod connect;
+pub(crate) mod connect;
 mod db;
 mod delivery;
 mod migrate;
