@@ -36,6 +36,9 @@
 use sha2::{Digest, Sha256};
 use shepherd_core::Error;
 
+/// How often a migration still running says so in the log.
+pub(crate) const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One migration: its version and its SQL text.
 pub(crate) type Migration = (i64, &'static str);
 

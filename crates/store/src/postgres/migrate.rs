@@ -53,9 +53,28 @@ pub(super) async fn migrate(pool: &Pool) -> Result<(), Error> {
                     checksum,
                 } => {
                     tracing::info!(version, "applying PostgreSQL migration");
+                    let started = std::time::Instant::now();
                     client.batch_execute("BEGIN").await.map_err(map_err)?;
                     let applied = async {
-                        client.batch_execute(sql).await?;
+                        // A migration that rewrites a big table can take a
+                        // while: say so every few seconds, so that a slow
+                        // start is not mistaken for a hung one.
+                        let run = client.batch_execute(sql);
+                        tokio::pin!(run);
+                        let mut ticks = tokio::time::interval_at(
+                            tokio::time::Instant::now() + super::super::migrations::PROGRESS_EVERY,
+                            super::super::migrations::PROGRESS_EVERY,
+                        );
+                        loop {
+                            tokio::select! {
+                                done = &mut run => break done,
+                                _ = ticks.tick() => tracing::info!(
+                                    version,
+                                    elapsed_s = started.elapsed().as_secs(),
+                                    "still applying PostgreSQL migration"
+                                ),
+                            }
+                        }?;
                         client
                             .execute(
                                 "INSERT INTO schema_migrations (version, applied_at, checksum) VALUES ($1, $2, $3)",
@@ -65,7 +84,14 @@ pub(super) async fn migrate(pool: &Pool) -> Result<(), Error> {
                     }
                     .await;
                     match applied {
-                        Ok(_) => client.batch_execute("COMMIT").await.map_err(map_err)?,
+                        Ok(_) => {
+                            client.batch_execute("COMMIT").await.map_err(map_err)?;
+                            tracing::info!(
+                                version,
+                                elapsed_ms = started.elapsed().as_millis() as u64,
+                                "applied PostgreSQL migration"
+                            );
+                        }
                         Err(e) => {
                             let _ = client.batch_execute("ROLLBACK").await;
                             return Err(map_err(e));

@@ -63,7 +63,33 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), Error> {
                 checksum,
             } => {
                 tracing::info!(version, "applying SQLite migration");
-                tx.execute_batch(sql).map_err(map_err)?;
+                let started = std::time::Instant::now();
+                // A migration that rewrites a big table can take a while:
+                // say so every few seconds (SQLite calls this every so many
+                // of its steps), so that a slow start is not taken for a hang.
+                let last = std::cell::Cell::new(started);
+                tx.progress_handler(
+                    100_000,
+                    Some(move || {
+                        if last.get().elapsed() >= crate::migrations::PROGRESS_EVERY {
+                            last.set(std::time::Instant::now());
+                            tracing::info!(
+                                version,
+                                elapsed_s = started.elapsed().as_secs(),
+                                "still applying SQLite migration"
+                            );
+                        }
+                        false
+                    }),
+                );
+                let ran = tx.execute_batch(sql);
+                tx.progress_handler(0, None::<fn() -> bool>);
+                ran.map_err(map_err)?;
+                tracing::info!(
+                    version,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "applied SQLite migration"
+                );
                 tx.execute(
                     "INSERT INTO schema_migrations (version, applied_at, checksum) VALUES (?1, ?2, ?3)",
                     rusqlite::params![version, chrono::Utc::now().timestamp_millis(), checksum],
