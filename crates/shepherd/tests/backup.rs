@@ -11,7 +11,7 @@ use serde_json::json;
 use std::path::Path;
 use std::process::Command;
 
-use common::{pg_url, task, unique, Env, Kind, Server};
+use common::{events_after, pg_url, task, unique, Env, Kind, Server};
 
 /// Runs `shepherd ARGS` with `env`'s variables (its configuration).
 fn shepherd(env: &Env, args: &[&str]) -> (bool, String, String) {
@@ -31,28 +31,6 @@ fn shepherd(env: &Env, args: &[&str]) -> (bool, String, String) {
 async fn create(s: &Server, vtid: &str) {
     let (st, b) = s.post("/api/v1/tasks", None, task(vtid, "simple")).await;
     assert_eq!(st, 201, "{b}");
-}
-
-/// Every event after `after`, as (seq, type), through the REST pages.
-async fn events_after(s: &Server, mut after: i64) -> Vec<(i64, String)> {
-    let mut out = Vec::new();
-    loop {
-        let (st, page) = s
-            .get(&format!("/api/v1/events?after={after}&limit=1000"), None)
-            .await;
-        assert_eq!(st, 200, "{page}");
-        let events = page["events"].as_array().unwrap();
-        if events.is_empty() {
-            return out;
-        }
-        for e in events {
-            out.push((
-                e["id"].as_i64().unwrap(),
-                e["type"].as_str().unwrap().to_owned(),
-            ));
-        }
-        after = page["next_cursor"].as_i64().unwrap();
-    }
 }
 
 fn is_empty_dir(dir: &Path) -> bool {

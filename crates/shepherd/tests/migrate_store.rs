@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use common::{pg_url, unique, wait_for, Env, Kind, Server};
+use common::{events_after, pg_url, unique, wait_for, Env, Kind, Server};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -27,28 +27,6 @@ fn shepherd(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Every event after `after`, as (seq, type).
-async fn events_after(s: &Server, mut after: i64) -> Vec<(i64, String)> {
-    let mut out = Vec::new();
-    loop {
-        let (st, page) = s
-            .get(&format!("/api/v1/events?after={after}&limit=1000"), None)
-            .await;
-        assert_eq!(st, 200, "{page}");
-        let events = page["events"].as_array().unwrap();
-        if events.is_empty() {
-            return out;
-        }
-        for e in events {
-            out.push((
-                e["id"].as_i64().unwrap(),
-                e["type"].as_str().unwrap().to_owned(),
-            ));
-        }
-        after = page["next_cursor"].as_i64().unwrap();
-    }
 }
 
 async fn pg_client() -> tokio_postgres::Client {

@@ -442,6 +442,30 @@ macro_rules! e2e {
     };
 }
 
+/// Every event after `after` through the REST pages, as (seq, type): how
+/// tests compare one server's log with another's.
+#[allow(dead_code)]
+pub async fn events_after(s: &Server, mut after: i64) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    loop {
+        let (st, page) = s
+            .get(&format!("/api/v1/events?after={after}&limit=1000"), None)
+            .await;
+        assert_eq!(st, 200, "{page}");
+        let events = page["events"].as_array().unwrap();
+        if events.is_empty() {
+            return out;
+        }
+        for e in events {
+            out.push((
+                e["id"].as_i64().unwrap(),
+                e["type"].as_str().unwrap().to_owned(),
+            ));
+        }
+        after = page["next_cursor"].as_i64().unwrap();
+    }
+}
+
 // Polling helpers shared by the end-to-end tests: wait for what a test
 // expects, with a deadline, instead of sleeping a fixed time.
 
