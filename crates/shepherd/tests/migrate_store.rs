@@ -1,6 +1,7 @@
 //! `shepherd migrate-store` with the real binary: a SQLite store filled by
-//! a real workload (agents run by the built-in runner, with transcripts,
-//! a webhook subscribed) is copied into PostgreSQL; the
+//! a real workload (agents run by the built-in runner, with transcripts;
+//! 2000 more runs reported through the connector; a conversation, a
+//! session, a webhook) is copied into PostgreSQL; the
 //! copy is killed part-way and resumed; two nodes then serve the copy with
 //! every task, run and event (same sequence numbers, so cursors resume),
 //! and new events continue the numbering. A destination that holds
@@ -70,6 +71,85 @@ async fn a_sqlite_store_moves_to_postgres_and_two_nodes_serve_it() {
         (runs.len() >= TASKS && runs.iter().all(|r| r["status"] != "running")).then_some(())
     })
     .await;
+    // Many more runs, reported through the connector as a remote worker
+    // would (no process each: the bulk of a long-lived store).
+    const BULK: usize = 2000;
+    let (st, reg) = s
+        .post(
+            "/api/v1/worker/orchestrator/register",
+            None,
+            json!({ "worker_id": "bulk-1", "capabilities": ["bulk"] }),
+        )
+        .await;
+    assert_eq!(st, 200, "{reg}");
+    let wt = reg["worker_token"].as_str().unwrap().to_owned();
+    for i in 0..BULK {
+        let vtid = format!("BULK-{i}");
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": vtid, "title": "bulk", "spec": "s", "capabilities": ["bulk"] }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let (st, c) = s
+            .post(
+                &format!("/api/v1/worker/orchestrator/tasks/{vtid}/claim"),
+                Some(&wt),
+                json!({}),
+            )
+            .await;
+        assert_eq!(st, 200, "{c}");
+        let (st, p) = s
+            .post(
+                &format!("/api/v1/worker/orchestrator/tasks/{vtid}/progress"),
+                Some(&wt),
+                json!({ "event": "worker.execution.completed", "claim_token": c["claim_token"], "result": "ok" }),
+            )
+            .await;
+        assert!((200..300).contains(&st), "{p}");
+    }
+    // A conversation answered by the agent, and a session.
+    let (st, r) = s
+        .post(
+            "/api/v1/resources",
+            None,
+            json!({ "id": "res-1", "name": "Resource", "agent_id": "echo" }),
+        )
+        .await;
+    assert!((200..300).contains(&st), "{r}");
+    let (st, conv) = s
+        .post("/api/v1/resources/res-1/conversations", None, json!({}))
+        .await;
+    assert!((200..300).contains(&st), "{conv}");
+    let conv_id = conv["id"].as_str().unwrap().to_owned();
+    let (st, m) = s
+        .post(
+            &format!("/api/v1/conversations/{conv_id}/messages"),
+            None,
+            json!({ "text": "hello there" }),
+        )
+        .await;
+    assert!((200..300).contains(&st), "{m}");
+    let conversation_before = wait_for("the conversation to be idle", WAIT, || async {
+        let (_, c) = s
+            .get(&format!("/api/v1/conversations/{conv_id}"), None)
+            .await;
+        (c["state"] == "idle").then_some(c)
+    })
+    .await;
+    let place = env.dir.join("workspace");
+    std::fs::create_dir_all(&place).unwrap();
+    let (st, session) = s
+        .post(
+            "/api/v1/sessions",
+            None,
+            json!({ "location_path": place.canonicalize().unwrap() }),
+        )
+        .await;
+    assert!((200..300).contains(&st), "{session}");
+    let session_id = session["id"].as_str().unwrap().to_owned();
     let original = events_after(&s, 0).await;
     let (_, runs_before) = s.get("/api/v1/runs?limit=500", None).await;
     let (_, steps_before) = s
@@ -163,6 +243,23 @@ async fn a_sqlite_store_moves_to_postgres_and_two_nodes_serve_it() {
         )
         .await;
     assert_eq!(steps_after, steps_before, "transcripts came over");
+    let (_, mut conversation_after) = b
+        .get(&format!("/api/v1/conversations/{conv_id}"), None)
+        .await;
+    // `cursor` is where the log stood when it was read: further on now.
+    let mut conversation_before = conversation_before;
+    for c in [&mut conversation_after, &mut conversation_before] {
+        c.as_object_mut().unwrap().remove("cursor");
+    }
+    assert_eq!(
+        conversation_after, conversation_before,
+        "the conversation came over"
+    );
+    let (st, session_after) = a.get(&format!("/api/v1/sessions/{session_id}"), None).await;
+    assert_eq!(st, 200, "{session_after}");
+    assert_eq!(session_after["location_path"], session["location_path"]);
+    let (st, bulk) = b.get("/api/v1/tasks/BULK-1999", None).await;
+    assert_eq!((st, bulk["state"].as_str()), (200, Some("done")), "{bulk}");
     let (st, hooks) = a.get("/api/v1/webhooks", None).await;
     assert_eq!(
         (st, hooks["webhooks"].as_array().map(Vec::len)),
