@@ -10,8 +10,9 @@ mod common;
 use serde_json::json;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use common::{events_after, pg_url, task, unique, Env, Kind, Server};
+use common::{events_after, pg_url, task, unique, wait_for, Env, Kind, Server};
 
 /// Runs `shepherd ARGS` with `env`'s variables (its configuration).
 fn shepherd(env: &Env, args: &[&str]) -> (bool, String, String) {
@@ -28,8 +29,16 @@ fn shepherd(env: &Env, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// A task no configured agent takes (it needs a capability none has), so
+/// it stays as it was made.
+fn waiting_task(vtid: &str) -> serde_json::Value {
+    let mut t = task(vtid, "simple");
+    t["capabilities"] = json!(["by-hand"]);
+    t
+}
+
 async fn create(s: &Server, vtid: &str) {
-    let (st, b) = s.post("/api/v1/tasks", None, task(vtid, "simple")).await;
+    let (st, b) = s.post("/api/v1/tasks", None, waiting_task(vtid)).await;
     assert_eq!(st, 201, "{b}");
 }
 
@@ -41,13 +50,73 @@ fn is_empty_dir(dir: &Path) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_taken_while_serving_restores_everything_and_cursors_resume() {
-    let env = Env::new(Kind::Sqlite);
+    let mut env = Env::new(Kind::Sqlite);
+    env.with_config_file(
+        "[agents.echo]\ncommand = [\"sh\", \"-c\", \"cat > /dev/null; echo step one; echo step two\"]\n",
+    );
     let s = Server::spawn(&env).await;
     for i in 0..20 {
         create(&s, &format!("BK-{i}")).await;
     }
     let (st, _) = s.post("/api/v1/tasks/BK-3/cancel", None, json!({})).await;
     assert!(st == 200 || st == 202);
+    // Runs with transcripts, a conversation and a session.
+    for i in 0..5 {
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": format!("RUN-{i}"), "title": "r", "spec": "s", "agent_id": "echo" }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    let runs_before = wait_for("five runs to end", Duration::from_secs(60), || async {
+        let (_, list) = s.get("/api/v1/runs?limit=100", None).await;
+        let runs = list["runs"].as_array()?.clone();
+        (runs.len() == 5 && runs.iter().all(|r| r["status"] == "done")).then_some(list)
+    })
+    .await;
+    let run_id = runs_before["runs"][0]["id"].as_str().unwrap().to_owned();
+    let (_, steps_before) = s.get(&format!("/api/v1/runs/{run_id}/steps"), None).await;
+    let (st, r) = s
+        .post(
+            "/api/v1/resources",
+            None,
+            json!({ "id": "res-1", "name": "R", "agent_id": "echo" }),
+        )
+        .await;
+    assert!((200..300).contains(&st), "{r}");
+    let (_, conv) = s
+        .post("/api/v1/resources/res-1/conversations", None, json!({}))
+        .await;
+    let conv_id = conv["id"].as_str().unwrap().to_owned();
+    s.post(
+        &format!("/api/v1/conversations/{conv_id}/messages"),
+        None,
+        json!({ "text": "hello" }),
+    )
+    .await;
+    let mut conversation_before =
+        wait_for("an idle conversation", Duration::from_secs(60), || async {
+            let (_, c) = s
+                .get(&format!("/api/v1/conversations/{conv_id}"), None)
+                .await;
+            (c["state"] == "idle" && c["messages"].as_array()?.len() == 2).then_some(c)
+        })
+        .await;
+    let place = env.dir.join("workspace");
+    std::fs::create_dir_all(&place).unwrap();
+    let (st, session) = s
+        .post(
+            "/api/v1/sessions",
+            None,
+            json!({ "location_path": place.canonicalize().unwrap() }),
+        )
+        .await;
+    assert!((200..300).contains(&st), "{session}");
+    // Every run, the conversation's too, as the backup will hold them.
+    let (_, runs_before) = s.get("/api/v1/runs?limit=100", None).await;
     // A cursor a client holds from before the backup.
     let before = events_after(&s, 0).await;
     let cursor = before[before.len() / 2].0;
@@ -60,7 +129,7 @@ async fn a_backup_taken_while_serving_restores_everything_and_cursors_resume() {
             for i in 0..40 {
                 let res = http
                     .post(format!("{base}/api/v1/tasks"))
-                    .json(&task(&format!("DURING-{i}"), "simple"))
+                    .json(&waiting_task(&format!("DURING-{i}")))
                     .send()
                     .await
                     .unwrap();
@@ -114,6 +183,29 @@ async fn a_backup_taken_while_serving_restores_everything_and_cursors_resume() {
     }
     let (_, cancelled) = s.get("/api/v1/tasks/BK-3", None).await;
     assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    let (_, runs_after) = s.get("/api/v1/runs?limit=100", None).await;
+    assert_eq!(runs_after, runs_before, "the runs came back");
+    let (_, steps_after) = s.get(&format!("/api/v1/runs/{run_id}/steps"), None).await;
+    assert_eq!(steps_after, steps_before, "the transcripts came back");
+    let (_, mut conversation_after) = s
+        .get(&format!("/api/v1/conversations/{conv_id}"), None)
+        .await;
+    // `cursor` is where the log stood when it was read.
+    for c in [&mut conversation_after, &mut conversation_before] {
+        c.as_object_mut().unwrap().remove("cursor");
+    }
+    assert_eq!(
+        conversation_after, conversation_before,
+        "the conversation came back"
+    );
+    let (st, session_after) = s
+        .get(
+            &format!("/api/v1/sessions/{}", session["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{session_after}");
+    assert_eq!(session_after["location_path"], session["location_path"]);
     // The log is one committed state: a prefix of what the server had
     // when the backup ended, at least everything from before it began,
     // with the same sequence numbers.

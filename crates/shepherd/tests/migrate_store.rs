@@ -1,6 +1,6 @@
 //! `shepherd migrate-store` with the real binary: a SQLite store filled by
 //! a real workload (agents run by the built-in runner, with transcripts;
-//! 2000 more runs reported through the connector; a conversation, a
+//! 3000 more runs reported through the connector; a conversation, a
 //! session, a webhook) is copied into PostgreSQL; the
 //! copy is killed part-way and resumed; two nodes then serve the copy with
 //! every task, run and event (same sequence numbers, so cursors resume),
@@ -73,7 +73,7 @@ async fn a_sqlite_store_moves_to_postgres_and_two_nodes_serve_it() {
     .await;
     // Many more runs, reported through the connector as a remote worker
     // would (no process each: the bulk of a long-lived store).
-    const BULK: usize = 2000;
+    const BULK: usize = 3000;
     let (st, reg) = s
         .post(
             "/api/v1/worker/orchestrator/register",
@@ -258,7 +258,7 @@ async fn a_sqlite_store_moves_to_postgres_and_two_nodes_serve_it() {
     let (st, session_after) = a.get(&format!("/api/v1/sessions/{session_id}"), None).await;
     assert_eq!(st, 200, "{session_after}");
     assert_eq!(session_after["location_path"], session["location_path"]);
-    let (st, bulk) = b.get("/api/v1/tasks/BULK-1999", None).await;
+    let (st, bulk) = b.get("/api/v1/tasks/BULK-2999", None).await;
     assert_eq!((st, bulk["state"].as_str()), (200, Some("done")), "{bulk}");
     let (st, hooks) = a.get("/api/v1/webhooks", None).await;
     assert_eq!(
