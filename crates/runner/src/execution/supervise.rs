@@ -318,6 +318,13 @@ impl Supervisor {
         }
         self.exit = self.run.exit();
         if self.exit.is_none() && self.shim_pid > 0 && self.run.live_shim().is_none() {
+            // The shim writes the exit before it ends: it may have done
+            // both between the read above and this check. Read again
+            // before taking a finished agent for a killed one.
+            self.exit = self.run.exit();
+            if self.exit.is_some() {
+                return;
+            }
             // The shim died without a word (killed): nothing will
             // write the exit status; the agent's group goes with it.
             signal_group(self.group(), libc::SIGKILL);
