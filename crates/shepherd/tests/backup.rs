@@ -348,3 +348,170 @@ async fn postgres_goes_through_pg_dump_and_files_only() {
         .args(["--maintenance-db", &base, &db])
         .status();
 }
+
+/// One entry of a hand-made archive.
+enum Crafted<'a> {
+    Dir(&'a str),
+    File(&'a str, &'a [u8]),
+    Symlink(&'a str, &'a Path),
+    HardLink(&'a str, &'a Path),
+}
+
+/// A backup archive with the manifest `shepherd backup` writes and then
+/// `entries`, as an attacker could craft one.
+fn crafted_backup(path: &Path, entries: &[Crafted]) {
+    let gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    let mut tar = tar::Builder::new(gz);
+    let manifest = serde_json::to_vec(&json!({
+        "format": 1, "shepherd_version": "0.0.0", "created_at": "2026-01-01T00:00:00Z",
+        "database": "postgres", "database_file": null,
+    }))
+    .unwrap();
+    let header = |kind: tar::EntryType, size: usize| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(size as u64);
+        h.set_mode(if kind == tar::EntryType::Directory {
+            0o700
+        } else {
+            0o600
+        });
+        h
+    };
+    let mut h = header(tar::EntryType::Regular, manifest.len());
+    tar.append_data(&mut h, "shepherd-backup.json", manifest.as_slice())
+        .unwrap();
+    for e in entries {
+        match e {
+            Crafted::Dir(name) => {
+                let mut h = header(tar::EntryType::Directory, 0);
+                tar.append_data(&mut h, name, std::io::empty()).unwrap();
+            }
+            Crafted::File(name, body) => {
+                let mut h = header(tar::EntryType::Regular, body.len());
+                tar.append_data(&mut h, name, *body).unwrap();
+            }
+            Crafted::Symlink(name, to) => {
+                let mut h = header(tar::EntryType::Symlink, 0);
+                tar.append_link(&mut h, name, to).unwrap();
+            }
+            Crafted::HardLink(name, to) => {
+                let mut h = header(tar::EntryType::Link, 0);
+                tar.append_link(&mut h, name, to).unwrap();
+            }
+        }
+    }
+    tar.into_inner().unwrap().finish().unwrap();
+}
+
+#[test]
+fn restore_never_writes_outside_the_data_directory_through_links_in_the_archive() {
+    let env = Env::new(Kind::Sqlite);
+    let outside = env.dir.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let secret = outside.join("secret");
+    std::fs::write(&secret, "keep me").unwrap();
+    let attacks: [(&str, Vec<Crafted>); 4] = [
+        // A link to a directory outside, then a file through it.
+        (
+            "file through a link",
+            vec![
+                Crafted::Symlink("data/x", &outside),
+                Crafted::File("data/x/planted", b"owned"),
+            ],
+        ),
+        // A link to a directory outside, then a second link through it.
+        (
+            "link through a link",
+            vec![
+                Crafted::Symlink("data/y", &outside),
+                Crafted::Symlink("data/y/planted", Path::new("/tmp")),
+            ],
+        ),
+        // A link straight at a file outside, then that name as a file.
+        (
+            "file over a link",
+            vec![
+                Crafted::Symlink("data/s", &secret),
+                Crafted::File("data/s", b"overwritten"),
+            ],
+        ),
+        // A hard link to a file outside, then that name as a file.
+        (
+            "hard link",
+            vec![
+                Crafted::HardLink("data/h", &secret),
+                Crafted::File("data/h", b"overwritten"),
+            ],
+        ),
+    ];
+    for (i, (what, entries)) in attacks.iter().enumerate() {
+        let archive = env.dir.join(format!("evil-{i}.tar.gz"));
+        crafted_backup(&archive, entries);
+        let target = env.dir.join(format!("restored-{i}"));
+        let (_ok, out, err) = shepherd(
+            &env,
+            &[
+                "restore",
+                archive.to_str().unwrap(),
+                "--data-dir",
+                target.to_str().unwrap(),
+            ],
+        );
+        let mut names: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["secret"], "{what}: wrote outside\n{out}{err}");
+        assert_eq!(
+            std::fs::read_to_string(&secret).unwrap(),
+            "keep me",
+            "{what}: {out}{err}"
+        );
+    }
+    // A hard link is not something a backup holds: refused by name.
+    let (ok, _, err) = shepherd(
+        &env,
+        &[
+            "restore",
+            env.dir.join("evil-3.tar.gz").to_str().unwrap(),
+            "--data-dir",
+            env.dir.join("restored-h2").to_str().unwrap(),
+        ],
+    );
+    assert!(!ok && err.contains("neither a file"), "{err}");
+}
+
+#[test]
+fn restore_keeps_links_that_stay_inside() {
+    let env = Env::new(Kind::Sqlite);
+    let archive = env.dir.join("links.tar.gz");
+    crafted_backup(
+        &archive,
+        &[
+            Crafted::Dir("data/real"),
+            Crafted::File("data/real/f", b"inside"),
+            Crafted::Symlink("data/l", Path::new("real")),
+        ],
+    );
+    let target = env.dir.join("restored");
+    let (ok, out, err) = shepherd(
+        &env,
+        &[
+            "restore",
+            archive.to_str().unwrap(),
+            "--data-dir",
+            target.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(target.join("l").is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(target.join("l/f")).unwrap(),
+        "inside"
+    );
+}

@@ -191,6 +191,40 @@ the README), and the data directory with `shepherd backup --files-only FILE`"
     Ok(())
 }
 
+/// Where an archive entry goes under `data_dir`: entries live under `data/`
+/// (the data directory) or `database/` (the SQLite file).
+fn restore_target(file: &Path, path: &Path, data_dir: &Path) -> Result<PathBuf> {
+    entry_path(path, "data")
+        .or_else(|| entry_path(path, "database"))
+        .map(|rel| data_dir.join(rel))
+        .ok_or_else(|| format!("{}: unexpected entry {}", file.display(), path.display()).into())
+}
+
+/// Creates `target`'s parent directories and makes sure they resolve under
+/// `root` (the canonical data directory), whatever links lie on the way.
+fn create_parent_inside(target: &Path, root: &Path, file: &Path) -> Result<()> {
+    let Some(parent) = target.parent() else {
+        return Ok(());
+    };
+    // Checked before anything is created: the deepest part of the path that
+    // exists decides where the new directories would land.
+    let existing = parent
+        .ancestors()
+        .find(|a| a.symlink_metadata().is_ok())
+        .unwrap_or(Path::new("/"));
+    if !existing.canonicalize()?.starts_with(root) {
+        return Err(format!(
+            "{}: {} would be written outside {}",
+            file.display(),
+            target.display(),
+            root.display()
+        )
+        .into());
+    }
+    std::fs::create_dir_all(parent)?;
+    Ok(())
+}
+
 /// The path an archive entry names, below its top folder, if it is safe to
 /// write under a directory: relative, with no `..`.
 fn entry_path(path: &Path, top: &str) -> Option<PathBuf> {
@@ -246,24 +280,44 @@ what is in it",
         }
     }
     std::fs::create_dir_all(data_dir)?;
+    let root = data_dir.canonicalize()?;
     let mut files = 0u64;
+    // Symbolic links are made after every file and directory, so no entry
+    // is ever written through one: an archive that names a link `data/x`
+    // pointing at /etc and then a file `data/x/passwd` cannot reach /etc.
+    let mut links = Vec::new();
     for entry in entries {
         let mut entry = entry?;
         let path = entry.path()?.into_owned();
-        let target = if let Some(rel) = entry_path(&path, "data") {
-            data_dir.join(rel)
-        } else if let Some(rel) = entry_path(&path, "database") {
-            data_dir.join(rel)
-        } else {
-            return Err(format!("{}: unexpected entry {}", file.display(), path.display()).into());
-        };
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
+        let target = restore_target(file, &path, data_dir)?;
+        let kind = entry.header().entry_type();
+        if kind.is_symlink() {
+            let points_to = entry.link_name()?.ok_or_else(|| {
+                format!("{}: link {} has no target", file.display(), path.display())
+            })?;
+            links.push((target, points_to.into_owned()));
+            continue;
         }
+        if !(kind.is_file() || kind.is_dir()) {
+            // A backup holds files, directories and symbolic links only;
+            // a hard link or a device here was not made by `shepherd backup`.
+            return Err(format!(
+                "{}: {} is neither a file, a directory nor a symbolic link",
+                file.display(),
+                path.display()
+            )
+            .into());
+        }
+        create_parent_inside(&target, &root, file)?;
         entry.unpack(&target)?;
-        if entry.header().entry_type().is_file() {
+        if kind.is_file() {
             files += 1;
         }
+    }
+    for (target, points_to) in links {
+        create_parent_inside(&target, &root, file)?;
+        std::os::unix::fs::symlink(&points_to, &target)
+            .map_err(|e| format!("{}: link {}: {e}", file.display(), target.display()))?;
     }
     let db_note = match (&manifest.database_file, manifest.database.as_str()) {
         (Some(db), _) => format!(
