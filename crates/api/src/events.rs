@@ -47,9 +47,51 @@ fn workers_page_kind(name: &str) -> &str {
     }
 }
 
+/// The Workers page contract's names for run events, accepted in `types`
+/// beside the log's own.
+const WORKERS_PAGE_NAMES: [&str; 5] = [
+    "worker_started",
+    "worker_status",
+    "worker_completed",
+    "tool_started",
+    "tool_completed",
+];
+
+/// The log types a `types` filter names, refusing a name no event carries
+/// (400 `unknown_event_type`): a typo would otherwise answer nothing, which
+/// looks exactly like "no such events".
+fn kinds_of(types: Option<&str>) -> Result<Vec<String>, Error> {
+    let Some(types) = types else {
+        return Ok(Vec::new());
+    };
+    let mut kinds = Vec::new();
+    for name in types.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let k = workers_page_kind(name);
+        let known = match k.strip_suffix('*') {
+            // A prefix (`run.*`) must be the start of some type.
+            Some(prefix) => kind::ALL.iter().any(|t| t.starts_with(prefix)),
+            None => kind::ALL.contains(&k) || kind::LEGACY.contains(&k),
+        };
+        if !known {
+            let mut known: Vec<&str> = kind::ALL.to_vec();
+            known.extend(WORKERS_PAGE_NAMES);
+            known.sort_unstable();
+            return Err(Error::bad_request(
+                "unknown_event_type",
+                format!(
+                    "no event has the type {name:?}; known types: {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+        kinds.push(k.to_owned());
+    }
+    Ok(kinds)
+}
+
 /// The event filter a stream or page query asks for.
-pub fn filter_of(q: &EventStreamQuery) -> EventFilter {
-    EventFilter {
+pub fn filter_of(q: &EventStreamQuery) -> Result<EventFilter, Error> {
+    Ok(EventFilter {
         agent_id: q.agent_id.clone(),
         worker_id: q.worker_id.clone(),
         task_id: q.task_id.clone().or_else(|| q.vtid.clone()),
@@ -57,18 +99,8 @@ pub fn filter_of(q: &EventStreamQuery) -> EventFilter {
         channel_id: q.channel_id.clone(),
         conversation_id: q.conversation_id.clone(),
         session_id: q.session_id.clone(),
-        kinds: q
-            .types
-            .as_deref()
-            .map(|t| {
-                t.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(|t| workers_page_kind(t).to_owned())
-                    .collect()
-            })
-            .unwrap_or_default(),
-    }
+        kinds: kinds_of(q.types.as_deref())?,
+    })
 }
 
 /// The SSE `event:` name of a log event on this surface.
@@ -418,7 +450,7 @@ impl Feed {
         run activity: `run.started` is `worker_started`, `run.status` is `worker_status`, \
         `run.completed` is `worker_completed`, and `run.step` is `tool_started` (an action with a tool call) \
         or `tool_completed` (a tool result), else `run.step`."),
-              (status = 400, description = "invalid_cursor", body = ErrorBody)))]
+              (status = 400, description = "invalid_cursor, unknown_event_type", body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
     Extension(caller): Extension<crate::auth::Caller>,
@@ -427,9 +459,10 @@ pub async fn events(
 ) -> ApiResult<Response> {
     // A worker's stream carries only the events that name it.
     q.worker_id = crate::scope::event_worker(&caller, q.worker_id.take())?;
+    let filter = filter_of(&q)?;
     let cursor = start_cursor(&state, &headers, q.after.as_deref()).await?;
     let feed = Feed {
-        tail: state.store.tail(cursor, filter_of(&q)),
+        tail: state.store.tail(cursor, filter),
         frames: state.frames.clone(),
         keepalive: state.settings.sse_keepalive,
         coalesce: state.settings.sse_coalesce,

@@ -44,13 +44,27 @@ pub fn paging(limit: Option<i64>, offset: Option<i64>, default: i64) -> Result<(
     (status = 201, description = "created", body = Task),
     (status = 403, description = "operator_only", body = ErrorBody),
     (status = 409, description = "task_exists", body = ErrorBody),
-    (status = 422, description = "invalid_title, unknown_workflow, invalid_max_attempts, invalid_retry_backoff, invalid_run_at, …", body = ErrorBody)))]
+    (status = 422, description = "invalid_title, unknown_agent, unknown_workflow, invalid_max_attempts, invalid_retry_backoff, invalid_run_at, …", body = ErrorBody)))]
 pub async fn create_task(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     ApiJson(body): ApiJson<CreateTask>,
 ) -> ApiResult<impl IntoResponse> {
     caller.require_operator()?;
+    if let Some(agent) = body.agent_id.as_deref() {
+        // A typo in an agent id would otherwise leave the task waiting for
+        // a worker that never comes.
+        if !body.external && !state.store.agent_known(agent).await? {
+            return Err(Error::invalid(
+                "unknown_agent",
+                format!(
+                    "no agent {agent:?} is configured or declared by a registered worker; \
+pass \"external\": true if an outside worker will register it"
+                ),
+            )
+            .into());
+        }
+    }
     let task = state
         .store
         .create_task(NewTask {
@@ -139,7 +153,7 @@ pub async fn dispatch_task(
     Ok(Json(state.store.dispatch_task(&vtid).await?))
 }
 
-/// Retry a failed task: it goes back to the queue as a new attempt.
+/// Retry a failed or cancelled task: it goes back to the queue as a new attempt.
 #[utoipa::path(post, path = "/api/v1/tasks/{vtid}/retry", tag = "tasks", params(("vtid" = String, Path)), responses(
     (status = 200, body = Task), (status = 403, description = "operator_only", body = ErrorBody),
     (status = 404, description = "task_not_found", body = ErrorBody),

@@ -330,7 +330,7 @@ pub async fn worker_events(
 /// A page of the event log as JSON (for polling clients and the CLI).
 #[utoipa::path(get, path = "/api/v1/events", tag = "events", params(EventPageQuery), responses(
     (status = 200, body = EventPage),
-    (status = 400, description = "invalid_limit, invalid_cursor", body = ErrorBody)))]
+    (status = 400, description = "invalid_limit, invalid_cursor, unknown_event_type", body = ErrorBody)))]
 pub async fn event_page(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -355,7 +355,7 @@ pub async fn event_page(
         session_id: None,
         types: q.types,
     };
-    let filter = crate::events::filter_of(&filter);
+    let filter = crate::events::filter_of(&filter)?;
     let page = match q.after {
         Some(a) => {
             let cursor = start_cursor(&state, &headers, Some(&a)).await?;

@@ -708,7 +708,7 @@ impl Client {
             .await
     }
 
-    /// Makes a failed task runnable again (operator).
+    /// Makes a failed or cancelled task runnable again (operator).
     pub async fn retry_task(&self, vtid: &str) -> Result<p::Task, ClientError> {
         self.post(
             &format!("/api/v1/tasks/{}/retry", enc(vtid)),

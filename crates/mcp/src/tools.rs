@@ -457,6 +457,7 @@ async fn submit_task(
         priority: a.priority,
         capabilities: a.capabilities,
         agent_id: a.agent,
+        external: a.external,
         channel_id: a.channel_id,
         workflow: a.workflow,
         dispatch: Some(!a.draft),

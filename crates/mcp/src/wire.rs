@@ -82,8 +82,13 @@ pub struct SubmitTaskArgs {
     /// What to do, in markdown (given to the agent as its prompt).
     #[serde(default)]
     pub spec: String,
-    /// The agent that must run it (e.g. `demo`); any matching worker if omitted.
+    /// The agent that must run it (e.g. `demo`); any matching worker if
+    /// omitted. An agent nobody configured or declared is refused
+    /// (`unknown_agent`) unless `external` is true.
     pub agent: Option<String>,
+    /// The agent belongs to an outside worker that has not registered yet.
+    #[serde(default)]
+    pub external: bool,
     /// Capabilities the worker must have.
     #[serde(default)]
     pub capabilities: Vec<String>,

@@ -25,9 +25,15 @@ pub struct CreateTask {
     /// Required of the worker.
     #[serde(default)]
     pub capabilities: Vec<String>,
-    /// Only workers registered with this agent may take it.
+    /// Only workers registered with this agent may take it. An agent that
+    /// is neither configured nor declared by a registered worker is refused
+    /// (422 `unknown_agent`) unless `external` is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// The task is for an outside worker that has not registered its agent
+    /// yet: accept an `agent_id` nobody declares (it waits for one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub external: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_id: Option<String>,
     /// `simple` (default) or `autopilot`.

@@ -15,6 +15,7 @@ pub mod input;
 pub mod migrate_store;
 pub mod output;
 pub mod prune_branches;
+pub mod resources;
 pub mod runs;
 pub mod session;
 pub mod task;
@@ -152,6 +153,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Inbox { args, .. } => input::inbox(g, args).await,
         Command::Answer { args, .. } => input::answer(g, args).await,
         Command::Webhooks { cmd, .. } => webhooks::run(g, cmd).await,
+        Command::Resource { cmd, .. } => resources::run(g, cmd).await,
         Command::PermissionTool { .. } => {
             shepherd_mcp::permission_tool::serve_stdio(&g.server, g.token.as_deref()).await
         }

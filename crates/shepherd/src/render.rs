@@ -68,6 +68,19 @@ pub fn when(ts: &str) -> String {
     }
 }
 
+/// An instant in the machine's local time zone, to the minute, with how
+/// long ago it was: for lists a person scans (`2026-11-26 15:03 (3m ago)`).
+pub fn local_when(ts: &str) -> String {
+    match parse_iso8601(ts).and_then(chrono::DateTime::from_timestamp_millis) {
+        Some(t) => format!(
+            "{} ({})",
+            t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M"),
+            ago(ts)
+        ),
+        None => "-".into(),
+    }
+}
+
 /// An optional text, `-` when absent.
 pub fn opt(v: &Option<String>) -> String {
     v.clone().unwrap_or_else(|| "-".into())

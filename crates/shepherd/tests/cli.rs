@@ -136,6 +136,51 @@ async fn lists_and_shows_parse_back_from_yaml() {
     });
 }
 
+/// `shepherd resource add|list|show`: made from the command line, refused
+/// with the API's code for an unknown agent, shown with its conversations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_are_made_listed_and_shown_from_the_command_line() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.with_config_file("[agents.helper]\ncommand = [\"cat\"]\n");
+    let s = Server::start(&env).await;
+    let dir = env.dir.clone();
+    let base = s.base.clone();
+    tokio::task::block_in_place(|| {
+        let vars = [("SHEPHERD_SERVER", base.as_str())];
+        let (ok, out, err) = shepherd(&dir, &vars, &["resource", "list"]);
+        assert!(ok && out.contains("no resources yet"), "{out}{err}");
+        let (ok, _, err) = shepherd(
+            &dir,
+            &vars,
+            &["resource", "add", "docs", "--agent", "nobody"],
+        );
+        assert!(!ok && err.contains("unknown_agent"), "{err}");
+        let (ok, out, err) = shepherd(
+            &dir,
+            &vars,
+            &[
+                "resource", "add", "docs", "--agent", "helper", "--name", "The docs",
+            ],
+        );
+        assert!(
+            ok && out.contains("resource docs (The docs) talks to agent helper"),
+            "{out}{err}"
+        );
+        let (ok, out, err) = shepherd(&dir, &vars, &["resource", "list"]);
+        assert!(
+            ok && out.contains("docs") && out.contains("helper"),
+            "{out}{err}"
+        );
+        let (ok, out, err) = shepherd(&dir, &vars, &["resource", "show", "docs", "-o", "json"]);
+        assert!(ok, "{err}");
+        let shown: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(shown["resource"]["name"], "The docs");
+        assert_eq!(shown["conversations"]["conversations"], json!([]));
+        let (ok, _, err) = shepherd(&dir, &vars, &["resource", "show", "nope"]);
+        assert!(!ok && err.contains("resource_not_found"), "{err}");
+    });
+}
+
 #[test]
 fn prune_names_its_database_and_refuses_what_it_cannot_do() {
     let dir = scratch();

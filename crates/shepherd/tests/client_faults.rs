@@ -15,7 +15,9 @@ use serde_json::{json, Value};
 use shepherd_core::event::{EventRefs, NewEvent};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use common::{task, wait_for, wait_ready, Env, Kind, Served, Server, SseClient, OPERATOR};
+use common::{
+    task, wait_for, wait_ready, Env, Kind, Served, Server, SseClient, MARKER_TYPE, OPERATOR,
+};
 
 /// Clients hanging up mid-request, concurrently.
 const ABORTERS: usize = 64;
@@ -332,7 +334,7 @@ async fn read_after_stop(sock: &mut tokio::net::TcpStream) -> Reread {
                     }
                     last_id = Some(id);
                     let last_marker = data.unwrap()["data"]["batch"] == BATCHES - 1;
-                    if kind == "test.marker" && last_marker {
+                    if kind == MARKER_TYPE && last_marker {
                         return Reread::CaughtUp;
                     }
                 }
@@ -361,7 +363,7 @@ async fn slow_sse_consumers(kind: Kind) {
     }
     let mut fast = SseClient::connect(
         &base,
-        "/api/events?after=now&types=test.marker",
+        &format!("/api/events?after=now&types={MARKER_TYPE}"),
         Some(OPERATOR),
         None,
     )
@@ -378,7 +380,7 @@ async fn slow_sse_consumers(kind: Kind) {
         flood(&writer, batch, &pad).await;
         writer
             .append_events(vec![NewEvent::new(
-                "test.marker",
+                MARKER_TYPE,
                 EventRefs::default(),
                 json!({ "batch": batch }),
             )])
@@ -392,7 +394,7 @@ async fn slow_sse_consumers(kind: Kind) {
             .next(Duration::from_secs(30))
             .await
             .expect("the reading subscriber keeps receiving");
-        assert_eq!(f.event, "test.marker", "{:?}", f.data);
+        assert_eq!(f.event, MARKER_TYPE, "{:?}", f.data);
         assert_eq!(f.data["data"]["batch"], want, "{:?}", f.data);
         peak = peak.max(rss_kb(pid));
     }

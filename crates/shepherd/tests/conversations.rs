@@ -684,6 +684,33 @@ async fn command_line_chat_and_conversation_verbs() {
         ["user:sent", "agent:done", "user:sent", "agent:done"]
     );
 
+    // /history shows times a person reads: local, and how long ago.
+    assert!(out.contains("ago)"), "{out}");
+
+    // A unique start of a conversation id names it, as for runs.
+    let (ok, out, err) = cli(
+        &s.base,
+        &["conversation", "show", &conv[..conv.len() - 4]],
+        "",
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("conversation {conv}")), "{out}");
+    let (ok, _, err) = cli(&s.base, &["conversation", "show", "zzzzzzzz"], "").await;
+    assert!(!ok && err.contains("conversation_not_found"), "{err}");
+
+    // /quit while the agent works leaves at once; the reply goes on.
+    let (ok, out, err) = cli(&s.base, &["chat", "table-1"], "slow research\n/quit\n").await;
+    assert!(ok, "{err}");
+    assert!(out.contains("(left; the reply goes on"), "{out}");
+    let active = s.client(None).resources().await.unwrap().resources[0]
+        .active_conversation_id
+        .clone()
+        .unwrap();
+    // Still working when chat has exited: it did not wait for the reply.
+    assert_eq!(conversation(&s, &active).await.state, "processing");
+    idle(&s, &active).await;
+
     let (ok, _, err) = cli(&s.base, &["chat", "no-such-table"], "").await;
     assert!(!ok);
     assert!(err.contains("no resource"), "{err}");

@@ -906,3 +906,124 @@ e2e!(
         s.stop().await;
     }
 );
+
+/// A typo in a task's agent or in an event type is refused with a code that
+/// says what is wrong, by the API and by the CLI, instead of a task that
+/// waits for ever or a filter that silently matches nothing.
+async fn unknown_agents_and_event_types_are_refused(kind: Kind) {
+    let env = Env::new(kind);
+    let s = Server::start(&env).await;
+    let with_agent =
+        |vtid: &str, agent: &str| json!({ "vtid": vtid, "title": "typo", "agent_id": agent });
+    let (st, b) = s
+        .post("/api/v1/tasks", None, with_agent("UA-1", "nosuchagent"))
+        .await;
+    assert_eq!(
+        (st, b["error"]["code"].as_str()),
+        (422, Some("unknown_agent")),
+        "{b}"
+    );
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("external"),
+        "{b}"
+    );
+    let (st, _) = s.get("/api/v1/tasks/UA-1", None).await;
+    assert_eq!(st, 404, "nothing was written");
+    // An outside worker's agent, before it registers: said so, accepted.
+    let mut external = with_agent("UA-2", "later");
+    external["external"] = json!(true);
+    let (st, b) = s.post("/api/v1/tasks", None, external).await;
+    assert_eq!(st, 201, "{b}");
+    assert_eq!(b["agent_id"], "later");
+    // Once a worker declares an agent, tasks for it need no flag.
+    let (st, b) = s
+        .post(
+            "/api/v1/worker/orchestrator/register",
+            None,
+            json!({ "worker_id": "w-ua", "agent_id": "declared" }),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let (st, b) = s
+        .post("/api/v1/tasks", None, with_agent("UA-3", "declared"))
+        .await;
+    assert_eq!(st, 201, "{b}");
+
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(args)
+            .args(["--server", &s.base])
+            .env_remove("SHEPHERD_TOKEN")
+            .env_remove("SHEPHERD_AUTH_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let out = cli(&[
+        "task",
+        "add",
+        "typo",
+        "--agent",
+        "nosuchagent",
+        "--vtid",
+        "UA-4",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("unknown_agent"),
+        "{err}"
+    );
+    let out = cli(&[
+        "task",
+        "add",
+        "later",
+        "--agent",
+        "gone",
+        "--external",
+        "--vtid",
+        "UA-5",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    for path in [
+        "/api/v1/events?types=nosuch.type",
+        "/api/v1/events?types=task.created,nosuch.type",
+        "/api/events?types=nosuch.type",
+        "/api/events?types=nosuch.*",
+    ] {
+        let (st, b) = s.get(path, None).await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (400, Some("unknown_event_type")),
+            "{path}: {b}"
+        );
+        let message = b["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("task.created") && message.contains("worker_completed"),
+            "{message}"
+        );
+    }
+    for path in [
+        "/api/v1/events?types=task.created",
+        "/api/v1/events?types=run.*,worker_completed",
+        "/api/v1/events?types=worker.active",
+    ] {
+        let (st, b) = s.get(path, None).await;
+        assert_eq!(st, 200, "{path}: {b}");
+    }
+    let out = cli(&["events", "--types", "nosuch.type"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("nosuch.type"),
+        "{err}"
+    );
+    s.stop().await;
+}
+
+e2e!(
+    unknown_agents_and_event_types_are_refused_by_the_api_and_the_cli,
+    |kind| async move { unknown_agents_and_event_types_are_refused(kind).await }
+);

@@ -122,6 +122,27 @@ async fn tools_act_with_the_mcp_callers_own_token(kind: Kind) {
         .await;
     assert_eq!(r["isError"], false, "{r}");
     let vtid = r["structuredContent"]["vtid"].as_str().unwrap();
+    // An agent nobody declares is a typo unless the caller says otherwise.
+    let r = as_operator
+        .call_tool(
+            40,
+            "submit_task",
+            json!({"title": "typo", "agent": "manaul"}),
+        )
+        .await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(
+        r["structuredContent"]["error"]["code"], "unknown_agent",
+        "{r}"
+    );
+    let r = as_operator
+        .call_tool(
+            41,
+            "submit_task",
+            json!({"title": "for later", "agent": "outside", "external": true}),
+        )
+        .await;
+    assert_eq!(r["isError"], false, "{r}");
     let (_, task) = s
         .get(&format!("/api/v1/tasks/{vtid}"), Some(OPERATOR))
         .await;

@@ -357,11 +357,36 @@ async fn retry(kind: Kind) {
     let (st, b) = s.post("/api/v1/tasks/NOPE-1/retry", None, json!({})).await;
     assert_eq!(st, 404, "{b}");
     assert_eq!(b["error"]["code"], "task_not_found");
+    // A cancelled task can be retried too; a waiting one cannot.
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks",
+            None,
+            json!({ "vtid": "RT-2", "title": "by hand", "spec": "go", "capabilities": ["by-hand"] }),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let (st, b) = s.post("/api/v1/tasks/RT-2/retry", None, json!({})).await;
+    assert_eq!(st, 409, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed or cancelled"),
+        "{b}"
+    );
+    let (st, b) = s.post("/api/v1/tasks/RT-2/cancel", None, json!({})).await;
+    assert_eq!(st, 200, "{b}");
+    task_in(&s, "RT-2", &["cancelled"], Duration::from_secs(20)).await;
+    let (st, b) = s.post("/api/v1/tasks/RT-2/retry", None, json!({})).await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["state"], "pending", "{b}");
+    assert!(b["cancel_requested_at"].is_null(), "{b}");
     s.stop().await;
 }
 
 e2e!(
-    task_retry_makes_a_failed_task_runnable_and_refuses_a_done_one,
+    task_retry_makes_a_failed_or_cancelled_task_runnable_and_refuses_a_done_one,
     |kind| async move { retry(kind).await }
 );
 

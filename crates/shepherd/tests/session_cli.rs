@@ -122,3 +122,78 @@ async fn session_verbs_and_attach() {
     });
     s.stop().await;
 }
+
+/// `attach` with no arguments lists what can be attached to; a session is
+/// found by name and its one terminal tab by default; wrong names and a
+/// git-diff tab are explained; piped input is sent and attach exits once
+/// the tab has answered and fallen quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_by_name_lists_choices_explains_refusals_and_ends_with_piped_input() {
+    let env = Env::new(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let dir = env.dir.join("named");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display().to_string();
+    let server = &s;
+    tokio::task::block_in_place(|| {
+        let (ok, out, _) = shepherd(server, &["attach"]);
+        assert!(ok && out.contains("no sessions yet"), "{out}");
+        let session = json_of(server, &["session", "new", "--path", &d, "--name", "named"]);
+        let sid = session["id"].as_str().unwrap().to_owned();
+        let (ok, _, err) = shepherd(server, &["attach", "named"]);
+        assert!(!ok && err.contains("no terminal or agent tab"), "{err}");
+        let term = json_of(server, &["session", "add", &sid, "terminal"]);
+        let diff = json_of(server, &["session", "add", &sid, "git-diff"]);
+        let (term, diff) = (term["id"].as_str().unwrap(), diff["id"].as_str().unwrap());
+
+        let (ok, out, err) = shepherd(server, &["attach"]);
+        assert!(ok, "{err}");
+        assert!(
+            out.contains(&sid) && out.contains(term) && !out.contains(diff),
+            "{out}"
+        );
+        let (ok, _, err) = shepherd(server, &["attach", "nosuch"]);
+        assert!(
+            !ok && err.contains("no session has the id or name \"nosuch\""),
+            "{err}"
+        );
+        let (ok, _, err) = shepherd(server, &["attach", "named", "nosuchtab"]);
+        assert!(
+            !ok && err.contains("no tab has the id or name \"nosuchtab\""),
+            "{err}"
+        );
+        let (ok, _, err) = shepherd(server, &["attach", "named", diff]);
+        assert!(!ok && err.contains("git-diff tab"), "{err}");
+
+        let mut child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["attach", "named"])
+            .env("SHEPHERD_SERVER", &server.base)
+            .env_remove("SHEPHERD_TOKEN")
+            .env_remove("SHEPHERD_AUTH_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"echo piped-$((6*7))\r").unwrap();
+        drop(stdin);
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "attach did not end with its input"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{stderr}");
+        assert!(stdout.contains("piped-42"), "{stdout}");
+        assert!(stderr.contains("end of input"), "{stderr}");
+    });
+    s.stop().await;
+}

@@ -12,7 +12,7 @@ use shepherd_protocol::{
     Resync, WireEvent, WorkerEventsQuery, WorkerEventsResponse, WorkersSnapshot,
 };
 
-use common::{task, Env, Frame, Kind, Server, SseClient};
+use common::{task, Env, Frame, Kind, Server, SseClient, MARKER_TYPE};
 
 /// A `resync` frame's data.
 fn resync_of(f: &Frame) -> Resync {
@@ -27,7 +27,7 @@ async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
     let mut slow = SseClient::connect(&s.base, "/api/events?after=now", None, None).await;
     let mut fast = SseClient::connect(
         &s.base,
-        "/api/events?after=now&types=test.marker",
+        &format!("/api/events?after=now&types={MARKER_TYPE}"),
         None,
         None,
     )
@@ -51,7 +51,7 @@ async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
     }
     writer
         .append_events(vec![NewEvent::new(
-            "test.marker",
+            MARKER_TYPE,
             EventRefs::default(),
             json!({}),
         )])
@@ -62,7 +62,7 @@ async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
         .next(Duration::from_secs(20))
         .await
         .expect("the fast consumer got its event");
-    assert_eq!(marker.event, "test.marker");
+    assert_eq!(marker.event, MARKER_TYPE);
     // The slow one drains what was buffered, then hears resync and the stream
     // ends. On a starved machine the server may instead find it still
     // draining when it fell out of the ring (its socket buffers not yet
@@ -80,7 +80,7 @@ async fn a_slow_consumer_gets_resync_and_resumes_without_a_gap() {
             assert_eq!(id, prev + 1, "no gap before the resync");
         }
         last_id = f.id;
-        if f.event == "test.marker" {
+        if f.event == MARKER_TYPE {
             break;
         }
     }

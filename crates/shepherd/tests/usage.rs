@@ -224,3 +224,40 @@ async fn usage_on_sqlite() {
 async fn usage_on_postgres() {
     usage_is_stored_and_budget_enforced(Kind::Postgres).await;
 }
+
+/// Runs whose agent reports no tokens (a script, a shell) leave `shepherd
+/// usage` saying so, not printing a table of zeros that reads as "free".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_says_when_no_run_reported_any() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.with_config_file(
+        "[agents.quiet]\ncommand = [\"sh\", \"-c\", \"cat > /dev/null; echo done\"]\n",
+    );
+    let s = Server::start(&env).await;
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks",
+            None,
+            json!({ "vtid": "Q-1", "title": "quiet", "agent_id": "quiet" }),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    run_of(&s, "Q-1", &["done"]).await;
+    for (args, want) in [
+        (vec!["usage"], "no run reported usage"),
+        (vec!["usage", "--since", "1d"], "no run started since"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(&args)
+            .args(["--server", &s.base])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {text}");
+        assert!(
+            text.contains(want) && !text.contains("TOTAL"),
+            "{args:?}: {text}"
+        );
+    }
+    s.stop().await;
+}

@@ -83,7 +83,8 @@ impl Store {
         .await
     }
 
-    /// Makes a failed task runnable again (409 `task_not_failed` otherwise).
+    /// Makes a failed or cancelled task runnable again (409 `task_not_failed`
+    /// otherwise).
     pub async fn retry_task(&self, vtid: &str) -> Result<Task, Error> {
         let (now, vtid) = (self.now(), vtid.to_owned());
         self.write(move |db| {

@@ -70,6 +70,14 @@ impl Store {
         .await
     }
 
+    /// Whether an agent with this id is configured or was declared by a
+    /// worker's registration.
+    pub async fn agent_known(&self, id: &str) -> Result<bool, Error> {
+        let id = id.to_owned();
+        self.read(move |db| Box::pin(async move { ops::agent_known(db, &id).await }))
+            .await
+    }
+
     pub async fn list_agents(&self) -> Result<Vec<Agent>, Error> {
         self.read(move |db| Box::pin(ops::agents_list(db))).await
     }

@@ -732,7 +732,7 @@ impl Model {
     }
 
     fn retry(&mut self, t: usize) -> Expect {
-        if self.tasks[t].state != workflow::FAILED {
+        if self.tasks[t].state != workflow::FAILED && self.tasks[t].state != workflow::CANCELLED {
             return Err("task_not_failed");
         }
         self.tasks[t].cancel_at = None;

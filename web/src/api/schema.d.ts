@@ -656,7 +656,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Retry a failed task: it goes back to the queue as a new attempt. */
+        /** Retry a failed or cancelled task: it goes back to the queue as a new attempt. */
         post: operations["retry_task"];
         delete?: never;
         options?: never;
@@ -1482,13 +1482,22 @@ export interface components {
             name?: string | null;
         };
         CreateTask: {
-            /** @description Only workers registered with this agent may take it. */
+            /**
+             * @description Only workers registered with this agent may take it. An agent that
+             *     is neither configured nor declared by a registered worker is refused
+             *     (422 `unknown_agent`) unless `external` is true.
+             */
             agent_id?: string | null;
             /** @description Required of the worker. */
             capabilities?: string[];
             channel_id?: string | null;
             /** @description Dispatch at once (default true); `false` leaves a draft. */
             dispatch?: boolean | null;
+            /**
+             * @description The task is for an outside worker that has not registered its agent
+             *     yet: accept an `agent_id` nobody declares (it waits for one).
+             */
+            external?: boolean;
             /**
              * Format: int64
              * @description Attempts in all (1 to 100) before the task ends `failed`; without it
@@ -1670,7 +1679,7 @@ export interface components {
              *     - `task_not_claimable`: The task is in a state no worker may claim.
              *     - `task_not_dispatched`: The task is a draft; dispatch it first.
              *     - `task_not_due`: The task may not be claimed before its `run_at`.
-             *     - `task_not_failed`: The task has not failed.
+             *     - `task_not_failed`: Only a failed or cancelled task can be retried.
              *     - `task_not_found`: No task has that vtid.
              *     - `too_many_requests`: Too many requests; retry later.
              *     - `too_many_steps`: The batch of steps is too large.
@@ -1680,6 +1689,7 @@ export interface components {
              *     - `unavailable`: The server cannot serve the request now; retry later.
              *     - `unknown_agent`: No agent with that id is configured or registered.
              *     - `unknown_event`: The event is not one the workflow knows.
+             *     - `unknown_event_type`: No event has that type; the message lists the known ones.
              *     - `unknown_workflow`: No workflow has that name.
              *     - `unsupported_media_type`: The body's Content-Type is not application/json.
              *     - `uri_too_long`: The request URI is longer than the server accepts.
@@ -1696,7 +1706,7 @@ export interface components {
              *     - `wrong_agent`: The task is for another agent.
              * @enum {string}
              */
-            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_event" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_transition" | "invalid_usage" | "invalid_vtid" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_event" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_transition" | "invalid_usage" | "invalid_vtid" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -3515,7 +3525,7 @@ export interface operations {
                     "text/event-stream": components["schemas"]["StreamData"];
                 };
             };
-            /** @description invalid_cursor */
+            /** @description invalid_cursor, unknown_event_type */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4270,7 +4280,7 @@ export interface operations {
                     "application/json": components["schemas"]["EventPage"];
                 };
             };
-            /** @description invalid_limit, invalid_cursor */
+            /** @description invalid_limit, invalid_cursor, unknown_event_type */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6657,7 +6667,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description invalid_title, unknown_workflow, invalid_max_attempts, invalid_retry_backoff, invalid_run_at, … */
+            /** @description invalid_title, unknown_agent, unknown_workflow, invalid_max_attempts, invalid_retry_backoff, invalid_run_at, … */
             422: {
                 headers: {
                     [name: string]: unknown;

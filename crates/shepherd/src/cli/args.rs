@@ -341,6 +341,13 @@ pub enum Command {
         #[command(flatten)]
         args: crate::cli::input::AnswerArgs,
     },
+    /// Resources, which conversations belong to: add, list, show.
+    Resource {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(subcommand)]
+        cmd: crate::cli::resources::ResourceCommand,
+    },
     /// Webhook subscriptions: add, list, rm, and each one's deliveries.
     Webhooks {
         #[command(flatten)]
@@ -486,6 +493,7 @@ impl Command {
             | Command::Inbox { client, .. }
             | Command::Answer { client, .. }
             | Command::Webhooks { client, .. }
+            | Command::Resource { client, .. }
             | Command::PermissionTool { client }
             | Command::Mcp { client } => Some(client),
             _ => None,
@@ -534,7 +542,7 @@ pub enum TaskCommand {
     },
     /// Follow a task's state changes and its runs' steps until it ends.
     Watch { vtid: String },
-    /// Retry a failed task: it goes back to the queue (operator).
+    /// Retry a failed or cancelled task: it goes back to the queue (operator).
     Retry { vtid: String },
 }
 
@@ -558,9 +566,14 @@ pub struct AddTask {
     /// Required capability (repeatable).
     #[arg(long = "capability", short = 'c')]
     pub capabilities: Vec<String>,
-    /// The agent that runs it (an `[agents.*]` name).
+    /// The agent that runs it (an `[agents.*]` name, or one a registered
+    /// worker declares; see --external).
     #[arg(long)]
     pub agent: Option<String>,
+    /// The agent is an outside worker's that has not registered yet: accept
+    /// it although no one declares it now (the task waits for the worker).
+    #[arg(long, requires = "agent")]
+    pub external: bool,
     /// The channel (resource) it belongs to.
     #[arg(long)]
     pub channel: Option<String>,

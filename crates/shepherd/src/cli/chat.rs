@@ -18,7 +18,7 @@ use shepherd_protocol::{
 
 use crate::cli::output::{explain, print_data};
 use crate::cli::{Global, Output};
-use crate::render::{cut, table};
+use crate::render::{cut, local_when, table};
 use crate::server::anyhow_like::Result;
 
 #[derive(Debug, Args)]
@@ -80,8 +80,55 @@ fn page(limit: i64) -> ConversationsQuery {
     }
 }
 
+/// Accepts a unique start of a conversation id, as run ids are: looked
+/// for through every resource's conversations.
+async fn resolve_conversation(c: &Client, id: &str) -> Result<String> {
+    match c.conversation(id).await {
+        Ok(_) => return Ok(id.to_owned()),
+        Err(e) if e.status() == Some(404) && id.len() >= 4 => {}
+        Err(e) => return Err(explain(e)),
+    }
+    let mut matches = Vec::new();
+    'resources: for r in c.resources().await.map_err(explain)?.resources {
+        let mut q = page(200);
+        loop {
+            let p = c.conversations(&r.id, &q).await.map_err(explain)?;
+            matches.extend(
+                p.conversations
+                    .into_iter()
+                    .map(|cv| cv.id)
+                    .filter(|cv| cv.starts_with(id)),
+            );
+            if matches.len() > 1 {
+                break 'resources;
+            }
+            match p.next {
+                Some(next) => q.page = Some(next),
+                None => break,
+            }
+        }
+    }
+    match matches.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!("no conversation {id:?} (conversation_not_found)").into()),
+        many => Err(format!(
+            "{id:?} is ambiguous: it starts {} conversations ({}, …); give more characters",
+            many.len(),
+            many[..2].join(", ")
+        )
+        .into()),
+    }
+}
+
 pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
     let c = client(g)?;
+    let resolved = match cmd {
+        ConversationCommand::Show { id, .. }
+        | ConversationCommand::Send { id, .. }
+        | ConversationCommand::Cancel { id } => Some(resolve_conversation(&c, id).await?),
+        ConversationCommand::List { .. } => None,
+    };
+    let id = resolved.as_deref().unwrap_or_default();
     match cmd {
         ConversationCommand::List { resource, limit } => {
             let p = c
@@ -94,7 +141,7 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
             }
             print!("{}", history_table(&p.conversations));
         }
-        ConversationCommand::Show { id, full } => {
+        ConversationCommand::Show { full, .. } => {
             let d = load(&c, id).await?;
             if g.output != Output::Table {
                 print_data(g.output, &d);
@@ -112,10 +159,10 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
             }
         }
         ConversationCommand::Send {
-            id,
             text,
             multitask,
             wait,
+            ..
         } => {
             let before = load(&c, id).await?;
             let body = SendBody {
@@ -138,10 +185,10 @@ pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {
                 );
             }
             if *wait {
-                stream_reply(g, &c, id, before.cursor).await?;
+                stream_reply(g, &c, id, before.cursor, None).await?;
             }
         }
-        ConversationCommand::Cancel { id } => {
+        ConversationCommand::Cancel { .. } => {
             let after = c
                 .cancel_conversation(id, &CancelBody::default())
                 .await
@@ -165,11 +212,15 @@ fn history_table(list: &[ConversationInfo]) -> String {
                 c.state.clone(),
                 if c.active { "*".into() } else { String::new() },
                 c.messages.to_string(),
-                c.created_at.clone(),
+                local_when(&c.created_at),
+                local_when(&c.updated_at),
             ]
         })
         .collect();
-    table(&["ID", "STATE", "ACTIVE", "MESSAGES", "CREATED"], &rows)
+    table(
+        &["ID", "STATE", "ACTIVE", "MESSAGES", "CREATED", "UPDATED"],
+        &rows,
+    )
 }
 
 fn step_line(step: &TranscriptStep) -> String {
@@ -219,10 +270,27 @@ fn print_message(m: &MessageInfo, full: bool) {
     }
 }
 
+/// How a reply's tail ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Tail {
+    /// The conversation went idle.
+    Idle,
+    /// `/quit` was typed while the agent worked (the reply goes on).
+    Quit,
+}
+
 /// Tails the conversation from `cursor` until it is idle, printing steps as
 /// they land. The first Ctrl-C cancels the run; the tail goes on until the
-/// run has really ended (the partial reply is kept).
-async fn stream_reply(g: &Global, c: &Client, id: &str, cursor: i64) -> Result<()> {
+/// run has really ended (the partial reply is kept). With the prompt's
+/// `lines`, `/quit` typed meanwhile leaves at once, and other lines wait in
+/// `typed_ahead` for the prompt.
+async fn stream_reply(
+    g: &Global,
+    c: &Client,
+    id: &str,
+    cursor: i64,
+    mut lines: Option<(&mut tokio::sync::mpsc::Receiver<String>, &mut Vec<String>)>,
+) -> Result<Tail> {
     let query = EventStreamQuery {
         conversation_id: Some(id.to_owned()),
         ..Default::default()
@@ -274,12 +342,30 @@ async fn stream_reply(g: &Global, c: &Client, id: &str, cursor: i64) -> Result<(
     );
     tokio::pin!(follow);
     let mut cancelled = false;
+    let mut input_open = lines.is_some();
     loop {
         tokio::select! {
             r = &mut follow => {
                 r?;
                 break;
             }
+            line = async {
+                match lines.as_mut() {
+                    Some((rx, _)) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            }, if input_open => match line {
+                Some(l) if is_quit(&l) => {
+                    println!("(left; the reply goes on: shepherd conversation show {id})");
+                    return Ok(Tail::Quit);
+                }
+                Some(l) => {
+                    if let Some((_, ahead)) = lines.as_mut() {
+                        ahead.push(l);
+                    }
+                }
+                None => input_open = false,
+            },
             _ = tokio::signal::ctrl_c(), if !cancelled => {
                 cancelled = true;
                 if let Err(e) = c.cancel_conversation(id, &CancelBody::default()).await {
@@ -297,7 +383,11 @@ async fn stream_reply(g: &Global, c: &Client, id: &str, cursor: i64) -> Result<(
             }
         }
     }
-    Ok(())
+    Ok(Tail::Idle)
+}
+
+fn is_quit(line: &str) -> bool {
+    matches!(line.trim(), "/quit" | "/exit")
 }
 
 /// Finds the resource's active conversation, or starts one.
@@ -348,11 +438,23 @@ pub async fn chat(g: &Global, a: &ChatArgs) -> Result<()> {
     for m in &d.messages {
         print_message(m, false);
     }
-    if d.state != "idle" {
-        stream_reply(g, &c, &id, d.cursor).await?;
-    }
     let mut lines = stdin_lines();
+    let mut typed_ahead: Vec<String> = Vec::new();
+    if d.state != "idle"
+        && stream_reply(g, &c, &id, d.cursor, Some((&mut lines, &mut typed_ahead))).await?
+            == Tail::Quit
+    {
+        return Ok(());
+    }
     loop {
+        if !typed_ahead.is_empty() {
+            let line = typed_ahead.remove(0);
+            println!("\n> {line}");
+            match handle_line(g, &c, a, &mut id, &line, &mut lines, &mut typed_ahead).await? {
+                Tail::Quit => return Ok(()),
+                Tail::Idle => continue,
+            }
+        }
         {
             use std::io::Write;
             let mut out = std::io::stdout();
@@ -367,32 +469,52 @@ pub async fn chat(g: &Global, a: &ChatArgs) -> Result<()> {
             println!();
             return Ok(());
         };
-        let text = line.trim();
-        match text {
-            "" => continue,
-            "/quit" | "/exit" => return Ok(()),
-            "/new" => {
-                id = new_conversation(&c, &a.resource).await?;
-                println!("new conversation {id}");
-            }
-            "/history" => {
-                let p = c
-                    .conversations(&a.resource, &page(20))
-                    .await
-                    .map_err(explain)?;
-                print!("{}", history_table(&p.conversations));
-            }
-            _ => {
-                let before = load(&c, &id).await?;
-                let body = SendBody {
-                    text: text.to_owned(),
-                    multitask: MultitaskMode::Reject,
-                };
-                match c.send_message(&id, &body).await {
-                    Ok(_) => stream_reply(g, &c, &id, before.cursor).await?,
-                    Err(e) => eprintln!("{e}"),
+        if handle_line(g, &c, a, &mut id, &line, &mut lines, &mut typed_ahead).await? == Tail::Quit
+        {
+            return Ok(());
+        }
+    }
+}
+
+/// One line typed at the prompt: a command, or a message to send (then its
+/// reply is followed until the conversation is idle or `/quit` is typed).
+async fn handle_line(
+    g: &Global,
+    c: &Client,
+    a: &ChatArgs,
+    id: &mut String,
+    line: &str,
+    lines: &mut tokio::sync::mpsc::Receiver<String>,
+    typed_ahead: &mut Vec<String>,
+) -> Result<Tail> {
+    let text = line.trim();
+    match text {
+        "" => {}
+        "/quit" | "/exit" => return Ok(Tail::Quit),
+        "/new" => {
+            *id = new_conversation(c, &a.resource).await?;
+            println!("new conversation {id}");
+        }
+        "/history" => {
+            let p = c
+                .conversations(&a.resource, &page(20))
+                .await
+                .map_err(explain)?;
+            print!("{}", history_table(&p.conversations));
+        }
+        _ => {
+            let before = load(c, id).await?;
+            let body = SendBody {
+                text: text.to_owned(),
+                multitask: MultitaskMode::Reject,
+            };
+            match c.send_message(id, &body).await {
+                Ok(_) => {
+                    return stream_reply(g, c, id, before.cursor, Some((lines, typed_ahead))).await
                 }
+                Err(e) => eprintln!("{e}"),
             }
         }
     }
+    Ok(Tail::Idle)
 }

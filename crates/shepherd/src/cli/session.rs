@@ -21,6 +21,10 @@ use crate::render::table;
 /// The key that starts the detach sequence (`Ctrl-]`), then `d`.
 const DETACH_PREFIX: u8 = 0x1d;
 
+/// After piped input ends, how long the tab may stay silent before attach
+/// exits: long enough for a command's answer to start arriving.
+const END_OF_INPUT_QUIET: std::time::Duration = std::time::Duration::from_millis(700);
+
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
     /// Create a session in an existing directory.
@@ -50,11 +54,195 @@ pub enum SessionCommand {
     },
 }
 
-/// `shepherd attach SESSION WORKER`.
+/// `shepherd attach [SESSION [TAB]]`.
 #[derive(Debug, Args)]
 pub struct AttachArgs {
-    pub session: String,
-    pub worker: String,
+    /// The session: its id, a unique start of its id, or its name. Without
+    /// it, the sessions and their tabs are listed to pick from.
+    pub session: Option<String>,
+    /// The terminal or agent tab: its id, a unique start of it, or its name.
+    /// May be left out when the session has exactly one such tab.
+    pub worker: Option<String>,
+}
+
+/// Whether a tab has a terminal to attach to (`git-diff` tabs do not).
+fn is_pty(w: &SessionWorker) -> bool {
+    w.kind != "git-diff"
+}
+
+/// The one item `wanted` names: by exact id, exact name, or a unique start
+/// of an id. `what` names the kind of item in errors.
+fn pick_one<'a, T>(
+    items: &'a [T],
+    wanted: &str,
+    what: &str,
+    id: impl Fn(&T) -> &str,
+    name: impl Fn(&T) -> &str,
+) -> std::result::Result<&'a T, String> {
+    if let Some(x) = items.iter().find(|x| id(x) == wanted) {
+        return Ok(x);
+    }
+    let named: Vec<&T> = items.iter().filter(|x| name(x) == wanted).collect();
+    match named.as_slice() {
+        [one] => return Ok(one),
+        [] => {}
+        many => {
+            let ids: Vec<&str> = many.iter().map(|x| id(x)).collect();
+            return Err(format!(
+                "{} {what}s are named {wanted:?} ({}): give an id",
+                many.len(),
+                ids.join(", ")
+            ));
+        }
+    }
+    let prefixed: Vec<&T> = items.iter().filter(|x| id(x).starts_with(wanted)).collect();
+    match prefixed.as_slice() {
+        [one] => Ok(one),
+        [] => Err(format!("no {what} has the id or name {wanted:?}")),
+        many => {
+            let ids: Vec<&str> = many.iter().map(|x| id(x)).collect();
+            Err(format!(
+                "{wanted:?} starts {} {what} ids ({}): give more of it",
+                many.len(),
+                ids.join(", ")
+            ))
+        }
+    }
+}
+
+/// The sessions and their terminal and agent tabs, as `attach` with no
+/// arguments shows them.
+fn print_pickable(sessions: &[Session]) {
+    if sessions.is_empty() {
+        println!("no sessions yet: make one with `shepherd session new --path DIR`");
+        return;
+    }
+    let rows: Vec<Vec<String>> = sessions
+        .iter()
+        .flat_map(|s| {
+            let tabs: Vec<&SessionWorker> = s.workers.iter().filter(|w| is_pty(w)).collect();
+            if tabs.is_empty() {
+                return vec![vec![
+                    s.id.clone(),
+                    s.name.clone(),
+                    "-".into(),
+                    "(no terminal or agent tab)".into(),
+                    String::new(),
+                ]];
+            }
+            tabs.into_iter()
+                .map(|w| {
+                    vec![
+                        s.id.clone(),
+                        s.name.clone(),
+                        w.id.clone(),
+                        format!("{} {}", w.kind, w.name),
+                        if w.alive { "running" } else { "stopped" }.into(),
+                    ]
+                })
+                .collect()
+        })
+        .collect();
+    print!(
+        "{}",
+        table(&["SESSION", "NAME", "TAB", "WHAT", "PROCESS"], &rows)
+    );
+    println!("attach: shepherd attach SESSION [TAB]  (an id, a unique start of one, or a name)");
+}
+
+/// The session and tab `a` names, or `None` when it names none and the
+/// choices were printed.
+async fn resolve(
+    c: &shepherd_client::Client,
+    a: &AttachArgs,
+) -> Result<Option<(Session, SessionWorker)>> {
+    let list = c.sessions().await.map_err(explain)?;
+    let Some(wanted) = &a.session else {
+        print_pickable(&list.sessions);
+        return Ok(None);
+    };
+    let session = pick_one(&list.sessions, wanted, "session", |s| &s.id, |s| &s.name)?.clone();
+    let ptys: Vec<SessionWorker> = session
+        .workers
+        .iter()
+        .filter(|w| is_pty(w))
+        .cloned()
+        .collect();
+    let tab = match &a.worker {
+        Some(wanted) => {
+            let w = pick_one(&session.workers, wanted, "tab", |w| &w.id, |w| &w.name)?;
+            if !is_pty(w) {
+                return Err(format!(
+                    "tab {} of session {} is a {} tab: it has no terminal to attach to",
+                    w.id, session.name, w.kind
+                )
+                .into());
+            }
+            w.clone()
+        }
+        None => match ptys.as_slice() {
+            [one] => one.clone(),
+            [] => {
+                return Err(format!(
+                    "session {} has no terminal or agent tab: add one with \
+`shepherd session add {} terminal`",
+                    session.name, session.id
+                )
+                .into())
+            }
+            many => {
+                let names: Vec<String> = many
+                    .iter()
+                    .map(|w| format!("{} ({} {})", w.id, w.kind, w.name))
+                    .collect();
+                return Err(format!(
+                    "session {} has {} tabs to attach to; name one: {}",
+                    session.name,
+                    many.len(),
+                    names.join(", ")
+                )
+                .into());
+            }
+        },
+    };
+    Ok(Some((session, tab)))
+}
+
+/// What a refused WebSocket handshake means, from the server's error body
+/// when it came with the response, and from the session otherwise.
+fn refusal(status: u16, body: Option<&[u8]>, session: &Session, tab: &SessionWorker) -> String {
+    let body: Option<serde_json::Value> = body.and_then(|b| serde_json::from_slice(b).ok());
+    let error = body
+        .as_ref()
+        .and_then(|b| serde_json::from_value::<ErrorBody>(b.clone()).ok());
+    let code = error.as_ref().map(|e| e.error.code.clone());
+    if code.as_deref() == Some("session_on_other_node") || (code.is_none() && status == 409) {
+        let address = body
+            .as_ref()
+            .and_then(|b| b.get("address"))
+            .and_then(|a| a.as_str())
+            .map(str::to_owned)
+            .or_else(|| session.node_address.clone());
+        return match address {
+            Some(addr) => format!(
+                "session {} runs on node {} (session_on_other_node): attach through that node, \
+`shepherd attach --server {addr} {} {}`",
+                session.name, session.node_id, session.id, tab.id
+            ),
+            None => format!(
+                "session {} runs on node {}, which has not said where it is reached \
+(session_on_other_node): attach through that node",
+                session.name, session.node_id
+            ),
+        };
+    }
+    match error {
+        Some(b) => format!("{} ({}, HTTP {status})", b.error.message, b.error.code),
+        None => format!(
+            "the server refused to attach to tab {} (HTTP {status})",
+            tab.id
+        ),
+    }
 }
 
 fn opt<T: ToString>(v: &Option<T>) -> String {
@@ -163,6 +351,11 @@ pub async fn session(g: &Global, cmd: &SessionCommand) -> Result<()> {
 struct RawMode(Option<libc::termios>);
 
 impl RawMode {
+    /// Whether stdin is a terminal (and so in raw mode now).
+    fn is_terminal(&self) -> bool {
+        self.0.is_some()
+    }
+
     fn enter() -> RawMode {
         // SAFETY: tcgetattr/tcsetattr on stdin with a zeroed termios they fill.
         unsafe {
@@ -281,14 +474,17 @@ async fn connect(
 }
 
 pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
+    let Some((session, tab)) = resolve(&client(g)?, a).await? else {
+        return Ok(());
+    };
     let url = format!(
         "{}/ws/session/{}/worker/{}",
         g.server
             .trim_end_matches('/')
             .replacen("http://", "ws://", 1)
             .replacen("https://", "wss://", 1),
-        a.session,
-        a.worker
+        session.id,
+        tab.id
     );
     let mut req = url.into_client_request()?;
     let token = g
@@ -305,15 +501,7 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
         Ok(x) => x,
         Err(tokio_tungstenite::tungstenite::Error::Http(res)) => {
             let status = res.status().as_u16();
-            return Err(match res
-                .body()
-                .as_deref()
-                .and_then(|b| serde_json::from_slice::<ErrorBody>(b).ok())
-            {
-                Some(b) => format!("{} ({}, HTTP {status})", b.error.message, b.error.code),
-                None => format!("the server refused the connection (HTTP {status})"),
-            }
-            .into());
+            return Err(refusal(status, res.body().as_deref(), &session, &tab).into());
         }
         Err(e) => return Err(e.into()),
     };
@@ -333,10 +521,19 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
     let mut buf = vec![0u8; 4096];
     let mut seen_history = false;
     let mut stdin_open = true;
+    // Piped input (`echo ls | shepherd attach …`) ends: then what it made
+    // the tab print is shown until the tab falls quiet, and attach exits.
+    let interactive = raw.is_terminal();
+    let quiet = tokio::time::sleep(std::time::Duration::from_secs(3600));
+    tokio::pin!(quiet);
     let outcome: std::result::Result<String, String> = loop {
         tokio::select! {
+            () = &mut quiet, if !stdin_open && !interactive => break Ok("end of input".into()),
             msg = stream.next() => {
                 let Some(Ok(msg)) = msg else { break Ok("connection closed".into()) };
+                if !stdin_open {
+                    quiet.as_mut().reset(tokio::time::Instant::now() + END_OF_INPUT_QUIET);
+                }
                 let Message::Text(t) = msg else { continue };
                 // A message this client does not know is skipped: newer
                 // servers may add kinds.
@@ -361,6 +558,7 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
                 let n = n?;
                 if n == 0 {
                     stdin_open = false;
+                    quiet.as_mut().reset(tokio::time::Instant::now() + END_OF_INPUT_QUIET);
                     continue;
                 }
                 let (send, detach) = keys.feed(&buf[..n]);
@@ -392,6 +590,67 @@ pub async fn attach(g: &Global, a: &AttachArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn session_on(node_address: Option<&str>) -> (Session, SessionWorker) {
+        let tab = SessionWorker {
+            id: "wk_1".into(),
+            kind: "terminal".into(),
+            name: "Terminal".into(),
+            agent_id: None,
+            created_at: String::new(),
+            pid: None,
+            alive: true,
+            epoch: 1,
+            exit_code: None,
+            exited_at: None,
+        };
+        let session = Session {
+            id: "ses_1".into(),
+            name: "proj".into(),
+            location_path: "/src/proj".into(),
+            created_at: String::new(),
+            node_id: "node-b".into(),
+            node_address: node_address.map(str::to_owned),
+            workers: vec![tab.clone()],
+        };
+        (session, tab)
+    }
+
+    #[test]
+    fn a_session_on_another_node_names_the_node_to_attach_through() {
+        let (session, tab) = session_on(None);
+        let body = br#"{"error":{"code":"session_on_other_node","message":"elsewhere"},"node_id":"node-b","address":"http://10.0.0.2:7700"}"#;
+        let text = refusal(409, Some(body), &session, &tab);
+        assert!(
+            text.contains("node-b")
+                && text.contains("--server http://10.0.0.2:7700 ses_1 wk_1")
+                && text.contains("session_on_other_node"),
+            "{text}"
+        );
+        // No body with the handshake's answer: the session says where.
+        let (session, tab) = session_on(Some("http://10.0.0.3:7700"));
+        let text = refusal(409, None, &session, &tab);
+        assert!(text.contains("--server http://10.0.0.3:7700"), "{text}");
+        let text = refusal(
+            422,
+            Some(br#"{"error":{"code":"not_a_terminal","message":"a git-diff tab"}}"#),
+            &session,
+            &tab,
+        );
+        assert_eq!(text, "a git-diff tab (not_a_terminal, HTTP 422)");
+    }
+
+    #[test]
+    fn names_ids_and_unique_starts_pick_one() {
+        let items = [("ses_abc", "api"), ("ses_abd", "web"), ("ses_x", "web")];
+        let pick = |w: &str| pick_one(&items, w, "session", |x| x.0, |x| x.1).map(|x| x.0);
+        assert_eq!(pick("ses_abc"), Ok("ses_abc"));
+        assert_eq!(pick("api"), Ok("ses_abc"));
+        assert_eq!(pick("ses_x"), Ok("ses_x"));
+        assert!(pick("web").unwrap_err().contains("2 sessions are named"));
+        assert!(pick("ses_ab").unwrap_err().contains("give more of it"));
+        assert!(pick("nope").unwrap_err().contains("no session"));
+    }
 
     #[test]
     fn ctrl_bracket_then_d_detaches() {

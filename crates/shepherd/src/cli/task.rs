@@ -112,6 +112,7 @@ async fn add(g: &Global, c: &Client, args: &AddTask) -> Result<()> {
         priority: args.priority,
         capabilities: args.capabilities.clone(),
         agent_id: args.agent.clone(),
+        external: args.external,
         channel_id: args.channel.clone(),
         workflow: args.workflow.clone(),
         dispatch: Some(!args.draft),

@@ -80,6 +80,14 @@ pub async fn usage(g: &Global, a: &UsageArgs) -> Result<()> {
     let v = c.usage(&q).await.map_err(explain)?;
     match g.output {
         Output::Json | Output::Yaml => print_data(g.output, &v),
+        Output::Table if v.runs == 0 => {
+            // A table of zeros would read as "it cost nothing", when the
+            // agents (scripts, shells) simply report no tokens.
+            match &v.since {
+                Some(since) => println!("no run started since {since} reported usage"),
+                None => println!("no run reported usage"),
+            }
+        }
         Output::Table => {
             let row = |key: &str, runs: i64, u: &Usage| {
                 vec![

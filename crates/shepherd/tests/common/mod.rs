@@ -525,3 +525,8 @@ impl Drop for Proc {
         let _ = self.0.wait();
     }
 }
+
+/// The type of the marker events tests append beside a flood: a real type
+/// (the event routes refuse a `types` filter naming an unknown one) that
+/// those tests never produce otherwise, since they archive no channel.
+pub const MARKER_TYPE: &str = "channel.archived";

@@ -108,6 +108,14 @@ pub fn validate_id(what: &'static str, code: &'static str, id: &str) -> Result<(
 }
 
 /// Agents with the number of their runs now running.
+/// Whether an agent with this id is configured or was declared by a worker.
+pub async fn agent_known<D: Db>(db: &mut D, id: &str) -> Result<bool, Error> {
+    Ok(db
+        .query_opt("SELECT 1 FROM agents WHERE id = $1", params![id])
+        .await?
+        .is_some())
+}
+
 pub async fn agents_list<D: Db>(db: &mut D) -> Result<Vec<Agent>, Error> {
     let sql = format!(
         "SELECT a.id, a.worker_type, a.capabilities, a.max_concurrent, a.source, a.created_at, {} \

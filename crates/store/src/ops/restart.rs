@@ -1,6 +1,6 @@
 //! What survives a restart: a run whose agent did not survive goes back to
 //! the queue (reason `server_restart`), and an operator can retry a task
-//! that failed.
+//! that failed or was cancelled.
 
 use shepherd_core::event::EventRefs;
 use shepherd_core::model::Task;
@@ -27,23 +27,31 @@ pub async fn requeue_run<D: crate::sql::Db>(
     tasks::require(db, &active.claim.vtid).await
 }
 
-/// Makes a failed task runnable again: back to its workflow's dispatched
-/// state, cancel request cleared. Any other state is 409 `task_not_failed`.
+/// Makes a failed or cancelled task runnable again: back to its workflow's
+/// dispatched state, cancel request cleared. Any other state is 409
+/// `task_not_failed` (the code predates retrying cancelled tasks and is
+/// kept, since clients match on it).
 pub async fn retry_task<D: crate::sql::Db>(
     db: &mut D,
     now: Millis,
     vtid: &str,
 ) -> Result<Task, Error> {
     let mut task = tasks::require(db, vtid).await?;
-    if task.state != shepherd_core::workflow::FAILED {
+    use shepherd_core::workflow::{CANCELLED, FAILED};
+    if task.state != FAILED && task.state != CANCELLED {
         return Err(Error::conflict(
             "task_not_failed",
             format!(
-                "task {vtid} is {}; only a failed task can be retried",
+                "task {vtid} is {}; only a failed or cancelled task can be retried",
                 task.state
             ),
         ));
     }
+    let reason = if task.state == CANCELLED {
+        "retried by the operator after a cancel"
+    } else {
+        "retried by the operator"
+    };
     let wf = tasks::workflow_of(&task)?;
     db.defer(
         "UPDATE tasks SET cancel_requested_at = NULL WHERE id = $1",
@@ -55,7 +63,7 @@ pub async fn retry_task<D: crate::sql::Db>(
         now,
         &mut task,
         wf.dispatched_state,
-        "retried by the operator",
+        reason,
         EventRefs::default(),
     )
     .await?;
