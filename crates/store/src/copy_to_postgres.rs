@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use rusqlite::types::ValueRef;
+use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 use shepherd_core::Error;
 use tokio_postgres::types::ToSql;
@@ -571,7 +572,14 @@ async fn checksum_postgres(pg: &tokio_postgres::Client, t: &Table) -> Result<(u6
         order_by(t, " COLLATE \"C\"")
     );
     let (mut h, mut n) = (Sha256::new(), 0u64);
-    for r in pg.query(sql.as_str(), &[]).await.map_err(map_err)? {
+    // Row by row as they arrive: the events table of a big database does
+    // not fit in memory as one answer.
+    let rows = pg
+        .query_raw(sql.as_str(), std::iter::empty::<&str>())
+        .await
+        .map_err(map_err)?;
+    futures::pin_mut!(rows);
+    while let Some(r) = rows.try_next().await.map_err(map_err)? {
         for i in 0..cols.len() {
             hash_field(&mut h, r.get::<_, Option<&str>>(i));
         }
