@@ -250,17 +250,19 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     ));
     tracker.close();
     shutdown.cancelled().await;
-    tracing::info!("runner stopping: ending agent processes");
+    // Said once, when it is known what happens to the agents: they are not
+    // ended by a stop, their shims keep them running.
     tracker.wait().await;
     if detached.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-        // Agents run on under their shims: the workers keep their claims
-        // for the next start (heartbeats resume within the start grace).
+        // The workers keep their claims for the next start (heartbeats
+        // resume within the start grace).
         tracing::info!(
             runs = detached.load(std::sync::atomic::Ordering::SeqCst),
-            "runner stopped; its agents run on for the next start"
+            "runner stopped; its running agents go on under their shims and the next start takes them back"
         );
         return Ok(());
     }
+    tracing::info!("runner stopped with no agent running; its workers leave the server");
     for (worker_id, ctx) in workers {
         let body = p::DeregisterBody {
             worker_id: Some(worker_id.clone()),

@@ -405,15 +405,17 @@ async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
             "[agents.slow]\ncommand = [\"sh\", \"{script}\"]\ntranscript = \"steps-jsonl\"\n"
         ));
     // The second server listens where the first one chose to.
-    let spawn = |listen: &str| {
+    let spawn = |listen: &str, log: &str| {
+        let log = std::fs::File::create(env.dir.join(log)).unwrap();
         Served::spawn(
             env.serve_command()
                 .env("SHEPHERD_LISTEN", listen)
                 .env_remove("SHEPHERD_SHIM_PROGRAM")
-                .stderr(Stdio::inherit()),
+                .env("SHEPHERD_LOG", "info")
+                .stderr(Stdio::from(log)),
         )
     };
-    let mut first = spawn("127.0.0.1:0");
+    let mut first = spawn("127.0.0.1:0", "first.log");
     let (base, addr) = (first.base.clone(), first.addr.to_string());
     let http = reqwest::Client::new();
     // Up once `/readyz` answers with any JSON at all.
@@ -453,7 +455,13 @@ async fn sigterm_and_restart_of_the_real_binary_keeps_the_agent() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(alive(pid), "the agent outlives SIGTERM to serve");
-    let mut second = spawn(&addr);
+    // The log says once what happens to the agent, and it is what happened.
+    let log = std::fs::read_to_string(env.dir.join("first.log")).unwrap();
+    assert!(
+        log.contains("go on under their shims") && !log.contains("ending agent processes"),
+        "{log}"
+    );
+    let mut second = spawn(&addr, "second.log");
     let done = wait_for("the run to end", Duration::from_secs(40), || async {
         let (t, _) = client.task("BIN-1").await.ok()?;
         (t.task.state == "done").then_some(t)

@@ -17,8 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use rusqlite::types::ValueRef;
 use futures::TryStreamExt;
+use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
 use shepherd_core::Error;
 use tokio_postgres::types::ToSql;

@@ -55,31 +55,61 @@ pub struct BeforeVerb {
     #[arg(short = 'o', long, value_enum, hide = true)]
     pub output: Option<Output>,
     /// Configuration file (serve, migrate, runner, prune, config).
-    #[arg(long, global = true, env = "SHEPHERD_CONFIG")]
+    #[arg(long, global = true, env = "SHEPHERD_CONFIG", help_heading = GLOBAL_OPTIONS)]
     pub config: Option<PathBuf>,
 }
 
-/// The options of every verb that talks to a server.
+/// How a verb that talks to a server reaches it. Shown under their own
+/// heading in each verb's help, apart from the verb's own options.
 #[derive(Debug, Args, Clone)]
-pub struct ClientFlags {
+pub struct ConnectionFlags {
     /// Server to talk to.
     #[arg(
         long,
         global = true,
         env = "SHEPHERD_SERVER",
-        default_value = "http://127.0.0.1:7700"
+        default_value = "http://127.0.0.1:7700",
+        help_heading = GLOBAL_OPTIONS
     )]
     pub server: String,
     /// Bearer token (the operator token, or a worker token). On the command
     /// line it is visible to other users (`ps`): prefer SHEPHERD_TOKEN or
     /// --token-file.
-    #[arg(long, global = true, env = "SHEPHERD_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "SHEPHERD_TOKEN",
+        hide_env_values = true,
+        help_heading = GLOBAL_OPTIONS
+    )]
     pub token: Option<String>,
     /// Read the bearer token from this file (its first line; keep it mode 600).
-    #[arg(long, global = true, env = "SHEPHERD_TOKEN_FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "SHEPHERD_TOKEN_FILE",
+        help_heading = GLOBAL_OPTIONS
+    )]
     pub token_file: Option<PathBuf>,
+}
+
+/// The heading of the options every verb of a kind shares.
+const GLOBAL_OPTIONS: &str = "Global options";
+
+/// The options of every verb that talks to a server and prints a result.
+#[derive(Debug, Args, Clone)]
+pub struct ClientFlags {
+    #[command(flatten)]
+    pub connection: ConnectionFlags,
     /// Output format.
-    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
+    #[arg(
+        short = 'o',
+        long,
+        global = true,
+        value_enum,
+        default_value_t = Output::Table,
+        help_heading = GLOBAL_OPTIONS
+    )]
     pub output: Output,
 }
 
@@ -161,7 +191,9 @@ impl Cli {
         if let Some(c) = self.command.client_flags() {
             g.server = c.server.clone();
             g.token = c.token.clone();
-            g.output = c.output;
+        }
+        if let Some(o) = self.command.client_output() {
+            g.output = o;
         }
         if let Some(o) = self.command.output_flag() {
             g.output = o.output;
@@ -250,7 +282,7 @@ pub enum Command {
     /// Run the configured agents against a server elsewhere (as workers).
     Runner {
         #[command(flatten)]
-        client: ClientFlags,
+        client: ConnectionFlags,
         /// Where process-group records and step spools live (default: SHEPHERD_DATA_DIR).
         #[arg(long)]
         data_dir: Option<PathBuf>,
@@ -315,7 +347,7 @@ pub enum Command {
     /// Attach this terminal to a session's tab (detach: Ctrl-] then d).
     Attach {
         #[command(flatten)]
-        client: ClientFlags,
+        client: ConnectionFlags,
         #[command(flatten)]
         args: crate::cli::session::AttachArgs,
     },
@@ -323,7 +355,7 @@ pub enum Command {
     /// prints the answer alone; exit 0 on allow or an answer, 1 on deny or expiry.
     Ask {
         #[command(flatten)]
-        client: ClientFlags,
+        client: ConnectionFlags,
         #[command(flatten)]
         args: crate::cli::input::AskArgs,
     },
@@ -359,14 +391,14 @@ pub enum Command {
     /// (--server, --token): `claude mcp add shepherd -- shepherd mcp`.
     Mcp {
         #[command(flatten)]
-        client: ClientFlags,
+        client: ConnectionFlags,
     },
     /// The MCP server Claude Code asks for permission through
     /// (`permissions = "ask"`; the runner configures it).
     #[command(hide = true)]
     PermissionTool {
         #[command(flatten)]
-        client: ClientFlags,
+        client: ConnectionFlags,
     },
     /// Supervise one agent process for a runner (started by the runner).
     #[command(hide = true)]
@@ -476,11 +508,26 @@ impl Command {
         )
     }
 
-    /// The client options of a verb that talks to a server.
-    pub fn client_flags(&self) -> Option<&ClientFlags> {
+    /// How a verb that talks to a server reaches it.
+    pub fn client_flags(&self) -> Option<&ConnectionFlags> {
         match self {
             Command::Runner { client, .. }
-            | Command::Task { client, .. }
+            | Command::Attach { client, .. }
+            | Command::Ask { client, .. }
+            | Command::PermissionTool { client }
+            | Command::Mcp { client } => Some(client),
+            _ => self.printing_client_flags().map(|c| &c.connection),
+        }
+    }
+
+    /// The `-o` of a verb that talks to a server and prints a result.
+    pub fn client_output(&self) -> Option<Output> {
+        self.printing_client_flags().map(|c| c.output)
+    }
+
+    fn printing_client_flags(&self) -> Option<&ClientFlags> {
+        match self {
+            Command::Task { client, .. }
             | Command::Runs { client, .. }
             | Command::Events { client, .. }
             | Command::Chat { client, .. }
@@ -488,14 +535,10 @@ impl Command {
             | Command::Workers { client, .. }
             | Command::Usage { client, .. }
             | Command::Session { client, .. }
-            | Command::Attach { client, .. }
-            | Command::Ask { client, .. }
             | Command::Inbox { client, .. }
             | Command::Answer { client, .. }
             | Command::Webhooks { client, .. }
-            | Command::Resource { client, .. }
-            | Command::PermissionTool { client }
-            | Command::Mcp { client } => Some(client),
+            | Command::Resource { client, .. } => Some(client),
             _ => None,
         }
     }
@@ -530,20 +573,33 @@ pub enum TaskCommand {
         watch: bool,
     },
     /// Show one task with its claims and recent events.
-    Show { vtid: String },
+    Show {
+        /// The task's id (VTID-…).
+        vtid: String,
+    },
     /// Dispatch a draft.
-    Dispatch { vtid: String },
+    Dispatch {
+        /// The task's id (VTID-…).
+        vtid: String,
+    },
     /// Cancel a task (the worker holding it is told at once).
     Cancel {
+        /// The task's id (VTID-…).
         vtid: String,
         /// Why, recorded with the cancel and shown to the worker.
         #[arg(long)]
         reason: Option<String>,
     },
     /// Follow a task's state changes and its runs' steps until it ends.
-    Watch { vtid: String },
+    Watch {
+        /// The task's id (VTID-…).
+        vtid: String,
+    },
     /// Retry a failed or cancelled task: it goes back to the queue (operator).
-    Retry { vtid: String },
+    Retry {
+        /// The task's id (VTID-…).
+        vtid: String,
+    },
 }
 
 /// `shepherd task add`'s arguments.
@@ -697,5 +753,40 @@ mod tests {
         let e = parse_age("30").unwrap_err();
         assert!(e.contains("no unit"), "{e}");
         assert!(parse_age("30y").is_err());
+    }
+
+    /// Every option and argument of every verb says what it is in `--help`,
+    /// and verbs that print nothing but a stream or a terminal offer no `-o`.
+    #[test]
+    fn every_argument_is_described_and_only_printing_verbs_take_o() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.is_hide_set() {
+                    continue;
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        walk(&cli, "shepherd", &mut missing);
+        assert!(missing.is_empty(), "undescribed: {missing:#?}");
+        for verb in ["attach", "mcp", "ask", "runner"] {
+            let sub = cli.find_subcommand(verb).unwrap();
+            assert!(
+                sub.get_arguments().all(|a| a.get_id() != "output"),
+                "{verb} offers -o"
+            );
+        }
     }
 }

@@ -34,12 +34,15 @@ pub struct ChatArgs {
 pub enum ConversationCommand {
     /// A resource's conversations, newest first.
     List {
+        /// The resource's id (`shepherd resource list`).
         resource: String,
+        /// At most this many, newest first (1 to 200).
         #[arg(long, default_value_t = 20)]
         limit: i64,
     },
     /// A conversation's messages and the agent's replies.
     Show {
+        /// The conversation's id, or a unique start of it.
         id: String,
         /// Print every step of every reply.
         #[arg(long)]
@@ -47,16 +50,22 @@ pub enum ConversationCommand {
     },
     /// Send a message; with --wait, stream the reply until it ends.
     Send {
+        /// The conversation's id, or a unique start of it.
         id: String,
+        /// The message.
         text: String,
         /// If the conversation is busy: run after the current run, or cancel it first.
         #[arg(long, value_enum)]
         multitask: Option<MultitaskArg>,
+        /// Follow the reply as it is written, until the conversation is idle.
         #[arg(long)]
         wait: bool,
     },
     /// Cancel the run in progress (its partial work is kept).
-    Cancel { id: String },
+    Cancel {
+        /// The conversation's id, or a unique start of it.
+        id: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

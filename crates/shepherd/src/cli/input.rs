@@ -59,8 +59,10 @@ pub struct InboxArgs {
 pub struct AnswerArgs {
     /// The request's id (`shepherd inbox` lists them).
     pub id: String,
+    /// Allow what a permission request asks (the agent goes on).
     #[arg(long)]
     pub allow: bool,
+    /// Deny what a permission request asks (the agent is told no).
     #[arg(long)]
     pub deny: bool,
     /// A free-text answer to a question.

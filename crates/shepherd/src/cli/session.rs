@@ -32,23 +32,32 @@ pub enum SessionCommand {
         /// The session's working directory.
         #[arg(long)]
         path: PathBuf,
+        /// A name to find it by (default: the directory's name).
         #[arg(long)]
         name: Option<String>,
     },
     /// List sessions and their tabs.
     List,
     /// Show one session and its tabs.
-    Show { session: String },
+    Show {
+        /// The session's id.
+        session: String,
+    },
     /// Delete a session, ending every process of it.
-    Rm { session: String },
+    Rm {
+        /// The session's id.
+        session: String,
+    },
     /// Add a tab: `terminal`, `agent NAME` or `git-diff`.
     Add {
+        /// The session's id.
         session: String,
         /// terminal, agent or git-diff.
         #[arg(value_parser = ["terminal", "agent", "git-diff"])]
         kind: String,
         /// For `agent`: the name of an [agents.*] entry.
         agent: Option<String>,
+        /// The tab's title (default: its kind, or the agent's name).
         #[arg(long)]
         name: Option<String>,
     },
@@ -62,6 +71,7 @@ pub struct AttachArgs {
     pub session: Option<String>,
     /// The terminal or agent tab: its id, a unique start of it, or its name.
     /// May be left out when the session has exactly one such tab.
+    #[arg(value_name = "TAB")]
     pub worker: Option<String>,
 }
 

@@ -22,6 +22,7 @@ pub enum WebhookCommand {
     },
     /// A subscription's delivery attempts, newest first.
     Deliveries {
+        /// The subscription's id (`shepherd webhooks list`).
         id: String,
         /// How many attempts (1 to 500).
         #[arg(long, default_value_t = 20)]
