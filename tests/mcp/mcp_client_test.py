@@ -9,6 +9,7 @@ Usage: mcp_client_test.py PATH/TO/shepherd   (run from the repository root)
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -252,8 +253,11 @@ async def check_task_flow(s, server, label):
     assert [x["step"] for x in body["steps"]] == detail["transcript"]
     # Cancelling a finished task is the API's conflict, as a tool error.
     assert await tool_error(s, "cancel_task", vtid=vtid) == "task_finished"
-    # A task nobody can take: the wait ends at its timeout, not final.
-    stuck = await call(s, "submit_task", title="for nobody", agent="nobody")
+    # An agent nobody declares is refused as a likely typo...
+    assert await tool_error(s, "submit_task", title="typo", agent="nobody") == "unknown_agent"
+    # ...unless it is an outside worker's. Nobody takes it: the wait ends at
+    # its timeout, not final.
+    stuck = await call(s, "submit_task", title="for nobody", agent="nobody", external=True)
     t = time.monotonic()
     w = await call(s, "wait_for_task", vtid=stuck["vtid"], timeout_seconds=1)
     assert w["timed_out"] and not w["final"] and w["state"] == "pending", w
@@ -494,6 +498,48 @@ async def check_workers(server, data_dir, notes):
         assert all(e["worker_id"] in (None, b["worker_id"]) for e in beta_ev["events"])
 
 
+def readme_mcp_configs():
+    """The `.mcp.json` blocks of the README, parsed."""
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
+    configs = [json.loads(b) for b in blocks if '"mcpServers"' in b]
+    assert len(configs) == 2, f"expected the stdio and HTTP .mcp.json blocks, found {len(configs)}"
+    return [c["mcpServers"]["shepherd"] for c in configs]
+
+
+def expand(value, server):
+    """What Claude Code makes of a config value: ${VAR} from the
+    environment; here the test server stands where the README's default is."""
+    value = value.replace("${SHEPHERD_TOKEN}", TOKEN)
+    return value.replace("http://127.0.0.1:7700", server.url)
+
+
+async def check_readme_configs(server, notes):
+    """Each README `.mcp.json` block describes a server the SDK can use."""
+    stdio, http = readme_mcp_configs()
+    assert stdio["command"] == "shepherd" and "type" not in stdio, stdio
+    params = StdioServerParameters(
+        command=BIN,
+        args=[expand(a, server) for a in stdio["args"]],
+        env={k: expand(v, server) for k, v in stdio["env"].items()},
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, message_handler=notes) as s:
+            await s.initialize()
+            await check_tools(s)
+    assert http["type"] == "http", http
+    headers = {k: expand(v, server) for k, v in http["headers"].items()}
+    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30))
+    async with client:
+        async with streamable_http_client(expand(http["url"], server), http_client=client) as (
+            read,
+            write,
+        ):
+            async with ClientSession(read, write, message_handler=notes) as s:
+                await s.initialize()
+                await check_tools(s)
+
+
 async def main():
     with tempfile.TemporaryDirectory(prefix="shepherd-mcp-") as data_dir:
         server = Server(data_dir)
@@ -501,6 +547,8 @@ async def main():
         try:
             notes = Notes()
             check_http_refusals(server)
+            await check_readme_configs(server, notes)
+            print("ok: the README's .mcp.json blocks")
             for label, session in (("stdio", stdio_session), ("http", http_session)):
                 async with session(server, notes) as s:
                     await check_tools(s)
