@@ -53,6 +53,7 @@ fn conversation_info(c: Conversation) -> ConversationInfo {
         updated_at: to_rfc3339(c.updated_at),
         messages: c.messages,
         agent_session_id: c.agent_session_id,
+        title: c.title,
     }
 }
 
@@ -198,6 +199,7 @@ pub async fn get_conversation(
             agent_session_id: c.agent_session_id,
             created_at: to_rfc3339(c.created_at),
             updated_at: to_rfc3339(c.updated_at),
+            title: c.title,
             messages: view.messages.into_iter().map(message_info).collect(),
         }),
     ))

@@ -47,6 +47,9 @@ pub struct ConversationInfo {
     pub messages: i64,
     /// The agent's own conversation id, captured from its output.
     pub agent_session_id: Option<String>,
+    /// What it is about: the first line of its first message (at most 80
+    /// characters); null before the first message.
+    pub title: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
@@ -101,6 +104,8 @@ pub struct ConversationDetail {
     pub agent_session_id: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// As in the list: the first line of the first message.
+    pub title: Option<String>,
     pub messages: Vec<MessageInfo>,
 }
 

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod args;
 pub mod backup;
 pub mod chat;
+pub mod completion;
 pub mod events;
 pub mod input;
 pub mod migrate_store;
@@ -136,10 +137,7 @@ async fn run(cli: Cli) -> Result<()> {
             batch,
         } => migrate_store::migrate_store(from, to, pg_schema.clone(), *batch).await,
         Command::Config { .. } => admin::config(g),
-        Command::Completion { shell } => {
-            admin::completion(*shell);
-            Ok(())
-        }
+        Command::Completion { shell } => Ok(completion::print_script(*shell)?),
         Command::Task { cmd, .. } => task::task(g, cmd).await,
         Command::Runs { cmd, .. } => runs::runs(g, cmd).await,
         Command::Events { args, .. } => events::events(g, args).await,

@@ -1,6 +1,8 @@
 //! The `shepherd` command.
 
 fn main() -> std::process::ExitCode {
+    // A shell asking what to complete gets its answer and nothing else.
+    shepherd::cli::completion::answer_if_asked();
     let cli = shepherd::cli::Cli::parse_args();
     if cli.command.is_client() || cli.command.only_prints() {
         // A client verb piped into `head` should end quietly when the pipe

@@ -41,18 +41,85 @@ fn scratch() -> std::path::PathBuf {
 fn completion_scripts_for_each_shell() {
     let dir = scratch();
     for (shell, marker) in [
-        ("bash", "complete -F"),
+        ("bash", "complete -o nospace"),
         ("zsh", "#compdef shepherd"),
-        ("fish", "complete -c shepherd"),
+        ("fish", "complete --keep-order"),
     ] {
         let (ok, out, err) = shepherd(&dir, &[], &["completion", shell]);
         assert!(ok, "{shell}: {err}");
         assert!(out.contains(marker), "{shell} script lacks {marker:?}");
-        // The verbs are in it.
-        assert!(out.contains("prune") && out.contains("task"), "{shell}");
+        // It asks the binary as the line is typed.
+        assert!(out.contains("_SHEPHERD_COMPLETE"), "{shell}: {out}");
     }
     let (ok, _, err) = shepherd(&dir, &[], &["completion", "tcsh"]);
     assert!(!ok && err.contains("tcsh"), "{err}");
+}
+
+/// What the shell gets for `shepherd WORDS…<TAB>`, asked the way fish's
+/// script asks (one candidate per line, then a tab and its description).
+fn complete(dir: &Path, server: &str, words: &[&str]) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["--", "shepherd"])
+        .args(words)
+        .current_dir(dir)
+        .env("_SHEPHERD_COMPLETE", "fish")
+        .env("SHEPHERD_SERVER", server)
+        .env_remove("SHEPHERD_TOKEN")
+        .env_remove("SHEPHERD_AUTH_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Completion offers the verbs, and names from the server: task ids, run
+/// ids, sessions and agents; with no server it offers nothing, quickly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_offers_names_from_the_server() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.with_config_file(
+        "[agents.echoer]\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; echo hi\"]\n",
+    );
+    let s = Server::start(&env).await;
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks",
+            None,
+            json!({ "vtid": "CMP-1", "title": "complete me", "agent_id": "echoer" }),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let project = env.dir.join("proj");
+    std::fs::create_dir_all(&project).unwrap();
+    let (st, b) = s
+        .post(
+            "/api/v1/sessions",
+            None,
+            json!({ "name": "cmp-session", "location_path": project.display().to_string() }),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let dir = env.dir.clone();
+    let base = s.base.clone();
+    tokio::task::block_in_place(|| {
+        let verbs = complete(&dir, &base, &["ta"]);
+        assert!(verbs.contains(&"task".to_owned()), "{verbs:?}");
+        let tasks = complete(&dir, &base, &["task", "show", "CMP"]);
+        assert_eq!(tasks, ["CMP-1"]);
+        let agents = complete(&dir, &base, &["task", "add", "x", "--agent", "ec"]);
+        assert_eq!(agents, ["echoer"]);
+        let sessions = complete(&dir, &base, &["attach", "cmp"]);
+        assert_eq!(sessions, ["cmp-session"]);
+        let none = complete(&dir, "http://127.0.0.1:9", &["task", "show", "CMP"]);
+        assert!(none.is_empty(), "{none:?}");
+    });
 }
 
 #[test]

@@ -573,3 +573,36 @@ contract!(
         );
     }
 );
+
+contract!(
+    titles_come_from_the_first_message_and_empty_chats_do_not_pile_up,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        setup(&store, "w1").await;
+        let first = store.create_conversation("repo-1").await.unwrap();
+        assert_eq!(first.title, None);
+        store
+            .send_message(
+                &first.id,
+                "\n  Fix the login bug  \nIt fails on Safari.",
+                Multitask::Reject,
+            )
+            .await
+            .unwrap();
+        // "New chat" twice without a word: only the active empty one shows.
+        let left_empty = store.create_conversation("repo-1").await.unwrap();
+        let current = store.create_conversation("repo-1").await.unwrap();
+        let page = store.list_conversations("repo-1", None, 50).await.unwrap();
+        let ids: Vec<&str> = page.conversations.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, [current.id.as_str(), first.id.as_str()], "{page:?}");
+        assert!(!ids.contains(&left_empty.id.as_str()));
+        assert_eq!(
+            page.conversations[1].title.as_deref(),
+            Some("Fix the login bug")
+        );
+        assert_eq!(page.conversations[0].title, None);
+        // The one left empty is still there to open by id.
+        let (again, _) = store.load_conversation(&left_empty.id).await.unwrap();
+        assert_eq!(again.conversation.messages, 0);
+    }
+);

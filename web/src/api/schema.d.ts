@@ -1403,6 +1403,8 @@ export interface components {
             messages: components["schemas"]["MessageInfo"][];
             resource_id: string;
             state: string;
+            /** @description As in the list: the first line of the first message. */
+            title?: string | null;
             updated_at: string;
         };
         /** @description A conversation as lists show it. */
@@ -1421,6 +1423,11 @@ export interface components {
             resource_id: string;
             /** @description `idle | processing | cancelled`. */
             state: string;
+            /**
+             * @description What it is about: the first line of its first message (at most 80
+             *     characters); null before the first message.
+             */
+            title?: string | null;
             updated_at: string;
         };
         /** @description `data` of `conversation.message`. */

@@ -318,13 +318,6 @@ pub fn config(g: &Global) -> Result<()> {
     Ok(())
 }
 
-/// `shepherd completion SHELL`: the completion script on stdout.
-pub fn completion(shell: clap_complete::Shell) {
-    use clap::CommandFactory;
-    let mut cmd = super::Cli::command();
-    clap_complete::generate(shell, &mut cmd, "shepherd", &mut std::io::stdout());
-}
-
 /// A spinner with a message and the elapsed time on stderr, for operations
 /// that can take minutes on a large database. indicatif draws nothing when
 /// stderr is not a terminal, so scripts and logs see only the result.

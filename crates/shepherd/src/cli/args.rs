@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap_complete::ArgValueCandidates;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -426,6 +427,8 @@ pub enum Command {
         output: OutputFlag,
     },
     /// Print a shell completion script: `shepherd completion bash > ~/.local/share/bash-completion/completions/shepherd`.
+    /// It asks `shepherd` (on PATH) as you type, so task, run and session ids
+    /// and agent names come from the server (SHEPHERD_SERVER, SHEPHERD_TOKEN).
     Completion {
         /// bash, zsh or fish (elvish and powershell work too).
         shell: clap_complete::Shell,
@@ -575,16 +578,19 @@ pub enum TaskCommand {
     /// Show one task with its claims and recent events.
     Show {
         /// The task's id (VTID-…).
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::tasks))]
         vtid: String,
     },
     /// Dispatch a draft.
     Dispatch {
         /// The task's id (VTID-…).
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::tasks))]
         vtid: String,
     },
     /// Cancel a task (the worker holding it is told at once).
     Cancel {
         /// The task's id (VTID-…).
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::tasks))]
         vtid: String,
         /// Why, recorded with the cancel and shown to the worker.
         #[arg(long)]
@@ -593,11 +599,13 @@ pub enum TaskCommand {
     /// Follow a task's state changes and its runs' steps until it ends.
     Watch {
         /// The task's id (VTID-…).
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::tasks))]
         vtid: String,
     },
     /// Retry a failed or cancelled task: it goes back to the queue (operator).
     Retry {
         /// The task's id (VTID-…).
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::tasks))]
         vtid: String,
     },
 }
@@ -624,7 +632,7 @@ pub struct AddTask {
     pub capabilities: Vec<String>,
     /// The agent that runs it (an `[agents.*]` name, or one a registered
     /// worker declares; see --external).
-    #[arg(long)]
+    #[arg(long, add = ArgValueCandidates::new(crate::cli::completion::agents))]
     pub agent: Option<String>,
     /// The agent is an outside worker's that has not registered yet: accept
     /// it although no one declares it now (the task waits for the worker).
@@ -675,6 +683,7 @@ pub enum RunsCommand {
     /// Show a run and its transcript.
     Show {
         /// The run's id, or a unique prefix of it.
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::runs))]
         id: String,
         /// Do not cut long output.
         #[arg(long)]
@@ -683,6 +692,7 @@ pub enum RunsCommand {
     /// Print a worktree run's diff against its base (colour on a terminal).
     Diff {
         /// The run's id, or a unique prefix of it.
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::runs))]
         id: String,
     },
 }

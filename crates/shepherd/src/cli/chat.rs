@@ -221,13 +221,13 @@ fn history_table(list: &[ConversationInfo]) -> String {
                 c.state.clone(),
                 if c.active { "*".into() } else { String::new() },
                 c.messages.to_string(),
-                local_when(&c.created_at),
                 local_when(&c.updated_at),
+                c.title.as_deref().map(|t| cut(t, 50)).unwrap_or_default(),
             ]
         })
         .collect();
     table(
-        &["ID", "STATE", "ACTIVE", "MESSAGES", "CREATED", "UPDATED"],
+        &["ID", "STATE", "ACTIVE", "MESSAGES", "UPDATED", "TITLE"],
         &rows,
     )
 }

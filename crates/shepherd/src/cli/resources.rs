@@ -4,7 +4,7 @@
 use clap::Subcommand;
 use shepherd_protocol::{ResourceBody, ResourceInfo};
 
-use crate::render::{ago, opt, table};
+use crate::render::{ago, cut, opt, table};
 
 use super::output::{client, explain, print_data};
 use super::{Global, Output, Result};
@@ -122,6 +122,7 @@ pub async fn run(g: &Global, cmd: &ResourceCommand) -> Result<()> {
                                 cv.state.clone(),
                                 if cv.active { "yes" } else { "" }.into(),
                                 ago(&cv.updated_at),
+                                cv.title.as_deref().map(|t| cut(t, 50)).unwrap_or_default(),
                             ]
                         })
                         .collect();
@@ -131,7 +132,10 @@ pub async fn run(g: &Global, cmd: &ResourceCommand) -> Result<()> {
                         println!();
                         print!(
                             "{}",
-                            table(&["CONVERSATION", "STATE", "ACTIVE", "UPDATED"], &convs)
+                            table(
+                                &["CONVERSATION", "STATE", "ACTIVE", "UPDATED", "TITLE"],
+                                &convs
+                            )
                         );
                     }
                 }

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use clap_complete::ArgValueCandidates;
 use futures::{SinkExt, StreamExt};
 use shepherd_protocol::{
     AddWorker, ClientMessage, CreateSession, ErrorBody, ServerMessage, Session, SessionWorker,
@@ -41,16 +42,19 @@ pub enum SessionCommand {
     /// Show one session and its tabs.
     Show {
         /// The session's id.
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::sessions))]
         session: String,
     },
     /// Delete a session, ending every process of it.
     Rm {
         /// The session's id.
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::sessions))]
         session: String,
     },
     /// Add a tab: `terminal`, `agent NAME` or `git-diff`.
     Add {
         /// The session's id.
+        #[arg(add = ArgValueCandidates::new(crate::cli::completion::sessions))]
         session: String,
         /// terminal, agent or git-diff.
         #[arg(value_parser = ["terminal", "agent", "git-diff"])]
@@ -68,6 +72,7 @@ pub enum SessionCommand {
 pub struct AttachArgs {
     /// The session: its id, a unique start of its id, or its name. Without
     /// it, the sessions and their tabs are listed to pick from.
+    #[arg(add = ArgValueCandidates::new(crate::cli::completion::sessions))]
     pub session: Option<String>,
     /// The terminal or agent tab: its id, a unique start of it, or its name.
     /// May be left out when the session has exactly one such tab.

@@ -37,9 +37,28 @@ pub struct Conversation {
     pub messages: i64,
     pub created_at: Millis,
     pub updated_at: Millis,
+    /// What it is about, for lists: the first line of its first message.
+    pub title: Option<String>,
 }
+/// The columns of a conversation; its title comes from the start of its
+/// first message (found by the `(conversation_id, ordinal)` unique index).
 const CONVERSATION_COLUMNS: &str = "c.id, c.resource_id, c.state, c.active, c.current_task_id, \
-    c.agent_session_id, c.messages, c.created_at, c.updated_at";
+    c.agent_session_id, c.messages, c.created_at, c.updated_at, \
+    (SELECT substr(m.text, 1, 400) FROM conversation_messages m \
+     WHERE m.conversation_id = c.id ORDER BY m.ordinal LIMIT 1)";
+
+/// Longest title, in characters.
+const TITLE_CHARS: usize = 80;
+
+/// A title from the start of a first message: its first line with text,
+/// cut to [`TITLE_CHARS`].
+fn title_of(text: &str) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    Some(match line.char_indices().nth(TITLE_CHARS) {
+        Some((cut, _)) => format!("{}…", line[..cut].trim_end()),
+        None => line.to_owned(),
+    })
+}
 
 fn conversation_from_row(r: &Row) -> Result<Conversation, Error> {
     Ok(Conversation {
@@ -52,6 +71,7 @@ fn conversation_from_row(r: &Row) -> Result<Conversation, Error> {
         messages: r.i64(6)?,
         created_at: r.i64(7)?,
         updated_at: r.i64(8)?,
+        title: r.opt_string(9)?.as_deref().and_then(title_of),
     })
 }
 pub async fn get<D: Db>(db: &mut D, id: &str) -> Result<Option<Conversation>, Error> {
@@ -82,7 +102,8 @@ pub(super) async fn processing_on<D: Db>(
 }
 
 /// A page of a resource's conversations, newest first, and the token of the
-/// next page.
+/// next page. A conversation with no message is left out unless it is the
+/// active one: "New chat" pressed and left does not pile up in the history.
 pub async fn list<D: Db>(
     db: &mut D,
     resource_id: &str,
@@ -96,6 +117,7 @@ pub async fn list<D: Db>(
     };
     let sql = format!(
         "SELECT {CONVERSATION_COLUMNS} FROM conversations c WHERE c.resource_id = $1 \
+         AND (c.messages > 0 OR c.active = 1) \
          AND (c.created_at < $2 OR (c.created_at = $2 AND c.id < $3) OR $4 = 1) \
          ORDER BY c.created_at DESC, c.id DESC LIMIT $5"
     );
@@ -464,4 +486,22 @@ pub(crate) async fn note_agent_session<D: Db>(
         ),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::title_of;
+
+    #[test]
+    fn a_title_is_the_first_line_with_text_cut_to_length() {
+        assert_eq!(
+            title_of("\n  Fix the login bug\nmore"),
+            Some("Fix the login bug".into())
+        );
+        assert_eq!(title_of("  \n \n"), None);
+        let long = "é".repeat(100);
+        let t = title_of(&long).unwrap();
+        assert_eq!(t.chars().count(), 81);
+        assert!(t.ends_with('…'));
+    }
 }
