@@ -52,6 +52,14 @@
 //!
 //! The run ends with the write path's goals, each a ratio from this run.
 //!
+//! Every row also gives the whole machine's busy CPU per cycle during its
+//! timed cycles (`/proc/stat`: this process and PostgreSQL alike).
+//!
+//! With `SHEPHERD_BENCH_ABSURD=/path/to/absurd` (the peer harness's Absurd
+//! driver) the run ends with Absurd at 16 workers claiming one task per call
+//! and 100 per call, with the PostgreSQL claim-by-id and claim-next rows as
+//! ratios of it (`SHEPHERD_BENCH_ABSURD_DB` overrides its `--db`).
+//!
 //! With `SHEPHERD_BENCH_GRAPHILE=/path/to/graphile` (the peer harness's
 //! binary, built on its own, never part of this workspace) the run ends with
 //! graphile_worker's LocalQueue at the same worker counts and Shepherd's
@@ -332,9 +340,18 @@ struct Measurement {
     error_samples: Vec<String>,
     /// Every task of the case (warm-up included) ended `done`.
     verified: bool,
+    /// The machine's busy CPU time during the timed cycles (all processes:
+    /// this one and PostgreSQL), from `/proc/stat`.
+    busy: Option<Duration>,
 }
 
 impl Measurement {
+    /// Busy CPU microseconds per cycle, over the whole machine.
+    fn cpu_us_per_cycle(&self) -> Option<f64> {
+        self.busy
+            .map(|b| b.as_secs_f64() * 1e6 / self.cycles.max(1) as f64)
+    }
+
     fn rate(&self) -> f64 {
         self.cycles as f64 / self.elapsed.as_secs_f64()
     }
@@ -344,10 +361,60 @@ impl Measurement {
     }
 }
 
+/// The machine's busy CPU time so far (user, nice, system, irq, softirq and
+/// steal over every core, from the first line of `/proc/stat`), in clock
+/// ticks of 1/100 s; `None` where there is no `/proc/stat`.
+fn busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal …
+    let pick = |i: usize| fields.get(i).copied().unwrap_or(0);
+    Some(pick(0) + pick(1) + pick(2) + pick(5) + pick(6) + pick(7))
+}
+
+/// Clock ticks per second in `/proc/stat` (USER_HZ, 100 on Linux).
+const TICKS_PER_SEC: f64 = 100.0;
+
+/// The start of a timed window: wall time and the machine's busy CPU.
+struct Clock {
+    at: Instant,
+    busy: Option<u64>,
+}
+
+/// What a timed window took.
+struct Timed {
+    elapsed: Duration,
+    busy: Option<Duration>,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            busy: busy_ticks(),
+            at: Instant::now(),
+        }
+    }
+
+    fn stop(&self) -> Timed {
+        let elapsed = self.at.elapsed();
+        let busy = self
+            .busy
+            .zip(busy_ticks())
+            .map(|(a, b)| Duration::from_secs_f64(b.saturating_sub(a) as f64 / TICKS_PER_SEC));
+        Timed { elapsed, busy }
+    }
+}
+
 /// Spawns `workers` tasks; each does its warm-up, waits at the barrier, then
 /// runs its timed cycles. Returns the time from the common start to the last
 /// worker's end, and the merged error tally.
-async fn drive<F, Fut>(workers: usize, spawn_worker: F) -> BenchResult<(Duration, Tally)>
+async fn drive<F, Fut>(workers: usize, spawn_worker: F) -> BenchResult<(Timed, Tally)>
 where
     F: Fn(usize, Arc<Barrier>) -> Fut,
     Fut: Future<Output = Tally> + Send + 'static,
@@ -357,12 +424,12 @@ where
         .map(|w| tokio::spawn(spawn_worker(w, barrier.clone())))
         .collect();
     barrier.wait().await;
-    let start = Instant::now();
+    let start = Clock::start();
     let mut tally = Tally::default();
     for h in handles {
         tally.merge(h.await?);
     }
-    Ok((start.elapsed(), tally))
+    Ok((start.stop(), tally))
 }
 
 /// One worker's loop: `warm` untimed cycles, the barrier, `per` timed ones.
@@ -496,7 +563,7 @@ async fn bench_store(
         r?;
     }
     analyze_seeded(pg_of_store(&config)).await?;
-    let (elapsed, tally) = drive(workers, |w, barrier| {
+    let (timed, tally) = drive(workers, |w, barrier| {
         let store = store.clone();
         let worker = worker_id(w);
         worker_loop(w, per, warm, barrier, move |vtid| {
@@ -513,7 +580,8 @@ async fn bench_store(
         route: Route::Store,
         workers,
         cycles: per * workers as u64,
-        elapsed,
+        elapsed: timed.elapsed,
+        busy: timed.busy,
         errors: tally.errors,
         error_samples: tally.samples,
         verified: done == expected && all == expected,
@@ -577,7 +645,7 @@ async fn bench_claim_next(
     }
     analyze_seeded(pg_of_store(&config)).await?;
     let done_count = Arc::new(AtomicU64::new(0));
-    let (elapsed, tally) = drive(workers, |w, barrier| {
+    let (timed, tally) = drive(workers, |w, barrier| {
         let (store, worker, done_count) = (store.clone(), worker_id(w), done_count.clone());
         async move {
             barrier.wait().await;
@@ -653,7 +721,8 @@ async fn bench_claim_next(
         route,
         workers,
         cycles: done_count.load(Ordering::Relaxed),
-        elapsed,
+        elapsed: timed.elapsed,
+        busy: timed.busy,
         errors: tally.errors,
         error_samples: tally.samples,
         verified: done == total as i64 && all == total as i64,
@@ -881,7 +950,7 @@ async fn bench_http(
         r?;
     }
     analyze_seeded(pg_of(&vars)).await?;
-    let (elapsed, tally) = drive(workers, |w, barrier| {
+    let (timed, tally) = drive(workers, |w, barrier| {
         // One client (and so one keep-alive connection) per worker.
         let client = reqwest::Client::new();
         let (base, worker) = (base.clone(), worker_id(w));
@@ -900,7 +969,8 @@ async fn bench_http(
         route: Route::Http,
         workers,
         cycles: per * workers as u64,
-        elapsed,
+        elapsed: timed.elapsed,
+        busy: timed.busy,
         errors: tally.errors,
         error_samples: tally.samples,
         verified: done == expected && all == expected,
@@ -950,7 +1020,7 @@ async fn bench_claim_next_http(
     }
     analyze_seeded(pg_of(&vars)).await?;
     let done_count = Arc::new(AtomicU64::new(0));
-    let (elapsed, tally) = drive(workers, |w, barrier| {
+    let (timed, tally) = drive(workers, |w, barrier| {
         let client = reqwest::Client::new();
         let (base, worker, done_count) = (base.clone(), worker_id(w), done_count.clone());
         async move {
@@ -1015,7 +1085,8 @@ async fn bench_claim_next_http(
         route: Route::ClaimNextHttp,
         workers,
         cycles: done_count.load(Ordering::Relaxed),
-        elapsed,
+        elapsed: timed.elapsed,
+        busy: timed.busy,
         errors: tally.errors,
         error_samples: tally.samples,
         verified: done == total as i64 && all == total as i64,
@@ -1084,12 +1155,7 @@ fn sqlite_outcome(r: rusqlite::Result<bool>, id: &str) -> Result<(), String> {
 }
 
 /// Threads with one connection each; returns the timed span and the tally.
-fn sqlite_threads(
-    path: &Path,
-    workers: usize,
-    per: u64,
-    warm: u64,
-) -> BenchResult<(Duration, Tally)> {
+fn sqlite_threads(path: &Path, workers: usize, per: u64, warm: u64) -> BenchResult<(Timed, Tally)> {
     let conns = (0..workers)
         .map(|_| sqlite_open(path))
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -1117,12 +1183,12 @@ fn sqlite_threads(
             })
             .collect();
         barrier.wait();
-        let start = Instant::now();
+        let start = Clock::start();
         let mut tally = Tally::default();
         for h in handles {
             tally.merge(h.join().map_err(|_| "a baseline thread panicked")?);
         }
-        Ok((start.elapsed(), tally))
+        Ok((start.stop(), tally))
     })
 }
 
@@ -1144,7 +1210,7 @@ fn sqlite_baseline(path: &Path, workers: usize, per: u64, warm: u64) -> BenchRes
         }
         tx.commit()?;
     }
-    let (elapsed, tally) = sqlite_threads(path, workers, per, warm)?;
+    let (timed, tally) = sqlite_threads(path, workers, per, warm)?;
     let conn = sqlite_open(path)?;
     let done: i64 = conn.query_row(
         "SELECT COUNT(*) FROM bench_tasks WHERE state = 'done'",
@@ -1156,7 +1222,8 @@ fn sqlite_baseline(path: &Path, workers: usize, per: u64, warm: u64) -> BenchRes
         route: Route::Baseline,
         workers,
         cycles: per * workers as u64,
-        elapsed,
+        elapsed: timed.elapsed,
+        busy: timed.busy,
         errors: tally.errors,
         error_samples: tally.samples,
         verified: done == expected,
@@ -1284,7 +1351,7 @@ async fn pg_baseline(
         .into_iter()
         .map(|c| Arc::new(tokio::sync::Mutex::new(c)))
         .collect();
-    let (elapsed, tally) = drive(workers, |w, barrier| {
+    let (timed, tally) = drive(workers, |w, barrier| {
         let conn = conns[w].clone();
         let worker = worker_id(w);
         worker_loop(w, per, warm, barrier, move |id| {
@@ -1306,7 +1373,8 @@ async fn pg_baseline(
         route: Route::Baseline,
         workers,
         cycles: per * workers as u64,
-        elapsed,
+        elapsed: timed.elapsed,
+        busy: timed.busy,
         errors: tally.errors,
         error_samples: tally.samples,
         verified: done == expected,
@@ -1353,7 +1421,7 @@ fn sqlite_baseline_next(path: &Path, workers: usize, total: u64) -> BenchResult<
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let barrier = std::sync::Barrier::new(workers + 1);
     let cycles = AtomicU64::new(0);
-    let (elapsed, tally) = std::thread::scope(|s| {
+    let (timed, tally) = std::thread::scope(|s| {
         let (barrier, cycles) = (&barrier, &cycles);
         let handles: Vec<_> = conns
             .into_iter()
@@ -1417,12 +1485,12 @@ fn sqlite_baseline_next(path: &Path, workers: usize, total: u64) -> BenchResult<
             })
             .collect();
         barrier.wait();
-        let start = Instant::now();
+        let start = Clock::start();
         let mut tally = Tally::default();
         for h in handles {
             tally.merge(h.join().map_err(|_| "a baseline thread panicked")?);
         }
-        Ok::<_, BenchError>((start.elapsed(), tally))
+        Ok::<_, BenchError>((start.stop(), tally))
     })?;
     let conn = sqlite_open(path)?;
     let done: i64 = conn.query_row(
@@ -1435,7 +1503,8 @@ fn sqlite_baseline_next(path: &Path, workers: usize, total: u64) -> BenchResult<
         route: Route::BaselineNext,
         workers,
         cycles: cycles.load(Ordering::Relaxed),
-        elapsed,
+        elapsed: timed.elapsed,
+        busy: timed.busy,
         errors: tally.errors,
         error_samples: tally.samples,
         verified: done == total as i64,
@@ -1467,7 +1536,7 @@ async fn pg_baseline_next(
         .map(|c| std::sync::Mutex::new(Some(c)))
         .collect();
     let cycles = Arc::new(AtomicU64::new(0));
-    let (elapsed, tally) = drive(workers, |w, barrier| {
+    let (timed, tally) = drive(workers, |w, barrier| {
         let (client, next, done) = conns[w]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -1516,7 +1585,8 @@ async fn pg_baseline_next(
         route: Route::BaselineNext,
         workers,
         cycles: cycles.load(Ordering::Relaxed),
-        elapsed,
+        elapsed: timed.elapsed,
+        busy: timed.busy,
         errors: tally.errors,
         error_samples: tally.samples,
         verified: done == total as i64,
@@ -1702,7 +1772,7 @@ fn vs_in_process(rows: &[Measurement], m: &Measurement) -> Option<f64> {
 fn print_table(rows: &[Measurement]) {
     println!();
     println!(
-        "{:<9} {:<16} {:>7} {:>7} {:>8} {:>9} {:>10} {:>12} {:>11} {:>7}  verified",
+        "{:<9} {:<16} {:>7} {:>7} {:>8} {:>9} {:>10} {:>12} {:>11} {:>10} {:>7}  verified",
         "backend",
         "path",
         "workers",
@@ -1712,9 +1782,10 @@ fn print_table(rows: &[Measurement]) {
         "ms/cycle",
         "vs baseline",
         "vs in-proc",
+        "cpu µs/cyc",
         "errors"
     );
-    println!("{}", "-".repeat(116));
+    println!("{}", "-".repeat(127));
     for m in rows {
         let ratio = vs_baseline(rows, m)
             .map(|r| format!("{r:.2}x"))
@@ -1723,7 +1794,7 @@ fn print_table(rows: &[Measurement]) {
             .map(|r| format!("{r:.2}x"))
             .unwrap_or_default();
         println!(
-            "{:<9} {:<16} {:>7} {:>7} {:>8.3} {:>9.0} {:>10.3} {:>12} {:>11} {:>7}  {}",
+            "{:<9} {:<16} {:>7} {:>7} {:>8.3} {:>9.0} {:>10.3} {:>12} {:>11} {:>10} {:>7}  {}",
             m.backend.name(),
             m.route.name(),
             m.workers,
@@ -1733,12 +1804,16 @@ fn print_table(rows: &[Measurement]) {
             m.latency_ms(),
             ratio,
             inner,
+            m.cpu_us_per_cycle()
+                .map(|c| format!("{c:.0}"))
+                .unwrap_or_default(),
             m.errors,
             if m.verified { "ok" } else { "FAILED" }
         );
     }
     println!();
     println!("ms/cycle: mean time one worker spends on one claim+complete cycle (workers × seconds / cycles).");
+    println!("cpu µs/cyc: the whole machine's busy CPU time during the timed cycles (/proc/stat: this process, PostgreSQL and anything else running), per cycle.");
     println!("vs baseline: over `baseline` (claim-next rows: over `baseline-next`); vs in-proc: an HTTP row over its in-process row.");
     println!(
         "errors: failed cycles, warm-up included; verified: every task of the case ended `done`."
@@ -1762,11 +1837,13 @@ struct Graphile {
     near: Vec<(usize, f64, f64)>,
     /// LocalQueue at 16 workers behind the same delay as `claim-next-far`.
     far: Option<f64>,
+    /// The machine's busy CPU per job of LocalQueue at 16 workers.
+    cpu_us_per_job: Option<f64>,
 }
 
 /// The write-path goals, each a ratio from this run (absolute figures
 /// drift by 2x from day to day on the machines this runs on).
-fn print_goals(rows: &[Measurement], graphile: &Graphile) {
+fn print_goals(rows: &[Measurement], graphile: &Graphile, absurd: &Absurd) {
     let rate = |backend: Backend, route: Route| {
         rows.iter()
             .find(|m| m.backend == backend && m.route == route && m.workers == 16)
@@ -1776,7 +1853,13 @@ fn print_goals(rows: &[Measurement], graphile: &Graphile) {
     let pg = |route| rate(Backend::Postgres, route);
     let g16 = graphile.near.iter().find(|(w, _, _)| *w == 16);
     let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
-    let goals: [(&str, Option<f64>, f64, &str); 7] = [
+    let pg_cpu = |route| {
+        rows.iter()
+            .find(|m| m.backend == Backend::Postgres && m.route == route && m.workers == 16)
+            .and_then(Measurement::cpu_us_per_cycle)
+    };
+    let absurd_rate = |r: &Option<PeerRun>| r.as_ref().map(|r| r.rate);
+    let goals: [(&str, Option<f64>, f64, &str); 10] = [
         (
             "postgres store (claim-by-vtid + complete) over bare two-transaction baseline",
             div(pg(Route::Store), pg(Route::Baseline)),
@@ -1810,8 +1893,26 @@ fn print_goals(rows: &[Measurement], graphile: &Graphile) {
         (
             "sqlite store cycles/s",
             rate(Backend::Sqlite, Route::Store),
-            10_000.0,
+            5_000.0,
             "/s",
+        ),
+        (
+            "postgres claim-next (max 100) over Absurd claiming 100 at a time",
+            div(pg(Route::ClaimNext), absurd_rate(&absurd.hundred)),
+            1.0,
+            "x",
+        ),
+        (
+            "postgres http (claim by id + complete) over Absurd claiming one at a time",
+            div(pg(Route::Http), absurd_rate(&absurd.one)),
+            5.0,
+            "x",
+        ),
+        (
+            "postgres claim-next's CPU per cycle over graphile LocalQueue's per job",
+            div(pg_cpu(Route::ClaimNext), graphile.cpu_us_per_job),
+            2.5,
+            "x at most",
         ),
         (
             "postgres claim-next-far over graphile LocalQueue, same delay",
@@ -1827,6 +1928,10 @@ fn print_goals(rows: &[Measurement], graphile: &Graphile) {
     );
     for (name, value, goal, unit) in goals {
         let (shown, verdict) = match value {
+            Some(v) if unit == "x at most" => (
+                format!("{v:.2}x"),
+                if v <= goal { "met" } else { "NOT met" },
+            ),
             Some(v) if unit == "x" => (
                 format!("{v:.2}x"),
                 if v >= goal { "met" } else { "NOT met" },
@@ -1837,7 +1942,9 @@ fn print_goals(rows: &[Measurement], graphile: &Graphile) {
             ),
             None => ("-".to_owned(), "not measured in this run"),
         };
-        let want = if unit == "x" {
+        let want = if unit == "x at most" {
+            format!("<= {goal}x")
+        } else if unit == "x" {
             format!(">= {goal}x")
         } else {
             format!(">= {goal:.0}/s")
@@ -1858,6 +1965,143 @@ fn far_round_trip() -> Duration {
         })
 }
 
+/// One run of a peer queue's binary: its rate, read from the `key=` field of
+/// its result line, and the machine's busy CPU per job during its timed
+/// drain. The drain is the `seconds=` it reports, ending when the result
+/// line is printed (the peers print it right after the drain, before
+/// dropping their database); `/proc/stat` is sampled every 10 ms meanwhile.
+struct PeerRun {
+    rate: f64,
+    cpu_us_per_job: Option<f64>,
+}
+
+fn run_peer(mut cmd: std::process::Command, key: &str, jobs: u64) -> Result<PeerRun, String> {
+    use std::io::BufRead;
+    let shown = format!("{:?}", cmd.get_program());
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(b) = busy_ticks() {
+                    samples.push((Instant::now(), b));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            samples
+        })
+    };
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut result = None;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        if result.is_none() && line.contains(&format!("{key}=")) {
+            result = Some((Instant::now(), line));
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    stop.store(true, Ordering::Relaxed);
+    let samples = sampler.join().map_err(|_| "the CPU sampler panicked")?;
+    let Some((ended, line)) = result else {
+        return Err(format!(
+            "{shown} printed no {key} (exit {}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    };
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let rate = field(key).ok_or_else(|| format!("{shown}: unreadable {key} in {line:?}"))?;
+    let cpu_us_per_job = field("seconds").and_then(|secs| {
+        let began = ended.checked_sub(Duration::from_secs_f64(secs))?;
+        let at = |t: Instant| {
+            samples
+                .iter()
+                .rev()
+                .find(|(when, _)| *when <= t)
+                .map(|s| s.1)
+        };
+        let (a, b) = (at(began)?, at(ended)?);
+        Some(b.saturating_sub(a) as f64 / TICKS_PER_SEC * 1e6 / jobs as f64)
+    });
+    Ok(PeerRun {
+        rate,
+        cpu_us_per_job,
+    })
+}
+
+/// Absurd (a durable-execution peer that keeps runs and their history in
+/// PostgreSQL) at 16 workers, claiming one task per call and 100 per call.
+#[derive(Default)]
+struct Absurd {
+    one: Option<PeerRun>,
+    hundred: Option<PeerRun>,
+}
+
+/// Runs the peer harness's Absurd binary (`SHEPHERD_BENCH_ABSURD`, built
+/// outside this workspace) and prints Shepherd's 16-worker PostgreSQL rows
+/// of this run as ratios of it.
+fn run_absurd(bin: &str, plan: &Plan, rows: &[Measurement]) -> Absurd {
+    let db = std::env::var("SHEPHERD_BENCH_ABSURD_DB")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    // Claiming one at a time it drains ~150 tasks/s here: fewer tasks.
+    let run = |qty: u32, tasks: f64| {
+        let tasks = ((tasks * plan.scale).round() as u64).max(100);
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["--tasks", &tasks.to_string(), "--concurrency", "16"])
+            .args(["--qty", &qty.to_string(), "--db", &db]);
+        run_peer(cmd, "tasks_per_sec", tasks)
+    };
+    let rate = |route: Route| {
+        rows.iter()
+            .find(|m| m.backend == Backend::Postgres && m.route == route && m.workers == 16)
+            .map(Measurement::rate)
+    };
+    println!();
+    println!("Absurd ({bin}), PostgreSQL, 16 workers, same machine, same run:");
+    let mut absurd = Absurd::default();
+    for (qty, tasks, routes) in [
+        (1, 2_000.0, [Route::Store, Route::Http]),
+        (100, 20_000.0, [Route::ClaimNext, Route::ClaimNextHttp]),
+    ] {
+        match run(qty, tasks) {
+            Ok(r) => {
+                let ratios: Vec<String> = routes
+                    .iter()
+                    .map(|&route| match rate(route) {
+                        Some(v) => format!("{} {:.2}x", route.name(), v / r.rate),
+                        None => format!("{} -", route.name()),
+                    })
+                    .collect();
+                println!(
+                    "  claiming {qty:>3} per call: {:>8.0} tasks/s, {} µs CPU per task; {}",
+                    r.rate,
+                    r.cpu_us_per_job
+                        .map(|c| format!("{c:.0}"))
+                        .unwrap_or_else(|| "-".into()),
+                    ratios.join(", ")
+                );
+                if qty == 1 {
+                    absurd.one = Some(r);
+                } else {
+                    absurd.hundred = Some(r);
+                }
+            }
+            Err(e) => println!("  claiming {qty:>3} per call failed: {e}"),
+        }
+    }
+    absurd
+}
+
 /// Runs the peer queue `graphile_worker` (a separate binary, built outside
 /// this workspace; see `SHEPHERD_BENCH_GRAPHILE`) at each worker count and
 /// prints Shepherd's PostgreSQL rows of this run as ratios of it.
@@ -1867,30 +2111,30 @@ fn far_round_trip() -> Duration {
 fn run_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) -> Graphile {
     let default_db = "postgres://postgres@127.0.0.1:5432/postgres".to_owned();
     let db = std::env::var("SHEPHERD_BENCH_GRAPHILE_DB").unwrap_or(default_db);
-    let run = |workers: usize, batched: bool, db: &str| -> Result<f64, String> {
-        let jobs = ((20_000.0 * plan.scale).round() as u64)
-            .max(100)
-            .to_string();
+    let graphile_db = db.as_str();
+    let run_with_cpu = |workers: usize, batched: bool, db: &str| -> Result<PeerRun, String> {
+        let jobs = ((20_000.0 * plan.scale).round() as u64).max(100);
         let mut cmd = std::process::Command::new(bin);
-        cmd.args(["--jobs", &jobs, "--concurrency", &workers.to_string()])
-            .args(["--mode", "run", "--local-queue"]);
+        cmd.args([
+            "--jobs",
+            &jobs.to_string(),
+            "--concurrency",
+            &workers.to_string(),
+        ])
+        .args(["--mode", "run", "--local-queue"]);
         if batched {
             cmd.args(["--complete-batch-ms", "1"]);
         }
         cmd.args(["--db", db]);
-        let out = cmd.output().map_err(|e| format!("{bin}: {e}"))?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.split_whitespace()
-            .find_map(|w| w.strip_prefix("jobs_per_sec="))
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| {
-                format!(
-                    "{bin} printed no jobs_per_sec (exit {}): {} {}",
-                    out.status,
-                    text.trim(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )
-            })
+        run_peer(cmd, "jobs_per_sec", jobs)
+    };
+    let cpu_16 = std::cell::Cell::new(None);
+    let run = |workers: usize, batched: bool, db: &str| -> Result<f64, String> {
+        let r = run_with_cpu(workers, batched, db)?;
+        if workers == 16 && !batched && db == graphile_db {
+            cpu_16.set(r.cpu_us_per_job);
+        }
+        Ok(r.rate)
     };
     let rate = |route: Route, workers: usize| {
         rows.iter()
@@ -1960,6 +2204,10 @@ fn run_graphile(bin: &str, plan: &Plan, rows: &[Measurement]) -> Graphile {
         }
     }
     println!("store, http, claim-next, cn-http, bare-next (the bare-SQL claim-next): cycles/s over graphile LocalQueue's jobs/s; cn-batch: over graphile with batched completion.");
+    graphile.cpu_us_per_job = cpu_16.get();
+    if let Some(c) = graphile.cpu_us_per_job {
+        println!("graphile LocalQueue at 16 workers: {c:.0} µs of the machine's busy CPU per job (/proc/stat during its drain).");
+    }
     graphile
 }
 
@@ -2030,7 +2278,15 @@ fn main() -> BenchResult<()> {
             Graphile::default()
         }
     };
-    print_goals(&rows, &graphile);
+    let absurd = match std::env::var("SHEPHERD_BENCH_ABSURD") {
+        Ok(bin) => run_absurd(&bin, &plan, &rows),
+        Err(_) => {
+            println!();
+            println!("Absurd: not run (set SHEPHERD_BENCH_ABSURD to the peer harness's binary)");
+            Absurd::default()
+        }
+    };
+    print_goals(&rows, &graphile, &absurd);
     if rows.iter().any(|m| !m.verified || m.errors > 0) {
         return Err("some cycles failed or did not verify (see above)".into());
     }

@@ -309,7 +309,7 @@ async fn a_runner_killed_leaves_its_agent_to_the_next_runner_which_carries_the_r
         .post(
             "/api/v1/tasks",
             None,
-            json!({ "vtid": "RK-1", "title": "survive", "agent_id": "once" }),
+            json!({ "vtid": "RK-1", "title": "survive", "agent_id": "once", "external": true }),
         )
         .await;
     let mut a = spawn_runner(&runner_env, &server.base, &data);
@@ -396,7 +396,7 @@ echo '{"type":"result","text":"24 steps"}'
     let _runner = spawn_runner(&runner_env, &base, &env.dir.join("runner-data"));
     let r = http
         .post(format!("{base}/api/v1/tasks"))
-        .json(&json!({ "vtid": "RS-1", "title": "steady", "agent_id": "steady" }))
+        .json(&json!({ "vtid": "RS-1", "title": "steady", "agent_id": "steady", "external": true }))
         .send()
         .await
         .unwrap();
@@ -449,7 +449,7 @@ async fn a_runner_stopped_while_the_server_is_down_exits_and_says_why() {
         .post(
             "/api/v1/tasks",
             None,
-            json!({ "vtid": "DOWN-1", "title": "long", "agent_id": "long" }),
+            json!({ "vtid": "DOWN-1", "title": "long", "agent_id": "long", "external": true }),
         )
         .await;
     let log = env.dir.join("runner.log");

@@ -265,7 +265,7 @@ async fn a_worktree_left_by_a_killed_runner_is_committed_and_removed_at_the_next
         .post(
             "/api/v1/tasks",
             None,
-            json!({ "vtid": "CR-1", "title": "crash", "agent_id": "coder" }),
+            json!({ "vtid": "CR-1", "title": "crash", "agent_id": "coder", "external": true }),
         )
         .await;
     let mut a = spawn_runner(&runner_env, &server.base, &data);
