@@ -173,7 +173,8 @@ test("a running run's status changes live and its transcript appears when it com
   const run = await runOf(server, t.vtid, "running");
   await page.goto(`${server.url}/agents/scripted/workers?worker=${run.id}`);
   await waitForText(page, '[data-testid="live-status"]', "phase one: waiting");
-  await waitForText(page, '[data-testid="live-panel"]', "Transcript available when worker completes.");
+  // Its first step is stored already: the transcript shows it, not the note for a run without steps.
+  await waitForText(page, '[data-testid="live-panel"] [data-testid="live-transcript"]', "Starting phase one.");
   await waitForText(page, `[data-worker-id="${run.id}"] [data-testid="worker-card-live"]`, "phase one");
   await waitForText(page, '[data-testid="connection"]', "Live");
 
@@ -191,6 +192,57 @@ test("a running run's status changes live and its transcript appears when it com
   await waitForText(page, '[data-testid="transcript"]', "<b>not bold</b>");
   assert.equal(await page.locator('[data-testid="transcript"] b').count(), 0);
   await waitForCount(page, `[data-testid="worker-card"][data-worker-id="${run.id}"][data-run-status="done"]`, 1);
+});
+
+/** Whether the transcript's step showing `text` lies inside the transcript's visible box. */
+function stepInView(text) {
+  return page.evaluate((t) => {
+    const box = document.querySelector('[data-testid="transcript"]');
+    const step = [...(box?.querySelectorAll(".step") ?? [])].find((s) => s.textContent.includes(t));
+    if (!box || !step) return false;
+    const b = box.getBoundingClientRect();
+    const r = step.getBoundingClientRect();
+    return r.top >= b.top - 1 && r.bottom <= b.bottom + 1;
+  }, text);
+}
+
+test("a running run's transcript grows live and follows the newest step until scrolled up, on the Workers and task pages", async () => {
+  const t = await createTask(server, { title: "Scripted long run", agent_id: "scripted" });
+  gate(ws, t.vtid, "many");
+  const run = await runOf(server, t.vtid, "running");
+  await page.goto(`${server.url}/agents/scripted/workers?worker=${run.id}`);
+  await waitForText(page, '[data-testid="live-transcript"]', "Starting phase one.");
+  await waitForText(page, '[data-testid="connection"]', "Live");
+  const follow = page.getByTestId("follow-toggle");
+  assert.equal(await follow.getAttribute("aria-pressed"), "true", "follow is on at first");
+
+  // Forty-one steps arrive while the page is open: each one shows, the newest in view.
+  gate(ws, t.vtid, "step2");
+  await page.waitForSelector('[data-testid="transcript"][data-steps="42"]');
+  await until(() => stepInView("Progress note 40"), "the newest step to be in view");
+  assert.equal(await page.locator('[data-testid="worker-detail"]').getAttribute("data-run-status"), "running");
+  await expectAccessible("live transcript");
+
+  // Scrolling up stops following: later steps arrive without moving the view.
+  await page.locator('[data-testid="transcript"]').hover();
+  await page.mouse.wheel(0, -5000);
+  await until(async () => (await follow.getAttribute("aria-pressed")) === "false", "follow to turn off");
+  gate(ws, t.vtid, "more");
+  await page.waitForSelector('[data-testid="transcript"][data-steps="62"]');
+  assert.equal(await stepInView("Progress note 60"), false, "not following, the view stays where it was");
+  assert.ok(await stepInView("Starting phase one."), "the first step is still in view");
+  // Following again goes to the newest step.
+  await follow.click();
+  assert.equal(await follow.getAttribute("aria-pressed"), "true");
+  await until(() => stepInView("Progress note 60"), "the newest step to be in view again");
+
+  // The task page shows the running run's transcript too.
+  await page.goto(`${server.url}/tasks/${t.vtid}`);
+  await page.waitForSelector('[data-testid="task-detail"] [data-testid="live-transcript"] [data-testid="transcript"][data-steps="62"]');
+  await until(() => stepInView("Progress note 60"), "the newest step in view on the task page");
+  await waitForText(page, '[data-testid="run-attempt"]', "attempt 1");
+  gate(ws, t.vtid, "finish");
+  await page.getByTestId("live-transcript").waitFor({ state: "detached" });
 });
 
 test("a run without a transcript says so", async () => {
@@ -214,6 +266,12 @@ test("a run without a transcript says so", async () => {
       body: JSON.stringify({ event, message: event, claim_token: claim.claim_token }),
     });
     assert.equal(res.status, 200, await res.text());
+    if (event === "worker.execution.started") {
+      // Running without a step yet: the Workers page contract's note.
+      const running = await runOf(server, silent.vtid, "running");
+      await page.goto(`${server.url}/agents/${running.agent_id}/workers?worker=${running.id}`);
+      await waitForText(page, '[data-testid="live-panel"] [data-testid="transcript-pending"]', "Transcript available when worker completes.");
+    }
   }
   const runRow = await runOf(server, silent.vtid, "done");
   await page.goto(`${server.url}/agents/${runRow.agent_id}/workers?worker=${runRow.id}`);

@@ -9,6 +9,7 @@ import { RelativeTime } from "@/components/time";
 import { useTask, useTaskActions, useTaskDetailLiveUpdates, useTaskRuns, useWorkflows } from "@/features/tasks/api/tasks";
 import { useInputRequests } from "@/api/inputRequests";
 import { RunInputRequests, WaitingForYou } from "@/components/RunInputRequests";
+import { LiveTranscript } from "@/components/LiveTranscript";
 import { RunUsage } from "./RunUsage";
 
 function summary(data: Record<string, unknown>): string {
@@ -111,11 +112,15 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
             {runs.data?.runs.map((r) => (
               <li key={r.id}>
                 <Link to="/agents/$agentId/workers" params={{ agentId: r.agent_id }} search={{ worker: r.id }}>
-                  {r.purpose} #{r.attempt}
+                  {r.purpose}
                 </Link>{" "}
+                <span className="muted" data-testid="run-attempt">
+                  attempt {r.attempt}
+                </span>{" "}
                 <StatusBadge status={r.status} /> <span className="muted">{r.worker_id}</span> <RelativeTime iso={r.started_at} />
                 <RunUsage usage={r.usage} workspace={r.workspace} />
                 <RunRequests requests={requests.data?.filter((q) => q.run_id === r.id)} pendingInput={r.pending_input ?? 0} />
+                {r.status === "running" && <LiveTranscript runId={r.id} className="run-live" />}
               </li>
             ))}
           </ul>
