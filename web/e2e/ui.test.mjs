@@ -336,13 +336,87 @@ test("a task created from the board moves across columns live", async () => {
   await screenshot("task-detail");
 });
 
-test("cancel from the board ends a running task", async () => {
+test("cancel from the board asks first, and dismissing does not cancel; Retry and Rerun run it again", async () => {
   const t = await createTask(server, { title: "Task to cancel", agent_id: "scripted" });
   await runOf(server, t.vtid, "running");
-  await page.goto(`${server.url}/tasks`);
-  await waitForText(page, `[data-testid="board-column"][data-state="running"] [data-vtid="${t.vtid}"]`, "Task to cancel");
-  await page.locator(`[data-vtid="${t.vtid}"] [data-testid="task-cancel-btn"]`).click();
-  await waitForText(page, `[data-testid="board-column"][data-state="cancelled"] [data-vtid="${t.vtid}"]`, "Task to cancel");
+  const cancels = [];
+  const onRequest = (r) => {
+    if (r.method() === "POST" && r.url().endsWith(`/api/v1/tasks/${t.vtid}/cancel`)) cancels.push(r.url());
+  };
+  page.on("request", onRequest);
+  try {
+    await page.goto(`${server.url}/tasks`);
+    const card = (state) => `[data-testid="board-column"][data-state="${state}"] [data-vtid="${t.vtid}"]`;
+    await waitForText(page, card("running"), "Task to cancel");
+    const dialog = page.getByRole("dialog", { name: `Cancel ${t.vtid}?` });
+
+    // Escape, then "Keep it": the dialog goes and nothing is cancelled.
+    await page.locator(`[data-vtid="${t.vtid}"] [data-testid="task-cancel-btn"]`).click();
+    await dialog.waitFor();
+    assert.equal(await page.evaluate(() => document.activeElement?.dataset.testid), "confirm-dismiss", "focus starts on the safe choice");
+    await expectAccessible("cancel confirmation");
+    await page.keyboard.press("Escape");
+    await dialog.waitFor({ state: "detached" });
+    await page.locator(`[data-vtid="${t.vtid}"] [data-testid="task-cancel-btn"]`).click();
+    await dialog.getByRole("button", { name: "Keep it" }).click();
+    await dialog.waitFor({ state: "detached" });
+    assert.deepEqual(cancels, [], "dismissing the dialog sends no cancel");
+    const still = await apiCall(server, "GET", `/api/v1/tasks/${t.vtid}`);
+    assert.equal(still.state, "running");
+    assert.equal(still.cancel_requested_at ?? null, null);
+    assert.equal(await page.locator(card("running")).count(), 1);
+
+    // Confirming cancels.
+    await page.locator(`[data-vtid="${t.vtid}"] [data-testid="task-cancel-btn"]`).click();
+    await dialog.getByRole("button", { name: "Cancel task" }).click();
+    await waitForText(page, card("cancelled"), "Task to cancel");
+    assert.equal(cancels.length, 1);
+
+    // A cancelled task is retried from its card: it runs again, as attempt 2.
+    await page.locator(`${card("cancelled")} [data-testid="task-retry-btn"]`).click();
+    await waitForText(page, card("running"), "Task to cancel");
+    const second = await until(async () => {
+      const { runs } = await apiCall(server, "GET", `/api/v1/runs?vtid=${t.vtid}&status=running`);
+      return runs[0];
+    }, "the retried run");
+    assert.equal(second.attempt, 2);
+    gate(ws, t.vtid, "step2");
+    gate(ws, t.vtid, "finish");
+    await waitForText(page, card("done"), "Task to cancel");
+
+    // A done task is rerun as a new task with the same definition, which opens.
+    await page.locator(`${card("done")} [data-testid="task-rerun-btn"]`).click();
+    await page.waitForURL((u) => /\/tasks\/[^/]+$/.test(u.pathname) && !u.pathname.endsWith(`/${t.vtid}`));
+    await waitForText(page, '[data-testid="task-detail"] h2', "Task to cancel");
+    const rerunVtid = decodeURIComponent(new URL(page.url()).pathname.split("/").pop());
+    const rerun = await apiCall(server, "GET", `/api/v1/tasks/${rerunVtid}`);
+    assert.equal(rerun.title, "Task to cancel");
+    assert.equal(rerun.agent_id, "scripted");
+    await runOf(server, rerunVtid, "running");
+    gate(ws, rerunVtid, "step2");
+    gate(ws, rerunVtid, "finish");
+    await runOf(server, rerunVtid, "done");
+  } finally {
+    page.off("request", onRequest);
+  }
+});
+
+test("a failed task is retried from its page, and each run shows its attempt", async () => {
+  const vtid = seeded.failed.vtid;
+  await page.goto(`${server.url}/tasks/${vtid}`);
+  await page.locator('[data-testid="task-detail"][data-state="failed"]').waitFor();
+  await waitForText(page, '[data-testid="run-attempt"]', "attempt 1");
+  await page.getByTestId("task-retry-btn").click();
+  // Its gates are all open: the second attempt fails at once as the first did.
+  await waitForCount(page, '[data-testid="run-attempt"]', 2);
+  await waitForText(page, '[data-testid="run-attempt"]', "attempt 2");
+  await page.locator('[data-testid="task-detail"][data-state="failed"]').waitFor();
+  const retried = await until(async () => {
+    const { runs } = await apiCall(server, "GET", `/api/v1/runs?vtid=${vtid}`);
+    return runs.find((r) => r.attempt === 2 && r.status === "failed");
+  }, "the second, failed attempt");
+  await page.goto(`${server.url}/agents/scripted/workers?worker=${retried.id}`);
+  await waitForText(page, '[data-testid="worker-detail"] [data-testid="run-attempt"]', "attempt 2");
 });
 
 test("two tabs share one event stream", async () => {

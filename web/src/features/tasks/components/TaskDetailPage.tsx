@@ -6,11 +6,12 @@ import type { InputRequest } from "@/api/types";
 import { StatusBadge } from "@/components/StatusBadge";
 import { Markdown } from "@/components/Markdown";
 import { RelativeTime } from "@/components/time";
-import { useTask, useTaskActions, useTaskDetailLiveUpdates, useTaskRuns, useWorkflows } from "@/features/tasks/api/tasks";
+import { useTask, useTaskDetailLiveUpdates, useTaskRuns, useWorkflows } from "@/features/tasks/api/tasks";
 import { useInputRequests } from "@/api/inputRequests";
 import { RunInputRequests, WaitingForYou } from "@/components/RunInputRequests";
 import { LiveTranscript } from "@/components/LiveTranscript";
 import { RunUsage } from "./RunUsage";
+import { TaskActions } from "./TaskActions";
 
 function summary(data: Record<string, unknown>): string {
   const parts: string[] = [];
@@ -37,7 +38,6 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
   const runs = useTaskRuns(vtid);
   const requests = useInputRequests({ vtid, limit: 100 });
   const workflows = useWorkflows();
-  const { dispatch, cancel } = useTaskActions();
   useTaskDetailLiveUpdates(vtid);
   if (task.isPending) return <div className="page empty">Loading…</div>;
   if (task.isError)
@@ -48,7 +48,6 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
     );
   const t = task.data;
   const workflow = workflows.data?.find((w) => w.name === t.workflow);
-  const final = workflow?.final_states.includes(t.state) ?? false;
   const verdict = t.events.find((e) => e.type === "validator.passed" || e.type === "validator.failed");
   const events = [...t.events].sort((a, b) => b.seq - a.seq);
   return (
@@ -60,18 +59,7 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
           </Link>{" "}
           / {t.vtid}
         </h1>
-        <div className="task-actions">
-          {t.state === workflow?.draft_state && (
-            <button type="button" className="btn" onClick={() => dispatch.mutate(t.vtid)} disabled={dispatch.isPending}>
-              Dispatch
-            </button>
-          )}
-          {!final && !t.cancel_requested_at && (
-            <button type="button" className="btn btn-danger" onClick={() => cancel.mutate(t.vtid)} disabled={cancel.isPending}>
-              Cancel
-            </button>
-          )}
-        </div>
+        <TaskActions task={t} workflow={workflow} />
       </header>
       <div className="detail-grid">
         <section className="card">
