@@ -129,13 +129,13 @@ test("home lists agents with their counts", async () => {
 test("workers page lists runs, counts them, filters by status and search", async () => {
   await page.goto(`${server.url}/agents/demo/workers`);
   await waitForCount(page, '[data-testid="worker-card"]', 3);
-  await waitForText(page, '[data-testid="worker-count"]', "3 workers");
+  await waitForText(page, '[data-testid="worker-count"]', "3 runs");
   await waitForText(page, '[data-testid="detail-empty"]', "Select a worker to view details");
 
   await page.getByTestId("worker-search").fill("beta");
   await waitForCount(page, '[data-testid="worker-card"]', 1);
   await waitForText(page, '[data-testid="worker-card"]', "Inspect beta");
-  await waitForText(page, '[data-testid="worker-count"]', "1 worker");
+  await waitForText(page, '[data-testid="worker-count"]', "1 run");
   assert.match(page.url(), /q=beta/);
   await page.getByTestId("worker-search").fill("");
   await waitForCount(page, '[data-testid="worker-card"]', 3);
@@ -143,7 +143,7 @@ test("workers page lists runs, counts them, filters by status and search", async
   await page.goto(`${server.url}/agents/scripted/workers`);
   await waitForCount(page, '[data-testid="worker-card"]', 1);
   await page.getByTestId("pill-done").click();
-  await waitForText(page, '[data-testid="list-empty"]', "No workers match.");
+  await waitForText(page, '[data-testid="list-empty"]', "No runs match.");
   await page.getByTestId("pill-failed").click();
   await waitForCount(page, '[data-testid="worker-card"][data-run-status="failed"]', 1);
   await page.getByTestId("pill-all").click();
@@ -419,6 +419,26 @@ test("a failed task is retried from its page, and each run shows its attempt", a
   await waitForText(page, '[data-testid="worker-detail"] [data-testid="run-attempt"]', "attempt 2");
 });
 
+test("terminal tabs are neither agents on the home page nor workers in the fleet table", async () => {
+  const session = await apiCall(server, "POST", "/api/v1/sessions", { location_path: ws.dir, name: "naming" });
+  const tab = await apiCall(server, "POST", `/api/v1/sessions/${session.id}/workers`, { type: "terminal" });
+  const agents = await until(async () => {
+    const { agents: all } = await apiCall(server, "GET", "/api/v1/agents");
+    return all.some((a) => a.worker_type === "pty") && all;
+  }, "the tab's registration");
+  await page.goto(`${server.url}/`);
+  await page.getByTestId("home-terminals").waitFor();
+  await waitForCount(page, '[data-testid="agent-card"]', agents.filter((a) => a.worker_type !== "pty").length);
+  assert.equal(await page.locator('[data-testid="agent-card"][data-agent-id="terminal"]').count(), 0);
+
+  await page.goto(`${server.url}/fleet`);
+  await page.locator(`[data-testid="fleet-sessions"] [data-testid="fleet-session-row"][data-worker-id="${tab.id}"]`).waitFor();
+  await waitForText(page, `[data-testid="fleet-session-row"][data-worker-id="${tab.id}"]`, "terminal");
+  assert.equal(await page.locator(`[data-testid="fleet-row"][data-worker-id="${tab.id}"]`).count(), 0, "the tab is not a worker row");
+  await expectAccessible("fleet with session tabs");
+  await apiCall(server, "DELETE", `/api/v1/sessions/${session.id}`);
+});
+
 test("two tabs share one event stream", async () => {
   const streams = [];
   const ctx = await browser.newContext();
@@ -485,6 +505,9 @@ test("the token prompt appears when the server has a token", async () => {
     p.on("request", (r) => urls.push(r.url()));
     await p.goto(`${guarded.url}/`);
     await p.getByTestId("token-prompt").waitFor();
+    // It names the variable the server reads, not the deprecated one.
+    await waitForText(p, '[data-testid="token-prompt"] code', "SHEPHERD_TOKEN");
+    assert.ok(!(await p.getByTestId("token-prompt").textContent()).includes("SHEPHERD_AUTH_TOKEN"));
     await p.locator('[data-testid="token-prompt"] input').fill("wrong-token-wrong-token");
     await p.locator('[data-testid="token-prompt"] button[type="submit"]').click();
     await waitForText(p, '[data-testid="token-prompt"] [role="alert"]', "That token was refused.");
