@@ -141,6 +141,82 @@ test("a conversation is sent, cancelled mid-reply with its partial steps kept, a
   await page.getByTestId("history-note").waitFor();
 });
 
+test("a sent message stays working until the reply ends, across New chat, an older conversation and Continue, repeatedly", async () => {
+  await apiCall(server, "POST", "/api/v1/resources", { id: "race-table", name: "Race table", agent_id: "scripted" });
+  // A slow network: each conversation read answers late, after a delay of
+  // its own, so answers can arrive after newer ones and after the events
+  // that followed them (the reads still see the server's state when sent).
+  let delays = 0;
+  const slow = async (route) => {
+    const response = await route.fetch();
+    const ms = [0, 150, 400, 800][delays++ % 4];
+    await new Promise((r) => setTimeout(r, ms));
+    await route.fulfill({ response }).catch(() => {});
+  };
+  await page.route(/\/api\/v1\/conversations\/[^/?]+$/, slow);
+  await page.goto(`${server.url}/resources/race-table/conversations`);
+  await page.getByRole("button", { name: "Start a chat" }).click();
+  await page.getByTestId("send-input").waitFor();
+  const olderId = await until(() => page.getByTestId("conversation").getAttribute("data-conversation-id"), "the first conversation");
+  // Every state the pane shows for the watched conversation, recorded as it
+  // changes (a revert to idle may last a moment only).
+  await page.evaluate(() => {
+    window.__watch = null;
+    new MutationObserver(() => {
+      const w = window.__watch;
+      const el = document.querySelector('[data-testid="conversation"]');
+      if (!w || w.finishing || !el || el.dataset.conversationId !== w.id) return;
+      const sent = [...el.querySelectorAll('[data-testid="message"][data-role="user"]')].some((m) => m.textContent.includes(w.text));
+      const last = w.seen[w.seen.length - 1];
+      const now = `${el.dataset.state}${sent ? "" : " (message not shown)"}`;
+      if (now !== last) w.seen.push(now);
+    }).observe(document.body, { subtree: true, childList: true, attributes: true, attributeFilter: ["data-state"] });
+  });
+  const runs = new Set();
+  for (let i = 1; i <= 8; i++) {
+    if (i > 1) {
+      // New chat, then back to the older conversation and Continue.
+      await page.getByTestId("new-chat").click();
+      await until(async () => {
+        const id = await page.getByTestId("conversation").getAttribute("data-conversation-id");
+        return id && id !== olderId;
+      }, "a new conversation");
+      await page.locator(`[data-testid="conversation-item"][data-conversation-id="${olderId}"]`).click();
+      await page.getByTestId("continue-btn").click();
+      await page.getByTestId("send-input").waitFor();
+    }
+    const text = `Race row ${i}.`;
+    await page.evaluate(([id, t]) => {
+      window.__watch = { id, text: t, seen: [], finishing: false };
+    }, [olderId, text]);
+    await page.getByTestId("send-input").fill(text);
+    await page.getByTestId("send-btn").click();
+    await waitForText(page, '[data-testid="working"]', "AI is working…");
+    const run = await until(async () => {
+      const r = await runningRun("race-table");
+      return !runs.has(r.id) && r;
+    }, `run ${i}`);
+    runs.add(run.id);
+    gate(ws, run.vtid, "step2");
+    await waitForText(page, '[data-testid="message"][data-role="agent"][data-status="running"] [data-testid="tool-call"]', "shell");
+    await page.evaluate(() => {
+      window.__watch.finishing = true;
+    });
+    const seen = await page.evaluate(() => window.__watch.seen);
+    const from = seen.indexOf("processing");
+    assert.ok(from >= 0, `round ${i}: the pane never showed processing: ${seen.join(" → ")}`);
+    assert.deepEqual(
+      seen.slice(from).filter((x) => x !== "processing"),
+      [],
+      `round ${i}: once working, the pane went back: ${seen.join(" → ")}`,
+    );
+    gate(ws, run.vtid, "finish");
+    await page.getByTestId("working").waitFor({ state: "detached" });
+    assert.equal(await page.getByTestId("send-input").isDisabled(), false);
+  }
+  await page.unroute(/\/api\/v1\/conversations\/[^/?]+$/, slow);
+});
+
 /** The terminal's visible text, one line per row. */
 function terminalText() {
   return page.evaluate(() => [...document.querySelectorAll('[data-testid="terminal"] .xterm-rows > div')].map((r) => r.textContent).join("\n"));

@@ -15,6 +15,12 @@ echo '{"type":"action","content":[{"type":"text","text":"Starting **phase one**.
 wait_for step2
 echo '{"type":"status","text":"phase two: running tool"}'
 echo '{"type":"action","content":[{"type":"tool_call","id":"shell:0","name":"shell","args":"{\"command\":\"echo scripted\"}"}]}'
+# With <task id>.many: forty more steps at once, then twenty more at .more.
+if [ -e "$dir/$id.many" ]; then
+    for i in $(seq 1 40); do echo "{\"type\":\"action\",\"content\":[{\"type\":\"text\",\"text\":\"Progress note $i\"}]}"; done
+    wait_for more
+    for i in $(seq 41 60); do echo "{\"type\":\"action\",\"content\":[{\"type\":\"text\",\"text\":\"Progress note $i\"}]}"; done
+fi
 wait_for finish
 echo '{"type":"tool_result","call_id":"shell:0","name":"shell","text":"scripted output"}'
 echo '{"type":"action","content":[{"type":"text","text":"All done: `scripted` finished. <b>not bold</b>"}]}'

@@ -129,13 +129,13 @@ test("home lists agents with their counts", async () => {
 test("workers page lists runs, counts them, filters by status and search", async () => {
   await page.goto(`${server.url}/agents/demo/workers`);
   await waitForCount(page, '[data-testid="worker-card"]', 3);
-  await waitForText(page, '[data-testid="worker-count"]', "3 workers");
+  await waitForText(page, '[data-testid="worker-count"]', "3 runs");
   await waitForText(page, '[data-testid="detail-empty"]', "Select a worker to view details");
 
   await page.getByTestId("worker-search").fill("beta");
   await waitForCount(page, '[data-testid="worker-card"]', 1);
   await waitForText(page, '[data-testid="worker-card"]', "Inspect beta");
-  await waitForText(page, '[data-testid="worker-count"]', "1 worker");
+  await waitForText(page, '[data-testid="worker-count"]', "1 run");
   assert.match(page.url(), /q=beta/);
   await page.getByTestId("worker-search").fill("");
   await waitForCount(page, '[data-testid="worker-card"]', 3);
@@ -143,7 +143,7 @@ test("workers page lists runs, counts them, filters by status and search", async
   await page.goto(`${server.url}/agents/scripted/workers`);
   await waitForCount(page, '[data-testid="worker-card"]', 1);
   await page.getByTestId("pill-done").click();
-  await waitForText(page, '[data-testid="list-empty"]', "No workers match.");
+  await waitForText(page, '[data-testid="list-empty"]', "No runs match.");
   await page.getByTestId("pill-failed").click();
   await waitForCount(page, '[data-testid="worker-card"][data-run-status="failed"]', 1);
   await page.getByTestId("pill-all").click();
@@ -173,7 +173,8 @@ test("a running run's status changes live and its transcript appears when it com
   const run = await runOf(server, t.vtid, "running");
   await page.goto(`${server.url}/agents/scripted/workers?worker=${run.id}`);
   await waitForText(page, '[data-testid="live-status"]', "phase one: waiting");
-  await waitForText(page, '[data-testid="live-panel"]', "Transcript available when worker completes.");
+  // Its first step is stored already: the transcript shows it, not the note for a run without steps.
+  await waitForText(page, '[data-testid="live-panel"] [data-testid="live-transcript"]', "Starting phase one.");
   await waitForText(page, `[data-worker-id="${run.id}"] [data-testid="worker-card-live"]`, "phase one");
   await waitForText(page, '[data-testid="connection"]', "Live");
 
@@ -191,6 +192,57 @@ test("a running run's status changes live and its transcript appears when it com
   await waitForText(page, '[data-testid="transcript"]', "<b>not bold</b>");
   assert.equal(await page.locator('[data-testid="transcript"] b').count(), 0);
   await waitForCount(page, `[data-testid="worker-card"][data-worker-id="${run.id}"][data-run-status="done"]`, 1);
+});
+
+/** Whether the transcript's step showing `text` lies inside the transcript's visible box. */
+function stepInView(text) {
+  return page.evaluate((t) => {
+    const box = document.querySelector('[data-testid="transcript"]');
+    const step = [...(box?.querySelectorAll(".step") ?? [])].find((s) => s.textContent.includes(t));
+    if (!box || !step) return false;
+    const b = box.getBoundingClientRect();
+    const r = step.getBoundingClientRect();
+    return r.top >= b.top - 1 && r.bottom <= b.bottom + 1;
+  }, text);
+}
+
+test("a running run's transcript grows live and follows the newest step until scrolled up, on the Workers and task pages", async () => {
+  const t = await createTask(server, { title: "Scripted long run", agent_id: "scripted" });
+  gate(ws, t.vtid, "many");
+  const run = await runOf(server, t.vtid, "running");
+  await page.goto(`${server.url}/agents/scripted/workers?worker=${run.id}`);
+  await waitForText(page, '[data-testid="live-transcript"]', "Starting phase one.");
+  await waitForText(page, '[data-testid="connection"]', "Live");
+  const follow = page.getByTestId("follow-toggle");
+  assert.equal(await follow.getAttribute("aria-pressed"), "true", "follow is on at first");
+
+  // Forty-one steps arrive while the page is open: each one shows, the newest in view.
+  gate(ws, t.vtid, "step2");
+  await page.waitForSelector('[data-testid="transcript"][data-steps="42"]');
+  await until(() => stepInView("Progress note 40"), "the newest step to be in view");
+  assert.equal(await page.locator('[data-testid="worker-detail"]').getAttribute("data-run-status"), "running");
+  await expectAccessible("live transcript");
+
+  // Scrolling up stops following: later steps arrive without moving the view.
+  await page.locator('[data-testid="transcript"]').hover();
+  await page.mouse.wheel(0, -5000);
+  await until(async () => (await follow.getAttribute("aria-pressed")) === "false", "follow to turn off");
+  gate(ws, t.vtid, "more");
+  await page.waitForSelector('[data-testid="transcript"][data-steps="62"]');
+  assert.equal(await stepInView("Progress note 60"), false, "not following, the view stays where it was");
+  assert.ok(await stepInView("Starting phase one."), "the first step is still in view");
+  // Following again goes to the newest step.
+  await follow.click();
+  assert.equal(await follow.getAttribute("aria-pressed"), "true");
+  await until(() => stepInView("Progress note 60"), "the newest step to be in view again");
+
+  // The task page shows the running run's transcript too.
+  await page.goto(`${server.url}/tasks/${t.vtid}`);
+  await page.waitForSelector('[data-testid="task-detail"] [data-testid="live-transcript"] [data-testid="transcript"][data-steps="62"]');
+  await until(() => stepInView("Progress note 60"), "the newest step in view on the task page");
+  await waitForText(page, '[data-testid="run-attempt"]', "attempt 1");
+  gate(ws, t.vtid, "finish");
+  await page.getByTestId("live-transcript").waitFor({ state: "detached" });
 });
 
 test("a run without a transcript says so", async () => {
@@ -214,6 +266,12 @@ test("a run without a transcript says so", async () => {
       body: JSON.stringify({ event, message: event, claim_token: claim.claim_token }),
     });
     assert.equal(res.status, 200, await res.text());
+    if (event === "worker.execution.started") {
+      // Running without a step yet: the Workers page contract's note.
+      const running = await runOf(server, silent.vtid, "running");
+      await page.goto(`${server.url}/agents/${running.agent_id}/workers?worker=${running.id}`);
+      await waitForText(page, '[data-testid="live-panel"] [data-testid="transcript-pending"]', "Transcript available when worker completes.");
+    }
   }
   const runRow = await runOf(server, silent.vtid, "done");
   await page.goto(`${server.url}/agents/${runRow.agent_id}/workers?worker=${runRow.id}`);
@@ -278,13 +336,107 @@ test("a task created from the board moves across columns live", async () => {
   await screenshot("task-detail");
 });
 
-test("cancel from the board ends a running task", async () => {
+test("cancel from the board asks first, and dismissing does not cancel; Retry and Rerun run it again", async () => {
   const t = await createTask(server, { title: "Task to cancel", agent_id: "scripted" });
   await runOf(server, t.vtid, "running");
-  await page.goto(`${server.url}/tasks`);
-  await waitForText(page, `[data-testid="board-column"][data-state="running"] [data-vtid="${t.vtid}"]`, "Task to cancel");
-  await page.locator(`[data-vtid="${t.vtid}"] [data-testid="task-cancel-btn"]`).click();
-  await waitForText(page, `[data-testid="board-column"][data-state="cancelled"] [data-vtid="${t.vtid}"]`, "Task to cancel");
+  const cancels = [];
+  const onRequest = (r) => {
+    if (r.method() === "POST" && r.url().endsWith(`/api/v1/tasks/${t.vtid}/cancel`)) cancels.push(r.url());
+  };
+  page.on("request", onRequest);
+  try {
+    await page.goto(`${server.url}/tasks`);
+    const card = (state) => `[data-testid="board-column"][data-state="${state}"] [data-vtid="${t.vtid}"]`;
+    await waitForText(page, card("running"), "Task to cancel");
+    const dialog = page.getByRole("dialog", { name: `Cancel ${t.vtid}?` });
+
+    // Escape, then "Keep it": the dialog goes and nothing is cancelled.
+    await page.locator(`[data-vtid="${t.vtid}"] [data-testid="task-cancel-btn"]`).click();
+    await dialog.waitFor();
+    assert.equal(await page.evaluate(() => document.activeElement?.dataset.testid), "confirm-dismiss", "focus starts on the safe choice");
+    await expectAccessible("cancel confirmation");
+    await page.keyboard.press("Escape");
+    await dialog.waitFor({ state: "detached" });
+    await page.locator(`[data-vtid="${t.vtid}"] [data-testid="task-cancel-btn"]`).click();
+    await dialog.getByRole("button", { name: "Keep it" }).click();
+    await dialog.waitFor({ state: "detached" });
+    assert.deepEqual(cancels, [], "dismissing the dialog sends no cancel");
+    const still = await apiCall(server, "GET", `/api/v1/tasks/${t.vtid}`);
+    assert.equal(still.state, "running");
+    assert.equal(still.cancel_requested_at ?? null, null);
+    assert.equal(await page.locator(card("running")).count(), 1);
+
+    // Confirming cancels.
+    await page.locator(`[data-vtid="${t.vtid}"] [data-testid="task-cancel-btn"]`).click();
+    await dialog.getByRole("button", { name: "Cancel task" }).click();
+    await waitForText(page, card("cancelled"), "Task to cancel");
+    assert.equal(cancels.length, 1);
+
+    // A cancelled task is retried from its card: it runs again, as attempt 2.
+    await page.locator(`${card("cancelled")} [data-testid="task-retry-btn"]`).click();
+    await waitForText(page, card("running"), "Task to cancel");
+    const second = await until(async () => {
+      const { runs } = await apiCall(server, "GET", `/api/v1/runs?vtid=${t.vtid}&status=running`);
+      return runs[0];
+    }, "the retried run");
+    assert.equal(second.attempt, 2);
+    gate(ws, t.vtid, "step2");
+    gate(ws, t.vtid, "finish");
+    await waitForText(page, card("done"), "Task to cancel");
+
+    // A done task is rerun as a new task with the same definition, which opens.
+    await page.locator(`${card("done")} [data-testid="task-rerun-btn"]`).click();
+    await page.waitForURL((u) => /\/tasks\/[^/]+$/.test(u.pathname) && !u.pathname.endsWith(`/${t.vtid}`));
+    await waitForText(page, '[data-testid="task-detail"] h2', "Task to cancel");
+    const rerunVtid = decodeURIComponent(new URL(page.url()).pathname.split("/").pop());
+    const rerun = await apiCall(server, "GET", `/api/v1/tasks/${rerunVtid}`);
+    assert.equal(rerun.title, "Task to cancel");
+    assert.equal(rerun.agent_id, "scripted");
+    await runOf(server, rerunVtid, "running");
+    gate(ws, rerunVtid, "step2");
+    gate(ws, rerunVtid, "finish");
+    await runOf(server, rerunVtid, "done");
+  } finally {
+    page.off("request", onRequest);
+  }
+});
+
+test("a failed task is retried from its page, and each run shows its attempt", async () => {
+  const vtid = seeded.failed.vtid;
+  await page.goto(`${server.url}/tasks/${vtid}`);
+  await page.locator('[data-testid="task-detail"][data-state="failed"]').waitFor();
+  await waitForText(page, '[data-testid="run-attempt"]', "attempt 1");
+  await page.getByTestId("task-retry-btn").click();
+  // Its gates are all open: the second attempt fails at once as the first did.
+  await waitForCount(page, '[data-testid="run-attempt"]', 2);
+  await waitForText(page, '[data-testid="run-attempt"]', "attempt 2");
+  await page.locator('[data-testid="task-detail"][data-state="failed"]').waitFor();
+  const retried = await until(async () => {
+    const { runs } = await apiCall(server, "GET", `/api/v1/runs?vtid=${vtid}`);
+    return runs.find((r) => r.attempt === 2 && r.status === "failed");
+  }, "the second, failed attempt");
+  await page.goto(`${server.url}/agents/scripted/workers?worker=${retried.id}`);
+  await waitForText(page, '[data-testid="worker-detail"] [data-testid="run-attempt"]', "attempt 2");
+});
+
+test("terminal tabs are neither agents on the home page nor workers in the fleet table", async () => {
+  const session = await apiCall(server, "POST", "/api/v1/sessions", { location_path: ws.dir, name: "naming" });
+  const tab = await apiCall(server, "POST", `/api/v1/sessions/${session.id}/workers`, { type: "terminal" });
+  const agents = await until(async () => {
+    const { agents: all } = await apiCall(server, "GET", "/api/v1/agents");
+    return all.some((a) => a.worker_type === "pty") && all;
+  }, "the tab's registration");
+  await page.goto(`${server.url}/`);
+  await page.getByTestId("home-terminals").waitFor();
+  await waitForCount(page, '[data-testid="agent-card"]', agents.filter((a) => a.worker_type !== "pty").length);
+  assert.equal(await page.locator('[data-testid="agent-card"][data-agent-id="terminal"]').count(), 0);
+
+  await page.goto(`${server.url}/fleet`);
+  await page.locator(`[data-testid="fleet-sessions"] [data-testid="fleet-session-row"][data-worker-id="${tab.id}"]`).waitFor();
+  await waitForText(page, `[data-testid="fleet-session-row"][data-worker-id="${tab.id}"]`, "terminal");
+  assert.equal(await page.locator(`[data-testid="fleet-row"][data-worker-id="${tab.id}"]`).count(), 0, "the tab is not a worker row");
+  await expectAccessible("fleet with session tabs");
+  await apiCall(server, "DELETE", `/api/v1/sessions/${session.id}`);
 });
 
 test("two tabs share one event stream", async () => {
@@ -353,6 +505,9 @@ test("the token prompt appears when the server has a token", async () => {
     p.on("request", (r) => urls.push(r.url()));
     await p.goto(`${guarded.url}/`);
     await p.getByTestId("token-prompt").waitFor();
+    // It names the variable the server reads, not the deprecated one.
+    await waitForText(p, '[data-testid="token-prompt"] code', "SHEPHERD_TOKEN");
+    assert.ok(!(await p.getByTestId("token-prompt").textContent()).includes("SHEPHERD_AUTH_TOKEN"));
     await p.locator('[data-testid="token-prompt"] input').fill("wrong-token-wrong-token");
     await p.locator('[data-testid="token-prompt"] button[type="submit"]').click();
     await waitForText(p, '[data-testid="token-prompt"] [role="alert"]', "That token was refused.");

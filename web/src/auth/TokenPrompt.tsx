@@ -25,7 +25,7 @@ export function TokenPrompt() {
     <div className="overlay">
       <form className="dialog" role="dialog" aria-modal="true" aria-labelledby="token-title" onSubmit={submit} data-testid="token-prompt">
         <h2 id="token-title">Operator token</h2>
-        <p>This server needs its operator token (<code>SHEPHERD_AUTH_TOKEN</code>). It is kept in this tab only.</p>
+        <p>This server needs its operator token (<code>SHEPHERD_TOKEN</code>). It is kept in this tab only.</p>
         <label className="field">
           <span>Token</span>
           <input type="password" autoFocus autoComplete="off" value={value} onChange={(e) => setValue(e.target.value)} />

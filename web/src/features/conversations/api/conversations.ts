@@ -3,9 +3,10 @@
 // and step persisted so far, plus the cursor that answer is valid at. The
 // client load sequence is the contract's: the database first, then the live tail
 // of the shared event stream after that cursor.
-import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { useEffect, useRef, useState } from "react";
+import { useMutation, useQuery, useQueryClient, type UseQueryResult } from "@tanstack/react-query";
 import { api, unwrap } from "@/api/client";
-import type { ResourceBody } from "@/api/types";
+import type { ConversationDetail, ResourceBody } from "@/api/types";
 import { useServerEvents } from "@/events/hooks";
 
 export const convKeys = {
@@ -30,11 +31,21 @@ export function useConversationList(resourceId: string) {
   });
 }
 
+/**
+ * One conversation. An answer is valid at its cursor: one older than the
+ * answer already held (a read that started first and ended last) never
+ * replaces it.
+ */
 export function useConversation(id: string | undefined) {
+  const client = useQueryClient();
   return useQuery({
     queryKey: convKeys.detail(id ?? ""),
     enabled: !!id,
-    queryFn: ({ signal }) => unwrap(api.GET("/api/v1/conversations/{id}", { params: { path: { id: id! } }, signal })),
+    queryFn: async ({ signal }) => {
+      const fresh = await unwrap(api.GET("/api/v1/conversations/{id}", { params: { path: { id: id! } }, signal }));
+      const held = client.getQueryData<ConversationDetail>(convKeys.detail(id!));
+      return held && held.cursor > fresh.cursor ? held : fresh;
+    },
   });
 }
 
@@ -44,20 +55,35 @@ export function useConversation(id: string | undefined) {
  * database has every step the event announces); an event about another
  * conversation marks its cached detail stale, so going back to it reloads
  * it; any conversation event refreshes the list.
+ *
+ * The newest event seen about the shown conversation is remembered: while
+ * the detail on screen is older than it (its read began before the event and
+ * was not restarted, as a first read never is), it is read again.
  */
-export function useConversationLiveUpdates(resourceId: string, conversationId: string | undefined, cursor: number | undefined) {
+export function useConversationLiveUpdates(
+  resourceId: string,
+  conversationId: string | undefined,
+  detail: UseQueryResult<ConversationDetail>,
+) {
   const client = useQueryClient();
+  const cursor = detail.data?.id === conversationId ? detail.data?.cursor : undefined;
+  const [newest, setNewest] = useState<{ id: string; seq: number } | null>(null);
   useServerEvents((events) => {
     let detail = false;
     let list = false;
+    let seen = -1;
     const others = new Set<string>();
     for (const e of events) {
       if (conversationId && e.conversation_id === conversationId) {
+        seen = Math.max(seen, e.seq);
         if (cursor === undefined || e.seq > cursor) detail = true;
       } else if (e.conversation_id) {
         others.add(e.conversation_id);
       }
       if (e.conversation_id || e.channel_id === resourceId || e.type.startsWith("channel.")) list = true;
+    }
+    if (conversationId && seen >= 0) {
+      setNewest((n) => (n && n.id === conversationId && n.seq >= seen ? n : { id: conversationId, seq: seen }));
     }
     if (detail && conversationId) void client.invalidateQueries({ queryKey: convKeys.detail(conversationId) });
     for (const id of others) void client.invalidateQueries({ queryKey: convKeys.detail(id), refetchType: "none" });
@@ -66,6 +92,17 @@ export function useConversationLiveUpdates(resourceId: string, conversationId: s
       void client.invalidateQueries({ queryKey: convKeys.resources });
     }
   });
+  const behind = newest !== null && newest.id === conversationId && cursor !== undefined ? newest.seq > cursor : false;
+  const { isFetching, refetch } = detail;
+  // Once per (event, answer) pair, so an answer that stays behind cannot spin.
+  const tried = useRef("");
+  useEffect(() => {
+    if (!behind || isFetching || !newest) return;
+    const attempt = `${newest.seq}:${cursor}`;
+    if (tried.current === attempt) return;
+    tried.current = attempt;
+    void refetch({ cancelRefetch: false });
+  }, [behind, isFetching, newest, cursor, refetch]);
 }
 
 export function useConversationActions(resourceId: string) {

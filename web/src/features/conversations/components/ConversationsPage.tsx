@@ -31,7 +31,7 @@ export function ConversationsPage({ resourceId, conversationId }: { resourceId?:
   // Without an id in the URL: the resource's active conversation, else the newest.
   const shownId = conversationId ?? resource?.active_conversation_id ?? conversations[0]?.id ?? undefined;
   const detail = useConversation(resourceId ? shownId : undefined);
-  useConversationLiveUpdates(resourceId ?? "", shownId, detail.data?.cursor);
+  useConversationLiveUpdates(resourceId ?? "", shownId, detail);
   const { newChat } = useConversationActions(resourceId ?? "");
 
   // /conversations with no resource chosen: go to the first one.

@@ -5,6 +5,7 @@
 import { useNavigate } from "@tanstack/react-router";
 import { useFleetLiveUpdates, useFleetWorkers, useWorkerEvents } from "@/features/fleet/api/fleet";
 import { FleetTable } from "./FleetTable";
+import { SessionTabsTable } from "./SessionTabsTable";
 import { WorkerEventsTimeline } from "./WorkerEventsTimeline";
 
 export interface FleetSearch {
@@ -30,6 +31,10 @@ export function FleetPage({ search }: { search: FleetSearch }) {
   const workers = useFleetWorkers(!!search.closed);
   const events = useWorkerEvents(stale);
   useFleetLiveUpdates();
+  // Session tabs (terminals, interactive agents) register as workers but take no tasks.
+  const all = workers.data?.workers ?? [];
+  const fleet = all.filter((w) => !w.session_id);
+  const tabs = all.filter((w) => !!w.session_id);
   const stuck = new Set(events.data?.summary?.stuck ?? []);
   const timeline = [...(events.data?.events ?? [])]
     .filter((e) => !search.worker || e.worker_id === search.worker)
@@ -58,15 +63,24 @@ export function FleetPage({ search }: { search: FleetSearch }) {
       <div className="detail-grid">
         <section className="card" aria-label="Workers">
           <h2>
-            Workers <span className="muted">{workers.data?.count ?? ""}</span>
+            Workers <span className="muted">{workers.data ? fleet.length : ""}</span>
           </h2>
           {workers.isError && (
             <p className="error" role="alert">
               {workers.error.message}
             </p>
           )}
-          {workers.data?.count === 0 && <p className="muted">No workers registered.</p>}
-          <FleetTable workers={workers.data?.workers ?? []} stuck={stuck} stale={stale} selected={search.worker} />
+          {workers.data && fleet.length === 0 && <p className="muted">No workers registered.</p>}
+          <FleetTable workers={fleet} stuck={stuck} stale={stale} selected={search.worker} />
+          {tabs.length > 0 && (
+            <>
+              <h2>
+                Session tabs <span className="muted">{tabs.length}</span>
+              </h2>
+              <p className="muted small">Terminals and interactive agents open in sessions: they take no tasks.</p>
+              <SessionTabsTable tabs={tabs} />
+            </>
+          )}
         </section>
         <section className="card" aria-label="Worker events">
           <h2>

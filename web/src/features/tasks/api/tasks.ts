@@ -1,7 +1,7 @@
 // Tasks, workflows and task actions, and the events that refresh them.
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap } from "@/api/client";
-import type { CreateTask } from "@/api/types";
+import type { CreateTask, Task } from "@/api/types";
 import { useServerEvents } from "@/events/hooks";
 
 export const BOARD_LIMIT = 500;
@@ -59,7 +59,41 @@ export function useTaskActions() {
       unwrap(api.POST("/api/v1/tasks/{vtid}/cancel", { params: { path: { vtid } }, body: { reason: "cancelled from the web UI" } })),
     onSuccess: done,
   });
-  return { create, dispatch, cancel };
+  const retry = useMutation({
+    mutationFn: (vtid: string) => unwrap(api.POST("/api/v1/tasks/{vtid}/retry", { params: { path: { vtid } } })),
+    onSuccess: done,
+  });
+  const rerun = useMutation({
+    mutationFn: (task: Task) => unwrap(api.POST("/api/v1/tasks", { body: rerunOf(task) })),
+    onSuccess: done,
+  });
+  return { create, dispatch, cancel, retry, rerun };
+}
+
+/** Whether a task in `state` can be retried (the API allows failed and cancelled ones). */
+export function retryable(state: string) {
+  return state === "failed" || state === "cancelled";
+}
+
+/** Whether a task in `state` can be run again as a new task. */
+export function rerunnable(state: string) {
+  return state === "done";
+}
+
+/** A new task with `task`'s definition, dispatched at once. */
+export function rerunOf(task: Task): CreateTask {
+  return {
+    title: task.title,
+    spec: task.spec,
+    agent_id: task.agent_id ?? null,
+    capabilities: task.capabilities,
+    workflow: task.workflow,
+    priority: task.priority,
+    channel_id: task.channel_id ?? null,
+    max_attempts: task.max_attempts ?? null,
+    retry_backoff: task.retry_backoff ?? null,
+    dispatch: true,
+  };
 }
 
 /** A task event, or a run event about a task, refreshes the board. */

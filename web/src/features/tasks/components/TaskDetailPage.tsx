@@ -6,10 +6,12 @@ import type { InputRequest } from "@/api/types";
 import { StatusBadge } from "@/components/StatusBadge";
 import { Markdown } from "@/components/Markdown";
 import { RelativeTime } from "@/components/time";
-import { useTask, useTaskActions, useTaskDetailLiveUpdates, useTaskRuns, useWorkflows } from "@/features/tasks/api/tasks";
+import { useTask, useTaskDetailLiveUpdates, useTaskRuns, useWorkflows } from "@/features/tasks/api/tasks";
 import { useInputRequests } from "@/api/inputRequests";
 import { RunInputRequests, WaitingForYou } from "@/components/RunInputRequests";
+import { LiveTranscript } from "@/components/LiveTranscript";
 import { RunUsage } from "./RunUsage";
+import { TaskActions } from "./TaskActions";
 
 function summary(data: Record<string, unknown>): string {
   const parts: string[] = [];
@@ -36,7 +38,6 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
   const runs = useTaskRuns(vtid);
   const requests = useInputRequests({ vtid, limit: 100 });
   const workflows = useWorkflows();
-  const { dispatch, cancel } = useTaskActions();
   useTaskDetailLiveUpdates(vtid);
   if (task.isPending) return <div className="page empty">Loading…</div>;
   if (task.isError)
@@ -47,7 +48,6 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
     );
   const t = task.data;
   const workflow = workflows.data?.find((w) => w.name === t.workflow);
-  const final = workflow?.final_states.includes(t.state) ?? false;
   const verdict = t.events.find((e) => e.type === "validator.passed" || e.type === "validator.failed");
   const events = [...t.events].sort((a, b) => b.seq - a.seq);
   return (
@@ -59,18 +59,7 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
           </Link>{" "}
           / {t.vtid}
         </h1>
-        <div className="task-actions">
-          {t.state === workflow?.draft_state && (
-            <button type="button" className="btn" onClick={() => dispatch.mutate(t.vtid)} disabled={dispatch.isPending}>
-              Dispatch
-            </button>
-          )}
-          {!final && !t.cancel_requested_at && (
-            <button type="button" className="btn btn-danger" onClick={() => cancel.mutate(t.vtid)} disabled={cancel.isPending}>
-              Cancel
-            </button>
-          )}
-        </div>
+        <TaskActions task={t} workflow={workflow} />
       </header>
       <div className="detail-grid">
         <section className="card">
@@ -111,11 +100,15 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
             {runs.data?.runs.map((r) => (
               <li key={r.id}>
                 <Link to="/agents/$agentId/workers" params={{ agentId: r.agent_id }} search={{ worker: r.id }}>
-                  {r.purpose} #{r.attempt}
+                  {r.purpose}
                 </Link>{" "}
+                <span className="muted" data-testid="run-attempt">
+                  attempt {r.attempt}
+                </span>{" "}
                 <StatusBadge status={r.status} /> <span className="muted">{r.worker_id}</span> <RelativeTime iso={r.started_at} />
                 <RunUsage usage={r.usage} workspace={r.workspace} />
                 <RunRequests requests={requests.data?.filter((q) => q.run_id === r.id)} pendingInput={r.pending_input ?? 0} />
+                {r.status === "running" && <LiveTranscript runId={r.id} className="run-live" />}
               </li>
             ))}
           </ul>

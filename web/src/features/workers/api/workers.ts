@@ -16,6 +16,7 @@ export const workerKeys = {
   filtered: (agentId: string, status: StatusFilter | undefined, q: string | undefined) =>
     ["workers", agentId, { status: status ?? null, q: q ?? "" }] as const,
   detail: (workerId: string) => ["worker-detail", workerId] as const,
+  record: (runId: string) => ["run-record", runId] as const,
 };
 
 /** The event-log cursor a response's data is valid at. */
@@ -60,6 +61,18 @@ export function useWorkerDetail(agentId: string, workerId: string | undefined) {
       const body = await unwrap(res);
       return { ...body, cursor: cursorOf((await res).response) } as WorkerDetail;
     },
+  });
+}
+
+/**
+ * The run's full record (its attempt number, say), which the detail route
+ * leaves out: read from its task's run list, which carries no transcripts.
+ */
+export function useRunRecord(runId: string, vtid: string) {
+  return useQuery({
+    queryKey: workerKeys.record(runId),
+    queryFn: ({ signal }) =>
+      unwrap(api.GET("/api/v1/runs", { params: { query: { vtid, limit: 100 } }, signal })).then((b) => b.runs.find((r) => r.id === runId) ?? null),
   });
 }
 

@@ -72,7 +72,7 @@ export function AgentWorkersPage({ agentId, search }: { agentId: string; search:
           ))}
         </div>
         <span className="count" data-testid="worker-count" aria-live="polite">
-          {list.isSuccess ? `${total} ${total === 1 ? "worker" : "workers"}` : ""}
+          {list.isSuccess ? `${total} ${total === 1 ? "run" : "runs"}` : ""}
         </span>
       </div>
       <div className="two-columns">
@@ -85,7 +85,7 @@ export function AgentWorkersPage({ agentId, search }: { agentId: string; search:
             </div>
           ) : list.isSuccess && runs.length === 0 ? (
             <div className="empty" data-testid="list-empty">
-              {search.q || search.status ? "No workers match." : "No workers yet."}
+              {search.q || search.status ? "No runs match." : "No runs yet."}
             </div>
           ) : (
             <WorkerList agentId={agentId} runs={runs} selected={search.worker} hasMore={!!hasNextPage} loadMore={loadMore} />

@@ -8,8 +8,9 @@ import { duration, useNow } from "@/components/time";
 import { ApiError } from "@/api/errors";
 import { useInputRequests } from "@/api/inputRequests";
 import { RunInputRequests, WaitingForYou } from "@/components/RunInputRequests";
-import { Transcript } from "./Transcript";
-import { useWorkerDetail, type WorkerDetail as Detail } from "@/features/workers/api/workers";
+import { Transcript } from "@/components/Transcript";
+import { LiveTranscript } from "@/components/LiveTranscript";
+import { useRunRecord, useWorkerDetail, type WorkerDetail as Detail } from "@/features/workers/api/workers";
 import { useLive } from "@/features/workers/stores/live";
 
 function Duration({ run }: { run: WorkerDetailResponse }) {
@@ -44,6 +45,7 @@ function DetailBody({ detail }: { detail: Detail }) {
   const running = run.status === "running";
   const requests = useInputRequests({ runId: run.id, limit: 100 }).data ?? [];
   const waiting = requests.filter((r) => r.state === "pending").length;
+  const attempt = useRunRecord(run.id, run.vtid).data?.attempt;
   return (
     <article className="worker-detail" data-testid="worker-detail" data-worker-id={run.id} data-run-status={run.status}>
       <header className="detail-header">
@@ -64,6 +66,11 @@ function DetailBody({ detail }: { detail: Detail }) {
           </span>
           <StatusBadge status={run.status} />
           <span className="muted">{run.vtid}</span>
+          {attempt != null && (
+            <span className="muted" data-testid="run-attempt">
+              attempt {attempt}
+            </span>
+          )}
         </div>
         <WaitingForYou count={waiting} />
       </header>
@@ -83,7 +90,7 @@ function DetailBody({ detail }: { detail: Detail }) {
             <dt>Tool calls</dt>
             <dd data-testid="tool-calls">{run.tool_calls}</dd>
           </dl>
-          <p className="muted">Transcript available when worker completes.</p>
+          <LiveTranscript key={run.id} runId={run.id} />
         </section>
       ) : (
         <>
