@@ -4,9 +4,13 @@
 // window, the navigation collapses into a menu that Escape and a chosen link
 // close, and the two- and three-column pages become one column that switches
 // between list and detail. Each page is checked with axe in light and dark.
+// SCREENSHOTS=1 also writes the phone's screenshots (390×844, light and
+// dark) to docs/screenshots/phone-*.png.
 import { test, before, after, describe } from "node:test";
 import assert from "node:assert/strict";
-import { apiCall, axe, createTask, launchBrowser, makeWorkspace, runOf, startServer, until, waitForText } from "./lib.mjs";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { REPO, apiCall, axe, createTask, launchBrowser, makeWorkspace, runOf, startServer, until, waitForText } from "./lib.mjs";
 
 const VIEWPORTS = [
   { name: "desktop", width: 1280, height: 800 },
@@ -15,6 +19,8 @@ const VIEWPORTS = [
 ];
 /** Below this width the layout is the phone's (the CSS breakpoint). */
 const NARROW = 800;
+
+const SHOTS = process.env.SCREENSHOTS === "1" ? join(REPO, "docs/screenshots") : null;
 
 let ws;
 let server;
@@ -55,6 +61,17 @@ async function withPage(viewport, body) {
   } finally {
     await context.close();
   }
+}
+
+/** At the phone's width only (390×844), with SCREENSHOTS=1: light and dark. */
+async function screenshot(page, viewport, name) {
+  if (!SHOTS || viewport.width !== 390) return;
+  mkdirSync(SHOTS, { recursive: true });
+  for (const scheme of ["light", "dark"]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.screenshot({ path: join(SHOTS, `phone-${name}-${scheme}.png`) });
+  }
+  await page.emulateMedia({ colorScheme: "light" });
 }
 
 /** The element is shown and lies wholly inside the window. */
@@ -135,6 +152,7 @@ for (const viewport of VIEWPORTS) {
         // The tasks board's columns stack or scroll inside the board, never the page.
         await page.goto(`${server.url}/tasks`);
         await page.getByTestId("task-card").first().waitFor();
+        await screenshot(page, viewport, "tasks");
         const board = await page.getByTestId("board").boundingBox();
         assert.ok(board.x >= 0 && board.x + board.width <= viewport.width, `the board lies inside the window: ${JSON.stringify(board)}`);
       });
@@ -149,6 +167,7 @@ for (const viewport of VIEWPORTS) {
         const input = await expectInWindow(page, '[data-testid="send-input"]', "the send box");
         assert.ok(input.width >= (narrow ? 200 : 300), `the send box is ${input.width} px wide`);
         await expectInWindow(page, '[data-testid="send-btn"]', "the send button");
+        await screenshot(page, viewport, "conversation");
         const toHistory = page.getByTestId("show-history");
         if (!narrow) {
           assert.equal(await toHistory.isVisible(), false, "no History switch at desktop width");
@@ -161,6 +180,7 @@ for (const viewport of VIEWPORTS) {
         await expectInWindow(page, '[data-testid="conversation-item"]', "the history list");
         assert.equal(await page.getByTestId("send-input").isVisible(), false, "the conversation is hidden while the history shows");
         await expectUsable(page, viewport, "conversation history list");
+        await screenshot(page, viewport, "conversation-history");
         await page.getByTestId("conversation-item").first().click();
         await expectInWindow(page, '[data-testid="send-input"]', "the send box after choosing a conversation");
         assert.equal(await page.getByTestId("conversation-item").first().isVisible(), false);
@@ -193,6 +213,7 @@ for (const viewport of VIEWPORTS) {
         assert.equal(await page.getByTestId("worker-card").first().isVisible(), false, "the list gives way to the detail");
         await expectInWindow(page, '[data-testid="worker-back"]', "the Back control");
         await expectUsable(page, viewport, "workers detail");
+        await screenshot(page, viewport, "workers");
         await back.click();
         await expectInWindow(page, `[data-testid="worker-card"][data-worker-id="${seeded.beta.id}"]`, "the list again");
         assert.doesNotMatch(page.url(), /worker=/);
@@ -224,6 +245,7 @@ for (const viewport of VIEWPORTS) {
             await expectInWindow(page, `nav[aria-label="Main"] a[href="${href}"]`, `the menu's link to ${href}`);
           }
           await expectUsable(page, viewport, "the open menu");
+          await screenshot(page, viewport, "menu");
           await page.keyboard.press("Escape");
           await tasksLink.waitFor({ state: "hidden" });
           assert.equal(await toggle.getAttribute("aria-expanded"), "false");
