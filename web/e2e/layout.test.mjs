@@ -135,6 +135,7 @@ for (const viewport of VIEWPORTS) {
           ["home", "/", '[data-testid="agent-card"]'],
           ["inbox", "/inbox", "main h1"],
           ["tasks board", "/tasks", '[data-testid="task-card"]'],
+          ["new task dialog", "/tasks?new=true", '[data-testid="task-submit"]'],
           ["task detail", `/tasks/${seeded.task}`, '[data-testid="task-detail"]'],
           ["fleet", "/fleet", '[data-testid="fleet-row"]'],
           ["workers list", "/agents/demo/workers", '[data-testid="worker-card"]'],
