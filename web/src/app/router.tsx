@@ -7,7 +7,7 @@ import { AgentWorkersPage, validateWorkersSearch } from "@/features/workers/comp
 import { TasksPage, validateTasksSearch } from "@/features/tasks/components/TasksPage";
 import { TaskDetailPage } from "@/features/tasks/components/TaskDetailPage";
 import { FleetPage, validateFleetSearch } from "@/features/fleet/components/FleetPage";
-import { ConversationsPage } from "@/features/conversations/components/ConversationsPage";
+import { ConversationsPage, validateConversationsSearch } from "@/features/conversations/components/ConversationsPage";
 import { SessionsPage } from "@/features/sessions/components/SessionsPage";
 import { SessionPage, validateSessionSearch } from "@/features/sessions/components/SessionPage";
 import { InboxPage, validateInboxSearch } from "@/features/inbox/components/InboxPage";
@@ -65,9 +65,11 @@ const conversationsRoute = createRoute({
 const resourceConversationsRoute = createRoute({
   getParentRoute: () => rootRoute,
   path: "/resources/$resourceId/conversations/{-$conversationId}",
+  validateSearch: validateConversationsSearch,
   component: function ResourceConversationsRoute() {
     const { resourceId, conversationId } = resourceConversationsRoute.useParams();
-    return <ConversationsPage resourceId={resourceId} conversationId={conversationId} />;
+    const { view } = resourceConversationsRoute.useSearch();
+    return <ConversationsPage resourceId={resourceId} conversationId={conversationId} view={view} />;
   },
 });
 

@@ -14,7 +14,7 @@ export function ConnectionIndicator() {
   return (
     <span className={`conn conn-${status}`} role="status" aria-live="polite" data-testid="connection" data-status={status}>
       <span className="conn-dot" aria-hidden="true" />
-      {LABELS[status]}
+      <span className="conn-label">{LABELS[status]}</span>
     </span>
   );
 }

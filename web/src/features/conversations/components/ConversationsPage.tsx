@@ -4,6 +4,8 @@
 // conversation per resource runs at a time: while it does, the send box is
 // disabled ("AI is working…") and the choices are to wait or cancel. An
 // older conversation is read-only until "Continue this conversation".
+// At phone width (styles.css) one column shows: the conversation, or with
+// ?view=history the resources and the history; ViewSwitch goes between them.
 import { useEffect } from "react";
 import { useNavigate } from "@tanstack/react-router";
 import { ApiError } from "@/api/errors";
@@ -21,8 +23,23 @@ import { NewResourceForm } from "./NewResourceForm";
 import { ConversationList } from "./ConversationList";
 import { Messages } from "./Messages";
 import { Composer } from "./Composer";
+import { ViewSwitch } from "./ViewSwitch";
 
-export function ConversationsPage({ resourceId, conversationId }: { resourceId?: string; conversationId?: string }) {
+export interface ConversationsSearch {
+  view?: "history";
+}
+
+export function validateConversationsSearch(search: Record<string, unknown>): ConversationsSearch {
+  return { view: search.view === "history" ? "history" : undefined };
+}
+
+interface Props {
+  resourceId?: string;
+  conversationId?: string;
+  view?: "history";
+}
+
+export function ConversationsPage({ resourceId, conversationId, view }: Props) {
   const resources = useResources();
   const navigate = useNavigate();
   const resource = resources.data?.find((r) => r.id === resourceId);
@@ -53,9 +70,10 @@ export function ConversationsPage({ resourceId, conversationId }: { resourceId?:
 
   const notFound = detail.error instanceof ApiError && detail.error.status === 404;
   return (
-    <div className="page conversations-page">
+    <div className="page conversations-page" data-view={resourceId && view !== "history" ? "conversation" : "history"}>
       <header className="page-header">
         <h1>Conversations{resource && <span className="muted"> · {resource.name}</span>}</h1>
+        {resourceId && <ViewSwitch resourceId={resourceId} conversationId={conversationId} view={view} />}
       </header>
       <div className="three-columns">
         <section className="column-list" aria-label="Resources">

@@ -17,7 +17,7 @@ export function InboxNavLink() {
     document.title = count > 0 ? `(${count}) ${TITLE}` : TITLE;
   }, [count]);
   return (
-    <Link to="/inbox" activeProps={{ className: "nav-active" }} data-testid="nav-inbox" data-count={count}>
+    <Link to="/inbox" className="nav-inbox" activeProps={{ className: "nav-active" }} data-testid="nav-inbox" data-count={count}>
       Inbox
       {count > 0 && (
         <span className="nav-count" data-testid="inbox-count">

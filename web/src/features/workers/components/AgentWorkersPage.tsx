@@ -1,7 +1,8 @@
 // The Workers page at /agents/$agentId/workers?worker=<uuid>: every
 // run of the agent (across channels) on the left, the selected one on the
 // right. Selection, status filter and search live in the URL, so deep links
-// and back/forward work.
+// and back/forward work. At phone width (styles.css) the page is one column:
+// the list, or with a worker chosen its detail and a Back control.
 import { useCallback, useMemo } from "react";
 import { Link, useNavigate } from "@tanstack/react-router";
 import { useWorkerList, useWorkerLiveUpdates, type StatusFilter } from "@/features/workers/api/workers";
@@ -48,7 +49,7 @@ export function AgentWorkersPage({ agentId, search }: { agentId: string; search:
   );
 
   return (
-    <div className="page workers-page">
+    <div className="page workers-page" data-view={search.worker ? "detail" : "list"}>
       <header className="page-header">
         <h1>
           <Link to="/">Agents</Link> / {agentId} / Workers
@@ -92,6 +93,9 @@ export function AgentWorkersPage({ agentId, search }: { agentId: string; search:
           )}
         </section>
         <section className="column-detail" aria-label="Worker detail">
+          <Link from="/agents/$agentId/workers" search={(prev) => ({ ...prev, worker: undefined })} className="back-link" data-testid="worker-back">
+            <span aria-hidden="true">← </span>All workers
+          </Link>
           <WorkerDetail agentId={agentId} workerId={search.worker} />
         </section>
       </div>
