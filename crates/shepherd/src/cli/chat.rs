@@ -117,16 +117,7 @@ async fn resolve_conversation(c: &Client, id: &str) -> Result<String> {
             }
         }
     }
-    match matches.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(format!("no conversation {id:?} (conversation_not_found)").into()),
-        many => Err(format!(
-            "{id:?} is ambiguous: it starts {} conversations ({}, …); give more characters",
-            many.len(),
-            many[..2].join(", ")
-        )
-        .into()),
-    }
+    crate::cli::output::the_one_match(id, "conversation", &matches)
 }
 
 pub async fn conversation(g: &Global, cmd: &ConversationCommand) -> Result<()> {

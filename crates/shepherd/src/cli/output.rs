@@ -26,6 +26,21 @@ pub fn explain(e: ClientError) -> Box<dyn std::error::Error + Send + Sync> {
     }
 }
 
+/// The id a unique start `id` names, from the ids found starting with it:
+/// none is `<what>_not_found`, several ask for more characters.
+pub fn the_one_match(id: &str, what: &str, matches: &[String]) -> Result<String> {
+    match matches {
+        [one] => Ok(one.clone()),
+        [] => Err(format!("no {what} {id:?} ({what}_not_found)").into()),
+        many => Err(format!(
+            "{id:?} is ambiguous: it starts {} {what}s ({}, …); give more characters",
+            many.len(),
+            many[..2].join(", ")
+        )
+        .into()),
+    }
+}
+
 pub fn print_json<T: Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }

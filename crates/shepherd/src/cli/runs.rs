@@ -189,16 +189,7 @@ pub async fn resolve_run(c: &shepherd_client::Client, id: &str) -> Result<String
             break;
         }
     }
-    match matches.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(format!("no run {id:?} (run_not_found)").into()),
-        many => Err(format!(
-            "{id:?} is ambiguous: it starts {} runs ({}, …); give more characters",
-            many.len(),
-            many[..2].join(", ")
-        )
-        .into()),
-    }
+    super::output::the_one_match(id, "run", &matches)
 }
 
 /// `shepherd runs diff RUN`: the run's branch against the commit it started
