@@ -52,7 +52,7 @@ pub struct AttachQuery {
 #[utoipa::path(get, path = "/ws/session/{sessionId}/worker/{workerId}", tag = "sessions", operation_id = "attach_session_worker",
     params(("sessionId" = String, Path), ("workerId" = String, Path), AttachQuery), responses(
     (status = 101, description = "WebSocket: server sends history, output, activity, exit; client sends input, resize"),
-    (status = 400, description = "websocket_required: a plain GET, not a WebSocket handshake", body = crate::openapi::ErrorBody),
+    (status = 400, description = "websocket_required: a plain GET of a tab that could be attached (a plain GET of one that cannot answers why, as below)", body = crate::openapi::ErrorBody),
     (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
     (status = 422, description = "not_a_terminal", body = crate::openapi::ErrorBody)))]
@@ -65,14 +65,10 @@ pub async fn attach(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     caller.require_operator()?;
-    // A plain GET gets the API's JSON error, not the framework's text.
-    let ws = ws.map_err(|r| {
-        Error::bad_request(
-            "websocket_required",
-            format!("this route is a WebSocket: {}", r.body_text()),
-        )
-    })?;
     let m = manager(&state)?;
+    // Why a tab cannot be attached is answered before the handshake is
+    // looked at: a browser cannot read a refused upgrade's answer, so the
+    // UI asks again with a plain GET and reads it here.
     let (s, w) = state.store.session_worker(&session_id, &worker_id).await?;
     if let Err(e) = m.check_node(&s) {
         return Err(with_node(&state, &session_id, e).await);
@@ -84,6 +80,14 @@ pub async fn attach(
         )
         .into());
     }
+    // A plain GET of an attachable tab gets the API's JSON error, not the
+    // framework's text.
+    let ws = ws.map_err(|r| {
+        Error::bad_request(
+            "websocket_required",
+            format!("this route is a WebSocket: {}", r.body_text()),
+        )
+    })?;
     let resume = q.offset.zip(q.epoch);
     let shutdown = state.shutdown.clone();
     Ok(ws

@@ -779,6 +779,25 @@ async fn another_node_sends_clients_to_the_host() {
     );
     let r = try_connect(&b.base, &ws::path(&sid, &wid), Opts::default()).await;
     assert_eq!(r.err(), Some(409), "only the host attaches (and restores)");
+    // A browser cannot read a refused upgrade's answer: a plain GET of the
+    // same path says why, with the host, on the node that is not it; on the
+    // host it is only "not a WebSocket handshake".
+    let (st, e) = b
+        .call(reqwest::Method::GET, &ws::path(&sid, &wid), None, None)
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (409, Some("session_on_other_node"))
+    );
+    let host: OtherNode = serde_json::from_value(e).unwrap();
+    assert_eq!(host.address.as_deref(), Some(a.base.as_str()));
+    let (st, e) = a
+        .call(reqwest::Method::GET, &ws::path(&sid, &wid), None, None)
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (400, Some("websocket_required"))
+    );
     let mut t = connect(&a.base, &sid, &wid, None).await;
     t.type_line("echo host-$((8*8))").await;
     t.wait_for("host-64", WAIT).await;
