@@ -26,6 +26,7 @@ use axum::{Extension, Router};
 use bytes::BytesMut;
 use serde_json::Value;
 use shepherd_core::event::{kind, Event, EventFilter};
+use shepherd_core::pace::WritePace;
 use shepherd_core::Error;
 use shepherd_protocol::{parse_cursor, ErrorBody, EventStreamQuery, Resync, StreamData};
 use shepherd_store::{Tail, TailItem};
@@ -279,9 +280,9 @@ struct Feed {
     tail: Tail,
     frames: Arc<FrameCache>,
     keepalive: Duration,
-    /// A busy stream writes at most once per this interval (see `next_chunk`).
-    coalesce: Duration,
-    last_write: Option<Instant>,
+    /// When the stream may write: a burst at once, then at most once per
+    /// coalescing interval while it stays busy (see `next_chunk`).
+    pace: WritePace,
     /// When the last chunk was handed to the connection: the connection
     /// asks for the next once it has taken that one.
     handed_at: Option<Instant>,
@@ -340,17 +341,17 @@ impl Feed {
                 return None;
             }
         };
-        // A live stream that wrote a moment ago waits out the rest of the
-        // interval, so that one write carries every event committed
-        // meanwhile: a thousand subscribers then cost a thousand writes per
-        // interval rather than one per event each. A quiet stream writes at once.
-        if let Some(at) = self.last_write {
-            let due = at + self.coalesce;
+        // A live stream that has spent its burst of writes waits for the
+        // next one, so that one write carries every event committed
+        // meanwhile: a thousand busy subscribers then cost a thousand writes
+        // per interval rather than one per event each. A quiet stream writes
+        // at once, the few events of one action (a send, a claim) included.
+        if let Some(due) = self.pace.due(Instant::now().into_std()) {
             let busy = self.tail.pending() >= COALESCE_UNTIL;
-            if !busy && !self.tail.is_backfilling() && due > Instant::now() {
+            if !busy && !self.tail.is_backfilling() {
                 tokio::select! {
                     _ = self.shutdown.cancelled() => return None,
-                    _ = tokio::time::sleep_until(due) => {}
+                    _ = tokio::time::sleep_until(Instant::from_std(due)) => {}
                 }
             }
         }
@@ -386,8 +387,9 @@ impl Feed {
         if !lags.is_empty() {
             self.metrics.delivery_lag.record(&lags);
         }
-        self.last_write = Some(Instant::now());
-        self.handed_at = self.last_write;
+        let wrote = Instant::now();
+        self.pace.wrote(wrote.into_std());
+        self.handed_at = Some(wrote);
         if largest > 0 {
             self.frame_size = largest;
         }
@@ -465,8 +467,7 @@ pub async fn events(
         tail: state.store.tail(cursor, filter),
         frames: state.frames.clone(),
         keepalive: state.settings.sse_keepalive,
-        coalesce: state.settings.sse_coalesce,
-        last_write: None,
+        pace: WritePace::new(state.settings.sse_coalesce, state.settings.sse_burst),
         handed_at: None,
         drain_grace: DRAIN_GRACE,
         shutdown: state.shutdown.child_token(),
@@ -535,14 +536,13 @@ mod tests {
         TestStore { store, dir }
     }
 
-    fn feed(store: &Store, coalesce: Duration, drain_grace: Duration) -> Feed {
+    fn feed(store: &Store, coalesce: Duration, burst: u32, drain_grace: Duration) -> Feed {
         let from = store.published_through();
         Feed {
             tail: store.tail(from, EventFilter::default()),
             frames: Arc::default(),
             keepalive: Duration::from_secs(30),
-            coalesce,
-            last_write: None,
+            pace: WritePace::new(coalesce, burst),
             handed_at: None,
             drain_grace,
             shutdown: CancellationToken::new(),
@@ -635,7 +635,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_reader_is_caught_up_when_the_ring_overflows_while_the_server_coalesces() {
         let t = open("coalesce").await;
-        let mut feed = feed(&t.store, Duration::from_secs(3), DRAIN_GRACE);
+        let mut feed = feed(&t.store, Duration::from_secs(3), 1, DRAIN_GRACE);
         let mut seen = Seen::default();
         let first = go_live(&t.store, &mut feed, &mut seen).await;
         // The next event finds the stream just after a write: it waits out
@@ -654,12 +654,34 @@ mod tests {
         seen.assert_every_event_once(first, last);
     }
 
+    /// The events of one action, committed a moment apart, each reach a
+    /// quiet stream when they come; the one after the burst waits for the
+    /// interval. (An hour-long interval: a write that waited would not come.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quiet_stream_writes_a_burst_at_once_then_coalesces() {
+        let t = open("pace").await;
+        let mut feed = feed(&t.store, Duration::from_secs(3600), 3, DRAIN_GRACE);
+        let mut seen = Seen::default();
+        let _ = go_live(&t.store, &mut feed, &mut seen).await;
+        for i in 0..2 {
+            let seq = t.store.append_events(events(1)).await.unwrap()[0];
+            let chunk = tokio::time::timeout(Duration::from_secs(20), feed.next_chunk())
+                .await
+                .unwrap_or_else(|_| panic!("write {i} of the burst waited for the interval"));
+            seen.take(&chunk.unwrap());
+            assert_eq!(seen.ids.last(), Some(&seq));
+        }
+        t.store.append_events(events(1)).await.unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(300), feed.next_chunk()).await;
+        assert!(waited.is_err(), "the write after the burst went at once");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_burst_larger_than_the_ring_between_chunks_is_caught_up() {
         let t = open("burst").await;
         // The connection takes each chunk at once: however long the burst
         // took to commit, the reader was draining.
-        let mut feed = feed(&t.store, Duration::ZERO, Duration::from_secs(3600));
+        let mut feed = feed(&t.store, Duration::ZERO, 1, Duration::from_secs(3600));
         let mut seen = Seen::default();
         let first = go_live(&t.store, &mut feed, &mut seen).await;
         let last = *t
@@ -676,7 +698,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_connection_that_held_its_chunk_past_the_grace_is_told_to_resync() {
         let t = open("stalled").await;
-        let mut feed = feed(&t.store, Duration::ZERO, DRAIN_GRACE);
+        let mut feed = feed(&t.store, Duration::ZERO, 1, DRAIN_GRACE);
         let mut seen = Seen::default();
         let first = go_live(&t.store, &mut feed, &mut seen).await;
         let last = *t

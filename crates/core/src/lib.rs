@@ -15,6 +15,7 @@ pub mod error;
 pub mod event;
 pub mod input;
 pub mod model;
+pub mod pace;
 pub mod retry;
 pub mod secrets;
 pub mod status;

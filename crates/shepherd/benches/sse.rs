@@ -1852,6 +1852,7 @@ mod baseline {
     use axum::serve::ListenerExt;
     use axum::Router;
     use bytes::BytesMut;
+    use shepherd_core::pace::WritePace;
     use tokio::sync::broadcast;
     use tokio::time::Instant;
 
@@ -1869,6 +1870,7 @@ mod baseline {
         frame_bytes: usize,
         keepalive: Duration,
         coalesce: Duration,
+        burst: u32,
     }
 
     #[derive(serde::Deserialize)]
@@ -1917,8 +1919,7 @@ mod baseline {
     struct Feed {
         rx: broadcast::Receiver<Bytes>,
         keepalive: Duration,
-        coalesce: Duration,
-        last_write: Option<Instant>,
+        pace: WritePace,
         ended: bool,
     }
 
@@ -1939,13 +1940,12 @@ mod baseline {
                 }
                 Err(_) => return None,
             };
-            if let Some(at) = self.last_write {
-                let due = at + self.coalesce;
-                if self.rx.len() < COALESCE_UNTIL && due > Instant::now() {
-                    tokio::time::sleep_until(due).await;
+            if let Some(due) = self.pace.due(Instant::now().into_std()) {
+                if self.rx.len() < COALESCE_UNTIL {
+                    tokio::time::sleep_until(Instant::from_std(due)).await;
                 }
             }
-            self.last_write = Some(Instant::now());
+            self.pace.wrote(Instant::now().into_std());
             if self.rx.is_empty() {
                 return Some(first);
             }
@@ -1970,8 +1970,7 @@ mod baseline {
         let feed = Feed {
             rx: f.tx.subscribe(),
             keepalive: f.keepalive,
-            coalesce: f.coalesce,
-            last_write: None,
+            pace: WritePace::new(f.coalesce, f.burst),
             ended: false,
         };
         let chunks = futures::stream::unfold(feed, |mut feed| async move {
@@ -2003,6 +2002,7 @@ mod baseline {
             frame_bytes,
             keepalive: settings.sse_keepalive,
             coalesce: settings.sse_coalesce,
+            burst: settings.sse_burst,
         });
         let result = rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind(listen).await?;
