@@ -414,6 +414,9 @@ fn spawn_shim(mut cmd: tokio::process::Command) -> Result<i32, String> {
 /// a failure instead, or said nothing within 10 seconds.
 async fn agent_group(run: &RunFiles) -> i32 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // The shim records the group a millisecond or two after it starts, and
+    // the run's output is not followed until then: look often at first.
+    let mut pause = Duration::from_millis(1);
     loop {
         if let Some(p) = run.agent_pgid() {
             return p;
@@ -421,7 +424,8 @@ async fn agent_group(run: &RunFiles) -> i32 {
         if run.exit().is_some() || tokio::time::Instant::now() > deadline {
             return 0;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(10));
     }
 }
 
