@@ -50,8 +50,12 @@ continue_args = ["--continue"]
   return path;
 }
 
-/** Starts `shepherd serve` on a free port; resolves once it serves. */
-export async function startServer(ws, { config, token, port = 0 } = {}) {
+/**
+ * Starts `shepherd serve` on a free port; resolves once it serves. `env`
+ * adds to (or, with `undefined`, removes from) the server's environment:
+ * a shared database, a node id.
+ */
+export async function startServer(ws, { config, token, port = 0, env: extra = {} } = {}) {
   const env = {
     ...process.env,
     SHEPHERD_DATA_DIR: ws.data,
@@ -65,6 +69,10 @@ export async function startServer(ws, { config, token, port = 0 } = {}) {
   };
   delete env.SHEPHERD_AUTH_TOKEN;
   if (token) env.SHEPHERD_AUTH_TOKEN = token;
+  for (const [k, v] of Object.entries(extra)) {
+    if (v === undefined) delete env[k];
+    else env[k] = v;
+  }
   const child = spawn(BIN, ["serve"], { env, cwd: REPO, stdio: ["ignore", "pipe", "pipe"], detached: true });
   let log = "";
   const addr = await new Promise((resolveAddr, reject) => {
@@ -161,9 +169,59 @@ export function gate(ws, vtid, phase) {
   writeFileSync(join(ws.control, `${vtid}.${phase}`), "");
 }
 
+/**
+ * With E2E_UI_DIR (a directory such as web/dist), pages get the UI's files
+ * from there instead of from the binary, which embeds the bundle it was
+ * compiled with: a bundle can be tried before the binary is rebuilt. The
+ * server still answers every request first (its host and origin checks,
+ * its headers); only a shell or asset body is replaced.
+ */
+const UI_DIR = process.env.E2E_UI_DIR ? resolve(process.env.E2E_UI_DIR) : null;
+const TYPES = { js: "text/javascript; charset=utf-8", css: "text/css; charset=utf-8", html: "text/html; charset=utf-8" };
+
+async function serveUiFrom(context, dir) {
+  await context.route(
+    (url) => !/^\/(api|ws|mcp|healthz|readyz)(\/|$)/.test(url.pathname),
+    async (route) => {
+      const request = route.request();
+      if (request.method() !== "GET") return route.continue();
+      const path = new URL(request.url()).pathname;
+      const asset = path.startsWith("/assets/") ? join(dir, path) : null;
+      if (asset && existsSync(asset)) {
+        const type = TYPES[asset.split(".").pop()] ?? "application/octet-stream";
+        return route.fulfill({ status: 200, headers: { "content-type": type }, body: readFileSync(asset) });
+      }
+      let response;
+      try {
+        response = await route.fetch();
+      } catch {
+        return route.continue(); // a name only the browser resolves (--host-resolver-rules)
+      }
+      if (request.resourceType() !== "document" || response.status() !== 200 || !response.headers()["content-type"]?.startsWith("text/html")) {
+        return route.fulfill({ response });
+      }
+      const headers = { ...response.headers() };
+      for (const h of ["content-length", "content-encoding", "etag"]) delete headers[h];
+      return route.fulfill({ response, headers, body: readFileSync(join(dir, "index.html")) });
+    },
+  );
+}
+
 export async function launchBrowser({ args = [] } = {}) {
   if (!existsSync(CHROMIUM)) throw new Error(`no browser at ${CHROMIUM}: install Debian's chromium package`);
-  return chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-dev-shm-usage", ...args], headless: true });
+  // A shell the driver fulfils has no address, so Chromium takes it for a
+  // public page and blocks its calls to loopback (Local Network Access).
+  const lna = UI_DIR ? ["--disable-features=LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests"] : [];
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-dev-shm-usage", ...lna, ...args], headless: true });
+  if (UI_DIR) {
+    const newContext = browser.newContext.bind(browser);
+    browser.newContext = async (options) => {
+      const context = await newContext(options);
+      await serveUiFrom(context, UI_DIR);
+      return context;
+    };
+  }
+  return browser;
 }
 
 /** Waits until `selector` matches exactly `n` elements. */
