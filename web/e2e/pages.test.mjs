@@ -98,9 +98,9 @@ test("a conversation is sent, cancelled mid-reply with its partial steps kept, a
 
   // New chat: a new active conversation; the old one stays in the history.
   await page.getByTestId("new-chat").click();
-  await until(async () => {
+  const emptyId = await until(async () => {
     const id = await page.getByTestId("conversation").getAttribute("data-conversation-id");
-    return id && id !== oldId;
+    return id && id !== oldId && id;
   }, "the new conversation");
   await waitForText(page, '[data-testid="conversation"]', "Say something to start the conversation.");
   await waitForCount(page, '[data-testid="conversation-item"]', 2);
@@ -126,11 +126,16 @@ test("a conversation is sent, cancelled mid-reply with its partial steps kept, a
   await waitForText(page, '[data-testid="working"]', "AI is working…");
   await waitForText(page, '[data-testid="message"][data-role="agent"][data-status="running"] [data-testid="message-step"]', "Starting phase one.");
   await page.getByTestId("new-chat").click();
-  await until(async () => {
+  const newId = await until(async () => {
     const id = await page.getByTestId("conversation").getAttribute("data-conversation-id");
-    return id && id !== oldId;
+    return id && id !== oldId && id !== emptyId && id;
   }, "another new conversation");
-  await waitForCount(page, '[data-testid="conversation-item"]', 3);
+  // The history lists conversations with messages and the active one: the
+  // one the first New chat left empty is gone from it.
+  await until(async () => {
+    const ids = await items.evaluateAll((els) => els.map((e) => e.dataset.conversationId));
+    return ids.join() === [newId, oldId].join();
+  }, "the new conversation above the old one, and not the empty one");
   await page.locator(`[data-testid="conversation-item"][data-conversation-id="${oldId}"]`).click();
   await until(async () => {
     const statuses = await page.locator('[data-testid="message"][data-role="agent"]').evaluateAll((els) => els.map((e) => e.dataset.status));
