@@ -8724,7 +8724,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description websocket_required: a plain GET, not a WebSocket handshake */
+            /** @description websocket_required: a plain GET of a tab that could be attached (a plain GET of one that cannot answers why, as below) */
             400: {
                 headers: {
                     [name: string]: unknown;
