@@ -3,10 +3,10 @@
 // and step persisted so far, plus the cursor that answer is valid at. The
 // client load sequence is the contract's: the database first, then the live tail
 // of the shared event stream after that cursor.
-import { useEffect, useRef, useState } from "react";
-import { useMutation, useQuery, useQueryClient, type UseQueryResult } from "@tanstack/react-query";
+import { useEffect, useMemo, useRef, useState } from "react";
+import { useInfiniteQuery, useMutation, useQuery, useQueryClient, type UseQueryResult } from "@tanstack/react-query";
 import { api, unwrap } from "@/api/client";
-import type { ConversationDetail, ResourceBody } from "@/api/types";
+import type { ConversationDetail, ConversationInfo, ResourceBody } from "@/api/types";
 import { useServerEvents } from "@/events/hooks";
 
 export const convKeys = {
@@ -23,12 +23,53 @@ export function useResources() {
   });
 }
 
+/** Conversations a page of the history holds (the route's largest page). */
+const PAGE = 200;
+
+/**
+ * A resource's conversations, newest first, a page at a time: `loadMore`
+ * reads the next older page. An invalidation (live events) refetches every
+ * page loaded, in order, each from the token the fresh page before it
+ * answers, so the pages loaded stay loaded and line up without gaps or
+ * repeats even when new conversations pushed the others down.
+ */
 export function useConversationList(resourceId: string) {
-  return useQuery({
+  const query = useInfiniteQuery({
     queryKey: convKeys.list(resourceId),
-    queryFn: ({ signal }) =>
-      unwrap(api.GET("/api/v1/resources/{id}/conversations", { params: { path: { id: resourceId }, query: { limit: 200 } }, signal })),
+    enabled: resourceId !== "",
+    initialPageParam: undefined as string | undefined,
+    queryFn: ({ signal, pageParam }) =>
+      unwrap(
+        api.GET("/api/v1/resources/{id}/conversations", {
+          params: { path: { id: resourceId }, query: { limit: PAGE, page: pageParam } },
+          signal,
+        }),
+      ),
+    getNextPageParam: (last) => last.next ?? undefined,
   });
+  const { data, hasNextPage, isFetchingNextPage, fetchNextPage } = query;
+  const conversations = useMemo(() => {
+    // A conversation read twice (a page read across a refetch) shows once.
+    const seen = new Set<string>();
+    const out: ConversationInfo[] = [];
+    for (const page of data?.pages ?? []) {
+      for (const c of page.conversations) {
+        if (!seen.has(c.id)) {
+          seen.add(c.id);
+          out.push(c);
+        }
+      }
+    }
+    return out;
+  }, [data]);
+  return {
+    conversations,
+    isSuccess: query.isSuccess,
+    hasMore: hasNextPage,
+    loadingMore: isFetchingNextPage,
+    // One read at a time: a second click while one is under way waits for it.
+    loadMore: () => void fetchNextPage({ cancelRefetch: false }),
+  };
 }
 
 /**

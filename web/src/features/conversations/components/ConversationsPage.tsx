@@ -20,7 +20,7 @@ import {
 } from "@/features/conversations/api/conversations";
 import { ResourceList } from "./ResourceList";
 import { NewResourceForm } from "./NewResourceForm";
-import { ConversationList } from "./ConversationList";
+import { ConversationList, conversationTitle } from "./ConversationList";
 import { Messages } from "./Messages";
 import { Composer } from "./Composer";
 import { ViewSwitch } from "./ViewSwitch";
@@ -44,7 +44,7 @@ export function ConversationsPage({ resourceId, conversationId, view }: Props) {
   const navigate = useNavigate();
   const resource = resources.data?.find((r) => r.id === resourceId);
   const list = useConversationList(resourceId ?? "");
-  const conversations = resourceId ? (list.data?.conversations ?? []) : [];
+  const conversations = resourceId ? list.conversations : [];
   // Without an id in the URL: the resource's active conversation, else the newest.
   const shownId = conversationId ?? resource?.active_conversation_id ?? conversations[0]?.id ?? undefined;
   const detail = useConversation(resourceId ? shownId : undefined);
@@ -97,7 +97,14 @@ export function ConversationsPage({ resourceId, conversationId, view }: Props) {
             )}
           </div>
           <div className="column-scroll">
-            {resourceId && <ConversationList resourceId={resourceId} conversations={conversations} shown={shownId} />}
+            {resourceId && (
+              <ConversationList
+                resourceId={resourceId}
+                conversations={conversations}
+                shown={shownId}
+                more={list.hasMore ? { loading: list.loadingMore, load: list.loadMore } : undefined}
+              />
+            )}
           </div>
         </section>
         <section
@@ -120,6 +127,9 @@ export function ConversationsPage({ resourceId, conversationId, view }: Props) {
           {detail.data && (
             <>
               <div className="conversation-head">
+                <h2 className="conversation-title" data-testid="conversation-title" title={detail.data.title ?? undefined}>
+                  {conversationTitle(detail.data.title)}
+                </h2>
                 <StatusBadge status={detail.data.state === "processing" ? "running" : detail.data.state} label={detail.data.state} />
                 {detail.data.active ? <span className="badge badge-blue">active</span> : <span className="badge badge-grey">history</span>}
                 <span className="muted small">
