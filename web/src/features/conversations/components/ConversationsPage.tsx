@@ -136,7 +136,8 @@ export function ConversationsPage({ resourceId, conversationId, view }: Props) {
                   started <RelativeTime iso={detail.data.created_at} />
                 </span>
               </div>
-              <Messages detail={detail.data} />
+              {/* A fresh list per conversation: its sizes and scroll are its own. */}
+              <Messages key={detail.data.id} detail={detail.data} />
               <Composer detail={detail.data} resourceId={resourceId!} />
             </>
           )}

@@ -1,32 +1,66 @@
 // A conversation's messages in order, kept scrolled to the newest.
+// Virtualised like the Workers transcript (components/Transcript.tsx): a
+// conversation of hundreds of messages renders only what is on screen. Each
+// user message and each agent reply is one item, measured as it renders, so
+// a reply that grows with its steps pushes the ones after it down.
 import { useEffect, useRef } from "react";
+import { useVirtualizer } from "@tanstack/react-virtual";
 import type { ConversationDetail } from "@/api/types";
 import { StatusBadge } from "@/components/StatusBadge";
 import { AgentReply } from "./AgentReply";
 
+/** The space above the first message, between two and below the last (px). */
+const GAP = 12;
+
 export function Messages({ detail }: { detail: ConversationDetail }) {
-  const end = useRef<HTMLDivElement>(null);
-  const count = detail.messages.reduce((n, m) => n + 1 + m.steps.length, 0);
+  const scrollRef = useRef<HTMLDivElement>(null);
+  const messages = detail.messages;
+  const virtualizer = useVirtualizer({
+    count: messages.length,
+    getScrollElement: () => scrollRef.current,
+    // Measured once shown; keyed by id so a size stays with its message.
+    estimateSize: (i) => (messages[i].role === "user" ? 64 : 160),
+    getItemKey: (i) => messages[i].id,
+    paddingStart: GAP,
+    paddingEnd: GAP,
+    gap: GAP,
+    overscan: 6,
+  });
+  // Every new message or step scrolls to the newest: the last item, at its end.
+  const count = messages.reduce((n, m) => n + 1 + m.steps.length, 0);
   useEffect(() => {
-    end.current?.scrollIntoView({ block: "end" });
-  }, [count]);
-  if (detail.messages.length === 0) return <p className="empty">Say something to start the conversation.</p>;
+    if (messages.length > 0) virtualizer.scrollToIndex(messages.length - 1, { align: "end" });
+  }, [count, messages.length, virtualizer]);
+
+  if (messages.length === 0) return <p className="empty">Say something to start the conversation.</p>;
   return (
-    <div className="messages" data-testid="messages">
-      {detail.messages.map((m) =>
-        m.role === "user" ? (
-          <div key={m.id} className="message message-user" data-testid="message" data-role="user" data-status={m.status}>
-            <div className="message-head">
-              <span className="message-who">You</span>
-              {m.status !== "sent" && <StatusBadge status={m.status} />}
+    <div className="messages" ref={scrollRef} data-testid="messages" data-messages={messages.length} tabIndex={0} aria-label="Messages">
+      <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
+        {virtualizer.getVirtualItems().map((item) => {
+          const m = messages[item.index];
+          return (
+            <div
+              key={item.key}
+              data-index={item.index}
+              ref={virtualizer.measureElement}
+              className="messages-item"
+              style={{ position: "absolute", top: 0, left: 0, right: 0, transform: `translateY(${item.start}px)` }}
+            >
+              {m.role === "user" ? (
+                <div className="message message-user" data-testid="message" data-role="user" data-status={m.status}>
+                  <div className="message-head">
+                    <span className="message-who">You</span>
+                    {m.status !== "sent" && <StatusBadge status={m.status} />}
+                  </div>
+                  <div className="message-text">{m.text}</div>
+                </div>
+              ) : (
+                <AgentReply message={m} />
+              )}
             </div>
-            <div className="message-text">{m.text}</div>
-          </div>
-        ) : (
-          <AgentReply key={m.id} message={m} />
-        ),
-      )}
-      <div ref={end} />
+          );
+        })}
+      </div>
     </div>
   );
 }
