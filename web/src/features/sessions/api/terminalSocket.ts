@@ -8,10 +8,30 @@
 // history, the old output above the restore marker, and the screen starts
 // over from it. Browsers cannot set headers on a WebSocket, so the token
 // travels as the `bearer.<token>` subprotocol, never in the URL.
-import type { ActivityState, TerminalClientMessage, TerminalServerMessage } from "@/api/types";
+//
+// A browser cannot read why an upgrade was refused, so a socket that closes
+// before it ever opened asks again with a plain GET of the same URL (the
+// token as a bearer header, like every API call), which answers the reason:
+// a session hosted by another node, or a tab that is gone or not a terminal,
+// ends the attempts; anything else the server says is shown while it keeps
+// trying; `websocket_required` (the tab could be attached) and no answer at
+// all (the server is down) are a plain "Reconnecting…".
+import { api } from "@/api/client";
+import type { ActivityState, ErrorBody, TerminalClientMessage, TerminalServerMessage } from "@/api/types";
 import { authStore } from "@/auth/token";
 
-export type TerminalLink = "connecting" | "open" | "reconnecting" | "exited";
+export type TerminalLink = "connecting" | "open" | "reconnecting" | "exited" | "refused";
+
+/** Why the server would not attach the tab, as its plain GET answered. */
+export interface TerminalRefusal {
+  status: number;
+  code: string;
+  message: string;
+  /** For `session_on_other_node`: the node hosting the session, and its address when it gave one. */
+  node?: { id: string; address: string | null };
+  /** Whether the socket keeps trying (a node that may come back), or gave up. */
+  retrying: boolean;
+}
 
 export interface TerminalHandlers {
   /** Output to show; with `reset`, clear the screen first (it is the whole screen). */
@@ -20,6 +40,8 @@ export interface TerminalHandlers {
   onActivity(state: ActivityState): void;
   /** The process ended; `how` says how, in words. */
   onExit(how: string): void;
+  /** Why attaching was refused; null once attached (or the reason is gone). */
+  onRefused(refusal: TerminalRefusal | null): void;
 }
 
 export interface TerminalSocket {
@@ -36,6 +58,45 @@ function socketUrl(sessionId: string, workerId: string, query: string): string {
   return `${scheme}//${location.host}/ws/session/${encodeURIComponent(sessionId)}/worker/${encodeURIComponent(workerId)}${query}`;
 }
 
+/**
+ * The body of a refused attach: the API's ErrorBody, with `node_id` and
+ * `address` beside `error` for `session_on_other_node` (extra fields the
+ * generated ErrorBody does not name).
+ */
+type RefusalBody = ErrorBody & { node_id?: unknown; address?: unknown };
+
+function isRefusalBody(body: unknown): body is RefusalBody {
+  if (typeof body !== "object" || body === null || !("error" in body)) return false;
+  const error: unknown = body.error;
+  return typeof error === "object" && error !== null && "code" in error && typeof error.code === "string";
+}
+
+/** Answers that no retry changes: the tab lives elsewhere, or not at all. */
+const FINAL = new Set([404, 409, 422]);
+
+/**
+ * Asks the plain GET why the tab cannot be attached. Null when it could be
+ * (`websocket_required`) or when nothing answered.
+ */
+async function askWhy(sessionId: string, workerId: string, signal: AbortSignal): Promise<TerminalRefusal | null> {
+  let response: Response;
+  let body: unknown;
+  try {
+    const r = await api.GET("/ws/session/{sessionId}/worker/{workerId}", { params: { path: { sessionId, workerId } }, signal });
+    response = r.response;
+    body = r.error;
+  } catch {
+    return null; // no answer: the server is down or the network is
+  }
+  if (response.ok || !isRefusalBody(body) || body.error.code === "websocket_required") return null;
+  const { code, message } = body.error;
+  const node =
+    code === "session_on_other_node" && typeof body.node_id === "string"
+      ? { id: body.node_id, address: typeof body.address === "string" && body.address !== "" ? body.address : null }
+      : undefined;
+  return { status: response.status, code, message, node, retrying: !FINAL.has(response.status) };
+}
+
 /** Attaches to a tab's process, reconnecting until closed or the process ends. */
 export function openTerminalSocket(sessionId: string, workerId: string, handlers: TerminalHandlers): TerminalSocket {
   let socket: WebSocket | null = null;
@@ -45,6 +106,13 @@ export function openTerminalSocket(sessionId: string, workerId: string, handlers
   let ended = false;
   let backoff = 250;
   let timer: ReturnType<typeof setTimeout> | undefined;
+  const asking = new AbortController();
+
+  const retry = () => {
+    handlers.onLink("reconnecting");
+    timer = setTimeout(connect, backoff);
+    backoff = Math.min(backoff * 2, 2_000);
+  };
 
   const connect = () => {
     const resume = offset !== null && epoch !== null;
@@ -57,8 +125,11 @@ export function openTerminalSocket(sessionId: string, workerId: string, handlers
     // The first history of a resumed attach continues the screen when the
     // epoch is ours; any other history is the whole screen.
     let firstHistory = true;
+    let opened = false;
     ws.onopen = () => {
+      opened = true;
       backoff = 250;
+      handlers.onRefused(null);
       handlers.onLink("open");
     };
     ws.onmessage = (ev: MessageEvent<string>) => {
@@ -100,9 +171,14 @@ export function openTerminalSocket(sessionId: string, workerId: string, handlers
       if (socket !== ws) return;
       socket = null;
       if (closed || ended) return;
-      handlers.onLink("reconnecting");
-      timer = setTimeout(connect, backoff);
-      backoff = Math.min(backoff * 2, 2_000);
+      if (opened) return retry();
+      // Refused before it opened: ask why, then retry or give up.
+      void askWhy(sessionId, workerId, asking.signal).then((refusal) => {
+        if (closed) return;
+        handlers.onRefused(refusal);
+        if (refusal && !refusal.retrying) handlers.onLink("refused");
+        else retry();
+      });
     };
   };
 
@@ -114,6 +190,7 @@ export function openTerminalSocket(sessionId: string, workerId: string, handlers
     close() {
       closed = true;
       clearTimeout(timer);
+      asking.abort();
       socket?.close();
     },
   };

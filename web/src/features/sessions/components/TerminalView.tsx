@@ -6,14 +6,61 @@ import { Terminal, type ITheme } from "@xterm/xterm";
 import { FitAddon } from "@xterm/addon-fit";
 import "@xterm/xterm/css/xterm.css";
 import type { ActivityState } from "@/api/types";
-import { openTerminalSocket, type TerminalLink } from "@/features/sessions/api/terminalSocket";
+import { openTerminalSocket, type TerminalLink, type TerminalRefusal } from "@/features/sessions/api/terminalSocket";
 
 const LABEL: Record<TerminalLink, string> = {
   connecting: "Connecting…",
   open: "Connected",
   reconnecting: "Reconnecting…",
   exited: "Process ended",
+  refused: "Not connected",
 };
+
+/**
+ * This page on another node, when its address is a web one: the session's
+ * own node serves the same UI, so the same path and tab open it there.
+ */
+function onNode(address: string): string | null {
+  try {
+    const base = new URL(address);
+    if (base.protocol !== "http:" && base.protocol !== "https:") return null;
+    return base.origin + base.pathname.replace(/\/+$/, "") + location.pathname + location.search + location.hash;
+  } catch {
+    return null;
+  }
+}
+
+/** Why the terminal cannot attach, in words, with the way to where it can. */
+function Refusal({ refusal }: { refusal: TerminalRefusal }) {
+  const href = refusal.node?.address ? onNode(refusal.node.address) : null;
+  return (
+    <div
+      className={`notice ${refusal.retrying ? "notice-warn" : "notice-error"} terminal-refusal`}
+      role="alert"
+      data-testid="terminal-refusal"
+      data-code={refusal.code}
+    >
+      {refusal.node ? (
+        <>
+          This session runs on node <strong data-testid="terminal-node">{refusal.node.id}</strong>, not on this one: its terminals
+          attach there.{" "}
+          {href ? (
+            <a href={href} data-testid="terminal-node-link">
+              Open this page on {refusal.node.id}
+            </a>
+          ) : (
+            "That node did not say where it is reached."
+          )}
+        </>
+      ) : (
+        <>
+          {refusal.message}
+          {refusal.retrying && " Trying again…"}
+        </>
+      )}
+    </div>
+  );
+}
 
 /** xterm's colours from the page's theme variables. */
 function themeFromPage(): ITheme {
@@ -32,6 +79,7 @@ export default function TerminalView({ sessionId, workerId }: { sessionId: strin
   const [link, setLink] = useState<TerminalLink>("connecting");
   const [activity, setActivity] = useState<ActivityState>("idle");
   const [exit, setExit] = useState<string | null>(null);
+  const [refusal, setRefusal] = useState<TerminalRefusal | null>(null);
 
   useEffect(() => {
     const el = host.current!;
@@ -65,6 +113,7 @@ export default function TerminalView({ sessionId, workerId }: { sessionId: strin
       },
       onActivity: setActivity,
       onExit: setExit,
+      onRefused: setRefusal,
     });
 
     const input = term.onData((data) => socket.send({ type: "input", data }));
@@ -102,13 +151,14 @@ export default function TerminalView({ sessionId, workerId }: { sessionId: strin
   return (
     <div className="terminal-wrap">
       <div className="terminal-status">
-        <span className={`conn conn-${link === "open" ? "live" : link === "exited" ? "unauthorized" : "reconnecting"}`} role="status" data-testid="terminal-link" data-state={link}>
+        <span className={`conn conn-${link === "open" ? "live" : link === "exited" || link === "refused" ? "unauthorized" : "reconnecting"}`} role="status" data-testid="terminal-link" data-state={link}>
           <span className="conn-dot" aria-hidden="true" />
           {LABEL[link]}
           {exit && `: ${exit}`}
         </span>
         {link === "open" && <span className="muted small">{activity === "active" ? "output flowing" : "idle"}</span>}
       </div>
+      {refusal && <Refusal refusal={refusal} />}
       <div className="terminal" ref={host} data-testid="terminal" />
     </div>
   );

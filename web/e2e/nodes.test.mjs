@@ -1,0 +1,96 @@
+// Browser test of two `shepherd serve` nodes sharing one PostgreSQL database
+// (a fresh schema of SHEPHERD_TEST_PG_URL, the Rust tests' database): a
+// terminal lives on the node that hosts its session, so another node's page
+// says where it runs, links there and stops trying, instead of
+// "Reconnecting…" forever; the link opens the terminal on its own node.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { apiCall, axe, launchBrowser, makeWorkspace, startServer, until, waitForText } from "./lib.mjs";
+
+const PG_URL = process.env.SHEPHERD_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+/** A schema no other run uses; the time in it tells how old a leftover is. */
+const SCHEMA = `e2e_${Math.floor(Date.now() / 1000)}_${process.pid}`;
+
+/** The widths the layout tests use (layout.test.mjs). */
+const VIEWPORTS = [
+  { width: 1280, height: 800 },
+  { width: 390, height: 844 },
+  { width: 360, height: 740 },
+];
+
+let wsA;
+let a;
+let b;
+let browser;
+
+before(async () => {
+  const shared = { SHEPHERD_DATABASE_URL: PG_URL, SHEPHERD_PG_SCHEMA: SCHEMA, SHEPHERD_PG_POOL_SIZE: "4" };
+  // One after the other: the first migrates the fresh schema.
+  wsA = makeWorkspace();
+  a = await startServer(wsA, { env: { ...shared, SHEPHERD_NODE_ID: "node-a" } });
+  b = await startServer(makeWorkspace(), { env: { ...shared, SHEPHERD_NODE_ID: "node-b" } });
+  browser = await launchBrowser();
+});
+
+after(async () => {
+  await browser?.close();
+  await Promise.all([a?.stop(), b?.stop()]);
+  try {
+    execFileSync("psql", [PG_URL, "-qc", `DROP SCHEMA IF EXISTS "${SCHEMA}" CASCADE`], { stdio: "ignore" });
+  } catch {
+    /* no psql here: the schema stays, as the Rust tests' do */
+  }
+});
+
+test("a terminal of a session on another node names that node, links there and stops reconnecting", async () => {
+  const session = await apiCall(a, "POST", "/api/v1/sessions", { name: "on node a", location_path: wsA.dir });
+  const tab = await apiCall(a, "POST", `/api/v1/sessions/${session.id}/workers`, { type: "terminal" });
+  const context = await browser.newContext({ viewport: VIEWPORTS[0] });
+  const page = await context.newPage();
+  page.on("pageerror", (e) => console.error("page error:", e.message));
+  try {
+    const path = `/sessions/${session.id}?tab=${tab.id}`;
+    await page.goto(b.url + path);
+    await waitForText(page, '[data-testid="terminal-refusal"]', "node-a");
+    await waitForText(page, '[data-testid="terminal-refusal"]', "This session runs on node node-a");
+    // It gave up: no "Reconnecting…", and the status says it is not connected.
+    const link = page.getByTestId("terminal-link");
+    assert.equal(await link.getAttribute("data-state"), "refused");
+    assert.doesNotMatch(await link.textContent(), /Reconnecting/);
+    assert.doesNotMatch(await page.locator("main").textContent(), /Reconnecting/);
+    const href = await page.getByTestId("terminal-node-link").getAttribute("href");
+    assert.equal(href, a.url + path, "the link opens the same page on node a");
+
+    // At every width the layout tests use: inside the window, and axe passes.
+    for (const viewport of VIEWPORTS) {
+      await page.setViewportSize(viewport);
+      const box = await page.getByTestId("terminal-refusal").boundingBox();
+      assert.ok(box && box.x >= 0 && box.x + box.width <= viewport.width, `the message lies inside ${viewport.width} px: ${JSON.stringify(box)}`);
+      assert.equal(await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth), false, `sideways scroll at ${viewport.width} px`);
+      for (const scheme of ["light", "dark"]) {
+        await page.emulateMedia({ colorScheme: scheme });
+        const violations = await axe(page);
+        assert.deepEqual(violations, [], `the refusal at ${viewport.width} px (${scheme}): ${JSON.stringify(violations, null, 1)}`);
+      }
+      await page.emulateMedia({ colorScheme: "light" });
+    }
+    await page.setViewportSize(VIEWPORTS[0]);
+
+    // The link leads to the terminal, which attaches on its own node.
+    await page.getByTestId("terminal-node-link").click();
+    await page.waitForURL(a.url + path);
+    await waitForText(page, '[data-testid="terminal-link"]', "Connected");
+    assert.equal(await page.getByTestId("terminal-refusal").count(), 0);
+    await page.locator('[data-testid="terminal"]').click();
+    await page.keyboard.type("echo on-a-$((20+22))");
+    await page.keyboard.press("Enter");
+    await until(
+      async () =>
+        /^on-a-42\s*$/m.test(await page.evaluate(() => [...document.querySelectorAll('[data-testid="terminal"] .xterm-rows > div')].map((r) => r.textContent).join("\n"))),
+      "the shell on node a",
+    );
+  } finally {
+    await context.close();
+  }
+});
