@@ -10,6 +10,7 @@ use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
+use shepherd_core::role::Role;
 use shepherd_core::{Error, ErrorKind};
 
 use crate::error::ApiError;
@@ -18,7 +19,15 @@ use crate::AppState;
 /// The authenticated caller, available to handlers as an extension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
+    /// The bootstrap credential (`SHEPHERD_TOKEN`, or no token on loopback
+    /// when none is configured): the built-in user `admin`.
     Operator,
+    /// A person, by a personal access token. What their role allows is
+    /// decided once, by the route table in [`crate::roles`].
+    User {
+        name: String,
+        role: Role,
+    },
     Worker(String),
     /// A run token (`SHEPHERD_RUN_TOKEN`): an agent acting for its own run.
     /// It reaches only the routes [`run_token_may`] lists.
@@ -26,10 +35,12 @@ pub enum Caller {
 }
 
 impl Caller {
-    /// Refuses unless the caller is the operator.
+    /// Refuses unless the caller is a person (the bootstrap credential or a
+    /// user): the route is not for worker or run tokens. Which people may
+    /// call it the route table has already decided.
     pub fn require_operator(&self) -> Result<(), Error> {
         match self {
-            Caller::Operator => Ok(()),
+            Caller::Operator | Caller::User { .. } => Ok(()),
             Caller::Worker(_) | Caller::Run(_) => Err(Error::forbidden(
                 "operator_only",
                 "this action needs the operator token",
@@ -37,10 +48,33 @@ impl Caller {
         }
     }
 
+    /// Whether the caller is a person rather than a worker or a run.
+    pub fn is_person(&self) -> bool {
+        matches!(self, Caller::Operator | Caller::User { .. })
+    }
+
+    /// A person's role: the bootstrap credential is an admin.
+    pub fn role(&self) -> Option<Role> {
+        match self {
+            Caller::Operator => Some(Role::Admin),
+            Caller::User { role, .. } => Some(*role),
+            Caller::Worker(_) | Caller::Run(_) => None,
+        }
+    }
+
+    /// The user a person's credential belongs to.
+    pub fn user_name(&self) -> Option<&str> {
+        match self {
+            Caller::Operator => Some(shepherd_store::BUILTIN_ADMIN),
+            Caller::User { name, .. } => Some(name),
+            Caller::Worker(_) | Caller::Run(_) => None,
+        }
+    }
+
     /// Refuses unless the caller is the operator or the named worker itself.
     pub fn require_worker(&self, worker_id: &str) -> Result<(), Error> {
         match self {
-            Caller::Operator => Ok(()),
+            Caller::Operator | Caller::User { .. } => Ok(()),
             Caller::Worker(w) if w == worker_id => Ok(()),
             Caller::Worker(w) => Err(Error::forbidden(
                 "not_your_worker",
@@ -57,6 +91,7 @@ impl Caller {
     pub fn label(&self) -> String {
         match self {
             Caller::Operator => "operator".into(),
+            Caller::User { name, .. } => name.clone(),
             Caller::Worker(w) => format!("worker:{w}"),
             Caller::Run(r) => format!("run:{r}"),
         }
@@ -126,6 +161,9 @@ pub async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Caller, A
             ))
         }
         (Some(t), Some(op)) if shepherd_core::token::tokens_equal(&t, op) => Caller::Operator,
+        (Some(t), _) if t.starts_with(shepherd_core::token::PERSONAL_TOKEN_PREFIX) => {
+            personal(state, &t).await?
+        }
         (Some(t), _) if t.starts_with(shepherd_core::token::RUN_TOKEN_PREFIX) => {
             match shepherd_core::token::verify_run_token(state.run_key().await?, &t) {
                 Some(run_id) => Caller::Run(run_id),
@@ -137,6 +175,58 @@ pub async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Caller, A
             None => return Err(unauthorized("unknown or revoked token")),
         },
     })
+}
+
+/// The user a personal token belongs to, if it may still be used: not
+/// revoked, not expired, its user not disabled. Each refusal is the same 401,
+/// so a stolen token's holder learns nothing from it.
+async fn personal(state: &AppState, secret: &str) -> Result<Caller, ApiError> {
+    let refused = || unauthorized("unknown, revoked or expired token");
+    let Some((token, user)) = state.store.token_by_secret(secret).await? else {
+        return Err(refused());
+    };
+    let now = shepherd_store::now_ms();
+    if token.revoked_at.is_some() || token.expires_at.is_some_and(|at| at <= now) || user.disabled {
+        return Err(refused());
+    }
+    if token
+        .last_used_at
+        .is_none_or(|at| at < now - shepherd_store::LAST_USED_GRANULARITY_MS)
+    {
+        // A failed bookkeeping write must not refuse a good token.
+        if let Err(e) = state.store.touch_token(&token.id).await {
+            tracing::warn!(token = token.id, error = %e, "could not record the token's use");
+        }
+    }
+    Ok(Caller::User {
+        name: user.name,
+        role: user.role,
+    })
+}
+
+/// Refuses a user whose role is below what the route needs.
+fn check_role(caller: &Caller, req: &Request) -> Result<(), ApiError> {
+    let Caller::User { name, role } = caller else {
+        return Ok(());
+    };
+    let routed = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| req.uri().path().to_owned());
+    match crate::roles::least_role(req.method(), &routed) {
+        Some(needed) if *role >= needed => Ok(()),
+        Some(needed) => Err(Error::forbidden(
+            "forbidden",
+            format!("this needs the {needed} role; {name} is a {role}"),
+        )
+        .into()),
+        None => Err(Error::forbidden(
+            "forbidden",
+            format!("no role may call {} {routed}", req.method()),
+        )
+        .into()),
+    }
 }
 
 pub async fn authenticate(
@@ -152,6 +242,7 @@ pub async fn authenticate(
         )
         .into());
     }
+    check_role(&caller, &req)?;
     req.extensions_mut().insert(caller);
     Ok(next.run(req).await)
 }

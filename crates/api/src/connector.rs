@@ -86,7 +86,7 @@ fn acting_worker(caller: &Caller, named: Option<&str>) -> Result<String, Error> 
             caller.require_worker(n)?;
             Ok(n.to_owned())
         }
-        (Caller::Operator, None) => Err(Error::bad_request(
+        (Caller::Operator | Caller::User { .. }, None) => Err(Error::bad_request(
             "missing_worker_id",
             "worker_id is required",
         )),

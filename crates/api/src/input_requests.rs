@@ -57,7 +57,7 @@ async fn asking_run(state: &AppState, caller: &Caller, named: Option<String>) ->
 /// Whether `caller` may see `request`.
 async fn check_visible(state: &AppState, caller: &Caller, request: &InputRequest) -> ApiResult<()> {
     match caller {
-        Caller::Operator => Ok(()),
+        Caller::Operator | Caller::User { .. } => Ok(()),
         Caller::Run(own) if own == &request.run_id => Ok(()),
         Caller::Run(_) => {
             Err(Error::forbidden("not_your_run", "another run's input request").into())
@@ -130,7 +130,7 @@ pub async fn list(
         return Err(Error::bad_request("invalid_limit", "limit must be between 1 and 1000").into());
     }
     let run_id = match (&caller, q.run_id.filter(|s| !s.is_empty())) {
-        (Caller::Operator, named) => named,
+        (Caller::Operator | Caller::User { .. }, named) => named,
         (_, named) => {
             if matches!(caller, Caller::Worker(_)) && named.is_none() {
                 return Err(crate::scope::forbidden(
@@ -225,7 +225,7 @@ pub async fn answer(
     ApiJson(b): ApiJson<InputAnswer>,
 ) -> ApiResult<Json<InputRequest>> {
     match &caller {
-        Caller::Operator => {}
+        Caller::Operator | Caller::User { .. } => {}
         Caller::Run(_) => {
             return Err(Error::forbidden(
                 "forbidden",
@@ -256,7 +256,7 @@ pub async fn run_token(
     ApiJson(b): ApiJson<RunTokenRequest>,
 ) -> ApiResult<Json<RunToken>> {
     let worker = match &caller {
-        Caller::Operator => None,
+        Caller::Operator | Caller::User { .. } => None,
         Caller::Worker(w) => Some(w.clone()),
         Caller::Run(_) => return Err(crate::scope::forbidden("other run tokens").into()),
     };

@@ -24,6 +24,7 @@ pub mod openapi;
 pub mod origin;
 pub mod parse_errors;
 pub mod reject;
+pub mod roles;
 pub mod run_diff;
 pub mod runs;
 pub mod scope;
@@ -33,6 +34,7 @@ pub mod tasks;
 pub mod tls;
 pub mod ui;
 pub mod usage;
+pub mod users;
 pub mod webhooks;
 pub mod workers;
 pub mod workspace_repos;
@@ -246,6 +248,7 @@ pub fn router(state: AppState) -> Router {
         .merge(usage::router())
         .merge(input_requests::router())
         .merge(webhooks::router())
+        .merge(users::router())
         .merge(run_diff::router())
         .merge(sessions::router())
         .merge(session_ws::router())

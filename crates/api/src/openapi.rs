@@ -38,6 +38,8 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::input_requests::answer, crate::input_requests::run_token,
         crate::webhooks::create, crate::webhooks::list, crate::webhooks::get_one,
         crate::webhooks::delete, crate::webhooks::deliveries,
+        crate::users::me, crate::users::create_user, crate::users::list_users, crate::users::update_user,
+        crate::users::create_token, crate::users::list_tokens, crate::users::revoke_token,
     ),
     components(schemas(
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,
@@ -97,7 +99,7 @@ impl utoipa::Modify for CommonErrors {
                 add("421", "host_not_allowed");
                 if protected {
                     add("401", "unauthorized: a token is needed (or it is wrong)");
-                    add("403", "origin_not_allowed, operator_only");
+                    add("403", "origin_not_allowed, operator_only, forbidden (a user whose role is below the route's)");
                     add("429", "too_many_requests (its token's requests in flight)");
                 }
                 let has_query = op.parameters.as_ref().is_some_and(|ps| {

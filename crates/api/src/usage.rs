@@ -34,7 +34,7 @@ pub async fn set_usage(
         Caller::Worker(w) => Some(w),
         // Never a claim's holder: a run token is fenced out.
         Caller::Run(r) => Some(format!("run:{r}")),
-        Caller::Operator => None,
+        Caller::Operator | Caller::User { .. } => None,
     };
     let run = state
         .store

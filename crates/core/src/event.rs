@@ -91,6 +91,12 @@ pub mod kind {
         SESSION_WORKER_RESTARTED = "session.worker.restarted";
         SESSION_WORKER_EXITED = "session.worker.exited";
         SESSION_WORKER_REMOVED = "session.worker.removed";
+        // People and their credentials.
+        USER_CREATED = "user.created";
+        /// A user's role changed, or they were disabled or enabled again.
+        USER_UPDATED = "user.updated";
+        TOKEN_CREATED = "token.created";
+        TOKEN_REVOKED = "token.revoked";
     }
 }
 

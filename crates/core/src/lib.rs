@@ -17,6 +17,7 @@ pub mod input;
 pub mod model;
 pub mod pace;
 pub mod retry;
+pub mod role;
 pub mod secrets;
 pub mod status;
 pub mod time;

@@ -87,3 +87,28 @@ pub mod serde_ms {
         }
     }
 }
+
+/// An age or a lifetime with its unit: `90s`, `45m`, `12h`, `30d`, `2w`. A
+/// bare number is refused, since `30` could be seconds or days.
+pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("expected a number with a unit such as 30d, got {s:?}"))?;
+    let per = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        "w" => 7 * 86400,
+        "" => {
+            return Err(format!(
+                "{s:?} has no unit; write e.g. {n}d (s, m, h, d or w)"
+            ))
+        }
+        _ => return Err(format!("unknown unit {unit:?}; use s, m, h, d or w")),
+    };
+    n.checked_mul(per)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("{s:?} is too long"))
+}

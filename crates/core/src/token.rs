@@ -23,6 +23,9 @@ pub fn digests_equal(a: &str, b: &str) -> bool {
             == 0
 }
 
+/// The prefix of a personal access token (a user's own credential).
+pub const PERSONAL_TOKEN_PREFIX: &str = "spt_";
+
 /// The prefix of a run token: the credential an agent asks a person with
 /// (`SHEPHERD_RUN_TOKEN`), good for its own run only.
 pub const RUN_TOKEN_PREFIX: &str = "srt_";

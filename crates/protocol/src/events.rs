@@ -257,6 +257,11 @@ pub fn event_families() -> Vec<EventFamily> {
         ),
         F::of::<SessionWorkerExited>("SessionWorkerExitedEvent", vec![k::SESSION_WORKER_EXITED]),
         F::of::<SessionWorkerRemoved>("SessionWorkerRemovedEvent", vec![k::SESSION_WORKER_REMOVED]),
+        F::of::<UserChanged>("UserChangedEvent", vec![k::USER_CREATED, k::USER_UPDATED]),
+        F::of::<TokenChanged>(
+            "TokenChangedEvent",
+            vec![k::TOKEN_CREATED, k::TOKEN_REVOKED],
+        ),
         // Progress from workers and events from outside: the workflows' types.
         F::of::<ProgressRecorded>("ProgressEvent", shepherd_core::workflow::event_types()),
     ]

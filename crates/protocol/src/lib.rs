@@ -23,6 +23,7 @@ pub mod runs;
 pub mod sessions;
 pub mod tasks;
 pub mod usage;
+pub mod users;
 pub mod webhooks;
 pub mod workers;
 
@@ -44,6 +45,7 @@ pub use runs::*;
 pub use sessions::*;
 pub use tasks::*;
 pub use usage::*;
+pub use users::*;
 pub use webhooks::*;
 pub use workers::*;
 

@@ -382,6 +382,43 @@ async fn sessions(s: &Server, env: &Env) -> [(String, String); 2] {
     [(sid, wid), (doomed, doomed_tab)]
 }
 
+/// Users and their tokens: a user made and changed, a token made and revoked.
+async fn people(s: &Server) {
+    ok(
+        s,
+        "/api/v1/users",
+        OP,
+        json!({ "name": "ann", "role": "operator" }),
+    )
+    .await;
+    let (st, b) = s
+        .call(
+            reqwest::Method::PATCH,
+            "/api/v1/users/ann",
+            OP,
+            Some(json!({ "role": "viewer" })),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let t = ok(
+        s,
+        "/api/v1/tokens",
+        OP,
+        json!({ "name": "t", "user": "ann", "expires_in": "1d" }),
+    )
+    .await;
+    let id = t["id"].as_str().unwrap();
+    let (st, _) = s
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/tokens/{id}"),
+            OP,
+            None,
+        )
+        .await;
+    assert_eq!(st, 204);
+}
+
 /// After a restart: tabs restored on attach (one cannot be), and a worker
 /// that goes silent loses its claim, then is heard from again.
 async fn after_restart(s: &Server, env: &Env, tabs: &[(String, String); 2]) {
@@ -513,6 +550,7 @@ stuck_after = 1
     connector(&s).await;
     conversations(&s).await;
     let tabs = sessions(&s, &env).await;
+    people(&s).await;
     s.stop().await;
 
     // Again on the same database, with heartbeats that lapse within a second.

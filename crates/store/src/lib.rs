@@ -47,6 +47,7 @@ mod input_store;
 mod run_store;
 mod session_store;
 mod task_store;
+mod user_store;
 // Only for tests, benchmarks and examples (see the module).
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
@@ -81,6 +82,7 @@ pub use ops::sessions::{
 };
 pub use ops::tasks::{Applied, CancelOutcome, NewTask, TaskDetail, TaskFilter};
 pub use ops::usage::UsageRow;
+pub use ops::users::{TokenRow, UserChange, UserRow, BUILTIN_ADMIN, LAST_USED_GRANULARITY_MS};
 pub use ops::webhooks::{Attempt as WebhookAttempt, NewWebhook, WebhookRow};
 pub use ops::workers::{Registration, WorkerFilter};
 pub use postgres::PgOptions;

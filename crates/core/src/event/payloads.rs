@@ -63,6 +63,8 @@ event_payloads!(
     InputRequested,
     InputAnswered,
     RunStuck,
+    UserChanged,
+    TokenChanged,
 );
 
 /// `data` of `task.state_changed`.
@@ -570,4 +572,23 @@ pub struct RunStuck {
     pub steps: i64,
     /// The agent's `stuck_after`, in milliseconds.
     pub stuck_after_ms: i64,
+}
+
+/// `data` of `user.created` and `user.updated`: the user as they are now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct UserChanged {
+    pub name: String,
+    pub role: crate::role::Role,
+    pub disabled: bool,
+}
+
+/// `data` of `token.created` and `token.revoked` (never the secret).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct TokenChanged {
+    pub id: String,
+    pub name: String,
+    /// Whose token it is.
+    pub user: String,
+    /// RFC 3339; none: it does not expire.
+    pub expires_at: Option<String>,
 }

@@ -722,27 +722,7 @@ pub struct EventsArgs {
     pub types: Option<String>,
 }
 
-pub fn parse_age(s: &str) -> std::result::Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("expected a number with a unit such as 30d, got {s:?}"))?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        "w" => n * 7 * 86400,
-        // A bare number is refused: 30 could be seconds or days.
-        "" => {
-            return Err(format!(
-                "{s:?} has no unit; write e.g. {n}d (s, m, h, d or w)"
-            ))
-        }
-        _ => return Err(format!("unknown unit {unit:?}; use s, m, h, d or w")),
-    };
-    Ok(Duration::from_secs(secs))
-}
+pub use shepherd_core::time::parse_age;
 
 /// A umask in octal (`22`, `022`, `0077`).
 pub fn parse_umask(s: &str) -> std::result::Result<u32, String> {

@@ -14,6 +14,7 @@ pub mod runs;
 pub mod sessions;
 pub mod tasks;
 pub mod usage;
+pub mod users;
 pub mod webhooks;
 pub mod workers;
 

@@ -19,6 +19,7 @@ const MIGRATIONS: &[Migration] = &[
     (11, include_str!("0011_tasks_ready.sql")),
     (12, include_str!("0012_input_requests.sql")),
     (13, include_str!("0013_webhooks.sql")),
+    (14, include_str!("0014_users.sql")),
 ];
 
 /// Brings the database up to this build's schema. One `BEGIN IMMEDIATE`
