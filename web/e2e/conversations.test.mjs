@@ -5,9 +5,8 @@
 // stays at the newest as messages arrive.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { apiCall, axe, launchBrowser, makeWorkspace, startServer, until, waitForCount, waitForText } from "./lib.mjs";
+import { appendFileSync } from "node:fs";
+import { apiCall, axe, gate, launchBrowser, makeWorkspace, startServer, until, waitForCount, waitForText, writeConfig } from "./lib.mjs";
 
 /** The widths the layout tests use (layout.test.mjs). */
 const VIEWPORTS = [
@@ -23,9 +22,10 @@ let page;
 
 before(async () => {
   ws = makeWorkspace();
-  // An agent that answers at once, so that a long conversation is quick to make.
-  const config = join(ws.dir, "quick.toml");
-  writeFileSync(
+  // The scripted agent (lib.mjs), and one that answers at once, so that a
+  // long conversation is quick to make.
+  const config = writeConfig(ws);
+  appendFileSync(
     config,
     `
 [agents.quick]
@@ -170,15 +170,23 @@ test("a conversation of 150 messages renders only what is on screen, at the newe
     el.scrollTop = el.scrollHeight;
   });
   await waitForText(page, '[data-testid="message"][data-role="user"]', "Message 75.");
+  // The scripted agent replies one step at a time: each state of the
+  // growing reply, and then its result, stays in view.
+  await apiCall(server, "POST", "/api/v1/resources", { id: "long-talk", name: "Long talk", agent_id: "scripted" });
   await page.getByTestId("send-input").fill("Message 76.");
   await page.getByTestId("send-btn").click();
-  await waitForText(page, '[data-testid="message"][data-role="agent"][data-status="done"]', "Noted.");
-  await until(async () => {
-    const c = await apiCall(server, "GET", `/api/v1/conversations/${id}`);
-    return c.messages.length === 152 && c.state === "idle";
-  }, "the 76th reply");
+  const newestReply = '[data-testid="message"][data-role="agent"][data-status="running"]';
+  await waitForText(page, `${newestReply} [data-testid="message-step"]`, "Starting phase one.");
+  await until(async () => (await placeInMessages(newestReply))?.inside, "the reply's first step in view");
+  const { runs } = await apiCall(server, "GET", "/api/v1/runs?channel_id=long-talk&status=running");
+  gate(ws, runs[0].vtid, "step2");
+  await waitForText(page, `${newestReply} [data-testid="tool-call"]`, "shell");
+  await until(async () => (await placeInMessages(newestReply))?.inside, "the reply's tool call in view");
+  gate(ws, runs[0].vtid, "finish");
+  await waitForText(page, '[data-testid="message"][data-role="agent"][data-status="done"] [data-testid="message-result"]', "Scripted run finished.");
   await until(async () => (await page.getByTestId("messages").getAttribute("data-messages")) === "152", "152 messages on the page");
-  await until(async () => (await placeInMessages('[data-testid="message"][data-role="agent"][data-status="done"]'))?.inside, "the newest reply in view");
+  await page.getByTestId("working").waitFor({ state: "detached" });
+  await until(async () => (await placeInMessages('[data-testid="message"][data-role="agent"][data-status="done"]'))?.inside, "the finished reply in view");
   const newest = page.locator('[data-testid="message"][data-role="user"]').last();
   assert.equal(await newest.locator(".message-text").textContent(), "Message 76.");
   await expectAccessible("a long conversation");
