@@ -271,6 +271,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Who this credential is. */
+        get: operations["whoami"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/resources": {
         parameters: {
             query?: never;
@@ -664,6 +681,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One's own tokens, oldest first; an admin sees everyone's. Never their
+         *     secrets; revoked ones are gone.
+         */
+        get: operations["list_tokens"];
+        put?: never;
+        /**
+         * Make a personal access token: for oneself, or (admins) for `user`. The
+         *     secret is in this answer only.
+         */
+        post: operations["create_token"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tokens/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke a token: one's own, or (admins) anyone's. It answers 401 from now on. */
+        delete: operations["revoke_token"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/usage": {
         parameters: {
             query?: never;
@@ -679,6 +737,44 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every user, by name (admins only). */
+        get: operations["list_users"];
+        put?: never;
+        /** Add a user (admins only). */
+        post: operations["create_user"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Change a user's role, or disable or enable them (admins only). A
+         *     disabled user's tokens answer 401.
+         */
+        patch: operations["update_user"];
         trace?: never;
     };
     "/api/v1/webhooks": {
@@ -1475,6 +1571,18 @@ export interface components {
              */
             type: "conversation.state_changed";
         };
+        /** @description The answer to `POST /api/v1/tokens`: the only time the secret is shown. */
+        CreatedToken: {
+            /** @description RFC 3339; none: it does not expire. */
+            expires_at?: string | null;
+            id: string;
+            /**
+             * @description The secret (`spt_…`), as `Authorization: Bearer <token>`. It is kept
+             *     only as a digest: nobody can show it again.
+             */
+            token: string;
+            user: string;
+        };
         /**
          * @description The answer to `POST /api/v1/webhooks`: the subscription and its secret,
          *     shown this once.
@@ -1530,6 +1638,22 @@ export interface components {
             /** @description `simple` (default) or `autopilot`. */
             workflow?: string | null;
         };
+        /** @description `POST /api/v1/tokens`. */
+        CreateToken: {
+            /** @description Lifetime with a unit (`90m`, `12h`, `30d`, `2w`); omitted: no expiry. */
+            expires_in?: string | null;
+            /** @description What it is for (`laptop`, `ci`): shown in lists. */
+            name: string;
+            /** @description Whose token: oneself when omitted; another user only for admins. */
+            user?: string | null;
+        };
+        /** @description `POST /api/v1/users` (admins only). */
+        CreateUser: {
+            email?: string | null;
+            /** @description 1-64 lowercase letters, digits and `- _ .`. */
+            name: string;
+            role: components["schemas"]["Role"];
+        };
         /** @description `POST /api/v1/webhooks`. */
         CreateWebhook: {
             /**
@@ -1579,6 +1703,7 @@ export interface components {
              *     - `bad_schema`: The database schema is not one this server knows.
              *     - `bad_tls_certificate`: The TLS certificate or key cannot be loaded.
              *     - `body_timeout`: The request body did not arrive in time.
+             *     - `builtin_user`: The built-in admin stays an enabled admin.
              *     - `channel_archived`: The channel is archived.
              *     - `channel_not_found`: No channel has that id.
              *     - `claim_stale`: The claim token is not the task's active claim (it expired or was replaced).
@@ -1604,7 +1729,9 @@ export interface components {
              *     - `invalid_capabilities`: A capability is empty or longer than 64 characters.
              *     - `invalid_channel_id`: The channel id is not a valid identifier.
              *     - `invalid_cursor`: The cursor is not a sequence number.
+             *     - `invalid_email`: The email address is not one.
              *     - `invalid_event`: The event is not one the task's workflow knows.
+             *     - `invalid_expires_in`: A token's lifetime is a number with a unit (s, m, h, d, w), at most 366 days.
              *     - `invalid_group_by`: `group_by` names no known grouping.
              *     - `invalid_input_request`: The input request is malformed (a permission needs tool_name, a question a prompt; sizes and options are bounded).
              *     - `invalid_limit`: `limit` is out of range.
@@ -1633,8 +1760,10 @@ export interface components {
              *     - `invalid_status`: The status is not a known one or is too long.
              *     - `invalid_text`: The text is empty or too long.
              *     - `invalid_title`: The title is empty or too long.
+             *     - `invalid_token_name`: A token's name is 1-100 printable characters.
              *     - `invalid_transition`: The event does not apply in the task's state; it was recorded and refused.
              *     - `invalid_usage`: The usage report has an impossible value.
+             *     - `invalid_user_name`: A user name is 1-64 lowercase letters, digits and - _ . starting with a letter or digit.
              *     - `invalid_vtid`: The vtid is not a valid identifier.
              *     - `invalid_webhook_events`: The webhook's event list is empty, too long, or holds a name that is neither an event type nor a prefix wildcard (`run.*`).
              *     - `invalid_webhook_format`: The webhook format is neither `standard` nor `slack`.
@@ -1688,6 +1817,7 @@ export interface components {
              *     - `task_not_due`: The task may not be claimed before its `run_at`.
              *     - `task_not_failed`: Only a failed or cancelled task can be retried.
              *     - `task_not_found`: No task has that vtid.
+             *     - `token_not_found`: No token of yours has that id.
              *     - `too_many_requests`: Too many requests; retry later.
              *     - `too_many_steps`: The batch of steps is too large.
              *     - `too_many_streams`: The server has as many streams open as it allows; retry later.
@@ -1700,6 +1830,9 @@ export interface components {
              *     - `unknown_workflow`: No workflow has that name.
              *     - `unsupported_media_type`: The body's Content-Type is not application/json.
              *     - `uri_too_long`: The request URI is longer than the server accepts.
+             *     - `user_disabled`: The user is disabled.
+             *     - `user_exists`: A user of that name exists already.
+             *     - `user_not_found`: No user has that name.
              *     - `validator_is_builder`: The worker that built the task may not validate it.
              *     - `webhook_from_config`: The webhook comes from shepherd.toml; remove it there, not through the API.
              *     - `webhook_not_found`: No webhook has that id.
@@ -1713,7 +1846,7 @@ export interface components {
              *     - `wrong_agent`: The task is for another agent.
              * @enum {string}
              */
-            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_event" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_transition" | "invalid_usage" | "invalid_vtid" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -1927,6 +2060,14 @@ export interface components {
          * @enum {string}
          */
         InputState: "pending" | "answered" | "expired" | "withdrawn";
+        /** @description `GET /api/v1/me`: who the credential is. */
+        Me: {
+            /** @description `user`, `worker` or `run`. */
+            kind: string;
+            /** @description The user's name, `worker:<id>` or `run:<id>`. */
+            name: string;
+            role?: null | components["schemas"]["Role"];
+        };
         /**
          * @description One entry of a conversation: a user message, or a run of the agent
          *     replying to the message before it.
@@ -2216,6 +2357,11 @@ export interface components {
             /** @description Its run. */
             run_id: string;
         };
+        /**
+         * @description A user's role, least first.
+         * @enum {string}
+         */
+        Role: "viewer" | "operator" | "admin";
         /** @description One execution of a task by a worker (the Workers page contract's `worker_runs` row). */
         Run: {
             active_tool?: string | null;
@@ -2891,6 +3037,41 @@ export interface components {
              */
             type: "task.transition_rejected";
         };
+        /** @description `data` of `token.created` and `token.revoked` (never the secret). */
+        TokenChanged: {
+            /** @description RFC 3339; none: it does not expire. */
+            expires_at?: string | null;
+            id: string;
+            name: string;
+            /** @description Whose token it is. */
+            user: string;
+        };
+        /** @description An event of type `token.created`, `token.revoked`. */
+        TokenChangedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["TokenChanged"];
+            /** @enum {string} */
+            type: "token.created" | "token.revoked";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "token.created" | "token.revoked";
+        };
+        /** @description A token as listed: never its secret. */
+        TokenInfo: {
+            /** @description RFC 3339. */
+            created_at: string;
+            expires_at?: string | null;
+            id: string;
+            /** @description RFC 3339, to the minute; none: never used. */
+            last_used_at?: string | null;
+            name: string;
+            user: string;
+        };
+        TokenList: {
+            tokens: components["schemas"]["TokenInfo"][];
+        };
         /**
          * @description One step of a run: either something the agent did, or what a tool
          *     returned to it.
@@ -2935,6 +3116,15 @@ export interface components {
             ok: boolean;
             state: string;
             vtid: string;
+        };
+        /**
+         * @description `PATCH /api/v1/users/{name}` (admins only): each given field replaces
+         *     the stored one.
+         */
+        UpdateUser: {
+            /** @description A disabled user's tokens answer 401 until they are enabled again. */
+            disabled?: boolean | null;
+            role?: null | components["schemas"]["Role"];
         };
         /** @description What a run has used so far. */
         Usage: {
@@ -2988,6 +3178,35 @@ export interface components {
             /** @description The start of the window, when one was asked for. */
             since?: string | null;
             total: components["schemas"]["Usage"];
+        };
+        User: {
+            /** @description RFC 3339. */
+            created_at: string;
+            disabled: boolean;
+            email?: string | null;
+            name: string;
+            role: components["schemas"]["Role"];
+        };
+        /** @description `data` of `user.created` and `user.updated`: the user as they are now. */
+        UserChanged: {
+            disabled: boolean;
+            name: string;
+            role: components["schemas"]["Role"];
+        };
+        /** @description An event of type `user.created`, `user.updated`. */
+        UserChangedEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["UserChanged"];
+            /** @enum {string} */
+            type: "user.created" | "user.updated";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "user.created" | "user.updated";
+        };
+        UserList: {
+            users: components["schemas"]["User"][];
         };
         /** @description A subscription as listed: never its secret. */
         Webhook: {
@@ -3043,7 +3262,7 @@ export interface components {
             webhooks: components["schemas"]["Webhook"][];
         };
         /** @description One event of the log: the envelope (cursor, time, ids), `type`, and the `data` that type carries. */
-        WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["RunStuckEvent"] | components["schemas"]["InputRequestedEvent"] | components["schemas"]["InputAnsweredEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["ProgressEvent"];
+        WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["RunStuckEvent"] | components["schemas"]["InputRequestedEvent"] | components["schemas"]["InputAnsweredEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["UserChangedEvent"] | components["schemas"]["TokenChangedEvent"] | components["schemas"]["ProgressEvent"];
         /**
          * @description `data` of `worker.active`: the worker took a claim. No longer written (a
          *     log from an earlier version may hold it): the worker registry contract's `worker_active` now
@@ -3373,7 +3592,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3450,7 +3669,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3550,7 +3769,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3632,7 +3851,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3698,7 +3917,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3925,7 +4144,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3991,7 +4210,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4070,7 +4289,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4185,7 +4404,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4305,7 +4524,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4713,6 +4932,61 @@ export interface operations {
             };
         };
     };
+    whoami: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     list_resources: {
         parameters: {
             query?: never;
@@ -4739,7 +5013,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4817,7 +5091,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4915,7 +5189,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4981,7 +5255,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5073,7 +5347,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5130,7 +5404,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5302,7 +5576,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5417,7 +5691,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5532,7 +5806,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5611,7 +5885,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5726,7 +6000,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5841,7 +6115,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5941,7 +6215,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6009,7 +6283,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6093,7 +6367,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6211,7 +6485,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6354,7 +6628,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6443,7 +6717,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6560,7 +6834,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6722,7 +6996,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7140,6 +7414,203 @@ export interface operations {
             };
         };
     };
+    list_tokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenList"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateToken"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedToken"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: another user's token needs the admin role */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description user_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description user_disabled */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_token_name, invalid_expires_in */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    revoke_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description revoked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description token_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     usage_report: {
         parameters: {
             query?: {
@@ -7183,7 +7654,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7203,6 +7674,208 @@ export interface operations {
             };
             /** @description too_many_requests (its token's requests in flight) */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_users: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserList"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_user: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateUser"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description user_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_user_name, invalid_email */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    update_user: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateUser"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            /** @description user_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description builtin_user: the built-in admin stays an enabled admin */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7238,7 +7911,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7306,7 +7979,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7390,7 +8063,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7506,7 +8179,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7587,7 +8260,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7655,7 +8328,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8504,7 +9177,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8559,7 +9232,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
                 headers: {
                     [name: string]: unknown;
