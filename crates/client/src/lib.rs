@@ -608,6 +608,48 @@ impl Client {
         .await
     }
 
+    // ----- people and their tokens -----
+
+    /// Who this client's token is.
+    pub async fn me(&self) -> Result<p::Me, ClientError> {
+        self.fetch("/api/v1/me").await
+    }
+
+    pub async fn create_user(&self, b: &p::CreateUser) -> Result<p::User, ClientError> {
+        self.post("/api/v1/users", b).await
+    }
+
+    pub async fn users(&self) -> Result<p::UserList, ClientError> {
+        self.fetch("/api/v1/users").await
+    }
+
+    pub async fn update_user(&self, name: &str, b: &p::UpdateUser) -> Result<p::User, ClientError> {
+        let body = serde_json::to_vec(b)
+            .map_err(|e| ClientError::config(format!("cannot encode the change: {e}")))?;
+        Ok(self
+            .send(
+                Method::PATCH,
+                &format!("/api/v1/users/{}", enc(name)),
+                Some(Bytes::from(body)),
+                false,
+            )
+            .await?
+            .0)
+    }
+
+    /// Makes a token; the answer holds its secret, shown this once.
+    pub async fn create_token(&self, b: &p::CreateToken) -> Result<p::CreatedToken, ClientError> {
+        self.post("/api/v1/tokens", b).await
+    }
+
+    pub async fn tokens(&self) -> Result<p::TokenList, ClientError> {
+        self.fetch("/api/v1/tokens").await
+    }
+
+    pub async fn revoke_token(&self, id: &str) -> Result<(), ClientError> {
+        self.delete(&format!("/api/v1/tokens/{}", enc(id))).await
+    }
+
     // ----- webhooks -----
 
     /// Subscribes a URL; the answer carries the secret, shown this once.

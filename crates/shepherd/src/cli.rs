@@ -21,6 +21,7 @@ pub mod runs;
 pub mod session;
 pub mod task;
 pub mod usage;
+pub mod users;
 pub mod webhooks;
 pub mod workers;
 
@@ -151,6 +152,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Inbox { args, .. } => input::inbox(g, args).await,
         Command::Answer { args, .. } => input::answer(g, args).await,
         Command::Webhooks { cmd, .. } => webhooks::run(g, cmd).await,
+        Command::Users { cmd, .. } => users::users(g, cmd).await,
+        Command::Tokens { cmd, .. } => users::tokens(g, cmd).await,
         Command::Resource { cmd, .. } => resources::run(g, cmd).await,
         Command::PermissionTool { .. } => {
             shepherd_mcp::permission_tool::serve_stdio(&g.server, g.token.as_deref()).await

@@ -509,3 +509,91 @@ e2e!(
         s.stop().await;
     }
 );
+
+/// The CLI: an admin adds a user and makes them a token; `tokens create`
+/// prints the token alone, so a script captures it and acts as that user;
+/// refusals print the server's code and exit non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_manages_users_and_tokens() {
+    let env = env_with_token(Kind::Sqlite);
+    let s = Server::start(&env).await;
+    let base = s.base.clone();
+    tokio::task::block_in_place(|| {
+        let run = |token: &str, args: &[&str]| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+                .args(args)
+                .env_remove("SHEPHERD_AUTH_TOKEN")
+                .env("SHEPHERD_SERVER", &base)
+                .env("SHEPHERD_TOKEN", token)
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let (ok, out, err) = run(OPERATOR, &["users", "add", "carol", "--role", "viewer"]);
+        assert!(ok, "{out}{err}");
+        assert!(out.contains("added carol (viewer)"), "{out}");
+        let (ok, token, err) = run(
+            OPERATOR,
+            &[
+                "tokens",
+                "create",
+                "--name",
+                "ci",
+                "--user",
+                "carol",
+                "--expires",
+                "7d",
+            ],
+        );
+        assert!(ok, "{err}");
+        let token = token.trim_end_matches('\n');
+        assert!(
+            token.starts_with("spt_") && !token.contains(char::is_whitespace),
+            "stdout is the token alone: {token:?}"
+        );
+        assert!(
+            err.contains("for carol") && err.contains("shown this once"),
+            "{err}"
+        );
+        let (ok, out, _) = run(token, &["task", "list"]);
+        assert!(ok, "{out}");
+        let (ok, _, err) = run(
+            token,
+            &["task", "add", "nope", "--agent", "ext", "--external"],
+        );
+        assert!(!ok);
+        assert!(
+            err.contains("forbidden") && err.contains("carol is a viewer"),
+            "{err}"
+        );
+        let (ok, out, _) = run(OPERATOR, &["users", "list"]);
+        assert!(
+            ok && out.contains("carol") && out.contains("viewer"),
+            "{out}"
+        );
+        let (ok, out, _) = run(OPERATOR, &["users", "set-role", "carol", "operator"]);
+        assert!(ok && out.contains("carol (operator)"), "{out}");
+        let (ok, out, _) = run(token, &["tokens", "list"]);
+        assert!(ok && out.contains("ci") && !out.contains(token), "{out}");
+        let id = out
+            .lines()
+            .find_map(|l| {
+                l.split_whitespace()
+                    .next()
+                    .filter(|w| w.starts_with("tok_"))
+            })
+            .unwrap()
+            .to_owned();
+        let (ok, out, _) = run(token, &["tokens", "revoke", &id]);
+        assert!(ok && out.contains("revoked"), "{out}");
+        let (ok, _, err) = run(token, &["task", "list"]);
+        assert!(!ok && err.contains("unauthorized"), "{err}");
+        let (ok, _, err) = run(OPERATOR, &["users", "disable", "admin"]);
+        assert!(!ok && err.contains("builtin_user"), "{err}");
+    });
+    s.stop().await;
+}

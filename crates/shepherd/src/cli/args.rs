@@ -381,6 +381,20 @@ pub enum Command {
         #[command(subcommand)]
         cmd: crate::cli::resources::ResourceCommand,
     },
+    /// Users and their roles: add, list, set-role, disable, enable (admins).
+    Users {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(subcommand)]
+        cmd: crate::cli::users::UserCommand,
+    },
+    /// Personal access tokens: create, list, revoke.
+    Tokens {
+        #[command(flatten)]
+        client: ClientFlags,
+        #[command(subcommand)]
+        cmd: crate::cli::users::TokenCommand,
+    },
     /// Webhook subscriptions: add, list, rm, and each one's deliveries.
     Webhooks {
         #[command(flatten)]
@@ -541,6 +555,8 @@ impl Command {
             | Command::Inbox { client, .. }
             | Command::Answer { client, .. }
             | Command::Webhooks { client, .. }
+            | Command::Users { client, .. }
+            | Command::Tokens { client, .. }
             | Command::Resource { client, .. } => Some(client),
             _ => None,
         }
