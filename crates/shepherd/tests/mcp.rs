@@ -148,6 +148,36 @@ async fn tools_act_with_the_mcp_callers_own_token(kind: Kind) {
         .await;
     assert_eq!(task["title"], "mine");
 
+    // A viewer's tools are held to the route table: reading, yes; work, no.
+    let (st, _) = s
+        .post(
+            "/api/v1/users",
+            Some(OPERATOR),
+            json!({"name": "vic", "role": "viewer"}),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, t) = s
+        .post(
+            "/api/v1/tokens",
+            Some(OPERATOR),
+            json!({"name": "mcp", "user": "vic"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{t}");
+    let mut as_viewer = McpSession::open(&s, t["token"].as_str().unwrap()).await;
+    let r = as_viewer
+        .call_tool(
+            2,
+            "submit_task",
+            json!({"title": "not for a viewer", "agent": "manual"}),
+        )
+        .await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["error"]["code"], "forbidden", "{r}");
+    let r = as_viewer.call_tool(3, "list_workers", json!({})).await;
+    assert_eq!(r["isError"], false, "{r}");
+
     // An unknown tool is a JSON-RPC error, not a tool result.
     let (status, answer) = as_operator
         .send(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
