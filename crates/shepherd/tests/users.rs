@@ -477,7 +477,7 @@ e2e!(
     }
 );
 
-/// Worker tokens have no user: the people routes refuse them.
+// Worker tokens have no user: the people routes refuse them.
 e2e!(
     worker_tokens_make_no_users_or_tokens,
     |kind: Kind| async move {
