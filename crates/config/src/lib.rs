@@ -31,6 +31,7 @@ const DURATIONS: &[&str] = &[
     "cancel_grace",
     "snapshot_interval",
     "runner_heartbeat",
+    "runner_poll",
     "send_timeout",
     "header_timeout",
     "body_timeout",
@@ -97,6 +98,8 @@ struct RawConfig {
     pg_schema: Option<String>,
     #[serde(default, with = "humantime_serde")]
     runner_heartbeat: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    runner_poll: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     send_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -182,6 +185,8 @@ pub struct Config {
     pub pg_schema: Option<String>,
     /// How often the built-in runner's workers heartbeat.
     pub runner_heartbeat: Duration,
+    /// How often the built-in runner asks for work when no event woke it.
+    pub runner_poll: Duration,
     /// Origins besides the server's own that browsers may call from.
     pub allowed_origins: Vec<String>,
     /// Host names the server answers to besides loopback, its advertise
@@ -832,6 +837,7 @@ impl Config {
                 defaults::RUNNER_HEARTBEAT,
                 1,
             )?,
+            runner_poll: dur("runner_poll", file.runner_poll, defaults::RUNNER_POLL, 1)?,
             allowed_origins,
             allowed_hosts,
             agents,
@@ -930,6 +936,7 @@ impl Config {
             ("pg_pool_size", self.pg_pool_size.to_string()),
             ("pg_schema", opt(&self.pg_schema)),
             ("runner_heartbeat", secs(&self.runner_heartbeat)),
+            ("runner_poll", secs(&self.runner_poll)),
             ("allowed_origins", self.allowed_origins.join(",")),
             ("allowed_hosts", self.allowed_hosts.join(",")),
             (
@@ -1036,6 +1043,7 @@ const KEYS: &[&str] = &[
     "pg_pool_size",
     "pg_schema",
     "runner_heartbeat",
+    "runner_poll",
     "allowed_origins",
     "allowed_hosts",
     "sessions_root",

@@ -20,6 +20,9 @@ pub const CANCEL_GRACE: Duration = Duration::from_secs(30);
 pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(300);
 /// How often the built-in runner heartbeats.
 pub const RUNNER_HEARTBEAT: Duration = Duration::from_secs(30);
+/// How often a runner asks for work when no event woke it (events wake it
+/// at once; this only covers a stream that is down).
+pub const RUNNER_POLL: Duration = Duration::from_secs(2);
 /// A peer that takes nothing the server sends for this long is closed.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(120);
 /// A connection must send a request's whole header within this.

@@ -18,6 +18,7 @@ pub mod lines;
 pub mod process;
 pub mod shim;
 pub mod spool;
+mod work_news;
 pub mod worktree;
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +36,7 @@ use process::{GroupRecords, WorkerRecords};
 use shepherd_client::{Client, Start};
 pub use shepherd_core::agent_config::AgentConfig;
 use shepherd_protocol as p;
+use work_news::{NewsReader, WorkNews};
 
 /// How a runner is set up.
 #[derive(Debug, Clone)]
@@ -86,7 +88,7 @@ impl RunnerConfig {
             agents,
             data_dir,
             heartbeat_interval: shepherd_core::defaults::RUNNER_HEARTBEAT,
-            poll_interval: Duration::from_secs(2),
+            poll_interval: shepherd_core::defaults::RUNNER_POLL,
             quiet_gap: Duration::from_millis(500),
             cancel_grace: shepherd_core::defaults::CANCEL_GRACE,
             spool_cap_bytes: 64 * 1024 * 1024,
@@ -191,7 +193,17 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     let _events_stop = events_stop.clone().drop_guard();
     let file_events = FileEvents::start(events_stop);
     let cancels: Cancels = Arc::default();
-    let wake = Arc::new(Notify::new());
+    let wake = WorkNews::new();
+    // The log's head before any claim loop asks for work: the event stream
+    // starts after it, so a task made between a loop's first claim and the
+    // stream's connection still wakes that loop.
+    let head = match operator.head().await {
+        Ok(h) => Start::After(h),
+        Err(e) => {
+            tracing::debug!(error = %e, "no log head; following from when the stream connects");
+            Start::Now
+        }
+    };
     let detached = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
     for (name, agent) in &config.agents {
@@ -226,7 +238,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             mine,
             detached.clone(),
             cancels.clone(),
-            wake.clone(),
+            wake.listen(),
             tracker.clone(),
             config.poll_interval,
             shutdown.clone(),
@@ -246,6 +258,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         ids,
         cancels.clone(),
         wake.clone(),
+        head,
         shutdown.clone(),
     ));
     tracker.close();
@@ -480,7 +493,7 @@ async fn claim_loop(
     adopted: Vec<execution::SavedRun>,
     detached: Arc<std::sync::atomic::AtomicUsize>,
     cancels: Cancels,
-    wake: Arc<Notify>,
+    mut wake: NewsReader,
     tracker: TaskTracker,
     poll: Duration,
     shutdown: CancellationToken,
@@ -506,6 +519,9 @@ async fn claim_loop(
         if shutdown.is_cancelled() {
             break;
         }
+        // What has been said so far is answered by the claim below; news
+        // from now on wakes the wait after it.
+        wake.mark_read();
         let mut claimed_any = false;
         let free = slots.saturating_sub(running.load(std::sync::atomic::Ordering::SeqCst));
         if free > 0 {
@@ -542,7 +558,7 @@ async fn claim_loop(
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = wake.notified() => {}
+            _ = wake.next() => {}
             _ = freed.notified() => {}
             _ = tokio::time::sleep(poll) => {}
         }
@@ -625,7 +641,8 @@ async fn follow_events(
     c: Client,
     worker_ids: Vec<String>,
     cancels: Cancels,
-    wake: Arc<Notify>,
+    wake: WorkNews,
+    start: Start,
     shutdown: CancellationToken,
 ) {
     let query = p::EventStreamQuery {
@@ -634,7 +651,7 @@ async fn follow_events(
     };
     let follow = c.follow(
         &query,
-        Start::Now,
+        start,
         |f| {
             let Ok(e) = f.parse::<p::WireEvent>() else {
                 return true;
@@ -651,7 +668,7 @@ async fn follow_events(
                         cancel_run(&cancels, run);
                     }
                 }
-                _ => wake.notify_waiters(),
+                _ => wake.tell(),
             }
             true
         },

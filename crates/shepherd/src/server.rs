@@ -231,6 +231,7 @@ pub async fn run(
             };
         }
         rc.heartbeat_interval = config.runner_heartbeat;
+        rc.poll_interval = config.runner_poll;
         rc.cancel_grace = config.cancel_grace;
         rc.set_heartbeat_timeout(config.heartbeat_timeout);
         // A restart of the server leaves agents running under their shims;

@@ -585,3 +585,33 @@ async fn a_failed_attempt_is_retried_and_a_cancelled_one_is_not() {
     );
     s.stop().await;
 }
+
+/// Work the runner hears of while it is busy asking for work (its claim
+/// call in flight as the previous run ends), or before its event stream has
+/// connected, still wakes it. With the poll an hour long, a lost wake-up
+/// leaves a task pending for good, and this test fails at a deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_sent_as_the_last_run_ends_is_claimed_without_waiting_for_the_poll() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.set("SHEPHERD_RUNNER_POLL", "1h");
+    env.with_config_file(
+        r#"
+[agents.quick]
+command = ["sh", "-c", "cat > /dev/null; echo quick"]
+"#,
+    );
+    let s = Server::start(&env).await;
+    for i in 0..40 {
+        let vtid = format!("WAKE-{i}");
+        let (st, b) = create(
+            &s,
+            json!({ "vtid": vtid, "title": "quick", "spec": "go", "agent_id": "quick" }),
+        )
+        .await;
+        assert_eq!(st, 201, "{b:?}");
+        // The next task is made the moment this one is seen done: when the
+        // runner has just freed its slot and is asking for more.
+        task_in(&s, &vtid, &["done"], Duration::from_secs(30)).await;
+    }
+    s.stop().await;
+}
