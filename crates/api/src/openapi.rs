@@ -87,7 +87,13 @@ impl utoipa::Modify for CommonErrors {
         };
         for (path, item) in openapi.paths.paths.iter_mut() {
             let protected = path.starts_with("/api/") && path != "/api/openapi.json";
-            let ops: [Option<&mut Operation>; 2] = [item.get.as_mut(), item.post.as_mut()];
+            let ops: [Option<&mut Operation>; 5] = [
+                item.get.as_mut(),
+                item.post.as_mut(),
+                item.put.as_mut(),
+                item.patch.as_mut(),
+                item.delete.as_mut(),
+            ];
             for op in ops.into_iter().flatten() {
                 let mut add = |status: &str, what: &str| {
                     op.responses
