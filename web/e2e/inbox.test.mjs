@@ -257,7 +257,7 @@ for (const viewport of Object.keys(VIEWPORTS)) {
         const [r] = await requestsOf(task.vtid);
         assert.deepEqual(
           { state: r.state, decision: r.answer?.decision, message: r.answer?.message, by: r.answered_by },
-          { state: "answered", decision: "deny", message: "not in this repo", by: "operator" },
+          { state: "answered", decision: "deny", message: "not in this repo", by: "admin" },
         );
 
         // The run's view shows the denial and who gave it, and no marker.

@@ -87,10 +87,12 @@ impl Caller {
         }
     }
 
-    /// Who answered, as input requests record it (`answered_by`).
-    pub fn label(&self) -> String {
+    /// The caller as the audit trail names it: the `actor` of the events
+    /// its requests write, and who answered an input request
+    /// (`answered_by`).
+    pub fn actor(&self) -> String {
         match self {
-            Caller::Operator => "operator".into(),
+            Caller::Operator => shepherd_store::BUILTIN_ADMIN.into(),
             Caller::User { name, .. } => name.clone(),
             Caller::Worker(w) => format!("worker:{w}"),
             Caller::Run(r) => format!("run:{r}"),
@@ -243,6 +245,7 @@ pub async fn authenticate(
         .into());
     }
     check_role(&caller, &req)?;
+    let actor = caller.actor();
     req.extensions_mut().insert(caller);
-    Ok(next.run(req).await)
+    Ok(shepherd_store::actor::acting_as(actor, next.run(req)).await)
 }

@@ -100,6 +100,7 @@ pub fn filter_of(q: &EventStreamQuery) -> Result<EventFilter, Error> {
         channel_id: q.channel_id.clone(),
         conversation_id: q.conversation_id.clone(),
         session_id: q.session_id.clone(),
+        actor: q.actor.clone(),
         kinds: kinds_of(q.types.as_deref())?,
     })
 }

@@ -238,7 +238,7 @@ pub async fn answer(
             check_visible(&state, &caller, &request).await?;
         }
     }
-    let request = state.store.answer_input(&id, b, &caller.label()).await?;
+    let request = state.store.answer_input(&id, b, &caller.actor()).await?;
     Ok(Json(request))
 }
 

@@ -86,7 +86,7 @@ pub async fn me(Extension(caller): Extension<Caller>) -> Json<Me> {
     let name = caller
         .user_name()
         .map(str::to_owned)
-        .unwrap_or_else(|| caller.label());
+        .unwrap_or_else(|| caller.actor());
     Json(Me {
         name,
         role: caller.role(),
@@ -109,7 +109,7 @@ pub async fn create_user(
         .store
         .create_user(&body.name, body.role, body.email)
         .await?;
-    tracing::info!(user = %user.name, role = %user.role, by = caller.label(), "user added");
+    tracing::info!(user = %user.name, role = %user.role, by = caller.actor(), "user added");
     Ok((StatusCode::CREATED, Json(user_to_wire(user))))
 }
 
@@ -150,7 +150,7 @@ pub async fn update_user(
             },
         )
         .await?;
-    tracing::info!(user = %user.name, role = %user.role, disabled = user.disabled, by = caller.label(), "user changed");
+    tracing::info!(user = %user.name, role = %user.role, disabled = user.disabled, by = caller.actor(), "user changed");
     Ok(Json(user_to_wire(user)))
 }
 
@@ -190,7 +190,7 @@ pub async fn create_token(
         .store
         .create_token(&user, &body.name, expires_at)
         .await?;
-    tracing::info!(token = %token.id, user = %token.user, by = caller.label(), "token made");
+    tracing::info!(token = %token.id, user = %token.user, by = caller.actor(), "token made");
     Ok((
         StatusCode::CREATED,
         Json(CreatedToken {
@@ -234,7 +234,7 @@ pub async fn revoke_token(
         return Err(Error::not_found("token_not_found", format!("no token {id:?}")).into());
     }
     let token = state.store.revoke_token(&id).await?;
-    tracing::info!(token = %token.id, user = %token.user, by = caller.label(), "token revoked");
+    tracing::info!(token = %token.id, user = %token.user, by = caller.actor(), "token revoked");
     Ok(StatusCode::NO_CONTENT)
 }
 

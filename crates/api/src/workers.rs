@@ -353,6 +353,7 @@ pub async fn event_page(
         channel_id: q.channel_id,
         conversation_id: None,
         session_id: None,
+        actor: q.actor,
         types: q.types,
     };
     let filter = crate::events::filter_of(&filter)?;

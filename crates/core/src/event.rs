@@ -127,6 +127,11 @@ pub struct EventRefs {
     pub conversation_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// Who made the change: a user's name (`admin` for the bootstrap
+    /// token), `worker:<id>`, `run:<id>`, or `system` for the server's own
+    /// loops. Events written before actors were recorded have none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
 }
 
 impl EventRefs {
@@ -221,6 +226,7 @@ pub struct EventFilter {
     pub channel_id: Option<String>,
     pub conversation_id: Option<String>,
     pub session_id: Option<String>,
+    pub actor: Option<String>,
     /// Exact type names, or prefixes ending in `*` (`worker.*`).
     pub kinds: Vec<String>,
 }
@@ -244,6 +250,7 @@ impl EventFilter {
             && eq(&self.channel_id, &e.refs.channel_id)
             && eq(&self.conversation_id, &e.refs.conversation_id)
             && eq(&self.session_id, &e.refs.session_id)
+            && eq(&self.actor, &e.refs.actor)
             && self.matches_kind(&e.kind)
     }
 

@@ -48,6 +48,10 @@ pub struct EventStreamQuery {
     pub conversation_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// Only the changes of this actor: a user's name, `worker:<id>`,
+    /// `run:<id>` or `system`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
     /// Comma-separated log types; a trailing `*` matches a prefix (`worker.*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub types: Option<String>,
@@ -73,6 +77,11 @@ pub struct EventPageQuery {
     pub run_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_id: Option<String>,
+    /// Only the changes of this actor: a user's name (`GET
+    /// /api/v1/events?actor=alice`: what alice did), `worker:<id>`,
+    /// `run:<id>` or `system`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
     /// Comma-separated log types; a trailing `*` matches a prefix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub types: Option<String>,

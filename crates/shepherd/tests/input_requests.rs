@@ -137,7 +137,7 @@ e2e!(
         let (won, lost) = if a.0 == 200 { (a.1, b.1) } else { (b.1, a.1) };
         assert_eq!(lost["error"]["code"], "already_answered");
         let chosen = won["answer"]["option"].as_str().unwrap().to_owned();
-        assert_eq!(won["answered_by"], "operator");
+        assert_eq!(won["answered_by"], "admin");
         assert_eq!(won["state"], "answered");
 
         let out = agent_output(&env).await;
@@ -214,7 +214,7 @@ deny = ["Bash(rm:*)"]"#,
             [
                 Some("rule:Bash(git status:*)"),
                 Some("rule:Bash(rm:*)"),
-                Some("operator")
+                Some("admin")
             ]
         );
         s.stop().await;

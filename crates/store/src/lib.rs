@@ -21,6 +21,7 @@
 //! `session_store.rs`), the clock is in `clock.rs`, and the configuration
 //! with database URL parsing and redaction in `config.rs`.
 
+pub mod actor;
 mod any_db;
 mod clock;
 mod config;
@@ -258,14 +259,19 @@ impl Store {
             + Send
             + 'static,
     {
+        let actor = actor::current();
         match &self.inner.backend {
             Backend::Sqlite(b) => {
-                b.write(move |db| futures::executor::block_on(f(&mut AnyDb::Sqlite(db))))
-                    .await
+                b.write(move |db| {
+                    futures::executor::block_on(actor::within(actor, f(&mut AnyDb::Sqlite(db))))
+                })
+                .await
             }
             Backend::Postgres(b) => {
                 b.write_prefetched(prefetch, move |db| {
-                    Box::pin(async move { f(&mut AnyDb::Postgres(db)).await })
+                    Box::pin(actor::within(actor, async move {
+                        f(&mut AnyDb::Postgres(db)).await
+                    }))
                 })
                 .await
             }
@@ -285,11 +291,16 @@ impl Store {
             + Send
             + 'static,
     {
+        let acting = actor::current();
         match &self.inner.backend {
             Backend::Sqlite(b) => {
                 let units = units.into_iter().map(|f| {
+                    let actor = acting.clone();
                     move |db: &mut sqlite::SqliteDb| {
-                        futures::executor::block_on(f(&mut AnyDb::Sqlite(db)))
+                        futures::executor::block_on(actor::within(
+                            actor,
+                            f(&mut AnyDb::Sqlite(db)),
+                        ))
                     }
                 });
                 b.write_many(units.collect()).await
@@ -304,7 +315,12 @@ impl Store {
                     f
                 }
                 let units = units.into_iter().map(|f| {
-                    pg_unit(move |db| Box::pin(async move { f(&mut AnyDb::Postgres(db)).await }))
+                    let actor = acting.clone();
+                    pg_unit(move |db| {
+                        Box::pin(actor::within(actor, async move {
+                            f(&mut AnyDb::Postgres(db)).await
+                        }))
+                    })
                 });
                 b.write_many(units.collect()).await
             }

@@ -12,7 +12,7 @@ use crate::params;
 use crate::sql::{Db, EventRow, Row, Value};
 
 const COLUMNS: &str =
-    "seq, ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data";
+    "seq, ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data, actor";
 
 /// Appends one event and returns its sequence number.
 pub async fn append<D: Db>(db: &mut D, now: Millis, e: &NewEvent) -> Result<i64, Error> {
@@ -50,6 +50,7 @@ pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {
             channel_id: row.opt_string(7)?,
             conversation_id: row.opt_string(8)?,
             session_id: row.opt_string(9)?,
+            actor: row.opt_string(11)?,
         },
         data,
     })
@@ -117,6 +118,16 @@ pub(crate) fn filter_sql(sql: &mut String, args: &mut Vec<Value>, filter: &Event
     push_filter(sql, args, "channel_id", &filter.channel_id);
     push_filter(sql, args, "conversation_id", &filter.conversation_id);
     push_filter(sql, args, "session_id", &filter.session_id);
+    push_filter(sql, args, "actor", &filter.actor);
+    if filter
+        .actor
+        .as_deref()
+        .is_some_and(|a| !a.contains(':') && a != crate::actor::SYSTEM)
+    {
+        // The partial index of people's events (migration 0015) is used
+        // only when the query repeats its condition.
+        sql.push_str(" AND actor NOT LIKE '%:%' AND actor <> 'system'");
+    }
     if !filter.kinds.is_empty() {
         let mut parts = Vec::new();
         for k in &filter.kinds {

@@ -174,7 +174,14 @@ pub struct EventRow {
 
 impl EventRow {
     pub(crate) fn new(now: Millis, e: &NewEvent) -> EventRow {
-        let r = &e.refs;
+        // An event that names no actor is written for the one its unit of
+        // work runs for (see `crate::actor`).
+        let mut refs = e.refs.clone();
+        if refs.actor.is_none() {
+            refs.actor =
+                Some(crate::actor::current().unwrap_or_else(|| crate::actor::SYSTEM.to_owned()));
+        }
+        let r = &refs;
         EventRow {
             params: crate::params![
                 now,
@@ -186,13 +193,14 @@ impl EventRow {
                 &r.channel_id,
                 &r.conversation_id,
                 &r.session_id,
-                e.data.to_string()
+                e.data.to_string(),
+                &r.actor
             ],
             event: Event {
                 seq: 0,
                 ts: now,
                 kind: e.kind.clone(),
-                refs: e.refs.clone(),
+                refs,
                 data: e.data.clone(),
             },
         }
@@ -201,42 +209,49 @@ impl EventRow {
 
 /// The columns an event insert writes, in [`EventRow`] order.
 pub(crate) const INSERT_COLUMNS: &str =
-    "ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data";
+    "ts, type, agent_id, worker_id, task_id, run_id, channel_id, conversation_id, session_id, data, actor";
+
+/// How many columns [`INSERT_COLUMNS`] names.
+pub(crate) const EVENT_COLUMNS: usize = 11;
 
 /// The insert of one event.
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (ts, type, agent_id, worker_id, \
-    task_id, run_id, channel_id, conversation_id, session_id, data) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    task_id, run_id, channel_id, conversation_id, session_id, data, actor) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 /// [`INSERT_EVENT`], answering with the `seq` drawn.
 pub(crate) const INSERT_EVENT_RETURNING: &str =
     "INSERT INTO events (ts, type, agent_id, worker_id, \
-    task_id, run_id, channel_id, conversation_id, session_id, data) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq";
+    task_id, run_id, channel_id, conversation_id, session_id, data, actor) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq";
 
-/// `n` rows of placeholders for [`EventRow`]s (`($1, …, $10), …`), each
+/// `n` rows of placeholders for [`EventRow`]s (`($1, …, $11), …`), each
 /// placeholder followed by `cast` (its column's type), if given.
-pub(crate) fn event_rows_sql(n: usize, casts: Option<&[&str; 10]>) -> String {
+pub(crate) fn event_rows_sql(n: usize, casts: Option<&[&str; EVENT_COLUMNS]>) -> String {
     event_rows_sql_after(n, 0, casts)
 }
 
 /// [`event_rows_sql`] with placeholders numbered after the first `skip`.
-pub(crate) fn event_rows_sql_after(n: usize, skip: usize, casts: Option<&[&str; 10]>) -> String {
+pub(crate) fn event_rows_sql_after(
+    n: usize,
+    skip: usize,
+    casts: Option<&[&str; EVENT_COLUMNS]>,
+) -> String {
     use std::fmt::Write;
     let mut sql = String::with_capacity(n * 64);
     for i in 0..n {
         sql.push_str(if i == 0 { "(" } else { ", (" });
-        for k in 0..10 {
+        for k in 0..EVENT_COLUMNS {
             let sep = if k == 0 { "" } else { ", " };
             let cast = casts.map_or("", |c| c[k]);
-            let _ = write!(sql, "{sep}${}{cast}", skip + i * 10 + k + 1);
+            let _ = write!(sql, "{sep}${}{cast}", skip + i * EVENT_COLUMNS + k + 1);
         }
         sql.push(')');
     }
     sql
 }
 
-/// `INSERT` of `n` events in one statement (placeholders `$1…$(10n)`).
+/// `INSERT` of `n` events in one statement (placeholders `$1…$(11n)`).
 pub(crate) fn insert_events_sql(n: usize) -> String {
     format!(
         "INSERT INTO events ({INSERT_COLUMNS}) VALUES {}",

@@ -733,6 +733,10 @@ pub struct EventsArgs {
     /// Only events that name this agent.
     #[arg(long)]
     pub agent: Option<String>,
+    /// Only changes made by this actor: a user's name, worker:<id>,
+    /// run:<id> or system.
+    #[arg(long)]
+    pub actor: Option<String>,
     /// Comma-separated types; `worker.*` matches a prefix.
     #[arg(long)]
     pub types: Option<String>,

@@ -49,6 +49,7 @@ pub fn print_event(g: &Global, name: &str, e: &WireEvent) {
                 ("task", &r.task_id),
                 ("worker", &r.worker_id),
                 ("run", &r.run_id),
+                ("by", &r.actor),
             ]
             .iter()
             .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}={}", cut(v, 14))))
@@ -90,6 +91,7 @@ pub async fn events(g: &Global, e: &EventsArgs) -> Result<()> {
             task_id: e.task.clone(),
             run_id: e.run.clone(),
             channel_id: None,
+            actor: e.actor.clone(),
             types,
         };
         let (page, _) = c.events(&q).await.map_err(explain)?;
@@ -103,6 +105,7 @@ pub async fn events(g: &Global, e: &EventsArgs) -> Result<()> {
         worker_id: e.worker.clone(),
         task_id: e.task.clone(),
         run_id: e.run.clone(),
+        actor: e.actor.clone(),
         types,
         ..Default::default()
     };

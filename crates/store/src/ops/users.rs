@@ -90,6 +90,14 @@ fn validate_name(name: &str) -> Result<(), Error> {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
+    if name == crate::actor::SYSTEM {
+        // Events written by the server's own loops name `system` as their
+        // actor; a person of that name would be indistinguishable.
+        return Err(Error::invalid(
+            "invalid_user_name",
+            "the name \"system\" is reserved for the server's own changes",
+        ));
+    }
     if ok {
         Ok(())
     } else {

@@ -474,9 +474,9 @@ pub(super) fn begin_sql() -> String {
 /// CTE that every inserted row is joined with, so no row (and no identity
 /// value) exists before the lock is held; autocommit holds it to the commit.
 fn autocommit_events_sql(n: usize) -> String {
-    const CASTS: [&str; 10] = [
+    const CASTS: [&str; crate::sql::EVENT_COLUMNS] = [
         "::bigint", "::text", "::text", "::text", "::text", "::text", "::text", "::text", "::text",
-        "::text",
+        "::text", "::text",
     ];
     format!(
         "WITH ordering AS MATERIALIZED (SELECT pg_advisory_xact_lock({EVENT_LOCK})) \
