@@ -208,7 +208,7 @@ for (const viewport of Object.keys(VIEWPORTS)) {
         await page.getByTestId("inbox-tab-answered").click();
         const answered = page.locator(`[data-testid="input-request"][data-request-id="${r.id}"]`);
         await waitForText(page, `[data-request-id="${r.id}"] [data-testid="request-outcome"]`, "“yes”");
-        await waitForText(page, `[data-request-id="${r.id}"] [data-testid="request-answered-by"]`, "by operator");
+        await waitForText(page, `[data-request-id="${r.id}"] [data-testid="request-answered-by"]`, "by admin");
         assert.equal(await answered.locator("button").count(), 0, "an answered request has no buttons");
         await expectFits(page, `answered tab (${viewport})`);
         await expectAccessible(page, `answered tab (${viewport})`);
@@ -216,7 +216,7 @@ for (const viewport of Object.keys(VIEWPORTS)) {
         // The task page shows the run's requests: the rule's and the person's.
         await page.locator(`[data-request-id="${r.id}"] [data-testid="request-task"]`).click();
         await page.getByTestId("task-detail").waitFor();
-        await waitForText(page, `[data-testid="run-request"][data-request-id="${r.id}"]`, "by operator");
+        await waitForText(page, `[data-testid="run-request"][data-request-id="${r.id}"]`, "by admin");
         await waitForText(page, '[data-testid="run-request"][data-state="answered"]', "by rule:Bash(git status:*)");
         assert.equal(await page.getByTestId("waiting-for-you").count(), 0);
       });
@@ -263,7 +263,7 @@ for (const viewport of Object.keys(VIEWPORTS)) {
         // The run's view shows the denial and who gave it, and no marker.
         await page.goto(`${server.url}/agents/guarded/workers?worker=${run.id}`);
         await waitForText(page, `[data-testid="run-request"][data-request-id="${r.id}"]`, "Denied: not in this repo");
-        await waitForText(page, `[data-testid="run-request"][data-request-id="${r.id}"]`, "by operator");
+        await waitForText(page, `[data-testid="run-request"][data-request-id="${r.id}"]`, "by admin");
         assert.equal(await page.getByTestId("waiting-for-you").count(), 0);
         await expectAccessible(page, `run with its requests (${viewport})`);
       });
@@ -299,7 +299,7 @@ test("an answer another device gave first is shown with who gave it, and the lis
     await question.getByTestId("answer-text").fill("develop");
     frozen = false;
     await question.getByTestId("answer-send").click();
-    await waitForText(page, '[data-testid="answer-conflict"]', "Someone answered “Question” first: “main” by operator");
+    await waitForText(page, '[data-testid="answer-conflict"]', "Someone answered “Question” first: “main” by admin");
     await question.waitFor({ state: "detached" });
     await waitForText(page, '[data-testid="inbox-empty"]', "Nothing waits for you");
     await expectAccessible(page, "inbox after a conflict");
