@@ -3,7 +3,12 @@
 //!
 //! Two kinds of bearer token exist (PRODUCT.md decision 9). The operator
 //! token may do everything. A worker token, returned by registration, lets
-//! its holder act only as that worker.
+//! its holder act only as that worker. A person may also hold a personal
+//! token, or, in a browser signed in through the OpenID provider, the
+//! session cookie (`login`): a bearer token, when sent, wins over the
+//! cookie, and a request the cookie authenticates that changes anything must
+//! carry the session's CSRF token, since a browser attaches the cookie to
+//! requests other sites' pages make too.
 
 use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
@@ -118,7 +123,7 @@ pub fn run_token_may(method: &axum::http::Method, path: &str) -> bool {
     )
 }
 
-fn unauthorized(message: &str) -> ApiError {
+pub(crate) fn unauthorized(message: &str) -> ApiError {
     Error::new(ErrorKind::Unauthorized, "unauthorized", message).into()
 }
 
@@ -138,8 +143,27 @@ pub fn subprotocol_token(headers: &HeaderMap) -> Option<String> {
         .find_map(|p| p.trim().strip_prefix("bearer.").map(str::to_owned))
 }
 
+/// A request authenticated by a browser's session cookie: what the CSRF
+/// check and `GET /api/v1/me` need of it.
+#[derive(Debug, Clone)]
+pub struct CookieSession {
+    pub csrf_token: String,
+}
+
+/// The header a cookie-authenticated request that changes something
+/// carries its session's CSRF token in.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
 /// Who sent a request with these headers, or the 401 it gets.
 pub async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    identify_with_session(state, headers).await.map(|(c, _)| c)
+}
+
+/// [`identify`], saying too whether the session cookie was the credential.
+pub async fn identify_with_session(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<(Caller, Option<CookieSession>), ApiError> {
     let header = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
     let token = match header {
         None => subprotocol_token(headers),
@@ -155,7 +179,13 @@ pub async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Caller, A
             }
         },
     };
-    Ok(match (token, &state.settings.auth_token) {
+    if token.is_none() {
+        if let Some(cookie) = crate::login::session_cookie(state, headers) {
+            let (caller, session) = crate::login::session_caller(state, &cookie).await?;
+            return Ok((caller, Some(session)));
+        }
+    }
+    let caller = match (token, &state.settings.auth_token) {
         (None, None) => Caller::Operator,
         (None, Some(_)) => {
             return Err(unauthorized(
@@ -176,7 +206,35 @@ pub async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Caller, A
             Some(worker_id) => Caller::Worker(worker_id),
             None => return Err(unauthorized("unknown or revoked token")),
         },
-    })
+    };
+    Ok((caller, None))
+}
+
+/// Refuses a cookie-authenticated request that changes something without
+/// its session's CSRF token.
+fn check_csrf(session: Option<&CookieSession>, req: &Request) -> Result<(), ApiError> {
+    let Some(session) = session else {
+        return Ok(());
+    };
+    use axum::http::Method;
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(());
+    }
+    let sent = req
+        .headers()
+        .get(CSRF_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if shepherd_core::token::tokens_equal(sent, &session.csrf_token) {
+        Ok(())
+    } else {
+        Err(Error::forbidden(
+            "csrf_token_invalid",
+            "a request signed in by the session cookie that changes something needs the \
+             X-CSRF-Token header (its value is csrf_token in GET /api/v1/me)",
+        )
+        .into())
+    }
 }
 
 /// The user a personal token belongs to, if it may still be used: not
@@ -236,7 +294,8 @@ pub async fn authenticate(
     mut req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let caller = identify(&state, req.headers()).await?;
+    let (caller, session) = identify_with_session(&state, req.headers()).await?;
+    check_csrf(session.as_ref(), &req)?;
     if matches!(caller, Caller::Run(_)) && !run_token_may(req.method(), req.uri().path()) {
         return Err(Error::forbidden(
             "forbidden",
@@ -247,5 +306,8 @@ pub async fn authenticate(
     check_role(&caller, &req)?;
     let actor = caller.actor();
     req.extensions_mut().insert(caller);
+    if let Some(session) = session {
+        req.extensions_mut().insert(session);
+    }
     Ok(shepherd_store::actor::acting_as(actor, next.run(req)).await)
 }

@@ -19,7 +19,9 @@ pub mod host;
 pub mod input_requests;
 pub mod limits;
 pub mod listener;
+pub mod login;
 pub mod metrics;
+pub mod oidc;
 pub mod openapi;
 pub mod origin;
 pub mod parse_errors;
@@ -168,6 +170,8 @@ pub struct StateFields {
     pub metrics: Arc<metrics::HttpMetrics>,
     /// The key run tokens are checked with, read from the store once.
     pub run_key: Arc<tokio::sync::OnceCell<String>>,
+    /// The OpenID provider people sign in to the web UI with (`[oidc]`).
+    pub oidc: Option<Arc<oidc::Provider>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -201,7 +205,16 @@ impl AppState {
             frames: Arc::default(),
             sessions: None,
             run_key: Arc::default(),
+            oidc: None,
         }))
+    }
+
+    /// The same state, signing people in through `provider` (set before
+    /// the state is shared).
+    pub fn with_oidc(self, provider: Arc<oidc::Provider>) -> Self {
+        let mut fields = Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone());
+        fields.oidc = Some(provider);
+        AppState(Arc::new(fields))
     }
 
     /// The same state, serving `sessions` (set before the state is shared).
@@ -259,6 +272,7 @@ pub fn router(state: AppState) -> Router {
         ));
     let app = Router::new()
         .merge(health::router())
+        .merge(login::router())
         .merge(api)
         .fallback(ui::serve)
         .layer(axum::middleware::from_fn_with_state(

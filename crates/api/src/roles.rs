@@ -24,6 +24,9 @@ const RULES: &[(&str, &str, Role)] = &[
     ("GET", "/readyz", Viewer),
     // Who one is; one's own tokens (another's: admins, checked by the handler).
     ("GET", "/api/v1/me", Viewer),
+    // Signing in and out of the web UI (open without a token: `login`).
+    ("GET", "/auth/options", Viewer),
+    ("POST", "/auth/logout", Viewer),
     ("GET", "/api/v1/tokens", Viewer),
     ("POST", "/api/v1/tokens", Viewer),
     ("DELETE", "/api/v1/tokens/{}", Viewer),
@@ -210,7 +213,9 @@ mod tests {
     #[test]
     fn a_viewer_reads_and_changes_nothing() {
         for (m, p, r) in rules() {
-            if m != "GET" && !p.starts_with("/api/v1/tokens") && p != "/mcp" {
+            // Anyone may manage their own tokens and sign themselves out.
+            let own = p.starts_with("/api/v1/tokens") || p == "/auth/logout";
+            if m != "GET" && !own && p != "/mcp" {
                 assert!(r > Role::Viewer, "a viewer may {m} {p}");
             }
         }

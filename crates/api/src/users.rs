@@ -77,7 +77,10 @@ fn own_or_admin(caller: &Caller, user: &str) -> Result<(), Error> {
 /// Who this credential is.
 #[utoipa::path(get, path = "/api/v1/me", tag = "users", operation_id = "whoami", responses(
     (status = 200, body = Me)))]
-pub async fn me(Extension(caller): Extension<Caller>) -> Json<Me> {
+pub async fn me(
+    Extension(caller): Extension<Caller>,
+    session: Option<Extension<crate::auth::CookieSession>>,
+) -> Json<Me> {
     let kind = match &caller {
         Caller::Operator | Caller::User { .. } => "user",
         Caller::Worker(_) => "worker",
@@ -91,6 +94,7 @@ pub async fn me(Extension(caller): Extension<Caller>) -> Json<Me> {
         name,
         role: caller.role(),
         kind: kind.into(),
+        csrf_token: session.map(|Extension(s)| s.csrf_token),
     })
 }
 

@@ -129,6 +129,130 @@ struct RawConfig {
     agents: BTreeMap<String, AgentConfig>,
     #[serde(default)]
     webhooks: Vec<WebhookConfig>,
+    #[serde(default)]
+    oidc: Option<OidcConfig>,
+}
+
+/// The `[oidc]` table: single sign-on for the web UI through an OpenID
+/// provider (authorization code flow with PKCE, a confidential client).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcConfig {
+    /// The provider's issuer URL (discovery at
+    /// `{issuer}/.well-known/openid-configuration`).
+    pub issuer: String,
+    pub client_id: String,
+    /// Also `SHEPHERD_OIDC_CLIENT_SECRET`, which wins (keeps the secret out
+    /// of the file).
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    /// This server's `/auth/callback`, as the provider must send browsers
+    /// back to it (and as it is registered there).
+    pub redirect_url: String,
+    #[serde(default = "default_oidc_scopes")]
+    pub scopes: Vec<String>,
+    /// The claim that lists a user's groups (in the ID token, else from
+    /// the userinfo endpoint).
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// Members of any of these are admins.
+    #[serde(default)]
+    pub admin_groups: Vec<String>,
+    /// Members of any of these (and of no admin group) are operators;
+    /// everyone else let in is a viewer.
+    #[serde(default)]
+    pub operator_groups: Vec<String>,
+    /// Only people whose verified email is in one of these domains may sign
+    /// in; empty: anyone the provider signs in.
+    #[serde(default)]
+    pub allowed_email_domains: Vec<String>,
+    /// A session unused this long ends.
+    #[serde(default = "default_session_idle_secs")]
+    pub session_idle_secs: u64,
+    /// A session ends this long after its login, used or not.
+    #[serde(default = "default_session_max_secs")]
+    pub session_max_secs: u64,
+}
+
+fn default_oidc_scopes() -> Vec<String> {
+    ["openid", "email", "profile"].map(String::from).to_vec()
+}
+fn default_groups_claim() -> String {
+    "groups".into()
+}
+fn default_session_idle_secs() -> u64 {
+    12 * 3600
+}
+fn default_session_max_secs() -> u64 {
+    7 * 24 * 3600
+}
+
+/// The secret's variable, read beside the `[oidc]` table.
+pub const OIDC_SECRET_ENV: &str = "SHEPHERD_OIDC_CLIENT_SECRET";
+
+/// Whether `url` is plain HTTP to this machine, the one place a provider
+/// may be reached without TLS (a provider on the same host, tests).
+fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match host.rsplit_once(':') {
+        Some((h, port)) if !h.is_empty() && port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    };
+    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+}
+
+/// Checks an `[oidc]` table, with the secret resolved.
+fn validate_oidc(o: &OidcConfig) -> Result<(), String> {
+    if !(o.issuer.starts_with("https://") || is_loopback_http(&o.issuer)) {
+        return Err(format!(
+            "issuer must be an https:// URL (plain http only on loopback), got {:?}",
+            o.issuer
+        ));
+    }
+    if o.client_id.trim().is_empty() {
+        return Err("client_id is empty".into());
+    }
+    if o.client_secret
+        .as_deref()
+        .is_none_or(|s| s.trim().is_empty())
+    {
+        return Err(format!(
+            "client_secret is missing (set it in the table or in {OIDC_SECRET_ENV})"
+        ));
+    }
+    let path_ok = o
+        .redirect_url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+        == Some("/auth/callback");
+    if !(o.redirect_url.starts_with("https://") || is_loopback_http(&o.redirect_url)) || !path_ok {
+        return Err(format!(
+            "redirect_url must be this server's https://HOST/auth/callback (plain http only on loopback), got {:?}",
+            o.redirect_url
+        ));
+    }
+    if !o.scopes.iter().any(|s| s == "openid") {
+        return Err("scopes must include \"openid\"".into());
+    }
+    if o.session_idle_secs == 0 || o.session_max_secs == 0 {
+        return Err("session_idle_secs and session_max_secs must be at least 1".into());
+    }
+    if o.session_idle_secs > o.session_max_secs {
+        return Err("session_idle_secs cannot exceed session_max_secs".into());
+    }
+    if let Some(d) = o
+        .allowed_email_domains
+        .iter()
+        .find(|d| d.is_empty() || d.contains('@') || d.contains(char::is_whitespace))
+    {
+        return Err(format!(
+            "allowed_email_domains holds {d:?}; list domains such as \"example.com\""
+        ));
+    }
+    Ok(())
 }
 
 /// A `[[webhooks]]` table: a subscription the server keeps in step with
@@ -230,6 +354,8 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// The `[[webhooks]]` tables, checked.
     pub webhooks: Vec<WebhookConfig>,
+    /// The `[oidc]` table, checked, its secret resolved.
+    pub oidc: Option<OidcConfig>,
     /// A delivery attempt that has no answer by then fails (and is retried).
     pub webhook_timeout: Duration,
     /// The wait before the second attempt at an event; each later wait
@@ -780,6 +906,16 @@ impl Config {
             }
             validate_agent(name, agent)?;
         }
+        let oidc = match file.oidc {
+            None => None,
+            Some(mut o) => {
+                if let Some(secret) = env(vars, OIDC_SECRET_ENV) {
+                    o.client_secret = Some(secret);
+                }
+                validate_oidc(&o).map_err(|e| err(format!("oidc: {e}")))?;
+                Some(o)
+            }
+        };
         let webhooks = file.webhooks;
         for (i, w) in webhooks.iter().enumerate() {
             validate_webhook(w).map_err(|e| err(format!("webhooks[{i}] ({}): {e}", w.url)))?;
@@ -865,6 +1001,7 @@ impl Config {
                 as usize,
             tls,
             webhooks,
+            oidc,
             webhook_timeout: dur(
                 "webhook_timeout",
                 file.webhook_timeout,
@@ -998,6 +1135,16 @@ impl Config {
                 source: self.origins.get("webhooks").cloned().into(),
             });
         }
+        if let Some(o) = &self.oidc {
+            out.push(Setting {
+                key: "oidc".into(),
+                value: format!(
+                    "issuer={} client_id={} client_secret=*** redirect_url={}",
+                    o.issuer, o.client_id, o.redirect_url
+                ),
+                source: self.origins.get("oidc").cloned().into(),
+            });
+        }
         for (name, a) in &self.agents {
             let mut shown = a.clone();
             for v in shown.env.values_mut() {
@@ -1065,6 +1212,7 @@ const KEYS: &[&str] = &[
     "webhook_retry_for",
     "agents",
     "webhooks",
+    "oidc",
 ];
 
 /// One row of `shepherd config`.

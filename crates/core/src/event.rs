@@ -97,6 +97,10 @@ pub mod kind {
         USER_UPDATED = "user.updated";
         TOKEN_CREATED = "token.created";
         TOKEN_REVOKED = "token.revoked";
+        /// Someone signed in to the web UI through the OpenID provider.
+        USER_LOGIN = "user.login";
+        /// A web session ended by its user signing out.
+        USER_LOGOUT = "user.logout";
     }
 }
 

@@ -133,7 +133,7 @@ pub struct Resync {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum StreamData {
-    Event(WireEvent),
+    Event(Box<WireEvent>),
     Resync(Resync),
 }
 
@@ -267,6 +267,8 @@ pub fn event_families() -> Vec<EventFamily> {
         F::of::<SessionWorkerExited>("SessionWorkerExitedEvent", vec![k::SESSION_WORKER_EXITED]),
         F::of::<SessionWorkerRemoved>("SessionWorkerRemovedEvent", vec![k::SESSION_WORKER_REMOVED]),
         F::of::<UserChanged>("UserChangedEvent", vec![k::USER_CREATED, k::USER_UPDATED]),
+        F::of::<UserLoggedIn>("UserLoggedInEvent", vec![k::USER_LOGIN]),
+        F::of::<UserLoggedOut>("UserLoggedOutEvent", vec![k::USER_LOGOUT]),
         F::of::<TokenChanged>(
             "TokenChangedEvent",
             vec![k::TOKEN_CREATED, k::TOKEN_REVOKED],

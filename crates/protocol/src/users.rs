@@ -99,4 +99,17 @@ pub struct Me {
     pub role: Option<Role>,
     /// `user`, `worker` or `run`.
     pub kind: String,
+    /// When the request was signed in by the browser's session cookie: the
+    /// value of the `X-CSRF-Token` header that every change it makes must
+    /// carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csrf_token: Option<String>,
+}
+
+/// `GET /auth/options`: how a browser may sign in to this server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LoginOptions {
+    /// Single sign-on through an OpenID provider (`/auth/login`) is
+    /// configured; a token works either way.
+    pub oidc: bool,
 }

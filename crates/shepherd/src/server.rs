@@ -17,6 +17,24 @@ use crate::config::Config;
 use crate::maintenance;
 
 /// Opens the database named by `config` and applies migrations.
+/// The OpenID provider of an `[oidc]` table (the loader checked the table
+/// and resolved its secret).
+fn oidc_provider(o: &shepherd_config::OidcConfig) -> Result<shepherd_api::oidc::Provider, String> {
+    shepherd_api::oidc::Provider::new(shepherd_api::oidc::OidcSettings {
+        issuer: o.issuer.clone(),
+        client_id: o.client_id.clone(),
+        client_secret: o.client_secret.clone().unwrap_or_default(),
+        redirect_url: o.redirect_url.clone(),
+        scopes: o.scopes.clone(),
+        groups_claim: o.groups_claim.clone(),
+        admin_groups: o.admin_groups.clone(),
+        operator_groups: o.operator_groups.clone(),
+        allowed_email_domains: o.allowed_email_domains.clone(),
+        session_idle: Duration::from_secs(o.session_idle_secs),
+        session_max: Duration::from_secs(o.session_max_secs),
+    })
+}
+
 pub async fn open_store(config: &Config) -> anyhow_like::Result<Store> {
     let store = Store::open(&crate::config::store_config(config)).await?;
     for (name, agent) in &config.agents {
@@ -153,6 +171,10 @@ pub async fn run(
     let tracker = TaskTracker::new();
     let sessions = crate::session_host::manager(&config, store.clone(), listener.local_addr()?)?;
     let state = state.with_sessions(sessions.clone());
+    let state = match &config.oidc {
+        Some(o) => state.with_oidc(std::sync::Arc::new(oidc_provider(o)?)),
+        None => state,
+    };
     // Ends every PTY when the server stops (they are restored on attach).
     tracker.spawn(sessions.run(token.clone()));
     maintenance::start(&tracker, &state, &config, token.clone());

@@ -72,14 +72,30 @@ e2e!(
         .await;
 
         // The bootstrap token creates A-1; alice creates A-2 and cancels A-1.
-        assert_eq!(s.post("/api/v1/tasks", Some(OPERATOR), task("A-1", "simple")).await.0, 201);
-        assert_eq!(s.post("/api/v1/tasks", Some(&alice), task("A-2", "simple")).await.0, 201);
-        let (st, b) = s.post("/api/v1/tasks/A-1/cancel", Some(&alice), json!({})).await;
+        assert_eq!(
+            s.post("/api/v1/tasks", Some(OPERATOR), task("A-1", "simple"))
+                .await
+                .0,
+            201
+        );
+        assert_eq!(
+            s.post("/api/v1/tasks", Some(&alice), task("A-2", "simple"))
+                .await
+                .0,
+            201
+        );
+        let (st, b) = s
+            .post("/api/v1/tasks/A-1/cancel", Some(&alice), json!({}))
+            .await;
         assert_eq!(st, 200, "{b}");
 
         let a1 = actors(&s, "/api/v1/events?task_id=A-1&limit=100").await;
         assert_eq!(actor_of(&a1, "task.created"), Some("admin"), "{a1:?}");
-        assert_eq!(actor_of(&a1, "task.cancel_requested"), Some("alice"), "{a1:?}");
+        assert_eq!(
+            actor_of(&a1, "task.cancel_requested"),
+            Some("alice"),
+            "{a1:?}"
+        );
         let a2 = actors(&s, "/api/v1/events?task_id=A-2&limit=100").await;
         assert_eq!(actor_of(&a2, "task.created"), Some("alice"), "{a2:?}");
 
@@ -100,30 +116,57 @@ e2e!(
                 json!({ "worker_id": "w-1" }),
             )
             .await;
-        assert_eq!((st, claim["claimed"].as_bool()), (200, Some(true)), "{claim}");
+        assert_eq!(
+            (st, claim["claimed"].as_bool()),
+            (200, Some(true)),
+            "{claim}"
+        );
         let w = actors(&s, "/api/v1/events?worker_id=w-1&limit=100").await;
         assert_eq!(actor_of(&w, "worker.registered"), Some("admin"), "{w:?}");
-        assert_eq!(actor_of(&w, "worker.claim.granted"), Some("worker:w-1"), "{w:?}");
-        let expired = shepherd_testkit::wait_for("the lapsed lease", Duration::from_secs(30), || async {
-            let w = actors(&s, "/api/v1/events?worker_id=w-1&types=worker.claim.expired").await;
-            w.first().cloned()
-        })
-        .await;
+        assert_eq!(
+            actor_of(&w, "worker.claim.granted"),
+            Some("worker:w-1"),
+            "{w:?}"
+        );
+        let expired =
+            shepherd_testkit::wait_for("the lapsed lease", Duration::from_secs(30), || async {
+                let w = actors(
+                    &s,
+                    "/api/v1/events?worker_id=w-1&types=worker.claim.expired",
+                )
+                .await;
+                w.first().cloned()
+            })
+            .await;
         assert_eq!(expired.1.as_deref(), Some("system"));
 
         // The page filtered by actor holds alice's changes and no one else's.
         let mine = actors(&s, "/api/v1/events?actor=alice&limit=1000").await;
         let kinds: Vec<&str> = mine.iter().map(|(k, _)| k.as_str()).collect();
-        assert!(kinds.contains(&"task.created") && kinds.contains(&"task.cancel_requested"), "{mine:?}");
-        assert!(mine.iter().all(|(_, a)| a.as_deref() == Some("alice")), "{mine:?}");
+        assert!(
+            kinds.contains(&"task.created") && kinds.contains(&"task.cancel_requested"),
+            "{mine:?}"
+        );
+        assert!(
+            mine.iter().all(|(_, a)| a.as_deref() == Some("alice")),
+            "{mine:?}"
+        );
         let workers = actors(&s, "/api/v1/events?actor=worker:w-1&limit=1000").await;
-        assert!(!workers.is_empty() && workers.iter().all(|(_, a)| a.as_deref() == Some("worker:w-1")));
+        assert!(
+            !workers.is_empty()
+                && workers
+                    .iter()
+                    .all(|(_, a)| a.as_deref() == Some("worker:w-1"))
+        );
         assert!(actors(&s, "/api/v1/events?actor=nobody").await.is_empty());
 
         // And so does the stream.
         let mut streamed = Vec::new();
         while streamed.len() < mine.len() {
-            let f = live.next(Duration::from_secs(10)).await.expect("alice's events, live");
+            let f = live
+                .next(Duration::from_secs(10))
+                .await
+                .expect("alice's events, live");
             let e: p::WireEvent = serde_json::from_value(f.data.clone()).unwrap();
             assert_eq!(e.event.refs.actor.as_deref(), Some("alice"), "{}", f.data);
             streamed.push(e.event.kind);
@@ -133,7 +176,11 @@ e2e!(
 
         // `system` is the server's name: no user may take it.
         let (st, b) = s
-            .post("/api/v1/users", Some(OPERATOR), json!({ "name": "system", "role": "viewer" }))
+            .post(
+                "/api/v1/users",
+                Some(OPERATOR),
+                json!({ "name": "system", "role": "viewer" }),
+            )
             .await;
         assert_eq!((st, code(&b)), (422, "invalid_user_name"), "{b}");
     }

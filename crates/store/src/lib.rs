@@ -45,6 +45,7 @@ mod conversation_store;
 mod event_store;
 pub use event_store::Commits;
 mod input_store;
+mod login_store;
 mod run_store;
 mod session_store;
 mod task_store;
@@ -77,6 +78,9 @@ pub use ops::conversations::{
     SendOutcome,
 };
 pub use ops::input_requests::{InputFilter, NewInputRequest};
+pub use ops::logins::{
+    LoginAttempt, NewWebSession, SessionLifetimes, SignIn, WebSession, LOGIN_ATTEMPT_TTL_MS,
+};
 pub use ops::runs::{RunFilter, StepsAck};
 pub use ops::sessions::{
     NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,
@@ -297,10 +301,7 @@ impl Store {
                 let units = units.into_iter().map(|f| {
                     let actor = acting.clone();
                     move |db: &mut sqlite::SqliteDb| {
-                        futures::executor::block_on(actor::within(
-                            actor,
-                            f(&mut AnyDb::Sqlite(db)),
-                        ))
+                        futures::executor::block_on(actor::within(actor, f(&mut AnyDb::Sqlite(db))))
                     }
                 });
                 b.write_many(units.collect()).await

@@ -64,6 +64,8 @@ event_payloads!(
     InputAnswered,
     RunStuck,
     UserChanged,
+    UserLoggedIn,
+    UserLoggedOut,
     TokenChanged,
 );
 
@@ -580,6 +582,22 @@ pub struct UserChanged {
     pub name: String,
     pub role: crate::role::Role,
     pub disabled: bool,
+}
+
+/// `data` of `user.login`: who signed in, as what, and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct UserLoggedIn {
+    pub name: String,
+    /// The role the login gave them (from the provider's groups).
+    pub role: crate::role::Role,
+    /// `oidc`.
+    pub via: String,
+}
+
+/// `data` of `user.logout`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct UserLoggedOut {
+    pub name: String,
 }
 
 /// `data` of `token.created` and `token.revoked` (never the secret).

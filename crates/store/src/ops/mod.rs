@@ -8,6 +8,7 @@
 pub mod claims;
 pub mod conversations;
 pub mod input_requests;
+pub mod logins;
 pub mod restart;
 pub(crate) mod retries;
 pub mod runs;

@@ -84,7 +84,7 @@ fn user_not_found(name: &str) -> Error {
 
 /// A user name appears in URLs, logs and the events' actors: 1-64 of
 /// lowercase letters, digits and `- _ .`, starting with a letter or digit.
-fn validate_name(name: &str) -> Result<(), Error> {
+pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
     let ok = (1..=64).contains(&name.len())
         && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
         && name
@@ -126,7 +126,7 @@ fn validate_email(email: &str) -> Result<(), Error> {
     }
 }
 
-fn user_event(k: &'static str, u: &UserRow) -> NewEvent {
+pub(crate) fn user_event(k: &'static str, u: &UserRow) -> NewEvent {
     NewEvent::typed(
         k,
         EventRefs::default(),

@@ -22,6 +22,7 @@ const MIGRATIONS: &[Migration] = &[
     (13, include_str!("0013_webhooks.sql")),
     (14, include_str!("0014_users.sql")),
     (15, include_str!("0015_event_actors.sql")),
+    (16, include_str!("0016_web_sessions.sql")),
 ];
 const MIGRATION_LOCK: i64 = 0x5348_4550_0002;
 
