@@ -186,7 +186,10 @@ pub async fn identify_with_session(
         }
     }
     let caller = match (token, &state.settings.auth_token) {
-        (None, None) => Caller::Operator,
+        // A server with single sign-on has people to tell apart: nobody is
+        // the operator by default there, token or no token.
+        (None, None) if state.oidc.is_none() => Caller::Operator,
+        (None, None) => return Err(unauthorized("sign in first (/auth/login) or send a token")),
         (None, Some(_)) => {
             return Err(unauthorized(
                 "this server needs `Authorization: Bearer <token>`",

@@ -1,5 +1,7 @@
 // The one HTTP client: openapi-fetch typed by the generated schema, with the
-// operator token sent as a bearer header (never in a URL). Every answer that
+// token sent as a bearer header (never in a URL), or, signed in by the
+// session cookie, the session's CSRF token on every request that changes
+// something. Every answer that
 // is not 2xx becomes an ApiError carrying the server's stable error code.
 // Only query modules (src/api, features/*/api) call it.
 import createClient, { type Middleware } from "openapi-fetch";
@@ -7,12 +9,15 @@ import type { paths } from "@/api/schema";
 import type { ErrorBody } from "@/api/types";
 import { ApiError } from "@/api/errors";
 import { authStore } from "@/auth/token";
+import { csrfStore } from "@/auth/csrf";
 
 const bearer: Middleware = {
   onRequest({ request }) {
     const token = authStore.token();
     // A request that carries its own token (a sign-in's candidate) keeps it.
     if (token && !request.headers.has("Authorization")) request.headers.set("Authorization", `Bearer ${token}`);
+    const csrf = csrfStore.token();
+    if (csrf && !["GET", "HEAD", "OPTIONS"].includes(request.method)) request.headers.set("X-CSRF-Token", csrf);
     return request;
   },
   onResponse({ response }) {

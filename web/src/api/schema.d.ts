@@ -1028,6 +1028,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/auth/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Ends this browser's session. */
+        post: operations["logout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** How a browser may sign in here. */
+        get: operations["login_options"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1712,6 +1746,7 @@ export interface components {
              *     - `conversation_busy`: The conversation is working on a message (or stopping a cancelled run).
              *     - `conversation_idle`: The conversation is idle; there is nothing to cancel.
              *     - `conversation_not_found`: No conversation has that id.
+             *     - `csrf_token_invalid`: A change signed in by the session cookie lacks its session's X-CSRF-Token header.
              *     - `database_not_found`: No database file where the configuration says (backup, prune).
              *     - `database_unavailable`: The database cannot be reached; retry later.
              *     - `forbidden`: The token may not do this.
@@ -1773,6 +1808,10 @@ export interface components {
              *     - `invalid_worker_type`: The worker type is not a known one.
              *     - `invalid_workspace`: The workspace report is not usable.
              *     - `length_required`: The request needs a Content-Length.
+             *     - `login_failed`: The sign-in provider refused the code, or its ID token did not verify.
+             *     - `login_name_taken`: The sign-in's user name belongs to another Shepherd user.
+             *     - `login_not_allowed`: The sign-in provider's account may not sign in here (its email domain, or no usable name).
+             *     - `login_state_mismatch`: The sign-in was not started in this browser, was used already, or took too long.
              *     - `malformed_json`: The body is not valid JSON.
              *     - `max_above_capacity`: `max` is above the worker's capacity.
              *     - `method_not_allowed`: The route does not take this method.
@@ -1786,11 +1825,14 @@ export interface components {
              *     - `not_found`: The thing named does not exist.
              *     - `not_your_run`: A run token acts only for its own run.
              *     - `not_your_worker`: The worker token belongs to another worker.
+             *     - `oidc_not_configured`: The server has no [oidc] table: sign in with a token.
              *     - `operator_only`: Only the operator's token may do this.
              *     - `origin_not_allowed`: The request's Origin is not allowed.
              *     - `outside_sessions_root`: The location is outside the sessions root.
              *     - `overloaded`: The server has too many requests in flight; retry later.
              *     - `payload_too_large`: The request body is larger than the server accepts.
+             *     - `provider_error`: The sign-in provider sent the browser back with an error.
+             *     - `provider_unavailable`: The sign-in provider could not be reached.
              *     - `refused`: The server refused the request.
              *     - `request_timeout`: The request did not arrive in time.
              *     - `resource_archived`: The resource is archived.
@@ -1846,7 +1888,7 @@ export interface components {
              *     - `wrong_agent`: The task is for another agent.
              * @enum {string}
              */
-            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "csrf_token_invalid" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "login_failed" | "login_name_taken" | "login_not_allowed" | "login_state_mismatch" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "oidc_not_configured" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "provider_error" | "provider_unavailable" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -1899,6 +1941,12 @@ export interface components {
         };
         /** @description The ids an event concerns. Each is optional; filters match on them. */
         EventRefs: {
+            /**
+             * @description Who made the change: a user's name (`admin` for the bootstrap
+             *     token), `worker:<id>`, `run:<id>`, or `system` for the server's own
+             *     loops. Events written before actors were recorded have none.
+             */
+            actor?: string | null;
             agent_id?: string | null;
             channel_id?: string | null;
             conversation_id?: string | null;
@@ -2060,8 +2108,22 @@ export interface components {
          * @enum {string}
          */
         InputState: "pending" | "answered" | "expired" | "withdrawn";
+        /** @description `GET /auth/options`: how a browser may sign in to this server. */
+        LoginOptions: {
+            /**
+             * @description Single sign-on through an OpenID provider (`/auth/login`) is
+             *     configured; a token works either way.
+             */
+            oidc: boolean;
+        };
         /** @description `GET /api/v1/me`: who the credential is. */
         Me: {
+            /**
+             * @description When the request was signed in by the browser's session cookie: the
+             *     value of the `X-CSRF-Token` header that every change it makes must
+             *     carry.
+             */
+            csrf_token?: string | null;
             /** @description `user`, `worker` or `run`. */
             kind: string;
             /** @description The user's name, `worker:<id>` or `run:<id>`. */
@@ -3208,6 +3270,42 @@ export interface components {
         UserList: {
             users: components["schemas"]["User"][];
         };
+        /** @description `data` of `user.login`: who signed in, as what, and how. */
+        UserLoggedIn: {
+            name: string;
+            /** @description The role the login gave them (from the provider's groups). */
+            role: components["schemas"]["Role"];
+            /** @description `oidc`. */
+            via: string;
+        };
+        /** @description An event of type `user.login`. */
+        UserLoggedInEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["UserLoggedIn"];
+            /** @enum {string} */
+            type: "user.login";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "user.login";
+        };
+        /** @description `data` of `user.logout`. */
+        UserLoggedOut: {
+            name: string;
+        };
+        /** @description An event of type `user.logout`. */
+        UserLoggedOutEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["UserLoggedOut"];
+            /** @enum {string} */
+            type: "user.logout";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "user.logout";
+        };
         /** @description A subscription as listed: never its secret. */
         Webhook: {
             /** @description RFC 3339. */
@@ -3262,7 +3360,7 @@ export interface components {
             webhooks: components["schemas"]["Webhook"][];
         };
         /** @description One event of the log: the envelope (cursor, time, ids), `type`, and the `data` that type carries. */
-        WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["RunStuckEvent"] | components["schemas"]["InputRequestedEvent"] | components["schemas"]["InputAnsweredEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["UserChangedEvent"] | components["schemas"]["TokenChangedEvent"] | components["schemas"]["ProgressEvent"];
+        WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["RunStuckEvent"] | components["schemas"]["InputRequestedEvent"] | components["schemas"]["InputAnsweredEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["UserChangedEvent"] | components["schemas"]["UserLoggedInEvent"] | components["schemas"]["UserLoggedOutEvent"] | components["schemas"]["TokenChangedEvent"] | components["schemas"]["ProgressEvent"];
         /**
          * @description `data` of `worker.active`: the worker took a claim. No longer written (a
          *     log from an earlier version may hold it): the worker registry contract's `worker_active` now
@@ -3719,6 +3817,11 @@ export interface operations {
     events: {
         parameters: {
             query?: {
+                /**
+                 * @description Only the changes of this actor: a user's name, `worker:<id>`,
+                 *     `run:<id>` or `system`.
+                 */
+                actor?: string;
                 /** @description A cursor (sequence number) to resume after, or `now`. `Last-Event-ID` wins. */
                 after?: string;
                 agent_id?: string;
@@ -4481,6 +4584,12 @@ export interface operations {
     event_page: {
         parameters: {
             query?: {
+                /**
+                 * @description Only the changes of this actor: a user's name (`GET
+                 *     /api/v1/events?actor=alice`: what alice did), `worker:<id>`,
+                 *     `run:<id>` or `system`.
+                 */
+                actor?: string;
                 /** @description Cursor to read after; without it, the latest `limit` events. */
                 after?: string;
                 agent_id?: string;
@@ -9468,6 +9577,70 @@ export interface operations {
             };
             /** @description too_many_requests (its token's requests in flight) */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    logout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description signed out (also when no session was open) */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description csrf_token_invalid */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    login_options: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoginOptions"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
                 headers: {
                     [name: string]: unknown;
                 };

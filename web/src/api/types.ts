@@ -46,3 +46,6 @@ export type InputRequest = S["InputRequest"];
 export type InputAnswer = S["InputAnswer"];
 export type InputState = S["InputState"];
 export type InputKind = S["InputKind"];
+export type Me = S["Me"];
+export type Role = S["Role"];
+export type LoginOptions = S["LoginOptions"];

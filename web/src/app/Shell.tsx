@@ -1,5 +1,5 @@
 // The frame around every page: the top bar (navigation with the Inbox's
-// count, folded into a menu on a phone; live status, theme), the page
+// count, folded into a menu on a phone; live status, who is signed in, theme), the page
 // itself, the event stream's bridge and the token prompt.
 import { Outlet } from "@tanstack/react-router";
 import { ConnectionIndicator } from "@/events/ConnectionIndicator";
@@ -7,6 +7,7 @@ import { EventsBridge } from "@/events/EventsBridge";
 import { TokenPrompt } from "@/auth/TokenPrompt";
 import { ThemeToggle } from "@/features/theme/components/ThemeToggle";
 import { MainNav } from "@/app/MainNav";
+import { AccountMenu } from "@/features/account/components/AccountMenu";
 import { useInputRequestLiveUpdates } from "@/api/inputRequests";
 
 export function Shell() {
@@ -21,6 +22,7 @@ export function Shell() {
         <MainNav />
         <span className="spacer" />
         <ConnectionIndicator />
+        <AccountMenu />
         <ThemeToggle />
       </header>
       <main id="main" className="main">

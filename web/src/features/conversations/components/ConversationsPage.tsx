@@ -23,6 +23,7 @@ import { NewResourceForm } from "./NewResourceForm";
 import { ConversationList, conversationTitle } from "./ConversationList";
 import { Messages } from "./Messages";
 import { Composer } from "./Composer";
+import { OperatorOnly } from "@/components/OperatorOnly";
 import { ViewSwitch } from "./ViewSwitch";
 
 export interface ConversationsSearch {
@@ -81,19 +82,23 @@ export function ConversationsPage({ resourceId, conversationId, view }: Props) {
           <div className="column-scroll">
             {resources.data && resources.data.length === 0 && <p className="empty">No resources yet.</p>}
             <ResourceList resources={resources.data ?? []} current={resourceId} />
-            <details className="new-resource">
-              <summary>New resource</summary>
-              <NewResourceForm />
-            </details>
+            <OperatorOnly>
+              <details className="new-resource">
+                <summary>New resource</summary>
+                <NewResourceForm />
+              </details>
+            </OperatorOnly>
           </div>
         </section>
         <section className="column-list" aria-label="History">
           <div className="column-title-row">
             <h2 className="column-title">History</h2>
             {resourceId && (
-              <button type="button" className="btn btn-small" onClick={startNewChat} disabled={newChat.isPending} data-testid="new-chat">
-                New chat
-              </button>
+              <OperatorOnly>
+                <button type="button" className="btn btn-small" onClick={startNewChat} disabled={newChat.isPending} data-testid="new-chat">
+                  New chat
+                </button>
+              </OperatorOnly>
             )}
           </div>
           <div className="column-scroll">
@@ -118,9 +123,11 @@ export function ConversationsPage({ resourceId, conversationId, view }: Props) {
           {resourceId && !shownId && list.isSuccess && (
             <div className="empty">
               <p>No conversation yet.</p>
-              <button type="button" className="btn btn-primary" onClick={startNewChat} disabled={newChat.isPending}>
-                Start a chat
-              </button>
+              <OperatorOnly>
+                <button type="button" className="btn btn-primary" onClick={startNewChat} disabled={newChat.isPending}>
+                  Start a chat
+                </button>
+              </OperatorOnly>
             </div>
           )}
           {notFound && <p className="empty">This conversation does not exist.</p>}
@@ -138,7 +145,9 @@ export function ConversationsPage({ resourceId, conversationId, view }: Props) {
               </div>
               {/* A fresh list per conversation: its sizes and scroll are its own. */}
               <Messages key={detail.data.id} detail={detail.data} />
-              <Composer detail={detail.data} resourceId={resourceId!} />
+              <OperatorOnly fallback={<p className="muted composer-read-only">A viewer reads conversations; an operator writes in them.</p>}>
+                <Composer detail={detail.data} resourceId={resourceId!} />
+              </OperatorOnly>
             </>
           )}
         </section>

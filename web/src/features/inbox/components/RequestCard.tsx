@@ -6,6 +6,7 @@ import { Link } from "@tanstack/react-router";
 import type { InputAnswer, InputRequest } from "@/api/types";
 import { InputRequestBody, InputRequestOutcome, KindBadge, requestTitle } from "@/components/InputRequestView";
 import { RelativeTime } from "@/components/time";
+import { OperatorOnly } from "@/components/OperatorOnly";
 
 export function RequestCard({ request: r, busy, onAnswer }: { request: InputRequest; busy: boolean; onAnswer: (answer: InputAnswer) => void }) {
   const titleId = useId();
@@ -40,11 +41,13 @@ export function RequestCard({ request: r, busy, onAnswer }: { request: InputRequ
       </p>
       <InputRequestBody request={r} />
       {r.state === "pending" ? (
-        r.kind === "permission" ? (
-          <PermissionAnswer busy={busy} onAnswer={onAnswer} labelledBy={titleId} />
-        ) : (
-          <QuestionAnswer request={r} busy={busy} onAnswer={onAnswer} labelledBy={titleId} />
-        )
+        <OperatorOnly fallback={<p className="muted" data-testid="answer-read-only">Waiting for an operator's answer.</p>}>
+          {r.kind === "permission" ? (
+            <PermissionAnswer busy={busy} onAnswer={onAnswer} labelledBy={titleId} />
+          ) : (
+            <QuestionAnswer request={r} busy={busy} onAnswer={onAnswer} labelledBy={titleId} />
+          )}
+        </OperatorOnly>
       ) : (
         <InputRequestOutcome request={r} />
       )}

@@ -5,6 +5,7 @@
 import { lazy, Suspense, useState, type KeyboardEvent } from "react";
 import { Link, useNavigate } from "@tanstack/react-router";
 import { ApiError } from "@/api/errors";
+import { OperatorOnly } from "@/components/OperatorOnly";
 import { useSession, useSessionActions, useSessionLiveUpdates } from "@/features/sessions/api/sessions";
 import { AddTabForm } from "./AddTabForm";
 import { DiffView } from "./DiffView";
@@ -64,8 +65,9 @@ export function SessionPage({ sessionId, search }: { sessionId: string; search: 
         </h1>
         {s && <code className="mono-inline">{s.location_path}</code>}
         <span className="spacer" />
-        {s &&
-          (confirmDelete ? (
+        {s && (
+          <OperatorOnly>
+            {confirmDelete ? (
             <>
               <button type="button" className="btn btn-small btn-danger" onClick={() => remove.mutate(s.id, { onSuccess: () => void navigate({ to: "/sessions" }) })}>
                 Delete session and end its processes
@@ -78,7 +80,9 @@ export function SessionPage({ sessionId, search }: { sessionId: string; search: 
             <button type="button" className="btn btn-small btn-ghost" onClick={() => setConfirmDelete(true)}>
               Delete session
             </button>
-          ))}
+          )}
+          </OperatorOnly>
+        )}
       </header>
       <div className="tabbar">
         <div role="tablist" aria-label="Tabs" className="tabs session-tabs">
@@ -104,7 +108,11 @@ export function SessionPage({ sessionId, search }: { sessionId: string; search: 
             </button>
           ))}
         </div>
-        {s && <AddTabForm sessionId={s.id} onAdded={(w) => select(w.id)} />}
+        {s && (
+          <OperatorOnly>
+            <AddTabForm sessionId={s.id} onAdded={(w) => select(w.id)} />
+          </OperatorOnly>
+        )}
       </div>
       <section id="tab-panel" role="tabpanel" aria-labelledby={current ? `tab-${current.id}` : undefined} aria-label={current ? undefined : "No tab"} className="tab-panel">
         {s && !current && <p className="empty">No tabs yet: add a terminal, an agent or a git diff.</p>}
@@ -121,19 +129,29 @@ export function SessionPage({ sessionId, search }: { sessionId: string; search: 
                       : "not running: attaching restores it"}
               </span>
               <span className="spacer" />
-              <TabActions
-                sessionId={s.id}
-                worker={current}
-                onRestarted={() => setGeneration((g) => g + 1)}
-                onClosed={() => select(workers.find((w) => w.id !== current.id)?.id, true)}
-              />
+              <OperatorOnly>
+                <TabActions
+                  sessionId={s.id}
+                  worker={current}
+                  onRestarted={() => setGeneration((g) => g + 1)}
+                  onClosed={() => select(workers.find((w) => w.id !== current.id)?.id, true)}
+                />
+              </OperatorOnly>
             </div>
             {current.type === "git-diff" ? (
               <DiffView sessionId={s.id} workerId={current.id} />
             ) : (
-              <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
-                <TerminalView key={`${current.id}:${generation}`} sessionId={s.id} workerId={current.id} />
-              </Suspense>
+              <OperatorOnly
+                fallback={
+                  <p className="empty" data-testid="terminal-readonly">
+                    A viewer cannot open terminals: attaching to one is typing into its shell, which needs the operator role.
+                  </p>
+                }
+              >
+                <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
+                  <TerminalView key={`${current.id}:${generation}`} sessionId={s.id} workerId={current.id} />
+                </Suspense>
+              </OperatorOnly>
             )}
           </>
         )}

@@ -3,6 +3,7 @@
 import { useState, type FormEvent } from "react";
 import { Link, useNavigate } from "@tanstack/react-router";
 import { RelativeTime } from "@/components/time";
+import { OperatorOnly } from "@/components/OperatorOnly";
 import { useSessionActions, useSessionLiveUpdates, useSessions } from "@/features/sessions/api/sessions";
 
 function CreateSessionForm() {
@@ -51,7 +52,9 @@ export function SessionsPage() {
       <header className="page-header">
         <h1>Sessions</h1>
       </header>
-      <CreateSessionForm />
+      <OperatorOnly>
+        <CreateSessionForm />
+      </OperatorOnly>
       {sessions.error && (
         <p className="error" role="alert">
           {sessions.error.message}

@@ -6,11 +6,13 @@ import { useNavigate } from "@tanstack/react-router";
 import type { Task, Workflow } from "@/api/types";
 import { ConfirmDialog } from "@/components/ConfirmDialog";
 import { rerunnable, retryable, useTaskActions } from "@/features/tasks/api/tasks";
+import { useCanOperate } from "@/api/account";
 
 export function TaskActions({ task, workflow, small = false }: { task: Task; workflow: Workflow | undefined; small?: boolean }) {
   const navigate = useNavigate();
   const { dispatch, cancel, retry, rerun } = useTaskActions();
   const [confirming, setConfirming] = useState(false);
+  const canOperate = useCanOperate();
   const final = workflow?.final_states.includes(task.state) ?? false;
   const btn = small ? "btn btn-small" : "btn";
   const failed = [dispatch, cancel, retry, rerun].find((m) => m.isError)?.error;
@@ -24,6 +26,8 @@ export function TaskActions({ task, workflow, small = false }: { task: Task; wor
       onSuccess: (created) => void navigate({ to: "/tasks/$vtid", params: { vtid: created.vtid } }),
     });
 
+  // A viewer changes nothing: no action to offer.
+  if (!canOperate) return null;
   return (
     <div className="task-actions">
       {task.state === workflow?.draft_state && (

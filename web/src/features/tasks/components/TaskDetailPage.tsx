@@ -144,6 +144,11 @@ export function TaskDetailPage({ vtid }: { vtid: string }) {
           {events.map((e) => (
             <li key={e.seq}>
               <span className="mono">{e.type}</span> <span className="muted">{summary(e.data)}</span>{" "}
+              {e.actor && e.actor !== "system" && (
+                <span className="actor" data-testid="event-actor">
+                  by {e.actor}
+                </span>
+              )}{" "}
               <span className="muted">
                 <RelativeTime iso={e.ts} />
               </span>

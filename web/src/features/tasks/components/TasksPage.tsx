@@ -5,6 +5,7 @@ import { Link, useNavigate } from "@tanstack/react-router";
 import type { Task } from "@/api/types";
 import { BOARD_LIMIT, useBoardTasks, useTaskLiveUpdates, useWorkflows } from "@/features/tasks/api/tasks";
 import { CreateTaskDialog } from "./CreateTaskDialog";
+import { OperatorOnly } from "@/components/OperatorOnly";
 import { TaskCard } from "./TaskCard";
 
 export interface TasksSearch {
@@ -50,9 +51,11 @@ export function TasksPage({ search }: { search: TasksSearch }) {
             </Link>
           ))}
         </div>
-        <button type="button" className="btn btn-primary" onClick={() => void navigate({ search: (p) => ({ ...p, new: true }) })} data-testid="new-task">
-          New task
-        </button>
+        <OperatorOnly>
+          <button type="button" className="btn btn-primary" onClick={() => void navigate({ search: (p) => ({ ...p, new: true }) })} data-testid="new-task">
+            New task
+          </button>
+        </OperatorOnly>
       </header>
       {tasks.isError && (
         <div className="empty error" role="alert">
@@ -73,14 +76,16 @@ export function TasksPage({ search }: { search: TasksSearch }) {
         ))}
       </div>
       {search.new && (
-        <CreateTaskDialog
+        <OperatorOnly>
+          <CreateTaskDialog
           onClose={(created) => {
             void navigate({
               search: (p) => ({ ...p, new: undefined, workflow: created ? (created.workflow === "simple" ? undefined : created.workflow) : p.workflow }),
               replace: true,
             });
           }}
-        />
+          />
+        </OperatorOnly>
       )}
     </div>
   );
