@@ -217,7 +217,7 @@ fn failure_page(e: &Error) -> Response {
         .path("/auth")
         .max_age(time_of(Duration::ZERO))
         .build();
-    (
+    let mut res = (
         status,
         [
             (header::SET_COOKIE, clear.to_string()),
@@ -225,7 +225,9 @@ fn failure_page(e: &Error) -> Response {
         ],
         Html(body),
     )
-        .into_response()
+        .into_response();
+    res.extensions_mut().insert(crate::reject::PageForPeople);
+    res
 }
 
 /// Where the provider sends the browser back: finishes the login.

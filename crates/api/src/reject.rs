@@ -94,11 +94,19 @@ pub async fn uniform_errors(req: Request, next: Next) -> Response {
         );
     }
     let res = next.run(req).await;
-    if res.status().as_u16() < 400 || is_json(&res) {
+    if res.status().as_u16() < 400
+        || is_json(&res)
+        || res.extensions().get::<PageForPeople>().is_some()
+    {
         return res;
     }
     reshape(res).await
 }
+
+/// Marks an error answer that is a page for a person's browser (a sign-in
+/// that failed), which keeps its HTML: it carries its stable code too.
+#[derive(Debug, Clone, Copy)]
+pub struct PageForPeople;
 
 fn is_json(res: &Response) -> bool {
     res.headers()

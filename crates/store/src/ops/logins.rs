@@ -211,6 +211,13 @@ pub async fn sign_in<D: Db>(
             user
         }
     };
+    // Sessions no cookie can open any more go as new ones come: the table
+    // holds live sessions, not a history (the events are the history).
+    db.execute(
+        "DELETE FROM web_sessions WHERE expires_at <= $1 OR ended_at IS NOT NULL",
+        params![now],
+    )
+    .await?;
     let cookie = random_hex(32);
     let csrf_token = random_hex(24);
     let expires_at = now + lifetimes.max_ms;
