@@ -333,6 +333,7 @@ pub fn user_name_of(identity: &Identity) -> Option<String> {
             identity
                 .email
                 .as_deref()
+                .filter(|_| identity.email_verified)
                 .and_then(|e| e.split_once('@'))
                 .map(|(local, _)| local.to_owned())
         })?
@@ -419,6 +420,9 @@ mod tests {
             Some("bob.smith")
         );
         assert_eq!(user_name_of(&identity(Some("has space"), None, &[])), None);
+        let mut unverified = identity(None, Some("carol@example.com"), &[]);
+        unverified.email_verified = false;
+        assert_eq!(user_name_of(&unverified), None, "only a verified email names a user");
         assert_eq!(user_name_of(&identity(None, None, &[])), None);
     }
 }
