@@ -27,6 +27,9 @@ fi
 node scripts/check-size.mjs
 cd ..
 
+# The single sign-on tests' OpenID provider (tests/oidc) has its own locked packages.
+(cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error)
+
 # The binary the tests drive (the one the Rust tests built), embedding the
 # bundle just checked.
 source scripts/binary.sh
