@@ -422,7 +422,11 @@ mod tests {
         assert_eq!(user_name_of(&identity(Some("has space"), None, &[])), None);
         let mut unverified = identity(None, Some("carol@example.com"), &[]);
         unverified.email_verified = false;
-        assert_eq!(user_name_of(&unverified), None, "only a verified email names a user");
+        assert_eq!(
+            user_name_of(&unverified),
+            None,
+            "only a verified email names a user"
+        );
         assert_eq!(user_name_of(&identity(None, None, &[])), None);
     }
 }

@@ -145,11 +145,17 @@ pub fn bind(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpList
 
 /// Serves until `shutdown` resolves; returns once everything has stopped.
 pub async fn run(
-    config: Config,
+    mut config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow_like::Result<()> {
     config.check_exposure()?;
+    if config.oidc.is_some() && config.auth_token.is_none() && !config.agents.is_empty() {
+        // With single sign-on nobody is anonymous, the built-in runner
+        // included: it gets an operator token that lives in this process
+        // only (people sign in; scripts use their own tokens).
+        config.auth_token = Some(shepherd_store::random_hex(32));
+    }
     // The certificate is read before anything starts, so that a bad one is
     // a start-up error rather than a server that fails every handshake.
     let tls = match &config.tls {

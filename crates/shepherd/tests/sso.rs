@@ -176,7 +176,53 @@ async fn a_server_without_sso_has_no_login(kind: Kind) {
     s.stop().await;
 }
 
+/// Nobody is anonymous, the built-in runner included: without
+/// `SHEPHERD_TOKEN` it still registers its agents' workers.
+async fn the_built_in_runner_works_without_a_token(kind: Kind) {
+    let mut env = Env::new(kind);
+    env.with_config_file(
+        r#"
+[oidc]
+issuer = "http://127.0.0.1:9"
+client_id = "shepherd"
+client_secret = "a-client-secret"
+redirect_url = "http://127.0.0.1:7777/auth/callback"
+
+[agents.echo]
+command = ["true"]
+"#,
+    );
+    let s = Server::start(&env).await;
+    let store = shepherd_store::Store::open(&env.store_config())
+        .await
+        .unwrap();
+    let filter = shepherd_core::event::EventFilter {
+        kinds: vec!["worker.registered".into()],
+        ..Default::default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let page = store.read_events(0, &filter, 10).await.unwrap();
+        if let Some(e) = page.events.first() {
+            assert_eq!(e.refs.agent_id.as_deref(), Some("echo"));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the built-in runner registered no worker"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (st, _) = s.get("/api/v1/agents", None).await;
+    assert_eq!(st, 401, "the runner's token is not everyone's");
+    s.stop().await;
+}
+
 e2e!(nobody_is_anonymous_with_sso, nobody_is_anonymous_with_sso);
+e2e!(
+    the_built_in_runner_works_without_a_token,
+    the_built_in_runner_works_without_a_token
+);
 e2e!(
     cookies_that_open_nothing_are_refused,
     cookies_that_open_nothing_are_refused

@@ -44,8 +44,8 @@ pub(crate) async fn emit_returning<D: Db>(
     log::append(db, now, &e).await
 }
 
-/// A random 128-bit identifier, hex encoded.
-pub(crate) fn random_hex(bytes: usize) -> String {
+/// `bytes` random bytes from the operating system, hex encoded.
+pub fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     // getrandom only fails when the OS has no entropy source at all.
     getrandom::fill(&mut buf).expect("the operating system's random source");
