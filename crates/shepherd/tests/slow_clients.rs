@@ -33,6 +33,25 @@ async fn slow_post(s: &Server, path: &str, token: &str) -> TcpStream {
     tcp
 }
 
+/// The server's `shepherd_http_requests_in_flight` gauge (`/metrics` is
+/// never shed, so it answers while the slots are taken).
+async fn requests_in_flight(s: &Server) -> i64 {
+    let text = s
+        .http
+        .get(s.url("/metrics"))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("shepherd_http_requests_in_flight "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no requests-in-flight gauge in /metrics: {text}"))
+}
+
 /// Reads a whole response from `tcp` (the server closes after an error).
 async fn response(tcp: &mut TcpStream) -> String {
     let mut buf = Vec::new();
@@ -119,27 +138,32 @@ async fn one_tokens_slow_requests_take_only_its_own_slots() {
     for _ in 0..3 {
         held.push(slow_post(&s, "/api/v1/worker/orchestrator/heartbeat", &worker).await);
     }
-    // Each slow request holds its slot once its header is read.
-    let mut refused = None;
-    let mut seen = Vec::new();
-    for _ in 0..800 {
-        let res = s
-            .http
-            .post(s.url("/api/v1/worker/orchestrator/heartbeat"))
-            .bearer_auth(&worker)
-            .json(&json!({ "worker_id": "slowpoke" }))
-            .send()
-            .await
-            .unwrap();
-        if res.status().as_u16() == 429 {
-            refused = Some(res);
+    // Each slow request holds its slot once its header is read; the server
+    // reads the three connections in its own time, so wait until it holds
+    // all three (a request sent sooner could overtake one of them and take
+    // its slot, which is not what this test is about).
+    let mut in_flight = 0;
+    for _ in 0..400 {
+        in_flight = requests_in_flight(&s).await;
+        if in_flight >= 3 {
             break;
         }
-        seen.push(res.status().as_u16());
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let refused = refused
-        .unwrap_or_else(|| panic!("the fourth request of one token is refused; answers: {seen:?}"));
+    assert_eq!(in_flight, 3, "the three slow requests are being handled");
+    let refused = s
+        .http
+        .post(s.url("/api/v1/worker/orchestrator/heartbeat"))
+        .bearer_auth(&worker)
+        .json(&json!({ "worker_id": "slowpoke" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status().as_u16(),
+        429,
+        "the fourth request of one token is refused"
+    );
     assert_eq!(
         refused
             .headers()
