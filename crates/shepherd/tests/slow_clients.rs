@@ -33,19 +33,19 @@ async fn slow_post(s: &Server, path: &str, token: &str) -> TcpStream {
     tcp
 }
 
+/// The text of `/metrics`, read with `token` when the server has one.
+async fn metrics(s: &Server, token: Option<&str>) -> String {
+    let mut req = s.http.get(s.url("/metrics"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    req.send().await.unwrap().text().await.unwrap()
+}
+
 /// The server's `shepherd_http_requests_in_flight` gauge (`/metrics` is
 /// never shed, so it answers while the slots are taken).
 async fn requests_in_flight(s: &Server) -> i64 {
-    let text = s
-        .http
-        .get(s.url("/metrics"))
-        .bearer_auth(OPERATOR)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics(s, Some(OPERATOR)).await;
     text.lines()
         .find_map(|l| l.strip_prefix("shepherd_http_requests_in_flight "))
         .and_then(|v| v.trim().parse().ok())
@@ -74,15 +74,7 @@ async fn invented_methods_share_one_label() {
         let res = response(&mut tcp).await;
         assert!(res.starts_with("HTTP/1.1 405"), "{res}");
     }
-    let metrics = s
-        .http
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&s, None).await;
     assert!(
         !metrics.contains("X0001"),
         "an invented method became a label"
