@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{raise_nofile, server_binary};
+use common::{drop_pg_schema_blocking, raise_nofile, server_binary};
 use shepherd_testkit::Served;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -245,32 +245,11 @@ impl Drop for Server {
         let _ = self.served.child.wait();
         if let Some((url, schema)) = self.pg.take() {
             // On a thread of its own: this may run inside the bench's runtime.
-            let _ = std::thread::spawn(move || drop_pg_schema(&url, &schema)).join();
+            let _ = std::thread::spawn(move || drop_pg_schema_blocking(&url, &schema)).join();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = std::fs::remove_file(&self.log);
     }
-}
-
-fn drop_pg_schema(url: &str, schema: &str) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return;
-    };
-    rt.block_on(async {
-        match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
-            Ok((client, conn)) => {
-                tokio::spawn(conn);
-                let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-                if let Err(e) = client.batch_execute(&sql).await {
-                    eprintln!("could not drop schema {schema}: {e}");
-                }
-            }
-            Err(e) => eprintln!("could not drop schema {schema}: {e}"),
-        }
-    });
 }
 
 async fn pg_reachable(url: &str) -> Result<(), String> {

@@ -50,12 +50,15 @@
 //! (comma-separated `max_concurrent` values, default `1,4`), `RUST_LOG`
 //! (server log filter, default `warn`).
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::{cpu_secs, run_pids};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing_subscriber::layer::SubscriberExt;
@@ -620,39 +623,6 @@ async fn stop_server(stop_tx: tokio::sync::oneshot::Sender<()>, server: ServerTa
 /// How long the quiet agents' CPU is measured.
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
 
-/// CPU seconds (user + system) of process `pid`, from `/proc/PID/stat`.
-fn process_cpu(pid: i32) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the command's closing parenthesis; utime and stime are
-    // the 14th and 15th of the whole line.
-    let rest: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r.split_whitespace().collect())
-        .unwrap_or_default();
-    let field = |i: usize| {
-        rest.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (field(11) + field(12)) / ticks
-}
-
-/// The first number of each run directory's file `name` (`shim`, `agent`).
-fn run_pids(dir: &Path, name: &str) -> Vec<i32> {
-    let runs = dir.join("runner").join("runs");
-    std::fs::read_dir(runs)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join(name)).ok())
-        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
-        .collect()
-}
-
 struct IdleResult {
     agents: usize,
     server_cpu: f64,
@@ -675,25 +645,25 @@ async fn idle_case(n: usize) -> IdleResult {
     // Past the loops' busy time after a start.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let shims = run_pids(&dir, "shim");
-    let shims0: f64 = shims.iter().map(|p| process_cpu(*p)).sum();
+    let shims0: f64 = shims.iter().map(|p| cpu_secs(&p.to_string())).sum();
     let self0 = cpu_now().0;
     tokio::time::sleep(IDLE_WINDOW).await;
     let server_cpu = (cpu_now().0 - self0) / IDLE_WINDOW.as_secs_f64();
-    let shims_cpu =
-        (shims.iter().map(|p| process_cpu(*p)).sum::<f64>() - shims0) / IDLE_WINDOW.as_secs_f64();
+    let shims_cpu = (shims.iter().map(|p| cpu_secs(&p.to_string())).sum::<f64>() - shims0)
+        / IDLE_WINDOW.as_secs_f64();
     // The built-in runner leaves its agents running when the server stops;
     // these end with the case.
     for pgid in run_pids(&dir, "agent") {
         // SAFETY: kill(2) on a process group this case started.
         unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+            libc::kill(-(pgid as i32), libc::SIGKILL);
         }
     }
     stop_server(stop_tx, server).await;
     for pid in shims {
         // SAFETY: kill(2) on a shim this case started.
         unsafe {
-            libc::kill(pid, libc::SIGKILL);
+            libc::kill(pid as i32, libc::SIGKILL);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

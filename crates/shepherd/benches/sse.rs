@@ -81,7 +81,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{raise_nofile, server_binary};
+use common::{
+    cpu_secs, drop_pg_schema_blocking, machine_busy_secs, raise_nofile, server_binary, status_kb,
+};
 use shepherd_testkit::Served;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -199,49 +201,6 @@ fn now_us() -> u64 {
 
 // ---------------------------------------------------------------------------
 // /proc readings
-
-/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `RssAnon`, ...).
-fn status_kb(pid: u32, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-}
-
-/// User + system CPU seconds of a process (`"self"` or a pid).
-fn cpu_secs(pid: &str) -> f64 {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else {
-        return 0.0;
-    };
-    // After the command name: state is field 3; utime and stime are 14 and 15.
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    ticks as f64 / hz as f64
-}
-
-/// Busy CPU seconds of the whole machine (everything but idle and iowait).
-fn machine_busy_secs() -> f64 {
-    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
-        return 0.0;
-    };
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    (total - idle) as f64 / hz as f64
-}
 
 /// Seconds that some task waited: `/proc/pressure/<res>` `some` (or `full`) total.
 fn pressure_secs(res: &str, line: &str) -> f64 {
@@ -500,32 +459,11 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
         if let Some((url, schema)) = self.pg.take() {
-            drop_pg_schema(&url, &schema);
+            drop_pg_schema_blocking(&url, &schema);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = std::fs::remove_file(&self.log);
     }
-}
-
-fn drop_pg_schema(url: &str, schema: &str) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return;
-    };
-    rt.block_on(async {
-        match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
-            Ok((client, conn)) => {
-                tokio::spawn(conn);
-                let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-                if let Err(e) = client.batch_execute(&sql).await {
-                    eprintln!("could not drop schema {schema}: {e}");
-                }
-            }
-            Err(e) => eprintln!("could not drop schema {schema}: {e}"),
-        }
-    });
 }
 
 // ---------------------------------------------------------------------------
