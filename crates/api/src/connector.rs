@@ -15,9 +15,9 @@ use shepherd_protocol::{
     DeregisterResponse, ErrorDetail, EventApplied, HeartbeatBody, HeartbeatClaim,
     HeartbeatResponse, PendingQuery, PendingResponse, PendingTask, ProgressBatchBody,
     ProgressBatchResponse, ProgressBody, ProgressResult, RegisterBody, RegisterResponse,
-    SeedErrorBody, WorkerBody,
+    RunStepsResult, SeedErrorBody, StepBatchBody, StepBatchResponse, WorkerBody,
 };
-use shepherd_store::{Applied, Registration};
+use shepherd_store::{Applied, Registration, StepAppend};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, ApiResult};
@@ -320,6 +320,97 @@ pub async fn progress_batch(
     }))
 }
 
+/// The most runs one step batch may carry.
+pub const MAX_STEP_BATCH_RUNS: usize = 500;
+/// The most steps one step batch may carry in all (as one run's own append).
+pub const MAX_STEP_BATCH_STEPS: usize = 1000;
+
+/// Append the steps of several runs the calling worker holds, each run's as
+/// `POST /api/v1/runs/{run_id}/steps` would (fenced by its claim token, a
+/// retried batch acknowledged without storing twice), each on its own, in
+/// one transaction.
+#[utoipa::path(post, path = "/api/v1/worker/orchestrator/steps", tag = "connector", request_body = StepBatchBody, responses(
+    (status = 200, description = "one result per run, in order; a refused run's steps have `ok: false`, the `status` its own append would have answered, and an `error` (claim_stale, step_gap, run_not_found, …)", body = StepBatchResponse),
+    (status = 400, description = "missing_worker_id", body = SeedErrorBody),
+    (status = 403, description = "not_your_worker", body = SeedErrorBody),
+    (status = 422, description = "invalid_runs (none, more than 500 runs, or more than 1,000 steps in all)", body = SeedErrorBody)))]
+pub async fn append_steps_batch(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(b): ApiJson<StepBatchBody>,
+) -> ApiResult<Json<StepBatchResponse>> {
+    let worker =
+        acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| connector_error(e, false))?;
+    let steps: usize = b.runs.iter().map(|r| r.steps.len()).sum();
+    if b.runs.is_empty() || b.runs.len() > MAX_STEP_BATCH_RUNS || steps > MAX_STEP_BATCH_STEPS {
+        return Err(connector_error(
+            Error::invalid(
+                "invalid_runs",
+                format!(
+                    "runs must hold 1 to {MAX_STEP_BATCH_RUNS} runs and at most \
+                     {MAX_STEP_BATCH_STEPS} steps in all (got {} runs, {steps} steps)",
+                    b.runs.len()
+                ),
+            ),
+            false,
+        ));
+    }
+    let run_ids: Vec<String> = b.runs.iter().map(|r| r.run_id.clone()).collect();
+    let appends = b
+        .runs
+        .into_iter()
+        .map(|r| StepAppend {
+            run_id: r.run_id,
+            claim_token: r.claim_token,
+            start_index: r.start_index,
+            steps: r.steps,
+        })
+        .collect();
+    let outcomes = state
+        .store
+        .append_steps_many(Some(worker), appends, state.lease_rules())
+        .await
+        .map_err(|e| connector_error(e, false))?;
+    let results = outcomes
+        .into_iter()
+        .zip(run_ids)
+        .map(|(outcome, run_id)| match outcome {
+            Ok(ack) => RunStepsResult {
+                run_id,
+                ok: true,
+                accepted: Some(ack.accepted),
+                duplicates: Some(ack.duplicates),
+                next_index: Some(ack.next_index),
+                status: None,
+                error: None,
+            },
+            Err(e) => {
+                let status = crate::error::status_of(e.kind);
+                let message = if status.is_server_error() {
+                    // Internals are logged, never answered.
+                    tracing::error!(run_id, error = %e, "appending a batch's steps failed");
+                    "the server could not store these steps; try again".to_owned()
+                } else {
+                    e.message.clone()
+                };
+                RunStepsResult {
+                    run_id,
+                    ok: false,
+                    accepted: None,
+                    duplicates: None,
+                    next_index: None,
+                    status: Some(status.as_u16()),
+                    error: Some(ErrorDetail {
+                        code: e.code.to_owned(),
+                        message,
+                    }),
+                }
+            }
+        })
+        .collect();
+    Ok(Json(StepBatchResponse { ok: true, results }))
+}
+
 fn refused(
     vtid: String,
     state: Option<String>,
@@ -459,6 +550,10 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/worker/orchestrator/tasks/pending", get(pending))
         .route("/api/v1/worker/orchestrator/tasks/claim", post(claim_next))
         .route("/api/v1/worker/orchestrator/progress", post(progress_batch))
+        .route(
+            "/api/v1/worker/orchestrator/steps",
+            post(append_steps_batch),
+        )
         .route(
             "/api/v1/worker/orchestrator/tasks/{vtid}/claim",
             post(claim),

@@ -17,7 +17,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::tasks::create_task, crate::tasks::list_tasks, crate::tasks::get_task, crate::tasks::dispatch_task,
         crate::tasks::cancel_task, crate::tasks::task_event, crate::tasks::workflows, crate::tasks::agents,
         crate::connector::register, crate::connector::pending, crate::connector::claim, crate::connector::progress,
-        crate::connector::claim_next, crate::connector::progress_batch,
+        crate::connector::claim_next, crate::connector::progress_batch, crate::connector::append_steps_batch,
         crate::connector::heartbeat, crate::connector::deregister,
         crate::runs::seed_list, crate::runs::seed_detail, crate::runs::list_runs, crate::runs::get_run,
         crate::runs::get_steps, crate::runs::append_steps, crate::runs::set_status,

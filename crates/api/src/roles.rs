@@ -64,6 +64,7 @@ const RULES: &[(&str, &str, Role)] = &[
     ("POST", "/api/v1/worker/orchestrator/deregister", Operator),
     ("POST", "/api/v1/worker/orchestrator/heartbeat", Operator),
     ("POST", "/api/v1/worker/orchestrator/progress", Operator),
+    ("POST", "/api/v1/worker/orchestrator/steps", Operator),
     ("GET", "/api/v1/worker/orchestrator/tasks/pending", Viewer),
     ("POST", "/api/v1/worker/orchestrator/tasks/claim", Operator),
     (

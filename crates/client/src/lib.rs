@@ -457,6 +457,14 @@ impl Client {
         self.post("/api/v1/worker/orchestrator/progress", b).await
     }
 
+    /// Several runs' steps in one request (see [`p::StepBatchBody`]).
+    pub async fn append_steps_batch(
+        &self,
+        b: &p::StepBatchBody,
+    ) -> Result<p::StepBatchResponse, ClientError> {
+        self.post("/api/v1/worker/orchestrator/steps", b).await
+    }
+
     pub async fn progress(
         &self,
         vtid: &str,

@@ -185,6 +185,62 @@ pub struct ProgressBatchBody {
     pub reports: Vec<ProgressReport>,
 }
 
+/// Steps of several runs of one worker in one request (a runner with many
+/// running agents): each run's steps are appended as `POST
+/// /api/v1/runs/{run_id}/steps` would, fenced by its claim token, on their
+/// own, all in one transaction.
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct StepBatchBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// 1 to 500 runs' steps, at most 1,000 steps in all.
+    pub runs: Vec<RunSteps>,
+}
+
+/// One run's steps in a [`StepBatchBody`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunSteps {
+    pub run_id: String,
+    pub claim_token: String,
+    /// The index of the first step (a retried batch is acknowledged, not stored twice).
+    pub start_index: i64,
+    pub steps: Vec<shepherd_core::transcript::TranscriptStep>,
+}
+
+/// The outcome of one run's steps: the acknowledgement of `POST
+/// /api/v1/runs/{run_id}/steps` when stored, `error` (claim_stale,
+/// step_gap, run_not_found, too_many_steps, …) when refused, which stored
+/// none of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct RunStepsResult {
+    pub run_id: String,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<i64>,
+    /// Steps already stored (a retried batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicates: Option<i64>,
+    /// The index the run's next step must have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_index: Option<i64>,
+    /// The HTTP status `POST /api/v1/runs/{run_id}/steps` would have answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::ErrorDetail>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct StepBatchResponse {
+    pub ok: bool,
+    /// One per run, in the order of the request.
+    pub results: Vec<RunStepsResult>,
+}
+
 /// The outcome of one report: `state` when applied, `error` when refused
 /// (a refused report changed nothing, except that an `invalid_transition`
 /// is recorded in the log as `event_id`).

@@ -88,6 +88,8 @@ pub struct RunContext {
     pub agent_name: String,
     pub agent: AgentConfig,
     pub connector: Client,
+    /// Carries this worker's runs' steps to the server together.
+    pub steps: crate::step_courier::StepCourier,
     pub records: GroupRecords,
     /// The worker this runner acts as for the agent.
     pub worker_id: String,

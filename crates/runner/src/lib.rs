@@ -18,6 +18,7 @@ pub mod lines;
 pub mod process;
 pub mod shim;
 pub mod spool;
+pub mod step_courier;
 mod work_news;
 pub mod worktree;
 
@@ -387,6 +388,7 @@ fn run_context(
     RunContext {
         agent_name: name.to_owned(),
         agent: agent.clone(),
+        steps: step_courier::StepCourier::start(connector.clone(), worker_id.to_owned()),
         connector,
         records: records.clone(),
         worker_id: worker_id.to_owned(),

@@ -626,6 +626,172 @@ e2e!(claim_next_and_batched_progress, |kind: Kind| async move {
     s.stop().await;
 });
 
+e2e!(
+    step_batches_append_each_runs_steps_on_their_own,
+    |kind: Kind| async move {
+        let mut env = Env::new(kind);
+        env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
+        let s = Server::start(&env).await;
+        let (st, b) = s
+            .post(
+                "/api/v1/worker/orchestrator/register",
+                Some(OPERATOR),
+                json!({ "worker_id": "stepper", "max_concurrent": 2 }),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let tok = b["worker_token"].as_str().unwrap().to_owned();
+        let other = register_as(&s, Some(OPERATOR), "bystander", &[]).await;
+        for vtid in ["S-1", "S-2"] {
+            let (st, b) = s
+                .post("/api/v1/tasks", Some(OPERATOR), task(vtid, "simple"))
+                .await;
+            assert_eq!(st, 201, "{b}");
+        }
+        let (st, b) = s
+            .post(
+                "/api/v1/worker/orchestrator/tasks/claim",
+                Some(&tok),
+                json!({ "max": 2 }),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let claims = b["claims"].as_array().unwrap().clone();
+        let run = |i: usize| claims[i]["run_id"].as_str().unwrap().to_owned();
+        let token = |i: usize| claims[i]["claim_token"].as_str().unwrap().to_owned();
+        let text =
+            |t: &str| json!({ "type": "action", "content": [{ "type": "text", "text": t }] });
+        let batch = |who: String, body: Value| {
+            let s = &s;
+            async move {
+                s.post("/api/v1/worker/orchestrator/steps", Some(&who), body)
+                    .await
+            }
+        };
+
+        // Bad batches: refused whole, nothing stored.
+        let (st, b) = batch(tok.clone(), json!({ "runs": [] })).await;
+        assert_eq!(
+            (st, b["error"]["code"].clone()),
+            (422, json!("invalid_runs")),
+            "{b}"
+        );
+        let many: Vec<Value> = (0..1001).map(|i| text(&format!("s{i}"))).collect();
+        let (st, b) = batch(
+        tok.clone(),
+        json!({ "runs": [{ "run_id": run(0), "claim_token": token(0), "start_index": 0, "steps": many }] }),
+    )
+    .await;
+        assert_eq!(
+            (st, b["error"]["code"].clone()),
+            (422, json!("invalid_runs")),
+            "{b}"
+        );
+        let (st, b) = batch(tok.clone(), json!({ "runs": [{ "run_id": run(0) }] })).await;
+        assert!(st == 400 || st == 422, "missing fields: {st} {b}");
+        // Another worker may not send for this one, by its token or by naming it.
+        let (st, b) = batch(
+        other.clone(),
+        json!({ "worker_id": "stepper", "runs": [{ "run_id": run(0), "claim_token": token(0), "start_index": 0, "steps": [text("x")] }] }),
+    )
+    .await;
+        assert_eq!(
+            (st, b["error"]["code"].clone()),
+            (403, json!("not_your_worker")),
+            "{b}"
+        );
+        let (st, b) = batch(
+        other.clone(),
+        json!({ "runs": [{ "run_id": run(0), "claim_token": token(0), "start_index": 0, "steps": [text("x")] }] }),
+    )
+    .await;
+        assert_eq!(st, 200, "{b}");
+        assert_eq!(
+            b["results"][0]["ok"], false,
+            "a claim another worker holds: {b}"
+        );
+
+        // Each run on its own: stored, stale, gap, unknown, a retried batch.
+        let (st, b) = batch(
+        tok.clone(),
+        json!({ "runs": [
+            { "run_id": run(0), "claim_token": token(0), "start_index": 0, "steps": [text("a0"), text("a1")] },
+            { "run_id": run(1), "claim_token": "sct_nope", "start_index": 0, "steps": [text("b0")] },
+            { "run_id": run(1), "claim_token": token(1), "start_index": 3, "steps": [text("b3")] },
+            { "run_id": "r-missing", "claim_token": token(1), "start_index": 0, "steps": [text("c")] },
+            { "run_id": run(1), "claim_token": token(1), "start_index": 0, "steps": [text("b0")] },
+            { "run_id": run(0), "claim_token": token(0), "start_index": 1, "steps": [text("a1"), text("a2")] },
+        ] }),
+    )
+    .await;
+        assert_eq!(st, 200, "{b}");
+        let summary: Vec<(bool, Value, Value, Value, Value)> = b["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["ok"].as_bool().unwrap(),
+                    r["next_index"].clone(),
+                    r["duplicates"].clone(),
+                    r["status"].clone(),
+                    r["error"]["code"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (true, json!(2), json!(0), Value::Null, Value::Null),
+                (
+                    false,
+                    Value::Null,
+                    Value::Null,
+                    json!(409),
+                    json!("claim_stale")
+                ),
+                (
+                    false,
+                    Value::Null,
+                    Value::Null,
+                    json!(409),
+                    json!("step_gap")
+                ),
+                (
+                    false,
+                    Value::Null,
+                    Value::Null,
+                    json!(404),
+                    json!("run_not_found")
+                ),
+                (true, json!(1), json!(0), Value::Null, Value::Null),
+                (true, json!(3), json!(1), Value::Null, Value::Null),
+            ],
+            "{b}"
+        );
+        // What was stored is what the runs' own transcripts hold, once each.
+        for (i, want) in [(0, vec!["a0", "a1", "a2"]), (1, vec!["b0"])] {
+            let (st, b) = s
+                .get(&format!("/api/v1/runs/{}/steps", run(i)), Some(OPERATOR))
+                .await;
+            assert_eq!(st, 200, "{b}");
+            let texts: Vec<String> = b["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|st| {
+                    st["step"]["content"][0]["text"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect();
+            assert_eq!(texts, want, "{b}");
+        }
+        s.stop().await;
+    }
+);
+
 #[tokio::test]
 async fn openapi_names_every_route() {
     let env = Env::new(Kind::Sqlite);
@@ -652,6 +818,7 @@ async fn openapi_names_every_route() {
         "/api/v1/worker/orchestrator/tasks/{vtid}/progress",
         "/api/v1/worker/orchestrator/tasks/claim",
         "/api/v1/worker/orchestrator/progress",
+        "/api/v1/worker/orchestrator/steps",
         "/api/v1/worker/orchestrator/heartbeat",
         "/api/v1/worker/orchestrator/deregister",
         "/api/agents/workers",

@@ -96,6 +96,7 @@ pub use postgres::PgOptions;
 /// that appends to the log must take it (transaction-scoped) before its first
 /// `seq` is drawn.
 pub use postgres::EVENT_LOCK as POSTGRES_EVENT_LOCK;
+pub use run_store::StepAppend;
 pub use sqlite::backup::backup as backup_sqlite;
 pub use sqlite::SyncMode;
 #[cfg(feature = "test-hooks")]

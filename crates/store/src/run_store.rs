@@ -8,7 +8,16 @@ use shepherd_core::transcript::TranscriptStep;
 use shepherd_core::Error;
 
 use crate::ops::{self, runs};
-use crate::{log, LeaseRules, Page, RunFilter, StepsAck, Store, UsageRow};
+use crate::{log, unit, LeaseRules, Page, RunFilter, StepsAck, Store, UsageRow};
+
+/// One run's steps of a batch (see [`Store::append_steps_many`]).
+#[derive(Debug, Clone)]
+pub struct StepAppend {
+    pub run_id: String,
+    pub claim_token: String,
+    pub start_index: i64,
+    pub steps: Vec<TranscriptStep>,
+}
 
 impl Store {
     // ----- runs -----
@@ -126,6 +135,41 @@ impl Store {
             })
         })
         .await
+    }
+
+    /// Several runs' steps, each appended (or refused) on its own as
+    /// [`Store::append_steps`] would, all in one transaction: a runner
+    /// holding many running agents sends one request, and the store commits
+    /// once, instead of one of each per run.
+    pub async fn append_steps_many(
+        &self,
+        caller: Option<String>,
+        appends: Vec<StepAppend>,
+        rules: LeaseRules,
+    ) -> Result<Vec<Result<StepsAck, Error>>, Error> {
+        let now = self.now();
+        let units: Vec<_> = appends
+            .into_iter()
+            .map(|a| {
+                let caller = caller.clone();
+                unit(move |db| {
+                    Box::pin(async move {
+                        runs::append_steps(
+                            db,
+                            now,
+                            &a.run_id,
+                            &a.claim_token,
+                            caller.as_deref(),
+                            a.start_index,
+                            a.steps,
+                            &rules,
+                        )
+                        .await
+                    })
+                })
+            })
+            .collect();
+        self.write_many(units).await
     }
 
     pub async fn set_run_status(

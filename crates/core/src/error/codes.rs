@@ -86,6 +86,7 @@ error_codes! {
     "invalid_resource_id" => "The resource id is not a valid identifier.",
     "invalid_retry_backoff" => "`retry_backoff` is out of range.",
     "invalid_run_at" => "`run_at` is not a usable time.",
+    "invalid_runs" => "The batch of runs' steps is empty or too large.",
     "invalid_session_id" => "The session id is not a valid identifier.",
     "invalid_since" => "`since` is not a time.",
     "invalid_size" => "The terminal size is out of range.",

@@ -131,7 +131,7 @@ impl Outbox {
                 start_index: first as i64,
                 steps,
             };
-            match ctx.connector.append_steps(&a.run_id, &body).await {
+            match ctx.steps.send(&a.run_id, body).await {
                 Ok(ack) => self
                     .spool
                     .acknowledge(u64::try_from(ack.next_index).unwrap_or(first + count)),
