@@ -44,6 +44,13 @@ const BUDGET_CONTINUE: &str = "continue";
 const BUDGET_STOP: &str = "stop";
 /// How long after the agent's last output the loop counts as busy.
 const BUSY_AFTER_OUTPUT: Duration = Duration::from_secs(2);
+/// How often the loop looks whether the shim is still alive while the
+/// agent's output is open. Each look reads three files, and the loop turns
+/// for every line an agent prints: with hundreds of agents printing, looking
+/// at every turn was an eighth of the runner's CPU (four times a second,
+/// still a twentieth). Once both outputs are closed the exit is near, and
+/// the loop looks at every turn.
+const SHIM_LOOK: Duration = Duration::from_secs(1);
 
 /// A run whose shim has been started, or found alive after a restart.
 pub(super) struct Started {
@@ -81,7 +88,7 @@ pub(super) async fn supervise(
         if s.leaving && s.exit.is_none() {
             break;
         }
-        s.watch_shim();
+        s.watch_shim(now);
         s.renew_lease(now);
         s.enforce_timeout(now);
         s.kill_after_grace(now);
@@ -162,6 +169,8 @@ struct Supervisor {
     /// "Server unreachable" was logged and "reachable again" was not yet.
     unreachable_logged: bool,
     lease_touched: Instant,
+    /// When the loop next looks whether the shim lives (see [`SHIM_LOOK`]).
+    next_shim_look: Instant,
     /// Why the agent is being stopped, and when its grace ends.
     stopping: Option<(Ending, Instant)>,
     /// The group got its SIGKILL.
@@ -221,6 +230,7 @@ impl Supervisor {
             next_delivery: now,
             unreachable_logged: false,
             lease_touched: now,
+            next_shim_look: now,
             stopping: None,
             killed: false,
             exit: None,
@@ -312,10 +322,14 @@ impl Supervisor {
     }
 
     /// Reads the agent's exit once the shim has recorded it.
-    fn watch_shim(&mut self) {
+    fn watch_shim(&mut self, now: Instant) {
         if self.exit.is_some() {
             return;
         }
+        if (self.out.open || self.err.open) && now < self.next_shim_look {
+            return;
+        }
+        self.next_shim_look = now + SHIM_LOOK;
         self.exit = self.run.exit();
         if self.exit.is_none() && self.shim_pid > 0 && self.run.live_shim().is_none() {
             // The shim writes the exit before it ends: it may have done
@@ -341,10 +355,15 @@ impl Supervisor {
         }
     }
 
-    /// Tells the shim, at most once a second, that a runner still holds the
-    /// run (a shim whose lease grows old ends its agent).
+    /// Tells the shim that a runner still holds the run (a shim whose lease
+    /// grows old ends its agent): eight times per lease timeout, between
+    /// once a second and once every ten. Each renewal writes a file, and a
+    /// runner holding hundreds of runs renewed each every second spent a
+    /// seventh of its CPU on it.
     fn renew_lease(&mut self, now: Instant) {
-        if now.duration_since(self.lease_touched) >= Duration::from_secs(1) {
+        let every =
+            (self.ctx.lease_timeout / 8).clamp(Duration::from_secs(1), Duration::from_secs(10));
+        if now.duration_since(self.lease_touched) >= every {
             self.run.touch_lease();
             self.lease_touched = now;
         }

@@ -24,6 +24,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// in case a wake-up was lost.
 const WATCHED_IDLE_WAIT: Duration = Duration::from_secs(2);
 
+/// The most a follower reads at once.
+const READ_CHUNK: u64 = 64 * 1024;
+
 /// How much of each stream is kept (about; see [`push_tail`]).
 const TAIL_BYTES: usize = 4000;
 
@@ -75,7 +78,7 @@ pub(super) async fn follow(
     events: Option<Arc<FileEvents>>,
     stop: CancellationToken,
 ) {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    use std::io::{Read, Seek};
     let wrap = |text: String, end: u64| {
         if err {
             Line::Err(text, end)
@@ -83,16 +86,22 @@ pub(super) async fn follow(
             Line::Out(text, end)
         }
     };
-    let mut file: Option<tokio::fs::File> = None;
+    // Read on this task, not through tokio::fs: what is read was just
+    // written, so it is in the page cache and a read returns at once, while
+    // each tokio::fs read is a trip through the blocking pool (with hundreds
+    // of agents printing, that was a tenth of the runner's CPU).
+    let mut file: Option<std::fs::File> = None;
     // Bytes from `offset` on, read but not yet handed on (a partial line).
     let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
     let watch = events.and_then(|e| e.watch(&run.dir));
     let idle_wait = if watch.is_some() {
         WATCHED_IDLE_WAIT
     } else {
         POLL_INTERVAL
     };
+    // Set once a read found nothing after the shim recorded the exit: one
+    // more read then takes whatever was written before the record.
+    let mut finished = false;
     loop {
         // Interest is registered before the file is looked at, so a write
         // between the look and the wait still wakes this follower.
@@ -101,21 +110,20 @@ pub(super) async fn follow(
             n.enable();
         }
         if file.is_none() {
-            if let Ok(mut f) = tokio::fs::File::open(&path).await {
-                if f.seek(std::io::SeekFrom::Start(offset)).await.is_ok() {
+            if let Ok(mut f) = std::fs::File::open(&path) {
+                if f.seek(std::io::SeekFrom::Start(offset)).is_ok() {
                     file = Some(f);
                 }
             }
         }
-        // Looked at before reading: whatever the agent wrote before the
-        // exit was recorded is in the file by then.
-        let finished = run.path("exit").exists();
-        let n = match &mut file {
-            Some(f) => f.read(&mut chunk).await.unwrap_or(0),
-            None => 0,
-        };
+        let before = buf.len();
+        if let Some(f) = &mut file {
+            // At most READ_CHUNK at a time, so one chatty agent cannot make
+            // this follower hold its thread or grow without bound.
+            let _ = f.by_ref().take(READ_CHUNK).read_to_end(&mut buf);
+        }
+        let n = buf.len() - before;
         if n > 0 {
-            buf.extend_from_slice(&chunk[..n]);
             let mut start = 0;
             while let Some(i) = buf[start..].iter().position(|&b| b == b'\n') {
                 let mut line = &buf[start..start + i];
@@ -143,7 +151,15 @@ pub(super) async fn follow(
             }
             continue;
         }
-        if finished {
+        if !finished {
+            // Looked at only after a read found nothing: whatever the agent
+            // wrote before the exit was recorded is in the file by then,
+            // and the next turn reads it.
+            if run.path("exit").exists() {
+                finished = true;
+                continue;
+            }
+        } else {
             if !buf.is_empty() {
                 let end = offset + buf.len() as u64;
                 if tx.send(wrap(decode(&buf), end)).await.is_err() {
