@@ -80,7 +80,8 @@ pub struct Settings {
     /// every event of the interval in one write.
     pub sse_coalesce: Duration,
     /// How many writes a quiet SSE stream makes at once before it coalesces
-    /// (the few events of one send or claim reach the client as they come).
+    /// (the events of one send or claim reach the client as they come: a
+    /// conversation's send makes thirteen, its first step the ninth).
     pub sse_burst: u32,
     /// Origins besides the server's own that browsers may call from
     /// (`SHEPHERD_ALLOWED_ORIGINS`), e.g. `https://ui.example.com`.
@@ -127,7 +128,7 @@ impl Default for Settings {
             agent_stuck_after: Default::default(),
             sse_keepalive: Duration::from_secs(15),
             sse_coalesce: Duration::from_millis(25),
-            sse_burst: 8,
+            sse_burst: 32,
             allowed_origins: Vec::new(),
             max_requests: 0,
             max_worker_requests: 0,
