@@ -148,13 +148,18 @@ impl Store {
         rules: LeaseRules,
     ) -> Result<Vec<Result<StepsAck, Error>>, Error> {
         let now = self.now();
+        // The appends run one after another in one transaction (write_many
+        // keeps them together), so they can share one read.
+        let reads = std::sync::Arc::new(runs::StepBatchReads::new(
+            appends.iter().map(|a| a.run_id.clone()).collect(),
+        ));
         let units: Vec<_> = appends
             .into_iter()
             .map(|a| {
-                let caller = caller.clone();
+                let (caller, reads) = (caller.clone(), reads.clone());
                 unit(move |db| {
                     Box::pin(async move {
-                        runs::append_steps(
+                        runs::append_steps_batched(
                             db,
                             now,
                             &a.run_id,
@@ -163,6 +168,7 @@ impl Store {
                             a.start_index,
                             a.steps,
                             &rules,
+                            &reads,
                         )
                         .await
                     })

@@ -1216,3 +1216,111 @@ contract!(
         store.close();
     }
 );
+
+contract!(
+    step_batches_read_together_and_answer_each_run_on_its_own,
+    |db: TestDb| async move {
+        let store = db.open().await;
+        store
+            .register_worker(Registration {
+                worker_id: Some("fleet".into()),
+                agent_id: "default".into(),
+                worker_type: "builtin".into(),
+                max_concurrent: 3,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        register(&store, "other", &[]).await;
+        let mut grants = Vec::new();
+        for vtid in ["B-1", "B-2", "B-3"] {
+            store.create_task(task(vtid, "simple")).await.unwrap();
+            grants.push(store.claim_task("fleet", vtid, rules()).await.unwrap());
+        }
+        let text = |t: &str| TranscriptStep::Action {
+            content: vec![ActionContent::Text { text: t.into() }],
+        };
+        let append = |i: usize, token: &str, start: i64, steps: Vec<TranscriptStep>| {
+            shepherd_store::StepAppend {
+                run_id: grants[i].claim.run_id.clone(),
+                claim_token: token.to_owned(),
+                start_index: start,
+                steps,
+            }
+        };
+        let t = |i: usize| grants[i].claim_token.clone();
+        let missing = shepherd_store::StepAppend {
+            run_id: "r-missing".into(),
+            claim_token: t(0),
+            start_index: 0,
+            steps: vec![text("x")],
+        };
+        let results = store
+            .append_steps_many(
+                Some("fleet".into()),
+                vec![
+                    append(0, &t(0), 0, vec![text("a0"), text("a1")]),
+                    append(1, "sct_wrong", 0, vec![text("b0")]),
+                    missing,
+                    // The same run again: read afresh, after the first append.
+                    append(0, &t(0), 2, vec![text("a2")]),
+                    append(2, &t(2), 1, vec![text("c1")]),
+                    append(1, &t(1), 0, vec![text("b0")]),
+                    append(0, &t(0), 0, vec![text("a0")]),
+                ],
+                rules(),
+            )
+            .await
+            .unwrap();
+        let summary: Vec<Result<(i64, i64, i64), &str>> = results
+            .iter()
+            .map(|r| match r {
+                Ok(a) => Ok((a.accepted, a.duplicates, a.next_index)),
+                Err(e) => Err(e.code),
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                Ok((2, 0, 2)),
+                Err("claim_stale"),
+                Err("run_not_found"),
+                Ok((1, 0, 3)),
+                Err("step_gap"),
+                Ok((1, 0, 1)),
+                Ok((0, 1, 3)),
+            ]
+        );
+        // A first step moved each task it reached, and only those.
+        for (vtid, state) in [("B-1", "running"), ("B-2", "running"), ("B-3", "claimed")] {
+            let (d, _) = store.task(vtid, 10).await.unwrap();
+            assert_eq!(d.task.state, state, "{vtid}");
+        }
+        let (_, steps, _) = store
+            .run_steps(&grants[0].claim.run_id, -1, 10)
+            .await
+            .unwrap();
+        let texts: Vec<String> = steps
+            .iter()
+            .map(|(_, s)| match s {
+                TranscriptStep::Action { content } => match &content[0] {
+                    ActionContent::Text { text } => text.clone(),
+                    _ => String::new(),
+                },
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(texts, ["a0", "a1", "a2"]);
+        // Another worker's batch is fenced out of runs it does not hold.
+        let theirs = store
+            .append_steps_many(
+                Some("other".into()),
+                vec![append(2, &t(2), 0, vec![text("c0")])],
+                rules(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(theirs[0].as_ref().unwrap_err().code, "claim_stale");
+        store.close();
+    }
+);

@@ -331,6 +331,19 @@ pub(crate) async fn fence_run<D: Db>(
     caller: Option<&str>,
     rules: Option<&claims::LeaseRules>,
 ) -> Result<claims::ActiveClaim, Error> {
+    let found = claims::active_for_run(db, &run.id).await?;
+    fence_found(now, run, claim_token, caller, rules, found)
+}
+
+/// [`fence_run`] on the run's active claim as already read.
+fn fence_found(
+    now: Millis,
+    run: &Run,
+    claim_token: &str,
+    caller: Option<&str>,
+    rules: Option<&claims::LeaseRules>,
+    found: Option<(claims::ActiveClaim, i64, String)>,
+) -> Result<claims::ActiveClaim, Error> {
     let stale = || {
         Error::conflict(
             "claim_stale",
@@ -340,9 +353,7 @@ pub(crate) async fn fence_run<D: Db>(
             ),
         )
     };
-    let (active, heartbeat, status) = claims::active_for_run(db, &run.id)
-        .await?
-        .ok_or_else(stale)?;
+    let (active, heartbeat, status) = found.ok_or_else(stale)?;
     // A caller that is not the holder gets the same answer as a wrong
     // token: a distinct one would tell it that the token it guessed is right.
     let holder = caller.is_none_or(|w| w == active.claim.worker_id);
@@ -376,14 +387,154 @@ pub async fn append_steps<D: Db>(
     steps: Vec<TranscriptStep>,
     rules: &claims::LeaseRules,
 ) -> Result<StepsAck, Error> {
+    append_steps_read(
+        db,
+        now,
+        run_id,
+        claim_token,
+        caller,
+        start_index,
+        steps,
+        rules,
+        None,
+    )
+    .await
+}
+
+/// What the step appends of one batch (one worker's runs, appended in one
+/// transaction one after another with nothing else in between: see
+/// [`crate::Store::append_steps_many`]) read together: the first of them to
+/// run reads every run, its active claim and its task in three statements,
+/// and each append then takes its own rows instead of three round trips of
+/// its own (on PostgreSQL those round trips, one after another in the
+/// writer, were what bounded a fleet's steps per second).
+///
+/// An append changes only its own run and task (and the holder's activity
+/// time, which no fence reads), so a row read at the batch's start is still
+/// true when its append runs; a run named twice is read afresh the second
+/// time (its rows were taken by the first).
+pub(crate) struct StepBatchReads {
+    run_ids: Vec<String>,
+    rows: std::sync::Mutex<Option<std::collections::HashMap<String, Prefetched>>>,
+}
+
+/// One run's rows, read at a batch's start.
+struct Prefetched {
+    run: Run,
+    active: Option<(claims::ActiveClaim, i64, String)>,
+    task: Option<Task>,
+}
+
+impl StepBatchReads {
+    pub(crate) fn new(run_ids: Vec<String>) -> Self {
+        StepBatchReads {
+            run_ids,
+            rows: std::sync::Mutex::default(),
+        }
+    }
+
+    fn rows(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<std::collections::HashMap<String, Prefetched>>> {
+        self.rows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `run_id`'s rows as the batch read them, unless an earlier append of
+    /// the batch took them (or the run does not exist: the append then
+    /// reads, and answers, on its own).
+    async fn take<D: Db>(&self, db: &mut D, run_id: &str) -> Result<Option<Prefetched>, Error> {
+        if self.rows().is_none() {
+            let list = (1..=self.run_ids.len())
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let ids: Vec<Value> = self.run_ids.iter().map(Value::from).collect();
+            let sql = format!("SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id IN ({list})");
+            let runs: Vec<Run> = db
+                .query(&sql, ids)
+                .await?
+                .iter()
+                .map(run_from_row)
+                .collect::<Result<_, _>>()?;
+            let mut active = claims::active_for_runs(db, &self.run_ids).await?;
+            let vtids: Vec<String> = runs.iter().map(|r| r.vtid.clone()).collect();
+            let mut tasks = tasks::get_many(db, &vtids).await?;
+            let mut by_id = std::collections::HashMap::with_capacity(runs.len());
+            for run in runs {
+                let prefetched = Prefetched {
+                    active: active.remove(&run.id),
+                    task: tasks.remove(&run.vtid),
+                    run,
+                };
+                by_id.insert(prefetched.run.id.clone(), prefetched);
+            }
+            *self.rows() = Some(by_id);
+        }
+        Ok(self.rows().as_mut().and_then(|rows| rows.remove(run_id)))
+    }
+}
+
+/// [`append_steps`] as one append of a batch that reads together.
+#[allow(clippy::too_many_arguments)]
+pub async fn append_steps_batched<D: Db>(
+    db: &mut D,
+    now: Millis,
+    run_id: &str,
+    claim_token: &str,
+    caller: Option<&str>,
+    start_index: i64,
+    steps: Vec<TranscriptStep>,
+    rules: &claims::LeaseRules,
+    reads: &StepBatchReads,
+) -> Result<StepsAck, Error> {
+    let pre = if start_index < 0 {
+        None
+    } else {
+        reads.take(db, run_id).await?
+    };
+    append_steps_read(
+        db,
+        now,
+        run_id,
+        claim_token,
+        caller,
+        start_index,
+        steps,
+        rules,
+        pre,
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn append_steps_read<D: Db>(
+    db: &mut D,
+    now: Millis,
+    run_id: &str,
+    claim_token: &str,
+    caller: Option<&str>,
+    start_index: i64,
+    steps: Vec<TranscriptStep>,
+    rules: &claims::LeaseRules,
+    pre: Option<Prefetched>,
+) -> Result<StepsAck, Error> {
     if start_index < 0 {
         return Err(Error::invalid(
             "invalid_start_index",
             "start_index must be 0 or more",
         ));
     }
-    let run = require(db, run_id).await?;
-    let active = fence_run(db, now, &run, claim_token, caller, Some(rules)).await?;
+    let (run, active, pre_task) = match pre {
+        Some(p) => {
+            let active = fence_found(now, &p.run, claim_token, caller, Some(rules), p.active)?;
+            (p.run, active, p.task)
+        }
+        None => {
+            let run = require(db, run_id).await?;
+            let active = fence_run(db, now, &run, claim_token, caller, Some(rules)).await?;
+            (run, active, None)
+        }
+    };
     let stored = run.step_count;
     if start_index > stored {
         return Err(Error::conflict(
@@ -397,7 +548,10 @@ pub async fn append_steps<D: Db>(
     let new_steps = (start_index + steps.len() as i64) > stored;
     let mut starts = None;
     if new_steps && run.purpose == ClaimPurpose::Build {
-        let task = tasks::require(db, &run.vtid).await?;
+        let task = match pre_task {
+            Some(t) => t,
+            None => tasks::require(db, &run.vtid).await?,
+        };
         if task.cancel_requested_at.is_none() {
             let wf = workflow_of(&task)?;
             if let Outcome::Move { to, .. } = wf.apply(&task.state, workflow::EXECUTION_STARTED) {

@@ -102,6 +102,30 @@ async fn exists<D: Db>(db: &mut D, vtid: &str) -> Result<bool, Error> {
         .is_some())
 }
 
+/// Several tasks in one statement, by vtid (a missing one is absent).
+pub(crate) async fn get_many<D: Db>(
+    db: &mut D,
+    vtids: &[String],
+) -> Result<std::collections::HashMap<String, Task>, Error> {
+    if vtids.is_empty() {
+        return Ok(Default::default());
+    }
+    let list = (1..=vtids.len())
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id IN ({list})");
+    let rows = db
+        .query(&sql, vtids.iter().map(crate::sql::Value::from).collect())
+        .await?;
+    let mut out = std::collections::HashMap::with_capacity(rows.len());
+    for r in rows {
+        let task = task_from_row(&r)?;
+        out.insert(task.vtid.clone(), task);
+    }
+    Ok(out)
+}
+
 pub async fn require<D: Db>(db: &mut D, vtid: &str) -> Result<Task, Error> {
     get(db, vtid)
         .await?

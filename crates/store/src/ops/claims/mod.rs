@@ -124,6 +124,41 @@ pub(crate) async fn active_for_run<D: Db>(
     }
 }
 
+/// [`active_for_run`] of several runs in one statement, by run id (a run
+/// with no active claim is absent).
+pub(crate) async fn active_for_runs<D: Db>(
+    db: &mut D,
+    run_ids: &[String],
+) -> Result<std::collections::HashMap<String, (ActiveClaim, i64, String)>, Error> {
+    let list = (1..=run_ids.len())
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>();
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS}, c.claim_token, w.last_heartbeat_at, w.status FROM runs c \
+         JOIN workers w ON w.id = c.worker_id WHERE c.id IN ({}) AND c.released_at IS NULL",
+        list.join(", ")
+    );
+    let rows = db
+        .query(&sql, run_ids.iter().map(crate::sql::Value::from).collect())
+        .await?;
+    let mut out = std::collections::HashMap::with_capacity(rows.len());
+    for r in rows {
+        let claim = claim_from_row(&r)?;
+        out.insert(
+            claim.run_id.clone(),
+            (
+                ActiveClaim {
+                    claim,
+                    token: r.string(9)?,
+                },
+                r.i64(10)?,
+                r.string(11)?,
+            ),
+        );
+    }
+    Ok(out)
+}
+
 /// Whether `worker` may take `task` now, ignoring capacity and existing
 /// claims (the rule itself: [`claiming::eligibility`]).
 fn eligibility(worker: &Worker, task: &Task, now: Millis) -> Result<(), Error> {
