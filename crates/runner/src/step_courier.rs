@@ -101,7 +101,16 @@ async fn carry(
     unbatched: Arc<AtomicBool>,
 ) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = parcels.recv().await {
+    // A parcel that did not fit the last request: it opens the next one.
+    let mut held: Option<Parcel> = None;
+    loop {
+        let first = match held.take() {
+            Some(p) => p,
+            None => match parcels.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
         // Waiting for a free slot is what lets the next request fill up.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
@@ -109,23 +118,13 @@ async fn carry(
         let mut steps = first.run.steps.len();
         let mut batch = vec![first];
         while batch.len() < MAX_RUNS {
-            match parcels.try_recv() {
-                Ok(p) if steps + p.run.steps.len() <= MAX_STEPS => {
-                    steps += p.run.steps.len();
-                    batch.push(p);
-                }
-                Ok(p) => {
-                    // Too many steps for this request: it goes alone next.
-                    let (connector, worker_id, unbatched) =
-                        (connector.clone(), worker_id.clone(), unbatched.clone());
-                    let next = vec![p];
-                    tokio::spawn(async move {
-                        deliver(&connector, &worker_id, next, &unbatched).await;
-                    });
-                    break;
-                }
-                Err(_) => break,
+            let Ok(p) = parcels.try_recv() else { break };
+            if steps + p.run.steps.len() > MAX_STEPS {
+                held = Some(p);
+                break;
             }
+            steps += p.run.steps.len();
+            batch.push(p);
         }
         let (connector, worker_id, unbatched) =
             (connector.clone(), worker_id.clone(), unbatched.clone());

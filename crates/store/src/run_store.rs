@@ -159,7 +159,7 @@ impl Store {
                 let (caller, reads) = (caller.clone(), reads.clone());
                 unit(move |db| {
                     Box::pin(async move {
-                        runs::append_steps_batched(
+                        runs::append_steps_read(
                             db,
                             now,
                             &a.run_id,
@@ -168,7 +168,7 @@ impl Store {
                             a.start_index,
                             a.steps,
                             &rules,
-                            &reads,
+                            Some(&reads),
                         )
                         .await
                     })

@@ -259,6 +259,14 @@ pub(crate) fn insert_events_sql(n: usize) -> String {
     )
 }
 
+/// `$first, $first+1, …` for `n` parameters: an `IN (…)` list.
+pub(crate) fn placeholder_list(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The read a unit of work will make first, declared when it is queued, so
 /// that a writer which runs it together with other units can send that
 /// read for all of them at once, right after the transaction's start,

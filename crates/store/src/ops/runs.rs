@@ -444,10 +444,7 @@ impl StepBatchReads {
     /// reads, and answers, on its own).
     async fn take<D: Db>(&self, db: &mut D, run_id: &str) -> Result<Option<Prefetched>, Error> {
         if self.rows().is_none() {
-            let list = (1..=self.run_ids.len())
-                .map(|i| format!("${i}"))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let list = crate::sql::placeholder_list(1, self.run_ids.len());
             let ids: Vec<Value> = self.run_ids.iter().map(Value::from).collect();
             let sql = format!("SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id IN ({list})");
             let runs: Vec<Run> = db
@@ -474,9 +471,10 @@ impl StepBatchReads {
     }
 }
 
-/// [`append_steps`] as one append of a batch that reads together.
+/// [`append_steps`], as one append of a batch that reads together when
+/// `reads` is given.
 #[allow(clippy::too_many_arguments)]
-pub async fn append_steps_batched<D: Db>(
+pub(crate) async fn append_steps_read<D: Db>(
     db: &mut D,
     now: Millis,
     run_id: &str,
@@ -485,38 +483,7 @@ pub async fn append_steps_batched<D: Db>(
     start_index: i64,
     steps: Vec<TranscriptStep>,
     rules: &claims::LeaseRules,
-    reads: &StepBatchReads,
-) -> Result<StepsAck, Error> {
-    let pre = if start_index < 0 {
-        None
-    } else {
-        reads.take(db, run_id).await?
-    };
-    append_steps_read(
-        db,
-        now,
-        run_id,
-        claim_token,
-        caller,
-        start_index,
-        steps,
-        rules,
-        pre,
-    )
-    .await
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn append_steps_read<D: Db>(
-    db: &mut D,
-    now: Millis,
-    run_id: &str,
-    claim_token: &str,
-    caller: Option<&str>,
-    start_index: i64,
-    steps: Vec<TranscriptStep>,
-    rules: &claims::LeaseRules,
-    pre: Option<Prefetched>,
+    reads: Option<&StepBatchReads>,
 ) -> Result<StepsAck, Error> {
     if start_index < 0 {
         return Err(Error::invalid(
@@ -524,6 +491,10 @@ async fn append_steps_read<D: Db>(
             "start_index must be 0 or more",
         ));
     }
+    let pre = match reads {
+        Some(r) => r.take(db, run_id).await?,
+        None => None,
+    };
     let (run, active, pre_task) = match pre {
         Some(p) => {
             let active = fence_found(now, &p.run, claim_token, caller, Some(rules), p.active)?;

@@ -110,10 +110,7 @@ pub(crate) async fn get_many<D: Db>(
     if vtids.is_empty() {
         return Ok(Default::default());
     }
-    let list = (1..=vtids.len())
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = crate::sql::placeholder_list(1, vtids.len());
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id IN ({list})");
     let rows = db
         .query(&sql, vtids.iter().map(crate::sql::Value::from).collect())

@@ -130,13 +130,10 @@ pub(crate) async fn active_for_runs<D: Db>(
     db: &mut D,
     run_ids: &[String],
 ) -> Result<std::collections::HashMap<String, (ActiveClaim, i64, String)>, Error> {
-    let list = (1..=run_ids.len())
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>();
+    let list = crate::sql::placeholder_list(1, run_ids.len());
     let sql = format!(
         "SELECT {CLAIM_COLUMNS}, c.claim_token, w.last_heartbeat_at, w.status FROM runs c \
-         JOIN workers w ON w.id = c.worker_id WHERE c.id IN ({}) AND c.released_at IS NULL",
-        list.join(", ")
+         JOIN workers w ON w.id = c.worker_id WHERE c.id IN ({list}) AND c.released_at IS NULL"
     );
     let rows = db
         .query(&sql, run_ids.iter().map(crate::sql::Value::from).collect())

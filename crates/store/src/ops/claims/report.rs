@@ -30,8 +30,8 @@ fn progress_context_sql() -> String {
 /// other is refused before it counts), so a row held by another worker
 /// may carry a count that is not its holder's.
 fn progress_context_many_sql(n: usize) -> String {
-    let list = (2..=n + 1).map(|i| format!("${i}")).collect::<Vec<_>>();
-    progress_context_where("$1", &format!("t.id IN ({})", list.join(", ")))
+    let list = crate::sql::placeholder_list(2, n);
+    progress_context_where("$1", &format!("t.id IN ({list})"))
 }
 
 /// The context read; `holder` names the worker whose active claims it counts.
