@@ -5,9 +5,12 @@
 //! beside the standard `error` object, so clients written to the seed keep
 //! working.
 
+use std::time::Duration;
+
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use shepherd_core::event::{kind, EventFilter};
 use shepherd_core::time::to_rfc3339;
 use shepherd_core::Error;
 use shepherd_protocol::{
@@ -15,7 +18,7 @@ use shepherd_protocol::{
     DeregisterResponse, ErrorDetail, EventApplied, HeartbeatBody, HeartbeatClaim,
     HeartbeatResponse, PendingQuery, PendingResponse, PendingTask, ProgressBatchBody,
     ProgressBatchResponse, ProgressBody, ProgressResult, RegisterBody, RegisterResponse,
-    RunStepsResult, SeedErrorBody, StepBatchBody, StepBatchResponse, WorkerBody,
+    RunStepsResult, SeedErrorBody, StepBatchBody, StepBatchResponse, WorkerBody, MAX_CLAIM_WAIT_MS,
 };
 use shepherd_store::{Applied, Registration, StepAppend};
 
@@ -199,14 +202,17 @@ fn claim_response(g: shepherd_store::Grant) -> Result<ClaimResponse, Error> {
 
 /// Claim the next tasks: the best eligible ones (priority, then age; agent
 /// and capabilities respected), up to `max`, in one transaction. Rows other
-/// nodes are claiming are skipped, not waited for.
+/// nodes are claiming are skipped, not waited for. With `wait_ms` and
+/// nothing to claim, the request is held until work comes (a long poll): a
+/// worker learns of a new task the moment it is committed, through the
+/// node's own event feed, not through a paced event stream of its own.
 #[utoipa::path(post, path = "/api/v1/worker/orchestrator/tasks/claim", tag = "connector", request_body = ClaimNextBody, responses(
     (status = 200, body = ClaimNextResponse),
     (status = 400, description = "missing_worker_id", body = SeedErrorBody),
     (status = 403, description = "not_your_worker", body = SeedErrorBody),
     (status = 404, description = "worker_not_found", body = SeedErrorBody),
     (status = 409, description = "worker_terminated", body = SeedErrorBody),
-    (status = 422, description = "invalid_max (below 1), max_above_capacity (above the worker's free capacity)", body = SeedErrorBody)))]
+    (status = 422, description = "invalid_max (below 1), max_above_capacity (above the worker's free capacity), invalid_wait_ms (below 0 or above 30000)", body = SeedErrorBody)))]
 pub async fn claim_next(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -214,17 +220,73 @@ pub async fn claim_next(
 ) -> ApiResult<Json<ClaimNextResponse>> {
     let worker =
         acting_worker(&caller, b.worker_id.as_deref()).map_err(|e| connector_error(e, true))?;
-    let grants = state
-        .store
-        .claim_next(&worker, b.max.unwrap_or(1), state.lease_rules())
-        .await
-        .map_err(|e| connector_error(e, true))?;
+    let wait = claim_wait(b.wait_ms).map_err(|e| connector_error(e, true))?;
+    let max = b.max.unwrap_or(1);
+    // Subscribed before the first claim: work committed between that claim
+    // and the wait still wakes it.
+    let mut news = (!wait.is_zero()).then(|| {
+        state
+            .store
+            .tail(state.store.published_through(), work_news_filter())
+    });
+    let deadline = tokio::time::Instant::now() + wait;
+    let grants = loop {
+        let grants = state
+            .store
+            .claim_next(&worker, max, state.lease_rules())
+            .await
+            .map_err(|e| connector_error(e, true))?;
+        let Some(tail) = news.as_mut() else {
+            break grants;
+        };
+        if !grants.is_empty() {
+            break grants;
+        }
+        let woke = tokio::select! {
+            _ = state.shutdown.cancelled() => false,
+            _ = tokio::time::sleep_until(deadline) => false,
+            item = tail.next() => item.is_ok(),
+        };
+        if !woke {
+            break grants;
+        }
+        // Everything already at hand is answered by one claim.
+        while let Some(Ok(_)) = tail.try_next() {}
+    };
     let claims = grants
         .into_iter()
         .map(claim_response)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| connector_error(e, true))?;
     Ok(Json(ClaimNextResponse { ok: true, claims }))
+}
+
+/// A claim's `wait_ms`, checked.
+fn claim_wait(wait_ms: Option<i64>) -> Result<Duration, Error> {
+    match wait_ms.unwrap_or(0) {
+        ms @ 0..=MAX_CLAIM_WAIT_MS => Ok(Duration::from_millis(ms as u64)),
+        ms => Err(Error::invalid(
+            "invalid_wait_ms",
+            format!("wait_ms must be 0 to {MAX_CLAIM_WAIT_MS} (got {ms})"),
+        )),
+    }
+}
+
+/// The events after which a waiting claim looks again: a task became
+/// claimable (created, back in the queue, its claim let go or expired).
+fn work_news_filter() -> EventFilter {
+    EventFilter {
+        kinds: [
+            kind::TASK_DISPATCHED,
+            kind::TASK_STATE_CHANGED,
+            kind::CLAIM_RELEASED,
+            kind::CLAIM_EXPIRED,
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect(),
+        ..Default::default()
+    }
 }
 
 /// Most reports one batch may carry.

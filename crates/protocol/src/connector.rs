@@ -140,7 +140,16 @@ pub struct ClaimNextBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub max: Option<i64>,
+    /// With nothing to claim, hold the request up to this many milliseconds
+    /// (at most 30,000) and claim as soon as work comes; the answer is empty
+    /// if none came. Default 0: answer at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 30000)]
+    pub wait_ms: Option<i64>,
 }
+
+/// The longest a claim may wait for work (`wait_ms`).
+pub const MAX_CLAIM_WAIT_MS: i64 = 30_000;
 
 /// The claims granted, best task first; empty when nothing is eligible.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]

@@ -517,6 +517,8 @@ async fn claim_loop(
             execution::adopt(ctx, saved, token, stop)
         });
     }
+    // Until a server refuses it (one from before claims could wait).
+    let mut long_poll = true;
     loop {
         if shutdown.is_cancelled() {
             break;
@@ -525,16 +527,36 @@ async fn claim_loop(
         // from now on wakes the wait after it.
         wake.mark_read();
         let mut claimed_any = false;
+        let mut waited = false;
         let free = slots.saturating_sub(running.load(std::sync::atomic::Ordering::SeqCst));
         if free > 0 {
             // One call claims the best tasks for every free slot: no
-            // list-then-claim race with other workers.
+            // list-then-claim race with other workers. It waits on the
+            // server for work (a long poll): a new task is claimed the
+            // moment it is committed, not when a paced event stream
+            // passes the news on.
             let body = p::ClaimNextBody {
                 worker_id: Some(worker_id.clone()),
                 max: Some(free as i64),
+                wait_ms: long_poll.then_some(poll.as_millis() as i64),
             };
-            match ctx.connector.claim_next(&body).await {
+            let asked = tokio::time::Instant::now();
+            let claimed = tokio::select! {
+                r = ctx.connector.claim_next(&body) => r,
+                // Dropped mid-wait: a task granted in that instant is
+                // not lost, its claim expires and it goes back.
+                _ = shutdown.cancelled() => break,
+            };
+            match claimed {
+                Err(e) if long_poll && refuses_wait(&e) => {
+                    tracing::info!("the server cannot hold a claim open; polling instead");
+                    long_poll = false;
+                    continue;
+                }
                 Ok(v) => {
+                    // An empty answer that came early (the server is
+                    // stopping) is followed by the usual pause.
+                    waited = body.wait_ms.is_some() && asked.elapsed() >= poll / 2;
                     for c in v.claims {
                         claimed_any = true;
                         let a = Assignment {
@@ -555,7 +577,7 @@ async fn claim_loop(
                 Err(e) => tracing::debug!(error = %e, "claiming tasks failed"),
             }
         }
-        if claimed_any {
+        if claimed_any || waited {
             continue;
         }
         tokio::select! {
@@ -565,6 +587,13 @@ async fn claim_loop(
             _ = tokio::time::sleep(poll) => {}
         }
     }
+}
+
+/// Whether a claim was refused for its `wait_ms` (a server from before
+/// claims could wait knows no such field).
+fn refuses_wait(e: &shepherd_client::ClientError) -> bool {
+    matches!(e, shepherd_client::ClientError::Api { code, message, .. }
+        if code == "invalid_body" && message.contains("wait_ms"))
 }
 
 /// Heartbeats; the answer repeats any cancel request for our runs.

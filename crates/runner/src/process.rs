@@ -121,3 +121,48 @@ impl WorkerRecords {
         ids
     }
 }
+
+/// Wakes when one process ends, through a pidfd: a runner holding hundreds
+/// of quiet agents waits on their shims instead of looking at each one
+/// every second.
+pub struct ProcessEnd {
+    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+}
+
+impl ProcessEnd {
+    /// Watches `pid` if it is still the process that started at `started`
+    /// (its start time, see [`start_time`]); `None` if it is gone, was
+    /// replaced, or the kernel has no pidfds (the caller then looks itself).
+    pub fn watch(pid: i32, started: Option<u64>) -> Option<ProcessEnd> {
+        use std::os::fd::FromRawFd;
+        if pid <= 1 {
+            return None;
+        }
+        // SAFETY: pidfd_open takes a pid and flags, no memory.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, libc::PIDFD_NONBLOCK) };
+        if raw < 0 {
+            return None;
+        }
+        // SAFETY: the descriptor was just opened and is owned by no one else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw as i32) };
+        // Checked after the open: the descriptor now names one process for
+        // good, and this says it is the one meant, not a reuse of its pid.
+        if started.is_some() && start_time(pid) != started {
+            return None;
+        }
+        // SAFETY: the OwnedFd stays open and names the same pidfd for as
+        // long as the AsyncFd holds it; nothing else has its number.
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+        .ok()
+        .map(|fd| ProcessEnd { fd })
+    }
+
+    /// Returns once the process has ended (a zombie counts as ended).
+    pub async fn ended(&self) {
+        // A pidfd turns readable for good when its process ends; the guard
+        // is kept ready so every later call returns at once.
+        let _ = self.fd.readable().await;
+    }
+}

@@ -106,6 +106,16 @@ impl RunFiles {
         (start_time(pid) == Some(started) && state != 'Z').then_some(pid)
     }
 
+    /// The start time the shim recorded for itself, if the record names
+    /// `pid` (a shim just spawned may not have written it yet).
+    pub fn recorded_shim_start(&self, pid: i32) -> Option<u64> {
+        let text = std::fs::read_to_string(self.path("shim")).ok()?;
+        let mut parts = text.split_whitespace();
+        let recorded: i32 = parts.next()?.parse().ok()?;
+        (recorded == pid).then_some(())?;
+        parts.next()?.parse().ok()
+    }
+
     /// Renews the lease: a runner is alive and supervising this run.
     pub fn touch_lease(&self) {
         let _ = write_atomic(&self.path("lease"), now_ms().to_string().as_bytes());
@@ -160,13 +170,23 @@ pub struct ShimArgs {
 /// Runs the shim to its end; returns the process exit code. Synchronous on
 /// purpose: it is one loop around one child, with no runtime to fail.
 pub fn main(args: ShimArgs) -> i32 {
-    // SAFETY: setsid and signal take no pointers; the handler only stores
-    // to an atomic, which is async-signal-safe.
+    // SAFETY: setsid and signal take no pointers; the handlers only store
+    // to an atomic or do nothing, which is async-signal-safe.
     unsafe {
         libc::setsid();
         libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+        // A handler, not the default: a child's end must stay pending for
+        // `wait_for_news`, never be discarded as an ignored signal.
+        libc::signal(libc::SIGCHLD, on_child as *const () as libc::sighandler_t);
         libc::signal(libc::SIGHUP, libc::SIG_IGN);
         libc::signal(libc::SIGINT, libc::SIG_IGN);
+    }
+    // From here on SIGTERM and SIGCHLD wait, blocked, until the loop asks
+    // for them: one that arrives between two looks is never lost.
+    let watched = watched_signals();
+    // SAFETY: the set is initialised; the old mask is not wanted.
+    unsafe {
+        libc::sigprocmask(libc::SIG_BLOCK, &watched, std::ptr::null_mut());
     }
     let run = RunFiles::at(args.dir.clone());
     let me = std::process::id() as i32;
@@ -234,6 +254,10 @@ pub fn main(args: ShimArgs) -> i32 {
             libc::signal(libc::SIGHUP, libc::SIG_DFL);
             libc::signal(libc::SIGINT, libc::SIG_DFL);
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             Ok(())
         });
     }
@@ -254,11 +278,11 @@ pub fn main(args: ShimArgs) -> i32 {
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
     let mut lease_expired = false;
-    // The lease is read a few times per lease timeout, not at every turn:
-    // the read is most of what an idle shim costs, and hundreds of them
-    // run at once on a busy host.
-    let lease_look =
-        (args.lease_timeout / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
+    // The lease is read when it would run out, not on a tick: a renewal
+    // only pushes that moment later, so reading earlier could only find it
+    // still good. An idle shim then wakes about once per lease timeout
+    // (at most every LEASE_LOOK_MAX, should the wall clock jump), and
+    // hundreds of them run at once on a busy host.
     let mut next_lease_look = Instant::now();
     loop {
         match child.try_wait() {
@@ -287,10 +311,14 @@ pub fn main(args: ShimArgs) -> i32 {
             kill_at = Some(now + args.grace);
         }
         if kill_at.is_none() && now >= next_lease_look {
-            next_lease_look = now + lease_look;
             let lease_age = run
                 .lease_ms()
                 .map(|t| Duration::from_millis(now_ms().saturating_sub(t)));
+            let left = lease_age.and_then(|age| args.lease_timeout.checked_sub(age));
+            next_lease_look = now
+                + left
+                    .unwrap_or_default()
+                    .clamp(Duration::from_millis(20), LEASE_LOOK_MAX);
             if lease_age.is_none_or(|age| age > args.lease_timeout) {
                 eprintln!("shim: no runner renewed the lease in time; ending the agent");
                 lease_expired = true;
@@ -304,6 +332,45 @@ pub fn main(args: ShimArgs) -> i32 {
                 killed = true;
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        let next = match kill_at {
+            Some(at) if !killed => at,
+            Some(_) => now + Duration::from_millis(500),
+            None => next_lease_look,
+        };
+        wait_for_news(&watched, next.saturating_duration_since(now));
+    }
+}
+
+/// The longest a shim goes without reading its lease.
+const LEASE_LOOK_MAX: Duration = Duration::from_secs(30);
+
+extern "C" fn on_child(_: libc::c_int) {}
+
+/// SIGTERM (the runner asks the agent to stop) and SIGCHLD (the agent
+/// ended): what the shim's loop waits for.
+fn watched_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set before anything reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        set
+    }
+}
+
+/// Sleeps until a watched signal arrives or `at_most` passes, whichever is
+/// first. An idle shim wakes only for its lease look (a few times per lease
+/// timeout), not on a fixed short tick: hundreds of them run on a busy host.
+fn wait_for_news(watched: &libc::sigset_t, at_most: Duration) {
+    let at_most = at_most.max(Duration::from_millis(1));
+    let timeout = libc::timespec {
+        tv_sec: at_most.as_secs() as libc::time_t,
+        tv_nsec: at_most.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: both pointers are valid for the call; the info is not wanted.
+    let got = unsafe { libc::sigtimedwait(watched, std::ptr::null_mut(), &timeout) };
+    if got == libc::SIGTERM {
+        TERM.store(true, Ordering::SeqCst);
     }
 }

@@ -149,6 +149,8 @@ fn step(text: String) -> Value {
 struct Tail {
     stream: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
     buf: String,
+    /// When each event read so far arrived, by type (the first of each).
+    arrivals: HashMap<String, Instant>,
 }
 
 impl Tail {
@@ -160,6 +162,7 @@ impl Tail {
         Tail {
             stream: r.bytes_stream().boxed(),
             buf: String::new(),
+            arrivals: HashMap::new(),
         }
     }
 
@@ -172,6 +175,11 @@ impl Tail {
                 for line in block.lines() {
                     if let Some(d) = line.strip_prefix("data: ") {
                         let v: Value = serde_json::from_str(d).unwrap_or_default();
+                        if let Some(t) = v["type"].as_str() {
+                            self.arrivals
+                                .entry(t.to_owned())
+                                .or_insert_with(Instant::now);
+                        }
                         if v["type"] == kind {
                             return v;
                         }
@@ -186,6 +194,12 @@ impl Tail {
             self.buf.push_str(&String::from_utf8_lossy(&chunk));
         }
     }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn percentiles(mut v: Vec<f64>) -> String {
@@ -380,6 +394,8 @@ async fn send_to_first_step(sends: usize) {
         .unwrap_or_default()
         .to_owned();
     let mut runner_ms = Vec::new();
+    // Where the time goes: the send to each event a client sees on the way.
+    let mut phases: HashMap<String, Vec<f64>> = HashMap::new();
     for i in 0..sends + 3 {
         let mut tail = Tail::open(
             &http,
@@ -396,6 +412,10 @@ async fn send_to_first_step(sends: usize) {
         tail.next_of("run.step").await;
         if i >= 3 {
             runner_ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+            for (kind, at) in &tail.arrivals {
+                let ms = at.duration_since(t0).as_secs_f64() * 1000.0;
+                phases.entry(kind.clone()).or_default().push(ms);
+            }
         }
         // The conversation is idle again before the next send.
         loop {
@@ -431,6 +451,11 @@ async fn send_to_first_step(sends: usize) {
         "send → first step through the runner   {}",
         percentiles(runner_ms)
     );
+    let mut phases: Vec<(String, Vec<f64>)> = phases.into_iter().collect();
+    phases.sort_by(|a, b| median(&a.1).total_cmp(&median(&b.1)));
+    for (kind, ms) in phases {
+        println!("  on the way: send → {kind:<27} {}", percentiles(ms));
+    }
     println!(
         "spawn → first line, same agent direct   {}",
         percentiles(direct_ms)

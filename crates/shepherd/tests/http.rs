@@ -627,6 +627,81 @@ e2e!(claim_next_and_batched_progress, |kind: Kind| async move {
 });
 
 e2e!(
+    a_waiting_claim_takes_work_the_moment_it_comes,
+    |kind: Kind| async move {
+        let mut env = Env::new(kind);
+        env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
+        let s = Server::start(&env).await;
+        let tok = register_as(&s, Some(OPERATOR), "waiter", &[]).await;
+        let claim =
+            |body: Value| s.post("/api/v1/worker/orchestrator/tasks/claim", Some(&tok), body);
+        for bad in [json!(-1), json!(30_001)] {
+            let (st, b) = claim(json!({ "wait_ms": bad })).await;
+            assert_eq!(
+                (st, b["error"]["code"].as_str(), b["claimed"].clone()),
+                (422, Some("invalid_wait_ms"), json!(false)),
+                "{b}"
+            );
+        }
+        // Nothing comes: the answer is empty once the wait is over, not before.
+        let t0 = std::time::Instant::now();
+        let (st, b) = claim(json!({ "wait_ms": 300 })).await;
+        assert_eq!((st, b["claims"].clone()), (200, json!([])), "{b}");
+        assert!(
+            t0.elapsed() >= std::time::Duration::from_millis(290),
+            "{:?}",
+            t0.elapsed()
+        );
+        // Work created while a claim waits is claimed by it, long before its
+        // wait is over.
+        let t0 = std::time::Instant::now();
+        let waiting = claim(json!({ "wait_ms": 20_000 }));
+        let create = async {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let (st, b) = s
+                .post("/api/v1/tasks", Some(OPERATOR), task("W-1", "simple"))
+                .await;
+            assert_eq!(st, 201, "{b}");
+        };
+        let ((st, b), ()) = tokio::join!(waiting, create);
+        assert_eq!(st, 200, "{b}");
+        assert_eq!(b["claims"][0]["vtid"], "W-1", "{b}");
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "the claim waited out its wait: {:?}",
+            t0.elapsed()
+        );
+        // A task that comes back to the queue wakes a waiting claim too.
+        let other = register_as(&s, Some(OPERATOR), "other", &[]).await;
+        let run_id = b["claims"][0]["run_id"].as_str().unwrap().to_owned();
+        let claim_token = b["claims"][0]["claim_token"].as_str().unwrap().to_owned();
+        let waiting = s.post(
+            "/api/v1/worker/orchestrator/tasks/claim",
+            Some(&other),
+            json!({ "wait_ms": 20_000 }),
+        );
+        let requeue = async {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let (st, b) = s
+                .post(
+                    &format!("/api/v1/runs/{run_id}/requeue"),
+                    Some(&tok),
+                    json!({ "claim_token": claim_token }),
+                )
+                .await;
+            assert_eq!(st, 200, "{b}");
+        };
+        let ((st, b), ()) = tokio::join!(waiting, requeue);
+        assert_eq!(
+            (st, b["claims"][0]["vtid"].as_str()),
+            (200, Some("W-1")),
+            "{b}"
+        );
+        s.stop().await;
+    }
+);
+
+e2e!(
     step_batches_append_each_runs_steps_on_their_own,
     |kind: Kind| async move {
         let mut env = Env::new(kind);

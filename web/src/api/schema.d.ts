@@ -990,7 +990,10 @@ export interface paths {
         /**
          * Claim the next tasks: the best eligible ones (priority, then age; agent
          *     and capabilities respected), up to `max`, in one transaction. Rows other
-         *     nodes are claiming are skipped, not waited for.
+         *     nodes are claiming are skipped, not waited for. With `wait_ms` and
+         *     nothing to claim, the request is held until work comes (a long poll): a
+         *     worker learns of a new task the moment it is committed, through the
+         *     node's own event feed, not through a paced event stream of its own.
          */
         post: operations["claim_next"];
         delete?: never;
@@ -1412,6 +1415,13 @@ export interface components {
              *     (`max_concurrent` minus the claims it holds). Default 1.
              */
             max?: number | null;
+            /**
+             * Format: int64
+             * @description With nothing to claim, hold the request up to this many milliseconds
+             *     (at most 30,000) and claim as soon as work comes; the answer is empty
+             *     if none came. Default 0: answer at once.
+             */
+            wait_ms?: number | null;
             /** @description Needed with the operator token; a worker token names its worker itself. */
             worker_id?: string | null;
         };
@@ -1823,6 +1833,7 @@ export interface components {
              *     - `invalid_usage`: The usage report has an impossible value.
              *     - `invalid_user_name`: A user name is 1-64 lowercase letters, digits and - _ . starting with a letter or digit.
              *     - `invalid_vtid`: The vtid is not a valid identifier.
+             *     - `invalid_wait_ms`: `wait_ms` is out of range (0 to 30000).
              *     - `invalid_webhook_events`: The webhook's event list is empty, too long, or holds a name that is neither an event type nor a prefix wildcard (`run.*`).
              *     - `invalid_webhook_format`: The webhook format is neither `standard` nor `slack`.
              *     - `invalid_webhook_secret`: The webhook secret is not `whsec_` followed by the base64 of 24 to 64 bytes.
@@ -1911,7 +1922,7 @@ export interface components {
              *     - `wrong_agent`: The task is for another agent.
              * @enum {string}
              */
-            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "csrf_token_invalid" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_runs" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "login_failed" | "login_name_taken" | "login_not_allowed" | "login_state_mismatch" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "oidc_not_configured" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "provider_error" | "provider_unavailable" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "csrf_token_invalid" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_runs" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_wait_ms" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "login_failed" | "login_name_taken" | "login_not_allowed" | "login_state_mismatch" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "oidc_not_configured" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "provider_error" | "provider_unavailable" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -9528,7 +9539,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description invalid_max (below 1), max_above_capacity (above the worker's free capacity) */
+            /** @description invalid_max (below 1), max_above_capacity (above the worker's free capacity), invalid_wait_ms (below 0 or above 30000) */
             422: {
                 headers: {
                     [name: string]: unknown;

@@ -101,6 +101,7 @@ error_codes! {
     "invalid_usage" => "The usage report has an impossible value.",
     "invalid_user_name" => "A user name is 1-64 lowercase letters, digits and - _ . starting with a letter or digit.",
     "invalid_vtid" => "The vtid is not a valid identifier.",
+    "invalid_wait_ms" => "`wait_ms` is out of range (0 to 30000).",
     "invalid_webhook_events" => "The webhook's event list is empty, too long, or holds a name that is neither an event type nor a prefix wildcard (`run.*`).",
     "invalid_webhook_format" => "The webhook format is neither `standard` nor `slack`.",
     "invalid_webhook_secret" => "The webhook secret is not `whsec_` followed by the base64 of 24 to 64 bytes.",

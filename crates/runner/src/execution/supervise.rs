@@ -26,7 +26,7 @@ use super::saved::ReaderState;
 use super::tail::{follow, push_tail, tail_of, Line};
 use super::{end_workspace, now_ms, report_end, Assignment, Ending, RunContext};
 use crate::file_events::FileEvents;
-use crate::process::signal_group;
+use crate::process::{signal_group, ProcessEnd};
 use crate::shim::{write_atomic, ExitRecord, RunFiles};
 use crate::spool::Spool;
 use crate::worktree::Workspace;
@@ -34,10 +34,12 @@ use crate::worktree::Workspace;
 /// How long the loop waits for a line before it looks at the rest, while
 /// something is under way.
 const TICK: Duration = Duration::from_millis(100);
-/// The same while the agent is quiet: the loop still renews the lease and
-/// watches the shim and the clocks each second, and a line, a cancel or
-/// the shutdown wakes it at once. A runner holding hundreds of quiet agents
-/// then wakes a few hundred times a second, not thousands.
+/// The same while the agent is quiet and its shim cannot be watched (no
+/// pidfd): the loop looks at the shim and the clocks each second, and a
+/// line, a cancel or the shutdown wakes it at once. With a watched shim a
+/// quiet loop sleeps until its lease or its timeout is due (at most
+/// [`QUIET_TICK`]): a runner holding hundreds of quiet agents then wakes a
+/// few dozen times a second, not hundreds.
 const IDLE_TICK: Duration = Duration::from_secs(1);
 /// The budget question's answers (`on_budget = "ask"`).
 const BUDGET_CONTINUE: &str = "continue";
@@ -51,6 +53,8 @@ const BUSY_AFTER_OUTPUT: Duration = Duration::from_secs(2);
 /// still a twentieth). Once both outputs are closed the exit is near, and
 /// the loop looks at every turn.
 const SHIM_LOOK: Duration = Duration::from_secs(1);
+/// The longest a quiet loop with a watched shim sleeps.
+const QUIET_TICK: Duration = Duration::from_secs(30);
 
 /// A run whose shim has been started, or found alive after a restart.
 pub(super) struct Started {
@@ -82,6 +86,7 @@ pub(super) async fn supervise(
             line = lines.recv(), if can_read => s.read(line),
             _ = cancel.cancelled(), if s.stopping.is_none() => s.cancel(),
             _ = shutdown.cancelled(), if s.stopping.is_none() && !s.leaving => s.shut_down(),
+            _ = shim_ended(&s.shim_end), if s.exit.is_none() && !s.shim_ended => s.shim_ended = true,
             _ = tokio::time::sleep(s.tick(Instant::now())) => {}
         }
         let now = Instant::now();
@@ -105,6 +110,14 @@ pub(super) async fn supervise(
         return s.leave().await;
     }
     s.end(&shutdown).await
+}
+
+/// Returns when the watched shim has ended; never without one.
+async fn shim_ended(end: &Option<ProcessEnd>) {
+    match end {
+        Some(end) => end.ended().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Starts following the run's `out` and `err` from where the state says
@@ -169,6 +182,11 @@ struct Supervisor {
     /// "Server unreachable" was logged and "reachable again" was not yet.
     unreachable_logged: bool,
     lease_touched: Instant,
+    /// Wakes the loop when the shim ends; `None` when the kernel cannot
+    /// watch it, and the loop looks each [`SHIM_LOOK`] instead.
+    shim_end: Option<ProcessEnd>,
+    /// The watched shim has ended: look at every turn until the exit is read.
+    shim_ended: bool,
     /// When the loop next looks whether the shim lives (see [`SHIM_LOOK`]).
     next_shim_look: Instant,
     /// Why the agent is being stopped, and when its grace ends.
@@ -204,12 +222,18 @@ impl Supervisor {
         let timeout = ctx.agent.timeout_secs.map(Duration::from_secs);
         let grace = ctx.cancel_grace();
         let now = Instant::now();
+        let shim_end = ProcessEnd::watch(
+            started.shim_pid,
+            started.run.recorded_shim_start(started.shim_pid),
+        );
         Supervisor {
             a,
             run: started.run,
             workspace: started.workspace,
             started_ms: started.started_ms,
             shim_pid: started.shim_pid,
+            shim_end,
+            shim_ended: false,
             format,
             adapter: adapter_for(format),
             outbox,
@@ -265,10 +289,26 @@ impl Supervisor {
             || !self.outbox.is_empty()
             || now.duration_since(self.last_output) < BUSY_AFTER_OUTPUT;
         if busy {
-            TICK
-        } else {
-            IDLE_TICK
+            return TICK;
         }
+        if self.shim_end.is_none() || self.budget_question.is_some() {
+            return IDLE_TICK;
+        }
+        // A watched shim wakes the loop when it ends, a line or a cancel
+        // when they come: a quiet agent needs it only for its lease and
+        // its timeout.
+        let lease_due = (self.lease_touched + self.lease_every()).saturating_duration_since(now);
+        let timeout_due = self.timeout.map_or(QUIET_TICK, |t| {
+            let spent = now_ms().saturating_sub(self.started_ms);
+            Duration::from_millis((t.as_millis() as u64).saturating_sub(spent) + 1)
+        });
+        lease_due.min(timeout_due).clamp(TICK, QUIET_TICK)
+    }
+
+    /// How often the lease is renewed: eight times per lease timeout,
+    /// between once a second and once every ten.
+    fn lease_every(&self) -> Duration {
+        (self.ctx.lease_timeout / 8).clamp(Duration::from_secs(1), Duration::from_secs(10))
     }
 
     fn read(&mut self, line: Option<Line>) {
@@ -326,7 +366,11 @@ impl Supervisor {
         if self.exit.is_some() {
             return;
         }
-        if (self.out.open || self.err.open) && now < self.next_shim_look {
+        let outputs_open = self.out.open || self.err.open;
+        if outputs_open && self.shim_end.is_some() && !self.shim_ended {
+            return;
+        }
+        if outputs_open && self.shim_end.is_none() && now < self.next_shim_look {
             return;
         }
         self.next_shim_look = now + SHIM_LOOK;
@@ -361,9 +405,7 @@ impl Supervisor {
     /// runner holding hundreds of runs renewed each every second spent a
     /// seventh of its CPU on it.
     fn renew_lease(&mut self, now: Instant) {
-        let every =
-            (self.ctx.lease_timeout / 8).clamp(Duration::from_secs(1), Duration::from_secs(10));
-        if now.duration_since(self.lease_touched) >= every {
+        if now.duration_since(self.lease_touched) >= self.lease_every() {
             self.run.touch_lease();
             self.lease_touched = now;
         }
