@@ -538,7 +538,7 @@ async fn claim_loop(
             let body = p::ClaimNextBody {
                 worker_id: Some(worker_id.clone()),
                 max: Some(free as i64),
-                wait_ms: long_poll.then_some(poll.as_millis() as i64),
+                wait_ms: long_poll.then(|| (poll.as_millis() as i64).min(p::MAX_CLAIM_WAIT_MS)),
             };
             let asked = tokio::time::Instant::now();
             let claimed = tokio::select! {
@@ -556,7 +556,9 @@ async fn claim_loop(
                 Ok(v) => {
                     // An empty answer that came early (the server is
                     // stopping) is followed by the usual pause.
-                    waited = body.wait_ms.is_some() && asked.elapsed() >= poll / 2;
+                    waited = body
+                        .wait_ms
+                        .is_some_and(|ms| asked.elapsed() >= Duration::from_millis(ms as u64) / 2);
                     for c in v.claims {
                         claimed_any = true;
                         let a = Assignment {

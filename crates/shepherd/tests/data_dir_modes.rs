@@ -114,9 +114,13 @@ async fn the_data_directory_is_private_and_children_keep_the_umask() {
     );
     std::fs::set_permissions(&shell, std::fs::Permissions::from_mode(0o755)).unwrap();
     env.set("SHELL", &shell);
+    // It runs on until the test has looked at its output file: a finished
+    // run's directory is gone.
+    let release = out.join("agent.release");
     let agent = format!(
-        "umask > {0}.tmp; mv {0}.tmp {0}; echo done",
-        out.join("agent.umask").display()
+        "umask > {0}.tmp; mv {0}.tmp {0}; echo done; while [ ! -e {1} ]; do sleep 0.05; done",
+        out.join("agent.umask").display(),
+        release.display()
     );
     env.with_config_file(&format!(
         "[agents.umask]\ncommand = [\"sh\", \"-c\", \"{agent}\"]\n"
@@ -171,6 +175,7 @@ async fn the_data_directory_is_private_and_children_keep_the_umask() {
     for f in outputs {
         assert_eq!(mode(&f), "600", "{}", f.display());
     }
+    std::fs::write(&release, "").unwrap();
     // What it starts: the umask it was started with.
     for f in ["terminal.umask", "agent.umask"] {
         let got = std::fs::read_to_string(out.join(f)).unwrap();
