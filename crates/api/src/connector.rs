@@ -197,6 +197,7 @@ fn claim_response(g: shepherd_store::Grant) -> Result<ClaimResponse, Error> {
         state: g.task.state,
         workflow: g.task.workflow,
         conversation: g.conversation,
+        run_token: None,
     })
 }
 
@@ -253,11 +254,22 @@ pub async fn claim_next(
         // Everything already at hand is answered by one claim.
         while let Some(Ok(_)) = tail.try_next() {}
     };
-    let claims = grants
+    let mut claims = grants
         .into_iter()
         .map(claim_response)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| connector_error(e, true))?;
+    if b.with_run_token == Some(true) && !claims.is_empty() {
+        // Derived from the run id, as the token route derives it: the
+        // claim's own fencing already says this worker holds the run.
+        let key = state
+            .run_key()
+            .await
+            .map_err(|e| connector_error(e, true))?;
+        for c in &mut claims {
+            c.run_token = Some(shepherd_core::token::run_token(key, &c.run_id));
+        }
+    }
     Ok(Json(ClaimNextResponse { ok: true, claims }))
 }
 

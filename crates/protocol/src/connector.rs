@@ -119,6 +119,12 @@ pub struct ClaimResponse {
     /// needs to continue it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<ClaimConversation>,
+    /// The run's token for its agent (`SHEPHERD_RUN_TOKEN`), as `POST
+    /// /api/v1/runs/{run_id}/token` would answer: only when the claim asked
+    /// for it (`with_run_token` on claim-next), so the worker can start the
+    /// agent without another round trip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_token: Option<String>,
 }
 
 fn first_attempt() -> i64 {
@@ -146,6 +152,9 @@ pub struct ClaimNextBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 30000)]
     pub wait_ms: Option<i64>,
+    /// Put each claimed run's token (`run_token`) in its claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_run_token: Option<bool>,
 }
 
 /// The longest a claim may wait for work (`wait_ms`).

@@ -149,14 +149,16 @@ fn now_ms() -> u64 {
 }
 
 /// Runs the assignment to its end and reports it. Never panics on agent behaviour.
+/// `run_token` is the agent's token if the claim brought it.
 pub async fn execute(
     ctx: Arc<RunContext>,
     a: Assignment,
+    run_token: Option<String>,
     cancel: CancellationToken,
     shutdown: CancellationToken,
 ) -> Ending {
     let run = RunFiles::new(&ctx.data_dir, &a.run_id);
-    let started = match start(&ctx, &a, run).await {
+    let started = match start(&ctx, &a, run, run_token).await {
         Ok(s) => s,
         Err(reason) => return spawn_failed(&ctx, &a, reason, &shutdown).await,
     };
@@ -184,7 +186,12 @@ pub async fn execute(
 /// the agent's stdin, the shim's command, the worktree, `run.json`, and the
 /// shim itself. On failure the run directory is gone again (a worktree's
 /// changes are committed first) and the reason is what the server is told.
-async fn start(ctx: &RunContext, a: &Assignment, run: RunFiles) -> Result<Started, String> {
+async fn start(
+    ctx: &RunContext,
+    a: &Assignment,
+    run: RunFiles,
+    run_token: Option<String>,
+) -> Result<Started, String> {
     let spool = open_run_dir(ctx, &run)?;
     let (argv, stdin_text) = a.command(&ctx.agent);
     if let Some(text) = &stdin_text {
@@ -196,12 +203,15 @@ async fn start(ctx: &RunContext, a: &Assignment, run: RunFiles) -> Result<Starte
     // The agent's own credential for asking a person (`shepherd ask`, the
     // permission tool): good for this run only. A server too old to make
     // one leaves the agent without it, not without a run.
-    let run_token = match ctx.connector.run_token(&a.run_id, &a.claim_token).await {
-        Ok(t) => Some(t.token),
-        Err(e) => {
-            tracing::warn!(run_id = a.run_id, error = %e, "no run token for the agent");
-            None
-        }
+    let run_token = match run_token {
+        Some(t) => Some(t),
+        None => match ctx.connector.run_token(&a.run_id, &a.claim_token).await {
+            Ok(t) => Some(t.token),
+            Err(e) => {
+                tracing::warn!(run_id = a.run_id, error = %e, "no run token for the agent");
+                None
+            }
+        },
     };
     let mut argv = argv;
     if let Err(e) = ask_permissions_through_shepherd(ctx, &run, &mut argv, run_token.as_deref()) {

@@ -539,6 +539,9 @@ async fn claim_loop(
                 worker_id: Some(worker_id.clone()),
                 max: Some(free as i64),
                 wait_ms: long_poll.then(|| (poll.as_millis() as i64).min(p::MAX_CLAIM_WAIT_MS)),
+                // The agent's run token comes with its claim: one round
+                // trip fewer between the claim and the agent's start.
+                with_run_token: long_poll.then_some(true),
             };
             let asked = tokio::time::Instant::now();
             let claimed = tokio::select! {
@@ -561,6 +564,7 @@ async fn claim_loop(
                         .is_some_and(|ms| asked.elapsed() >= Duration::from_millis(ms as u64) / 2);
                     for c in v.claims {
                         claimed_any = true;
+                        let run_token = c.run_token;
                         let a = Assignment {
                             vtid: c.vtid,
                             run_id: c.run_id,
@@ -571,7 +575,9 @@ async fn claim_loop(
                             attempt: c.attempt,
                         };
                         let (ctx, stop) = (ctx.clone(), shutdown.clone());
-                        slot.start(a.run_id.clone(), move |token| execute(ctx, a, token, stop));
+                        slot.start(a.run_id.clone(), move |token| {
+                            execute(ctx, a, run_token, token, stop)
+                        });
                     }
                 }
                 // Includes max_above_capacity: a claim the server still
@@ -591,11 +597,12 @@ async fn claim_loop(
     }
 }
 
-/// Whether a claim was refused for its `wait_ms` (a server from before
-/// claims could wait knows no such field).
+/// Whether a claim was refused for its `wait_ms` or `with_run_token` (a
+/// server from before claims could wait knows neither field).
 fn refuses_wait(e: &shepherd_client::ClientError) -> bool {
     matches!(e, shepherd_client::ClientError::Api { code, message, .. }
-        if code == "invalid_body" && message.contains("wait_ms"))
+        if code == "invalid_body"
+            && (message.contains("wait_ms") || message.contains("with_run_token")))
 }
 
 /// Heartbeats; the answer repeats any cancel request for our runs.

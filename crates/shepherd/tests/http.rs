@@ -627,7 +627,7 @@ e2e!(claim_next_and_batched_progress, |kind: Kind| async move {
 });
 
 e2e!(
-    a_waiting_claim_takes_work_the_moment_it_comes,
+    a_waiting_claim_takes_work_the_moment_it_comes_with_its_run_token,
     |kind: Kind| async move {
         let mut env = Env::new(kind);
         env.set("SHEPHERD_AUTH_TOKEN", OPERATOR);
@@ -655,7 +655,7 @@ e2e!(
         // Work created while a claim waits is claimed by it, long before its
         // wait is over.
         let t0 = std::time::Instant::now();
-        let waiting = claim(json!({ "wait_ms": 20_000 }));
+        let waiting = claim(json!({ "wait_ms": 20_000, "with_run_token": true }));
         let create = async {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             let (st, b) = s
@@ -671,10 +671,21 @@ e2e!(
             "the claim waited out its wait: {:?}",
             t0.elapsed()
         );
-        // A task that comes back to the queue wakes a waiting claim too.
-        let other = register_as(&s, Some(OPERATOR), "other", &[]).await;
+        // The run token asked for with the claim is the token route's.
         let run_id = b["claims"][0]["run_id"].as_str().unwrap().to_owned();
         let claim_token = b["claims"][0]["claim_token"].as_str().unwrap().to_owned();
+        let (st, t) = s
+            .post(
+                &format!("/api/v1/runs/{run_id}/token"),
+                Some(&tok),
+                json!({ "claim_token": claim_token }),
+            )
+            .await;
+        assert_eq!(st, 200, "{t}");
+        assert_eq!(b["claims"][0]["run_token"], t["token"], "{b} {t}");
+        // A task that comes back to the queue wakes a waiting claim too; a
+        // claim that did not ask for run tokens gets none.
+        let other = register_as(&s, Some(OPERATOR), "other", &[]).await;
         let waiting = s.post(
             "/api/v1/worker/orchestrator/tasks/claim",
             Some(&other),
@@ -697,6 +708,7 @@ e2e!(
             (200, Some("W-1")),
             "{b}"
         );
+        assert!(b["claims"][0].get("run_token").is_none(), "{b}");
         s.stop().await;
     }
 );
