@@ -8,11 +8,12 @@
 //! hundreds of runs), one watch per run directory, shared by the run's two
 //! followers. An event for the directory's `out`, `err` or `exit` wakes
 //! every task waiting on that directory; the lease file the runner touches
-//! every second wakes nobody.
+//! wakes nobody.
 //!
-//! Followers still look on a slow timer of their own: a wake-up lost to a
-//! full inotify queue (which is then reported as an overflow and wakes
-//! everyone) or a file system without inotify costs latency, never output.
+//! Followers still look on a slow timer of their own (two seconds, doubling
+//! while their looks find nothing, up to thirty): a wake-up lost to a full
+//! inotify queue (which is then reported as an overflow and wakes everyone)
+//! or a file system without inotify costs latency, never output.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -89,8 +90,7 @@ impl FileEvents {
     pub fn watch(self: &Arc<Self>, dir: &Path) -> Option<DirWatch> {
         // A write to `out` or `err` is a MODIFY; `exit` arrives by rename
         // (MOVED_TO). Creations and closes would only add events (the lease
-        // is renewed through a temporary file every second) that wake
-        // nobody.
+        // is renewed through a temporary file) that wake nobody.
         let mask = WatchMask::MODIFY | WatchMask::MOVED_TO;
         let wd = match lock(&self.watches).add(dir, mask) {
             Ok(wd) => wd,

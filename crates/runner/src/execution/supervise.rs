@@ -306,9 +306,9 @@ impl Supervisor {
     }
 
     /// How often the lease is renewed: eight times per lease timeout,
-    /// between once a second and once every ten.
+    /// between once a second and once every thirty.
     fn lease_every(&self) -> Duration {
-        (self.ctx.lease_timeout / 8).clamp(Duration::from_secs(1), Duration::from_secs(10))
+        (self.ctx.lease_timeout / 8).clamp(Duration::from_secs(1), Duration::from_secs(30))
     }
 
     fn read(&mut self, line: Option<Line>) {
@@ -400,10 +400,9 @@ impl Supervisor {
     }
 
     /// Tells the shim that a runner still holds the run (a shim whose lease
-    /// grows old ends its agent): eight times per lease timeout, between
-    /// once a second and once every ten. Each renewal writes a file, and a
-    /// runner holding hundreds of runs renewed each every second spent a
-    /// seventh of its CPU on it.
+    /// grows old ends its agent): see [`Supervisor::lease_every`]. Each
+    /// renewal writes a file, and a runner holding hundreds of runs renewed
+    /// each every second spent a seventh of its CPU on it.
     fn renew_lease(&mut self, now: Instant) {
         if now.duration_since(self.lease_touched) >= self.lease_every() {
             self.run.touch_lease();

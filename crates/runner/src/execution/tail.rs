@@ -21,8 +21,14 @@ use crate::shim::RunFiles;
 /// How often a follower looks at its file when nothing tells it of writes.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How often a follower told of writes (see [`FileEvents`]) looks anyway,
-/// in case a wake-up was lost.
+/// in case a wake-up was lost: at first. Each look of its own that finds
+/// nothing doubles the wait, up to [`WATCHED_IDLE_MAX`]; one that finds
+/// output no wake-up announced starts it over. Two followers per quiet
+/// agent looking every two seconds were most of what a runner holding
+/// hundreds of them did.
 const WATCHED_IDLE_WAIT: Duration = Duration::from_secs(2);
+/// The longest a watched follower goes without looking.
+const WATCHED_IDLE_MAX: Duration = Duration::from_secs(30);
 
 /// The most a follower reads at once.
 const READ_CHUNK: u64 = 64 * 1024;
@@ -94,11 +100,13 @@ pub(super) async fn follow(
     // Bytes from `offset` on, read but not yet handed on (a partial line).
     let mut buf: Vec<u8> = Vec::new();
     let watch = events.and_then(|e| e.watch(&run.dir));
-    let idle_wait = if watch.is_some() {
+    let mut idle_wait = if watch.is_some() {
         WATCHED_IDLE_WAIT
     } else {
         POLL_INTERVAL
     };
+    // The last wait ended on the timer, not on a wake-up.
+    let mut by_timer = false;
     // Set once a read found nothing after the shim recorded the exit: one
     // more read then takes whatever was written before the record.
     let mut finished = false;
@@ -123,6 +131,14 @@ pub(super) async fn follow(
             let _ = f.by_ref().take(READ_CHUNK).read_to_end(&mut buf);
         }
         let n = buf.len() - before;
+        if by_timer && watch.is_some() {
+            idle_wait = if n > 0 {
+                WATCHED_IDLE_WAIT
+            } else {
+                (idle_wait * 2).min(WATCHED_IDLE_MAX)
+            };
+        }
+        by_timer = false;
         if n > 0 {
             let mut start = 0;
             while let Some(i) = buf[start..].iter().position(|&b| b == b'\n') {
@@ -183,7 +199,7 @@ pub(super) async fn follow(
         };
         tokio::select! {
             _ = wake => {}
-            _ = tokio::time::sleep(idle_wait) => {}
+            _ = tokio::time::sleep(idle_wait) => by_timer = true,
             _ = stop.cancelled() => return,
         }
     }
