@@ -1422,6 +1422,8 @@ export interface components {
              *     if none came. Default 0: answer at once.
              */
             wait_ms?: number | null;
+            /** @description Put each claimed run's token (`run_token`) in its claim. */
+            with_run_token?: boolean | null;
             /** @description Needed with the operator token; a worker token names its worker itself. */
             worker_id?: string | null;
         };
@@ -1474,6 +1476,13 @@ export interface components {
             ok: boolean;
             purpose: components["schemas"]["ClaimPurpose"];
             run_id: string;
+            /**
+             * @description The run's token for its agent (`SHEPHERD_RUN_TOKEN`), as `POST
+             *     /api/v1/runs/{run_id}/token` would answer: only when the claim asked
+             *     for it (`with_run_token` on claim-next), so the worker can start the
+             *     agent without another round trip.
+             */
+            run_token?: string | null;
             /** @description The spec as dispatched (its snapshot), markdown. */
             spec: string;
             spec_snapshot_id?: string | null;
