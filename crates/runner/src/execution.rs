@@ -162,7 +162,7 @@ pub async fn execute(
         Ok(s) => s,
         Err(reason) => return spawn_failed(&ctx, &a, reason, &shutdown).await,
     };
-    let pgid = agent_group(&started.run).await;
+    let pgid = agent_group(&started.run, &ctx.file_events).await;
     tracing::info!(
         run_id = a.run_id,
         vtid = a.vtid,
@@ -372,14 +372,16 @@ fn shim_command(
         Ok(f) => cmd.stderr(f),
         Err(_) => cmd.stderr(Stdio::null()),
     };
-    // SAFETY: setsid is async-signal-safe. The shim leads its own session,
-    // so that nothing aimed at the runner's group or terminal reaches it.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
+    // The shim leads its own session, so that nothing aimed at the
+    // runner's group or terminal reaches it or its agent: it calls setsid
+    // itself, first thing. Not in a `pre_exec` here: that makes the spawn
+    // a fork of the whole runner (the built-in one is the server), 2 ms on
+    // the way from the claim to the agent's first step, where without it
+    // the spawn is a vfork-style posix_spawn. A signal to the runner's
+    // group in the millisecond before the shim's setsid (a Ctrl-C at that
+    // instant) ends the shim before its agent starts: the run then has
+    // neither a shim nor an exit status and goes back to the queue, as
+    // after a host crash.
     if let Some(cwd) = &ctx.agent.cwd {
         cmd.current_dir(cwd);
     }
@@ -424,19 +426,36 @@ fn spawn_shim(mut cmd: tokio::process::Command) -> Result<i32, String> {
 
 /// The agent's group, once the shim has started it; 0 if the shim recorded
 /// a failure instead, or said nothing within 10 seconds.
-async fn agent_group(run: &RunFiles) -> i32 {
+async fn agent_group(run: &RunFiles, events: &Option<Arc<FileEvents>>) -> i32 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    // The shim records the group a millisecond or two after it starts, and
-    // the run's output is not followed until then: look often at first.
+    // The run's output is not followed until the group is known, so this
+    // wait is on the way from the claim to the first step: the shim's
+    // rename of `agent` wakes it (a poll, looking often at first, where
+    // inotify cannot). Backing off from 1 ms, the looks at 3 and 7 ms
+    // came after the agent had already printed.
+    let watch = events.as_ref().and_then(|e| e.watch(&run.dir));
     let mut pause = Duration::from_millis(1);
     loop {
+        let mut renamed = std::pin::pin!(watch.as_ref().map(|w| w.notify.notified()));
+        if let Some(n) = renamed.as_mut().as_pin_mut() {
+            n.enable();
+        }
         if let Some(p) = run.agent_pgid() {
             return p;
         }
         if run.exit().is_some() || tokio::time::Instant::now() > deadline {
             return 0;
         }
-        tokio::time::sleep(pause).await;
+        let woken = async {
+            match renamed.as_mut().as_pin_mut() {
+                Some(n) => n.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep(pause) => {}
+        }
         pause = (pause * 2).min(Duration::from_millis(10));
     }
 }

@@ -6,7 +6,7 @@
 //! write by inotify: one instance for the whole runner (instances are a
 //! scarce per-user resource, 128 by default, while a runner may hold
 //! hundreds of runs), one watch per run directory, shared by the run's two
-//! followers. An event for the directory's `out`, `err` or `exit` wakes
+//! followers. An event for the directory's `out`, `err`, `exit` or `agent` wakes
 //! every task waiting on that directory; the lease file the runner touches
 //! wakes nobody.
 //!
@@ -25,8 +25,9 @@ use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// The files whose changes matter to a run's followers.
-const WATCHED_NAMES: [&str; 3] = ["out", "err", "exit"];
+/// The files whose changes matter to a run's followers, and `agent`,
+/// which the runner waits for before it follows the output.
+const WATCHED_NAMES: [&str; 4] = ["out", "err", "exit", "agent"];
 
 /// The runner's one inotify instance and the directories it watches.
 pub struct FileEvents {

@@ -72,7 +72,13 @@ async fn spawned_agents_and_terminals_do_not_inherit_shepherds_secrets() {
     );
     std::fs::set_permissions(&shell, std::fs::Permissions::from_mode(0o755)).unwrap();
     env.set("SHELL", &shell);
-    let agent_cmd = dump("agent.env");
+    // The agent also says which session it is in (field 6 of its stat).
+    let agent_cmd = dump("agent.env").replacen(
+        "; echo DUMP_DONE=1",
+        "; echo AGENT_SID=$(cut -d' ' -f6 /proc/$$/stat) >> {out}.tmp; echo DUMP_DONE=1",
+        1,
+    );
+    let agent_cmd = agent_cmd.replace("{out}", &dir.join("agent.env").display().to_string());
     let tab_cmd = format!("{}; exec cat", dump("tab.env"));
     env.with_config_file(&format!(
         r#"
@@ -169,6 +175,17 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
             );
         }
     }
+    // The agent's shim leads a session of its own: nothing aimed at the
+    // server's session or terminal reaches the agent.
+    let seen = env_of(&dir.join("agent.env")).await;
+    let agent_sid: i32 = has(&seen, "AGENT_SID").unwrap().trim().parse().unwrap();
+    // SAFETY: getsid(2) reads a process's session id; no memory involved.
+    let server_sid = unsafe { libc::getsid(server.pid()) };
+    assert!(server_sid > 0 && agent_sid > 0, "{server_sid} {agent_sid}");
+    assert_ne!(
+        agent_sid, server_sid,
+        "the agent runs in the server's session"
+    );
     // A graceful stop ends the tabs' processes with the server.
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
