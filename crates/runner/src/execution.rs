@@ -33,7 +33,7 @@ use saved::ReaderState;
 pub use saved::{SavedRun, SavedWorkspace};
 use shepherd_core::agent_config::AgentConfig;
 
-use crate::file_events::FileEvents;
+use crate::file_events::{self, FileEvents};
 use supervise::{supervise, Started};
 
 /// What the server handed over with a claim.
@@ -436,24 +436,16 @@ async fn agent_group(run: &RunFiles, events: &Option<Arc<FileEvents>>) -> i32 {
     let watch = events.as_ref().and_then(|e| e.watch(&run.dir));
     let mut pause = Duration::from_millis(1);
     loop {
-        let mut renamed = std::pin::pin!(watch.as_ref().map(|w| w.notify.notified()));
-        if let Some(n) = renamed.as_mut().as_pin_mut() {
-            n.enable();
-        }
+        let mut renamed = std::pin::pin!(file_events::next_change(watch.as_ref()));
+        file_events::arm(renamed.as_mut());
         if let Some(p) = run.agent_pgid() {
             return p;
         }
         if run.exit().is_some() || tokio::time::Instant::now() > deadline {
             return 0;
         }
-        let woken = async {
-            match renamed.as_mut().as_pin_mut() {
-                Some(n) => n.await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
-            _ = woken => {}
+            _ = file_events::changed(renamed.as_mut()) => {}
             _ = tokio::time::sleep(pause) => {}
         }
         pause = (pause * 2).min(Duration::from_millis(10));

@@ -22,6 +22,9 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
+use std::pin::Pin;
+
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -145,7 +148,7 @@ impl FileEvents {
 /// One follower's interest in a run directory; dropping it gives the watch
 /// up once no follower of that directory is left.
 pub struct DirWatch {
-    pub notify: Arc<Notify>,
+    notify: Arc<Notify>,
     wd: WatchDescriptor,
     events: Arc<FileEvents>,
 }
@@ -166,6 +169,32 @@ impl Drop for DirWatch {
             drop(dirs);
             let _ = lock(&self.events.watches).remove(self.wd.clone());
         }
+    }
+}
+
+/// The next change of a watched directory, asked for before the caller
+/// looks at its files: a change between the look and the wait still
+/// counts. Pin it, [`arm`] it, look, then await [`changed`]; without a
+/// watch it never comes.
+pub type NextChange<'a> = Option<Notified<'a>>;
+
+/// The next change of `watch`'s directory, not yet armed.
+pub fn next_change(watch: Option<&DirWatch>) -> NextChange<'_> {
+    watch.map(|w| w.notify.notified())
+}
+
+/// Registers interest in the change, so none is missed from here on.
+pub fn arm(next: Pin<&mut NextChange<'_>>) {
+    if let Some(n) = next.as_pin_mut() {
+        n.enable();
+    }
+}
+
+/// Returns once the armed change has come; never without a watch.
+pub async fn changed(next: Pin<&mut NextChange<'_>>) {
+    match next.as_pin_mut() {
+        Some(n) => n.await,
+        None => std::future::pending().await,
     }
 }
 

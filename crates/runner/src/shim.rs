@@ -93,10 +93,7 @@ impl RunFiles {
     /// The shim's pid, if the recorded process is alive and is the shim
     /// (same start time: a reused pid is not mistaken for it).
     pub fn live_shim(&self) -> Option<i32> {
-        let text = std::fs::read_to_string(self.path("shim")).ok()?;
-        let mut parts = text.split_whitespace();
-        let pid: i32 = parts.next()?.parse().ok()?;
-        let started: u64 = parts.next()?.parse().ok()?;
+        let (pid, started) = self.shim_record()?;
         if pid <= 1 {
             return None;
         }
@@ -109,11 +106,15 @@ impl RunFiles {
     /// The start time the shim recorded for itself, if the record names
     /// `pid` (a shim just spawned may not have written it yet).
     pub fn recorded_shim_start(&self, pid: i32) -> Option<u64> {
+        self.shim_record()
+            .and_then(|(recorded, started)| (recorded == pid).then_some(started))
+    }
+
+    /// What the shim wrote of itself: its pid and start time.
+    fn shim_record(&self) -> Option<(i32, u64)> {
         let text = std::fs::read_to_string(self.path("shim")).ok()?;
         let mut parts = text.split_whitespace();
-        let recorded: i32 = parts.next()?.parse().ok()?;
-        (recorded == pid).then_some(())?;
-        parts.next()?.parse().ok()
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
     }
 
     /// Renews the lease: a runner is alive and supervising this run.
@@ -360,8 +361,8 @@ fn watched_signals() -> libc::sigset_t {
 }
 
 /// Sleeps until a watched signal arrives or `at_most` passes, whichever is
-/// first. An idle shim wakes only for its lease look (a few times per lease
-/// timeout), not on a fixed short tick: hundreds of them run on a busy host.
+/// first. An idle shim wakes only for its lease look (once per lease
+/// timeout, at most [`LEASE_LOOK_MAX`] apart), not on a fixed short tick.
 fn wait_for_news(watched: &libc::sigset_t, at_most: Duration) {
     let at_most = at_most.max(Duration::from_millis(1));
     let timeout = libc::timespec {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::file_events::FileEvents;
+use crate::file_events::{self, FileEvents};
 use crate::lines::{char_boundary_before_end, decode, MAX_LINE_BYTES};
 use crate::shim::RunFiles;
 
@@ -113,10 +113,8 @@ pub(super) async fn follow(
     loop {
         // Interest is registered before the file is looked at, so a write
         // between the look and the wait still wakes this follower.
-        let mut written = std::pin::pin!(watch.as_ref().map(|w| w.notify.notified()));
-        if let Some(n) = written.as_mut().as_pin_mut() {
-            n.enable();
-        }
+        let mut written = std::pin::pin!(file_events::next_change(watch.as_ref()));
+        file_events::arm(written.as_mut());
         if file.is_none() {
             if let Ok(mut f) = std::fs::File::open(&path) {
                 if f.seek(std::io::SeekFrom::Start(offset)).is_ok() {
@@ -191,14 +189,8 @@ pub(super) async fn follow(
                 .await;
             return;
         }
-        let wake = async {
-            match written.as_mut().as_pin_mut() {
-                Some(n) => n.await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
-            _ = wake => {}
+            _ = file_events::changed(written.as_mut()) => {}
             _ = tokio::time::sleep(idle_wait) => by_timer = true,
             _ = stop.cancelled() => return,
         }
