@@ -37,6 +37,9 @@ pub enum Caller {
     /// A run token (`SHEPHERD_RUN_TOKEN`): an agent acting for its own run.
     /// It reaches only the routes [`run_token_may`] lists.
     Run(String),
+    /// A host token, given to a runner when it registers its host: it
+    /// reaches only the routes [`host_token_may`] lists, for its own host.
+    Host(String),
 }
 
 impl Caller {
@@ -46,7 +49,7 @@ impl Caller {
     pub fn require_operator(&self) -> Result<(), Error> {
         match self {
             Caller::Operator | Caller::User { .. } => Ok(()),
-            Caller::Worker(_) | Caller::Run(_) => Err(Error::forbidden(
+            Caller::Worker(_) | Caller::Run(_) | Caller::Host(_) => Err(Error::forbidden(
                 "operator_only",
                 "this action needs the operator token",
             )),
@@ -63,7 +66,7 @@ impl Caller {
         match self {
             Caller::Operator => Some(Role::Admin),
             Caller::User { role, .. } => Some(*role),
-            Caller::Worker(_) | Caller::Run(_) => None,
+            Caller::Worker(_) | Caller::Run(_) | Caller::Host(_) => None,
         }
     }
 
@@ -72,7 +75,23 @@ impl Caller {
         match self {
             Caller::Operator => Some(shepherd_store::BUILTIN_ADMIN),
             Caller::User { name, .. } => Some(name),
-            Caller::Worker(_) | Caller::Run(_) => None,
+            Caller::Worker(_) | Caller::Run(_) | Caller::Host(_) => None,
+        }
+    }
+
+    /// Refuses unless the caller is a person or the named host itself.
+    pub fn require_host(&self, host_id: &str) -> Result<(), Error> {
+        match self {
+            Caller::Operator | Caller::User { .. } => Ok(()),
+            Caller::Host(h) if h == host_id => Ok(()),
+            Caller::Host(h) => Err(Error::forbidden(
+                "not_your_host",
+                format!("this token belongs to host {h:?}, not {host_id:?}"),
+            )),
+            Caller::Worker(_) | Caller::Run(_) => Err(Error::forbidden(
+                "not_your_host",
+                "worker and run tokens act for no host",
+            )),
         }
     }
 
@@ -89,6 +108,10 @@ impl Caller {
                 "not_your_worker",
                 format!("this token belongs to run {r:?}, not to a worker"),
             )),
+            Caller::Host(h) => Err(Error::forbidden(
+                "not_your_worker",
+                format!("this token belongs to host {h:?}, not to a worker"),
+            )),
         }
     }
 
@@ -101,6 +124,7 @@ impl Caller {
             Caller::User { name, .. } => name.clone(),
             Caller::Worker(w) => format!("worker:{w}"),
             Caller::Run(r) => format!("run:{r}"),
+            Caller::Host(h) => format!("host:{h}"),
         }
     }
 }
@@ -120,6 +144,20 @@ pub fn run_token_may(method: &axum::http::Method, path: &str) -> bool {
             | (&Method::GET, ["input-requests", _])
             | (&Method::GET, ["runs", _])
             | (&Method::GET, ["runs", _, "steps"])
+    )
+}
+
+/// The routes a host token reaches: saying its host is still there (the
+/// handler checks that it is its own host).
+pub fn host_token_may(method: &axum::http::Method, path: &str) -> bool {
+    use axum::http::Method;
+    let Some(rest) = path.strip_prefix("/api/v1/") else {
+        return false;
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    matches!(
+        (method, segments.as_slice()),
+        (&Method::POST, ["hosts", _, "heartbeat"])
     )
 }
 
@@ -202,6 +240,12 @@ pub async fn identify_with_session(
         (Some(t), _) if t.starts_with(shepherd_core::token::RUN_TOKEN_PREFIX) => {
             match shepherd_core::token::verify_run_token(state.run_key().await?, &t) {
                 Some(run_id) => Caller::Run(run_id),
+                None => return Err(unauthorized("unknown or revoked token")),
+            }
+        }
+        (Some(t), _) if t.starts_with(shepherd_store::HOST_TOKEN_PREFIX) => {
+            match state.store.host_for_token(&t).await? {
+                Some(host_id) => Caller::Host(host_id),
                 None => return Err(unauthorized("unknown or revoked token")),
             }
         }
@@ -305,6 +349,11 @@ pub async fn authenticate(
             "a run token may only ask for input and read its own run and requests",
         )
         .into());
+    }
+    if matches!(caller, Caller::Host(_)) && !host_token_may(req.method(), req.uri().path()) {
+        return Err(
+            Error::forbidden("forbidden", "a host token may only serve its own host").into(),
+        );
     }
     check_role(&caller, &req)?;
     let actor = caller.actor();

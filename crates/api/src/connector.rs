@@ -56,6 +56,7 @@ pub async fn register(
         .store
         .register_worker(Registration {
             worker_id: b.worker_id,
+            host_id: b.host_id,
             agent_id: b.agent_id.unwrap_or_else(|| "default".into()),
             worker_type: b
                 .worker_type
@@ -93,7 +94,7 @@ fn acting_worker(caller: &Caller, named: Option<&str>) -> Result<String, Error> 
             "missing_worker_id",
             "worker_id is required",
         )),
-        (Caller::Run(_), None) => Err(crate::scope::forbidden("the connector")),
+        (Caller::Run(_) | Caller::Host(_), None) => Err(crate::scope::forbidden("the connector")),
     }
 }
 

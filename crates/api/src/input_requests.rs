@@ -62,6 +62,7 @@ async fn check_visible(state: &AppState, caller: &Caller, request: &InputRequest
         Caller::Run(_) => {
             Err(Error::forbidden("not_your_run", "another run's input request").into())
         }
+        Caller::Host(_) => Err(crate::scope::forbidden("input requests").into()),
         Caller::Worker(_) => {
             let (run, _) = state.store.run(&request.run_id).await?;
             crate::scope::check_run(caller, &run)?;
@@ -226,6 +227,7 @@ pub async fn answer(
 ) -> ApiResult<Json<InputRequest>> {
     match &caller {
         Caller::Operator | Caller::User { .. } => {}
+        Caller::Host(_) => return Err(crate::scope::forbidden("input requests").into()),
         Caller::Run(_) => {
             return Err(Error::forbidden(
                 "forbidden",
@@ -258,7 +260,9 @@ pub async fn run_token(
     let worker = match &caller {
         Caller::Operator | Caller::User { .. } => None,
         Caller::Worker(w) => Some(w.clone()),
-        Caller::Run(_) => return Err(crate::scope::forbidden("other run tokens").into()),
+        Caller::Run(_) | Caller::Host(_) => {
+            return Err(crate::scope::forbidden("other run tokens").into())
+        }
     };
     let run = state
         .store

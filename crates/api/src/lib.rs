@@ -16,6 +16,7 @@ pub mod error;
 pub mod events;
 pub mod health;
 pub mod host;
+pub mod hosts;
 pub mod input_requests;
 pub mod limits;
 pub mod listener;
@@ -263,6 +264,7 @@ pub fn router(state: AppState) -> Router {
         .merge(input_requests::router())
         .merge(webhooks::router())
         .merge(users::router())
+        .merge(hosts::router())
         .merge(run_diff::router())
         .merge(sessions::router())
         .merge(session_ws::router())

@@ -40,6 +40,11 @@ const RULES: &[(&str, &str, Role)] = &[
     ("GET", "/api/v1/workflows", Viewer),
     ("GET", "/api/agents/workers", Viewer),
     ("GET", "/api/agents/workers/detail", Viewer),
+    // Hosts: where work lives. A runner registers its host as it registers
+    // its workers (the host token it is given reaches only the heartbeat).
+    ("GET", "/api/v1/hosts", Viewer),
+    ("POST", "/api/v1/hosts", Operator),
+    ("POST", "/api/v1/hosts/{}/heartbeat", Operator),
     // Tasks.
     ("GET", "/api/v1/tasks", Viewer),
     ("POST", "/api/v1/tasks", Operator),

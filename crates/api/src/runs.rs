@@ -253,6 +253,7 @@ fn caller_worker(caller: &Caller) -> Option<String> {
         Caller::Worker(w) => Some(w.clone()),
         // Never a claim's holder: a run token is fenced out.
         Caller::Run(r) => Some(format!("run:{r}")),
+        Caller::Host(h) => Some(format!("host:{h}")),
         Caller::Operator | Caller::User { .. } => None,
     }
 }

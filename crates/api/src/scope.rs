@@ -27,7 +27,7 @@ pub fn forbidden(what: &str) -> Error {
 pub fn operator_only(caller: &Caller, what: &str) -> Result<(), Error> {
     match caller {
         Caller::Operator | Caller::User { .. } => Ok(()),
-        Caller::Worker(_) | Caller::Run(_) => Err(forbidden(what)),
+        Caller::Worker(_) | Caller::Run(_) | Caller::Host(_) => Err(forbidden(what)),
     }
 }
 
@@ -36,7 +36,7 @@ pub fn operator_only(caller: &Caller, what: &str) -> Result<(), Error> {
 pub async fn check_task(state: &AppState, caller: &Caller, d: &TaskDetail) -> Result<(), Error> {
     let w = match caller {
         Caller::Operator | Caller::User { .. } => return Ok(()),
-        Caller::Run(_) => return Err(forbidden("tasks")),
+        Caller::Run(_) | Caller::Host(_) => return Err(forbidden("tasks")),
         Caller::Worker(w) => w,
     };
     if d.claims.iter().any(|c| &c.worker_id == w) || may_take(state, w, &d.task).await? {
@@ -59,6 +59,9 @@ pub fn check_run(caller: &Caller, run: &Run) -> Result<(), Error> {
     match caller {
         Caller::Worker(w) if w != &run.worker_id => Err(forbidden("another worker's run")),
         Caller::Run(r) if r != &run.id => Err(forbidden("another run")),
+        // Defence in depth: the authentication layer already keeps host
+        // tokens to their own routes.
+        Caller::Host(_) => Err(forbidden("runs")),
         _ => Ok(()),
     }
 }
@@ -71,7 +74,7 @@ pub fn check_conversation(caller: &Caller, ran_by: &[String]) -> Result<(), Erro
         Caller::Worker(w) if !ran_by.contains(w) => {
             Err(forbidden("a conversation it ran no run of"))
         }
-        Caller::Run(_) => Err(forbidden("conversations")),
+        Caller::Run(_) | Caller::Host(_) => Err(forbidden("conversations")),
         _ => Ok(()),
     }
 }
@@ -85,6 +88,6 @@ pub fn event_worker(caller: &Caller, asked: Option<String>) -> Result<Option<Str
             Some(a) if &a != w => Err(forbidden("another worker's events")),
             _ => Ok(Some(w.clone())),
         },
-        Caller::Run(_) => Err(forbidden("events")),
+        Caller::Run(_) | Caller::Host(_) => Err(forbidden("events")),
     }
 }

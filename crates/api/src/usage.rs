@@ -34,6 +34,7 @@ pub async fn set_usage(
         Caller::Worker(w) => Some(w),
         // Never a claim's holder: a run token is fenced out.
         Caller::Run(r) => Some(format!("run:{r}")),
+        Caller::Host(h) => Some(format!("host:{h}")),
         Caller::Operator | Caller::User { .. } => None,
     };
     let run = state

@@ -85,6 +85,7 @@ pub async fn me(
         Caller::Operator | Caller::User { .. } => "user",
         Caller::Worker(_) => "worker",
         Caller::Run(_) => "run",
+        Caller::Host(_) => "host",
     };
     let name = caller
         .user_name()

@@ -96,6 +96,7 @@ fn worker_info(state: &AppState, w: &Worker, last_event: Option<i64>) -> WorkerI
         event_state: event_state(w),
         recovered_at: (!live).then(|| to_rfc3339(state.started_at)),
         last_event_ts: opt_rfc3339(last_event),
+        host_id: w.host_id.clone(),
     }
 }
 

@@ -417,6 +417,28 @@ impl Client {
         self.fetch("/api/openapi.json").await
     }
 
+    // ----- hosts -----
+
+    /// Every host: server nodes and runners' hosts, online or not.
+    pub async fn hosts(&self) -> Result<p::HostList, ClientError> {
+        self.fetch("/api/v1/hosts").await
+    }
+
+    /// Registers a runner's host (the operator token); the answer carries
+    /// the host's own token.
+    pub async fn register_host(
+        &self,
+        b: &p::RegisterHostBody,
+    ) -> Result<p::RegisterHostResponse, ClientError> {
+        self.post("/api/v1/hosts", b).await
+    }
+
+    /// Says the host is still there (its host token).
+    pub async fn host_heartbeat(&self, id: &str) -> Result<p::HostHeartbeatResponse, ClientError> {
+        let path = format!("/api/v1/hosts/{}/heartbeat", enc(id));
+        self.post(&path, &serde_json::Map::new()).await
+    }
+
     // ----- the connector -----
 
     pub async fn register(&self, b: &p::RegisterBody) -> Result<p::RegisterResponse, ClientError> {

@@ -101,6 +101,9 @@ pub mod kind {
         USER_LOGIN = "user.login";
         /// A web session ended by its user signing out.
         USER_LOGOUT = "user.logout";
+        // Hosts: where work lives.
+        /// A runner registered its host (again, after a restart).
+        HOST_REGISTERED = "host.registered";
     }
 }
 

@@ -144,6 +144,43 @@ pub struct Worker {
     pub closed_at: Option<Millis>,
     /// Claims it holds now.
     pub active_claims: i64,
+    /// The host it runs on, when its runner registered as one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<String>,
+}
+
+/// A place work lives: a server node, or a runner's machine that registered
+/// itself. Whether it is online is the reader's judgement of `last_seen_at`
+/// against the heartbeat timeout; nothing is written when a host goes quiet.
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
+pub struct Host {
+    pub id: String,
+    pub name: String,
+    pub kind: crate::status::HostKind,
+    /// A server node's advertised URL; none for a runner (it is reached only
+    /// through the connection it opens).
+    pub address: Option<String>,
+    /// Where its sessions may live; none: it hosts no sessions.
+    pub sessions_root: Option<String>,
+    /// The agents it runs.
+    pub agents: Vec<String>,
+    /// How many runs it may hold at once (its agents' limits summed); none:
+    /// not declared.
+    pub slots: Option<i64>,
+    #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
+    pub registered_at: Millis,
+    #[serde(with = "serde_ms")]
+    #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String")]
+    pub last_seen_at: Millis,
+    /// Sessions it holds.
+    pub sessions: i64,
+    /// Runs its workers hold now.
+    pub running: i64,
 }
 
 /// A configured kind of worker.

@@ -174,3 +174,11 @@ mod tests {
         assert!("exploded".parse::<RunStatus>().is_err());
     }
 }
+
+vocabulary!(
+    /// What a host is: a server node, or a runner that registered itself.
+    HostKind {
+        Server = "server",
+        Runner = "runner",
+    }
+);

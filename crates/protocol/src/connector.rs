@@ -40,6 +40,10 @@ pub struct RegisterBody {
     #[serde(default, skip_serializing_if = "is_null")]
     #[schema(value_type = Object)]
     pub metadata: Value,
+    /// The host it runs on: a host id from `GET /api/v1/hosts` (a runner
+    /// registers its host first, then its workers on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]

@@ -273,6 +273,7 @@ pub fn event_families() -> Vec<EventFamily> {
             "TokenChangedEvent",
             vec![k::TOKEN_CREATED, k::TOKEN_REVOKED],
         ),
+        F::of::<HostRegistered>("HostRegisteredEvent", vec![k::HOST_REGISTERED]),
         // Progress from workers and events from outside: the workflows' types.
         F::of::<ProgressRecorded>("ProgressEvent", shepherd_core::workflow::event_types()),
     ]

@@ -17,6 +17,7 @@ pub mod connector;
 pub mod conversations;
 pub mod error;
 pub mod events;
+pub mod hosts;
 pub mod input;
 pub mod pty;
 pub mod runs;
@@ -28,9 +29,10 @@ pub mod webhooks;
 pub mod workers;
 
 pub use shepherd_core::event::{Event, EventRefs};
-pub use shepherd_core::model::{Agent, Channel, Claim, ClaimConversation, Run, Task, Worker};
+pub use shepherd_core::model::{Agent, Channel, Claim, ClaimConversation, Host, Run, Task, Worker};
 pub use shepherd_core::status::{
-    ClaimPurpose, EventState, RunStatus, SessionStatus, WorkerEventType, WorkerSource, WorkerStatus,
+    ClaimPurpose, EventState, HostKind, RunStatus, SessionStatus, WorkerEventType, WorkerSource,
+    WorkerStatus,
 };
 pub use shepherd_core::transcript::{ActionContent, TranscriptStep};
 
@@ -39,6 +41,7 @@ pub use connector::*;
 pub use conversations::*;
 pub use error::*;
 pub use events::*;
+pub use hosts::*;
 pub use input::*;
 pub use pty::*;
 pub use runs::*;

@@ -47,6 +47,9 @@ pub struct WorkerInfo {
     /// When this server recovered it from storage; null for live workers.
     pub recovered_at: Option<String>,
     pub last_event_ts: Option<String>,
+    /// The host it runs on (`GET /api/v1/hosts`), when its runner said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]

@@ -14,6 +14,7 @@
 
 pub mod execution;
 pub mod file_events;
+pub mod host;
 pub mod lines;
 pub mod process;
 pub mod shim;
@@ -71,6 +72,22 @@ pub struct RunnerConfig {
     /// The umask agents get (the one the process started with, before it
     /// made its own files private); `None`: the process's own.
     pub child_umask: Option<u32>,
+    /// Which host its workers run on.
+    pub host: HostMode,
+}
+
+/// Which host a runner's workers run on.
+#[derive(Debug, Clone, Default)]
+pub enum HostMode {
+    /// None said (a runner embedded somewhere that is no host).
+    #[default]
+    Unnamed,
+    /// A host the server already knows: the built-in runner of `serve`
+    /// runs on its own server node.
+    Known(String),
+    /// This machine registers itself as a host first, and says it is
+    /// there for as long as the runner runs (`shepherd runner`).
+    Register(host::HostSetup),
 }
 
 impl RunnerConfig {
@@ -102,6 +119,7 @@ impl RunnerConfig {
             detach_on_stop: false,
             trust: shepherd_client::Trust::from_env(),
             child_umask: None,
+            host: HostMode::Unnamed,
         }
     }
 
@@ -188,6 +206,13 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         .collect();
     deregister_previous(&operator, &registry, &current).await;
     let tracker = TaskTracker::new();
+    let host_id = match &config.host {
+        HostMode::Unnamed => None,
+        HostMode::Known(id) => Some(id.clone()),
+        HostMode::Register(setup) => {
+            Some(register_host(&config, setup, &operator, &tracker, &shutdown).await?)
+        }
+    };
     // Its dispatcher ends when this function returns (the guard), after
     // the runs it wakes have stopped.
     let events_stop = CancellationToken::new();
@@ -209,7 +234,15 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     let mut workers = Vec::new();
     for (name, agent) in &config.agents {
         let worker_id = format!("{name}@{instance}");
-        let token = register(&operator, &worker_id, name, agent, &shutdown).await?;
+        let token = register(
+            &operator,
+            &worker_id,
+            name,
+            agent,
+            host_id.as_deref(),
+            &shutdown,
+        )
+        .await?;
         registry.record(&worker_id);
         tracing::info!(
             worker_id,
@@ -254,14 +287,17 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     }
     end_runs_of_departed_workers(&config.data_dir, live.iter().chain(lost.iter()), &current);
     let ids: Vec<String> = workers.iter().map(|(w, _)| w.clone()).collect();
-    tracker.spawn(follow_events(
-        operator.clone(),
-        ids,
-        cancels.clone(),
-        wake.clone(),
-        head,
-        shutdown.clone(),
-    ));
+    // A host without agents has no runs to hear of.
+    if !ids.is_empty() {
+        tracker.spawn(follow_events(
+            operator.clone(),
+            ids,
+            cancels.clone(),
+            wake.clone(),
+            head,
+            shutdown.clone(),
+        ));
+    }
     tracker.close();
     shutdown.cancelled().await;
     // Said once, when it is known what happens to the agents: they are not
@@ -405,14 +441,55 @@ fn run_context(
     }
 }
 
+/// Registers this machine as a host, and keeps saying it is there; returns
+/// its id.
+async fn register_host(
+    config: &RunnerConfig,
+    setup: &host::HostSetup,
+    operator: &Client,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Result<String, String> {
+    let id = host::host_id(&config.data_dir)?;
+    let body = p::RegisterHostBody {
+        id: Some(id.clone()),
+        name: Some(setup.name.clone()),
+        sessions_root: setup
+            .sessions_root
+            .as_ref()
+            .map(|r| r.display().to_string()),
+        agents: config.agents.keys().cloned().collect(),
+        slots: Some(config.agents.values().map(AgentConfig::slots).sum()),
+    };
+    let (host, client) = host::register(operator, &body, shutdown).await?;
+    tracing::info!(
+        host = host.id,
+        name = host.name,
+        sessions_root = host.sessions_root.as_deref().unwrap_or("-"),
+        agents = host.agents.len(),
+        "host registered"
+    );
+    tracker.spawn(host::heartbeat_loop(
+        operator.clone(),
+        body,
+        client,
+        id.clone(),
+        config.heartbeat_interval,
+        shutdown.clone(),
+    ));
+    Ok(id)
+}
+
 async fn register(
     operator: &Client,
     worker_id: &str,
     name: &str,
     agent: &AgentConfig,
+    host_id: Option<&str>,
     shutdown: &CancellationToken,
 ) -> Result<String, String> {
     let body = p::RegisterBody {
+        host_id: host_id.map(str::to_owned),
         worker_id: Some(worker_id.to_owned()),
         agent_id: Some(name.to_owned()),
         worker_type: Some(agent.worker_type().to_owned()),

@@ -12,7 +12,33 @@ use crate::config::Config;
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 
-pub fn start(tracker: &TaskTracker, state: &AppState, config: &Config, token: CancellationToken) {
+pub fn start(
+    tracker: &TaskTracker,
+    state: &AppState,
+    config: &Config,
+    host_id: &str,
+    token: CancellationToken,
+) {
+    // This node says it is there, a few times per heartbeat timeout, so the
+    // host list shows it online (and offline once it stops saying so).
+    {
+        let state = state.clone();
+        let token = token.clone();
+        let host_id = host_id.to_owned();
+        let every =
+            (config.heartbeat_timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(30));
+        tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                if let Err(e) = state.store.host_seen(&host_id).await {
+                    tracing::warn!(error = %e, "cannot record that this node is there");
+                }
+            }
+        });
+    }
     // Sweeper: expires lapsed claims, ends cancels whose grace is over.
     {
         let state = state.clone();

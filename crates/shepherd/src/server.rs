@@ -177,13 +177,20 @@ pub async fn run(
     let tracker = TaskTracker::new();
     let sessions = crate::session_host::manager(&config, store.clone(), listener.local_addr()?)?;
     let state = state.with_sessions(sessions.clone());
+    // This node is a host of the fleet: recorded before anything is served,
+    // and said to be there while it runs (`maintenance`).
+    let own_host = crate::session_host::declaration(&config, sessions.config());
+    store
+        .record_server_host(own_host.clone())
+        .await
+        .map_err(|e| format!("recording this node as a host: {e}"))?;
     let state = match &config.oidc {
         Some(o) => state.with_oidc(std::sync::Arc::new(oidc_provider(o)?)),
         None => state,
     };
     // Ends every PTY when the server stops (they are restored on attach).
     tracker.spawn(sessions.run(token.clone()));
-    maintenance::start(&tracker, &state, &config, token.clone());
+    maintenance::start(&tracker, &state, &config, &own_host.id, token.clone());
     // The `[[webhooks]]` tables become subscriptions before anything is
     // served, so that nothing logged from now on escapes them.
     let (added, changed, removed) = store
@@ -266,6 +273,7 @@ pub async fn run(
         // the next start with this data directory carries their runs on.
         rc.detach_on_stop = true;
         rc.child_umask = crate::private_data::inherited_umask();
+        rc.host = shepherd_runner::HostMode::Known(own_host.id.clone());
         let stop = runner_stop.clone();
         Some(tokio::spawn(async move {
             if let Err(e) = shepherd_runner::run(rc, stop).await {

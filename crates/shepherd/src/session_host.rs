@@ -1,5 +1,6 @@
-//! This node as a host of sessions: its id, the address it advertises, and
-//! the session manager built from the configuration.
+//! This node as a host of sessions: its id, the address it advertises, the
+//! session manager built from the configuration, and what the node says
+//! about itself in the host list.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -78,4 +79,26 @@ pub fn manager(
         })
         .collect();
     Ok(SessionManager::new(store, mc))
+}
+
+/// What this node says about itself as a host: its id and advertised
+/// address (the session manager's), its sessions root, the agents its
+/// built-in runner runs and their slots.
+pub fn declaration(config: &Config, manager: &ManagerConfig) -> shepherd_store::HostDeclaration {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| manager.node_id.clone());
+    shepherd_store::HostDeclaration {
+        id: manager.node_id.clone(),
+        name,
+        address: manager.node_address.clone(),
+        sessions_root: config
+            .sessions_root
+            .as_ref()
+            .map(|r| r.display().to_string()),
+        agents: config.agents.keys().cloned().collect(),
+        slots: Some(config.agents.values().map(|a| a.slots()).sum()),
+    }
 }

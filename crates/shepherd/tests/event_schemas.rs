@@ -419,6 +419,19 @@ async fn people(s: &Server) {
     assert_eq!(st, 204);
 }
 
+/// A runner's host registered, and registered again after a restart.
+async fn hosts(s: &Server) {
+    for _ in 0..2 {
+        ok(
+            s,
+            "/api/v1/hosts",
+            OP,
+            json!({ "id": "host-far", "sessions_root": "/srv/far", "agents": ["claude"] }),
+        )
+        .await;
+    }
+}
+
 /// After a restart: tabs restored on attach (one cannot be), and a worker
 /// that goes silent loses its claim, then is heard from again.
 async fn after_restart(s: &Server, env: &Env, tabs: &[(String, String); 2]) {
@@ -551,6 +564,7 @@ stuck_after = 1
     conversations(&s).await;
     let tabs = sessions(&s, &env).await;
     people(&s).await;
+    hosts(&s).await;
     s.stop().await;
 
     // Again on the same database, with heartbeats that lapse within a second.

@@ -44,6 +44,7 @@ mod claim_store;
 mod conversation_store;
 mod event_store;
 pub use event_store::Commits;
+mod host_store;
 mod input_store;
 mod login_store;
 mod run_store;
@@ -77,6 +78,7 @@ pub use ops::conversations::{
     ClaimConversation, Conversation, ConversationView, Message, MessageView, Multitask, Resource,
     SendOutcome,
 };
+pub use ops::hosts::{new_host_id, HostDeclaration, HOST_TOKEN_PREFIX};
 pub use ops::input_requests::{InputFilter, NewInputRequest};
 pub use ops::logins::{
     LoginAttempt, NewWebSession, SessionLifetimes, SignIn, WebSession, LOGIN_ATTEMPT_TTL_MS,

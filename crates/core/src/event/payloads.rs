@@ -67,6 +67,7 @@ event_payloads!(
     UserLoggedIn,
     UserLoggedOut,
     TokenChanged,
+    HostRegistered,
 );
 
 /// `data` of `task.state_changed`.
@@ -423,6 +424,18 @@ pub struct ConversationActivated {
 pub struct ConversationAgentSession {
     pub agent_session_id: String,
     pub previous: Option<String>,
+}
+
+/// `data` of `host.registered`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct HostRegistered {
+    pub host_id: String,
+    pub name: String,
+    pub kind: crate::status::HostKind,
+    /// Whether the host was known before (a runner that came back).
+    pub re_registered: bool,
+    pub sessions_root: Option<String>,
+    pub agents: Vec<String>,
 }
 
 /// `data` of `session.created`.

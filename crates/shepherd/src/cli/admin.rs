@@ -120,8 +120,12 @@ pub async fn serve(g: &Global, listen: Option<&str>) -> Result<()> {
 pub async fn runner(g: &Global, data_dir: Option<PathBuf>) -> Result<()> {
     let config = load_config(g)?;
     init_tracing(&config);
-    if config.agents.is_empty() {
-        return Err("no agents configured: declare [agents.NAME] tables in shepherd.toml".into());
+    if config.agents.is_empty() && config.sessions_root.is_none() {
+        return Err(
+            "no agents configured and no sessions root: declare [agents.NAME] tables \
+in shepherd.toml, or set sessions_root (SHEPHERD_SESSIONS_ROOT) to host sessions"
+                .into(),
+        );
     }
     let token = g.token.clone().or_else(|| config.auth_token.clone());
     let data_dir = data_dir.unwrap_or_else(|| config.data_dir.clone());
@@ -132,6 +136,10 @@ pub async fn runner(g: &Global, data_dir: Option<PathBuf>) -> Result<()> {
     rc.heartbeat_interval = config.runner_heartbeat;
     rc.cancel_grace = config.cancel_grace;
     rc.set_heartbeat_timeout(config.heartbeat_timeout);
+    rc.host = shepherd_runner::HostMode::Register(shepherd_runner::host::HostSetup {
+        name: rc.name.clone(),
+        sessions_root: config.sessions_root.clone(),
+    });
     let stop = tokio_util::sync::CancellationToken::new();
     let signal_stop = stop.clone();
     tokio::spawn(async move {
@@ -141,6 +149,10 @@ pub async fn runner(g: &Global, data_dir: Option<PathBuf>) -> Result<()> {
     tracing::info!(
         server = g.server,
         agents = config.agents.len(),
+        sessions_root = config
+            .sessions_root
+            .as_ref()
+            .map(|r| r.display().to_string()),
         "runner starting"
     );
     shepherd_runner::run(rc, stop).await.map_err(|e| e.into())

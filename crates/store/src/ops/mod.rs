@@ -7,6 +7,7 @@
 
 pub mod claims;
 pub mod conversations;
+pub mod hosts;
 pub mod input_requests;
 pub mod logins;
 pub mod restart;

@@ -49,12 +49,14 @@ pub struct Registration {
     pub capabilities: Vec<String>,
     pub max_concurrent: i64,
     pub metadata: Value,
+    /// The host it runs on (a registered host's id).
+    pub host_id: Option<String>,
 }
 
 pub(crate) const WORKER_COLUMNS: &str = "w.id, w.agent_id, w.worker_type, w.name, w.project_path, w.session_id, \
     w.terminal_id, w.capabilities, w.max_concurrent, w.status, w.metadata, w.registered_at, w.last_heartbeat_at, \
     w.last_activity_at, w.closed_at, \
-    (SELECT COUNT(*) FROM runs c WHERE c.worker_id = w.id AND c.released_at IS NULL)";
+    (SELECT COUNT(*) FROM runs c WHERE c.worker_id = w.id AND c.released_at IS NULL), w.host_id";
 
 pub(crate) fn worker_from_row(r: &Row) -> Result<Worker, Error> {
     Ok(Worker {
@@ -74,6 +76,7 @@ pub(crate) fn worker_from_row(r: &Row) -> Result<Worker, Error> {
         last_activity_at: r.opt_i64(13)?,
         closed_at: r.opt_i64(14)?,
         active_claims: r.i64(15)?,
+        host_id: r.opt_string(16)?,
     })
 }
 
@@ -159,6 +162,14 @@ pub async fn register<D: Db>(
         ));
     }
     super::validate_capabilities(&reg.capabilities)?;
+    if let Some(host) = &reg.host_id {
+        if !super::hosts::known(db, host).await? {
+            return Err(Error::not_found(
+                "host_not_found",
+                format!("no host {host:?} is known: register the host first"),
+            ));
+        }
+    }
     ensure_agent(db, now, &reg.agent_id, &reg.worker_type).await?;
     let token = format!("swk_{}", random_hex(24));
     let existing = get(db, &worker_id).await?;
@@ -174,14 +185,14 @@ pub async fn register<D: Db>(
     // it polls or heartbeats.
     db.defer(
         "INSERT INTO workers (id, agent_id, worker_type, name, project_path, session_id, terminal_id, \
-         capabilities, max_concurrent, status, token_hash, metadata, registered_at, last_heartbeat_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'active', $10, $11, $12, $12) \
+         capabilities, max_concurrent, status, token_hash, metadata, registered_at, last_heartbeat_at, \
+         host_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'active', $10, $11, $12, $12, $13) \
          ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, worker_type = excluded.worker_type, \
          name = excluded.name, project_path = excluded.project_path, session_id = excluded.session_id, \
          terminal_id = excluded.terminal_id, capabilities = excluded.capabilities, \
          max_concurrent = excluded.max_concurrent, status = 'active', token_hash = excluded.token_hash, \
          metadata = excluded.metadata, last_heartbeat_at = excluded.last_heartbeat_at, closed_at = NULL, \
-         last_activity_at = NULL",
+         last_activity_at = NULL, host_id = excluded.host_id",
         params![
             &worker_id,
             &reg.agent_id,
@@ -194,7 +205,8 @@ pub async fn register<D: Db>(
             reg.max_concurrent,
             hash_token(&token),
             meta,
-            now
+            now,
+            &reg.host_id
         ],
     );
     let worker = require(db, &worker_id).await?;

@@ -23,6 +23,7 @@ const MIGRATIONS: &[Migration] = &[
     (14, include_str!("0014_users.sql")),
     (15, include_str!("0015_event_actors.sql")),
     (16, include_str!("0016_web_sessions.sql")),
+    (17, include_str!("0017_hosts.sql")),
 ];
 const MIGRATION_LOCK: i64 = 0x5348_4550_0002;
 

@@ -22,6 +22,7 @@ const MIGRATIONS: &[Migration] = &[
     (14, include_str!("0014_users.sql")),
     (15, include_str!("0015_event_actors.sql")),
     (16, include_str!("0016_web_sessions.sql")),
+    (17, include_str!("0017_hosts.sql")),
 ];
 
 /// Brings the database up to this build's schema. One `BEGIN IMMEDIATE`

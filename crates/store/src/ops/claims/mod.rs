@@ -168,7 +168,7 @@ fn slice(r: &Row, from: usize, len: usize) -> Row {
 }
 
 const TASK_WIDTH: usize = 21;
-const WORKER_WIDTH: usize = 16;
+const WORKER_WIDTH: usize = 17;
 
 /// An active claim with its holder's last heartbeat and registry status.
 type ActiveWithHolder = (ActiveClaim, Option<i64>, Option<String>);

@@ -1,0 +1,121 @@
+//! Hosts: `GET /api/v1/hosts` (where work lives, and whether each place is
+//! there), `POST /api/v1/hosts` (a runner registers its host with the
+//! operator token and is given a host token) and
+//! `POST /api/v1/hosts/{id}/heartbeat` (the host says it is still there).
+//!
+//! A host token is the narrowest credential the server gives out: the
+//! authentication layer lets it reach only the routes
+//! [`crate::auth::host_token_may`] lists, and each checks that the host
+//! named is the token's own.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use shepherd_core::model::Host;
+use shepherd_core::time::to_rfc3339;
+use shepherd_protocol::{
+    ErrorBody, HostCapacity, HostHeartbeatResponse, HostList, HostView, RegisterHostBody,
+    RegisterHostResponse, HEARTBEAT_INTERVAL_SECS,
+};
+use shepherd_store::HostDeclaration;
+
+use crate::auth::Caller;
+use crate::error::{ApiJson, ApiResult};
+use crate::AppState;
+
+/// A host as the wire shows it: online when seen within one heartbeat
+/// timeout of now.
+pub fn host_to_wire(state: &AppState, h: Host) -> HostView {
+    let timeout = state.settings.heartbeat_timeout.as_millis() as i64;
+    HostView {
+        online: shepherd_store::now_ms() - h.last_seen_at <= timeout,
+        last_seen_at: to_rfc3339(h.last_seen_at),
+        registered_at: to_rfc3339(h.registered_at),
+        capacity: HostCapacity {
+            slots: h.slots,
+            running: h.running,
+        },
+        id: h.id,
+        name: h.name,
+        kind: h.kind,
+        agents: h.agents,
+        sessions_root: h.sessions_root,
+        sessions: h.sessions,
+        address: h.address,
+    }
+}
+
+/// Every host: server nodes first, then runners' hosts, by name.
+#[utoipa::path(get, path = "/api/v1/hosts", tag = "hosts", operation_id = "list_hosts", responses(
+    (status = 200, body = HostList),
+    (status = 403, description = "forbidden: a worker token", body = ErrorBody)))]
+pub async fn list_hosts(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<HostList>> {
+    crate::scope::operator_only(&caller, "hosts")?;
+    let hosts = state.store.list_hosts().await?;
+    Ok(Json(HostList {
+        hosts: hosts.into_iter().map(|h| host_to_wire(&state, h)).collect(),
+    }))
+}
+
+/// Register a runner's host (the operator token, as for a runner's
+/// workers). The answer carries the host's own token, once; registering
+/// the same id again (a runner that restarted with its data directory)
+/// keeps the host and replaces its token.
+#[utoipa::path(post, path = "/api/v1/hosts", tag = "hosts", operation_id = "register_host", request_body = RegisterHostBody, responses(
+    (status = 201, body = RegisterHostResponse),
+    (status = 409, description = "host_kind_conflict: the id is a server node's", body = ErrorBody),
+    (status = 422, description = "invalid_host_id, invalid_host_name, invalid_sessions_root, invalid_agents, invalid_agent_id, invalid_slots", body = ErrorBody)))]
+pub async fn register_host(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(body): ApiJson<RegisterHostBody>,
+) -> ApiResult<impl IntoResponse> {
+    caller.require_operator()?;
+    let id = body.id.unwrap_or_else(shepherd_store::new_host_id);
+    let decl = HostDeclaration {
+        name: body.name.unwrap_or_else(|| id.clone()),
+        id,
+        address: None,
+        sessions_root: body.sessions_root,
+        agents: body.agents,
+        slots: body.slots,
+    };
+    let (host, host_token) = state.store.register_host(decl).await?;
+    tracing::info!(host = %host.id, name = %host.name, by = caller.actor(), "host registered");
+    Ok((
+        StatusCode::CREATED,
+        Json(RegisterHostResponse {
+            host: host_to_wire(&state, host),
+            host_token,
+            heartbeat_interval_secs: HEARTBEAT_INTERVAL_SECS,
+        }),
+    ))
+}
+
+/// The host is still there (its own host token, or a person's).
+#[utoipa::path(post, path = "/api/v1/hosts/{id}/heartbeat", tag = "hosts", operation_id = "host_heartbeat", params(("id" = String, Path)), responses(
+    (status = 200, body = HostHeartbeatResponse),
+    (status = 403, description = "not_your_host", body = ErrorBody),
+    (status = 404, description = "host_not_found", body = ErrorBody)))]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<HostHeartbeatResponse>> {
+    caller.require_host(&id)?;
+    let host = state.store.host_seen(&id).await?;
+    Ok(Json(HostHeartbeatResponse {
+        host: host_to_wire(&state, host),
+    }))
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/hosts", get(list_hosts).post(register_host))
+        .route("/api/v1/hosts/{id}/heartbeat", post(heartbeat))
+}

@@ -1,0 +1,117 @@
+//! This runner's machine as a host of the fleet: its id (kept in the data
+//! directory, so a runner that comes back is the same host), its
+//! registration with the operator token, and the heartbeats it sends with
+//! the host token it was given.
+//!
+//! The runner always dials out: it registers and heartbeats over the same
+//! connector client as its workers, so a host behind NAT, with no port open
+//! to anyone, is a host like any other.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use shepherd_client::Client;
+use shepherd_protocol as p;
+use tokio_util::sync::CancellationToken;
+
+/// What a runner says about its machine.
+#[derive(Debug, Clone, Default)]
+pub struct HostSetup {
+    /// A name for people; the machine's host name by default.
+    pub name: String,
+    /// Where sessions on this host may live; none: it hosts no sessions.
+    pub sessions_root: Option<PathBuf>,
+}
+
+/// The host's id: the one kept in the data directory, or a new one, kept.
+pub fn host_id(data_dir: &Path) -> Result<String, String> {
+    let path = data_dir.join("runner").join("host-id");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim();
+        if !id.is_empty() {
+            return Ok(id.to_owned());
+        }
+    }
+    let id = format!("host-{}", random_hex(6)?);
+    crate::shim::write_atomic(&path, id.as_bytes())
+        .map_err(|e| format!("cannot keep the host id in {}: {e}", path.display()))?;
+    Ok(id)
+}
+
+/// `bytes` random bytes, hex encoded.
+fn random_hex(bytes: usize) -> Result<String, String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|e| format!("cannot read /dev/urandom for the host id: {e}"))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Registers the host (again), retrying while the server cannot be
+/// reached; returns a client that carries the host token.
+pub async fn register(
+    operator: &Client,
+    body: &p::RegisterHostBody,
+    shutdown: &CancellationToken,
+) -> Result<(p::HostView, Client), String> {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match operator.register_host(body).await {
+            Ok(r) => return Ok((r.host, operator.with_token(r.host_token))),
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(error = %e, "cannot reach the server to register the host; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => return Err("stopped before registering the host".into()),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(format!("registering the host: {e}")),
+        }
+    }
+}
+
+/// Says the host is there every `every` until `shutdown`. A token the
+/// server no longer knows (its database was replaced, or another runner
+/// registered this host) is replaced by registering again; an unreachable
+/// server is waited out, the host simply offline meanwhile.
+pub async fn heartbeat_loop(
+    operator: Client,
+    body: p::RegisterHostBody,
+    mut host: Client,
+    id: String,
+    every: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut was_down = false;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        match host.host_heartbeat(&id).await {
+            Ok(_) => {
+                if was_down {
+                    tracing::info!(host = id, "the server answers the host's heartbeats again");
+                    was_down = false;
+                }
+            }
+            Err(e) if e.status() == Some(401) || e.code() == "host_not_found" => {
+                tracing::warn!(host = id, error = %e, "the host's token is refused; registering again");
+                match register(&operator, &body, &shutdown).await {
+                    Ok((_, client)) => host = client,
+                    Err(e) => {
+                        tracing::warn!(host = id, error = %e, "cannot register the host again")
+                    }
+                }
+            }
+            Err(e) => {
+                if !was_down {
+                    tracing::warn!(host = id, error = %e, "host heartbeat failed; trying again");
+                    was_down = true;
+                }
+            }
+        }
+    }
+}

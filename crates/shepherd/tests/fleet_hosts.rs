@@ -1,0 +1,396 @@
+//! Hosts, on both stores: the server node lists itself; a runner registers
+//! its host with the operator token and gets a host token that reaches
+//! nothing but its own heartbeat; and the real `shepherd runner`, started
+//! with a sessions root and no agents, in its own data directory and HOME,
+//! is a host that goes offline when killed and comes back as the same host,
+//! without ever listening for a connection.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use shepherd_protocol as p;
+
+use common::{Env, Kind, Proc, Server, OPERATOR};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn hosts(s: &Server) -> Vec<p::HostView> {
+    let (st, list) = s
+        .get_as::<p::HostList>("/api/v1/hosts", Some(OPERATOR))
+        .await;
+    assert_eq!(st, 200);
+    list.hosts
+}
+
+/// Waits until `f` holds of the host list; returns that list.
+async fn hosts_until(
+    s: &Server,
+    what: &str,
+    f: impl Fn(&[p::HostView]) -> bool,
+) -> Vec<p::HostView> {
+    let start = Instant::now();
+    loop {
+        let list = hosts(s).await;
+        if f(&list) {
+            return list;
+        }
+        assert!(start.elapsed() < WAIT, "{what}: {list:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn registry_over_http(kind: Kind) {
+    let mut env = Env::new(kind);
+    let root = env.dir.join("work");
+    std::fs::create_dir_all(&root).unwrap();
+    env.set("SHEPHERD_TOKEN", OPERATOR)
+        .set("SHEPHERD_NODE_ID", "node-main")
+        .set("SHEPHERD_SESSIONS_ROOT", &root.display().to_string());
+    let s = Server::start(&env).await;
+
+    // The node is a host itself, online, with its sessions root.
+    let list = hosts(&s).await;
+    assert_eq!(list.len(), 1, "{list:?}");
+    let node = &list[0];
+    assert_eq!(
+        (node.id.as_str(), node.kind),
+        ("node-main", p::HostKind::Server)
+    );
+    assert!(node.online);
+    assert_eq!(node.sessions_root.as_deref(), Some(root.to_str().unwrap()));
+    assert!(node
+        .address
+        .as_deref()
+        .is_some_and(|a| a.starts_with("http://")));
+
+    // A runner registers its host.
+    let (st, reg) = s
+        .post_as::<p::RegisterHostResponse>(
+            "/api/v1/hosts",
+            Some(OPERATOR),
+            json!({ "id": "host-far", "name": "far away", "sessions_root": "/srv/far",
+                    "agents": ["claude"], "slots": 3 }),
+        )
+        .await;
+    assert_eq!(st, 201);
+    assert_eq!(reg.host.kind, p::HostKind::Runner);
+    assert!(reg.host.online);
+    assert_eq!(reg.host.capacity.slots, Some(3));
+    let host_token = reg.host_token.clone();
+
+    // Its token says it is there, for itself only.
+    let (st, beat) = s
+        .post(
+            "/api/v1/hosts/host-far/heartbeat",
+            Some(&host_token),
+            json!({}),
+        )
+        .await;
+    assert_eq!(st, 200, "{beat}");
+    assert_eq!(beat["host"]["id"], "host-far");
+    let (st, err) = s
+        .post(
+            "/api/v1/hosts/node-main/heartbeat",
+            Some(&host_token),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (403, Some("not_your_host"))
+    );
+    // ...and reaches nothing else: not the list, not tasks, not the
+    // connector, not a session, not registering hosts.
+    for (method, path) in [
+        ("GET", "/api/v1/hosts"),
+        ("GET", "/api/v1/tasks"),
+        ("POST", "/api/v1/tasks"),
+        ("GET", "/api/v1/sessions"),
+        ("POST", "/api/v1/hosts"),
+        ("POST", "/api/v1/worker/orchestrator/register"),
+        ("GET", "/api/v1/events"),
+    ] {
+        let body = (method == "POST").then(|| json!({}));
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let (st, err) = s.call(method.clone(), path, Some(&host_token), body).await;
+        assert_eq!(
+            (st, err["error"]["code"].as_str()),
+            (403, Some("forbidden")),
+            "{method} {path}: {err}"
+        );
+    }
+
+    // A worker token may neither register a host nor beat for one.
+    let (st, w) = s
+        .post(
+            "/api/v1/worker/orchestrator/register",
+            Some(OPERATOR),
+            json!({ "worker_id": "w-far", "agent_id": "claude", "host_id": "host-far" }),
+        )
+        .await;
+    assert_eq!(st, 200, "{w}");
+    let worker_token = w["worker_token"].as_str().unwrap().to_owned();
+    let (st, err) = s
+        .post(
+            "/api/v1/hosts",
+            Some(&worker_token),
+            json!({ "id": "host-w" }),
+        )
+        .await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (403, Some("operator_only"))
+    );
+    let (st, err) = s
+        .post(
+            "/api/v1/hosts/host-far/heartbeat",
+            Some(&worker_token),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (403, Some("not_your_host"))
+    );
+    // The worker is listed on its host.
+    let (_, workers) = s
+        .get_as::<p::WorkerInfoList>("/api/v1/workers", Some(OPERATOR))
+        .await;
+    let far = workers
+        .workers
+        .iter()
+        .find(|w| w.worker_id == "w-far")
+        .unwrap();
+    assert_eq!(far.host_id.as_deref(), Some("host-far"));
+    // A worker naming an unknown host is refused, and not registered.
+    let (st, err) = s
+        .post(
+            "/api/v1/worker/orchestrator/register",
+            Some(OPERATOR),
+            json!({ "worker_id": "w-lost", "agent_id": "claude", "host_id": "host-nowhere" }),
+        )
+        .await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (404, Some("host_not_found"))
+    );
+
+    // Bad registrations: the standard error shape, nothing written.
+    for (body, status, code) in [
+        (json!({ "id": "bad id" }), 422, "invalid_host_id"),
+        (json!({ "id": "h-x", "name": "" }), 422, "invalid_host_name"),
+        (
+            json!({ "id": "h-x", "sessions_root": "rel" }),
+            422,
+            "invalid_sessions_root",
+        ),
+        (json!({ "id": "h-x", "slots": -2 }), 422, "invalid_slots"),
+        (json!({ "id": "node-main" }), 409, "host_kind_conflict"),
+    ] {
+        let (st, err) = s.post("/api/v1/hosts", Some(OPERATOR), body.clone()).await;
+        assert_eq!(
+            (st, err["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}"
+        );
+    }
+    let (st, _) = s
+        .post(
+            "/api/v1/hosts",
+            Some(OPERATOR),
+            json!({ "id": "h-x", "colour": "red" }),
+        )
+        .await;
+    assert!(st == 400 || st == 422, "an unknown field: {st}");
+    let (st, err) = s
+        .post(
+            "/api/v1/hosts/host-nowhere/heartbeat",
+            Some(OPERATOR),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (404, Some("host_not_found"))
+    );
+    let ids: Vec<String> = hosts(&s).await.into_iter().map(|h| h.id).collect();
+    assert_eq!(ids, ["node-main", "host-far"]);
+
+    // Registering again replaces the token: the old one is refused.
+    let (st, again) = s
+        .post_as::<p::RegisterHostResponse>(
+            "/api/v1/hosts",
+            Some(OPERATOR),
+            json!({ "id": "host-far", "name": "far away" }),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, _) = s
+        .post(
+            "/api/v1/hosts/host-far/heartbeat",
+            Some(&host_token),
+            json!({}),
+        )
+        .await;
+    assert_eq!(st, 401);
+    let (st, _) = s
+        .post(
+            "/api/v1/hosts/host-far/heartbeat",
+            Some(&again.host_token),
+            json!({}),
+        )
+        .await;
+    assert_eq!(st, 200);
+
+    // The log says who registered it, each time.
+    let (_, page) = s
+        .get("/api/v1/events?types=host.registered", Some(OPERATOR))
+        .await;
+    let events = page["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{page}");
+    assert_eq!(events[1]["data"]["re_registered"], true);
+    assert_eq!(events[1]["actor"], "admin");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn registry_over_http_sqlite() {
+    registry_over_http(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn registry_over_http_postgres() {
+    registry_over_http(Kind::Postgres).await;
+}
+
+/// `shepherd runner` with its own data directory and HOME.
+fn runner(base: &str, data_dir: &std::path::Path, root: &std::path::Path) -> Proc {
+    let home = data_dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["runner", "--server", base])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("SHEPHERD_TOKEN", OPERATOR)
+        .env("SHEPHERD_DATA_DIR", data_dir)
+        .env("SHEPHERD_SESSIONS_ROOT", root)
+        .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
+        .env("SHEPHERD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("shepherd runner");
+    Proc(child)
+}
+
+/// The TCP sockets a process listens on (inodes of its descriptors that
+/// /proc/net/tcp{,6} shows in state LISTEN).
+fn listening_sockets(pid: u32) -> Vec<String> {
+    let mut mine = std::collections::HashSet::new();
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                let t = target.display().to_string();
+                if let Some(inode) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                    mine.insert(inode.to_owned());
+                }
+            }
+        }
+    }
+    let mut listening = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // Columns: sl local rem st ... uid timeout inode.
+            if cols.len() > 9 && cols[3] == "0A" && mine.contains(cols[9]) {
+                listening.push(cols[1].to_owned());
+            }
+        }
+    }
+    listening
+}
+
+async fn a_runner_host_comes_and_goes(kind: Kind) {
+    let mut env = Env::new(kind);
+    env.set("SHEPHERD_TOKEN", OPERATOR)
+        .set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "3");
+    let s = Server::spawn(&env).await;
+    // The runner's machine: its own data directory, HOME and sessions root.
+    let far = env.dir.join("far-host");
+    let root = far.join("work");
+    std::fs::create_dir_all(&root).unwrap();
+    let mut r = runner(&s.base, &far.join("data"), &root);
+
+    let list = hosts_until(&s, "the runner's host online", |l| {
+        l.iter().any(|h| h.kind == p::HostKind::Runner && h.online)
+    })
+    .await;
+    let host = list
+        .iter()
+        .find(|h| h.kind == p::HostKind::Runner)
+        .unwrap()
+        .clone();
+    assert_eq!(host.sessions_root.as_deref(), Some(root.to_str().unwrap()));
+    assert!(host.agents.is_empty());
+    assert_eq!(
+        host.address, None,
+        "a runner is reached through its own connection"
+    );
+    // It dials out and listens for nobody.
+    let pid = r.0.id();
+    assert_eq!(listening_sockets(pid), Vec::<String>::new());
+    // (The check itself sees a listener: the server's.)
+    let server_pid = s.child.as_ref().unwrap().pid() as u32;
+    assert!(!listening_sockets(server_pid).is_empty());
+
+    // Killed: offline once a heartbeat timeout has passed, still listed.
+    r.0.kill().unwrap();
+    r.0.wait().unwrap();
+    let list = hosts_until(&s, "the runner's host offline", |l| {
+        l.iter().any(|h| h.id == host.id && !h.online)
+    })
+    .await;
+    assert_eq!(list.len(), 2);
+
+    // Started again with its data directory: the same host, online again.
+    let _r = runner(&s.base, &far.join("data"), &root);
+    let list = hosts_until(&s, "the same host back online", |l| {
+        l.iter().any(|h| h.id == host.id && h.online)
+    })
+    .await;
+    let back = list.iter().find(|h| h.id == host.id).unwrap();
+    assert_eq!(back.registered_at, host.registered_at);
+    assert_eq!(
+        list.iter()
+            .filter(|h| h.kind == p::HostKind::Runner)
+            .count(),
+        1
+    );
+    let (_, page) = s
+        .get("/api/v1/events?types=host.registered", Some(OPERATOR))
+        .await;
+    let flags: Vec<Value> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["data"]["re_registered"].clone())
+        .collect();
+    assert_eq!(flags, [json!(false), json!(true)]);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_host_comes_and_goes_sqlite() {
+    a_runner_host_comes_and_goes(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_host_comes_and_goes_postgres() {
+    a_runner_host_comes_and_goes(Kind::Postgres).await;
+}

@@ -1,0 +1,49 @@
+//! The store's host operations: a server node's own record, a runner's
+//! registration and heartbeats, the host list; see `ops/hosts.rs` for what
+//! each records.
+
+use shepherd_core::model::Host;
+use shepherd_core::Error;
+
+use crate::ops::hosts::{self, HostDeclaration};
+use crate::Store;
+
+impl Store {
+    /// Records this server node as a host, seen now.
+    pub async fn record_server_host(&self, decl: HostDeclaration) -> Result<Host, Error> {
+        let now = self.now();
+        self.write(move |db| Box::pin(hosts::record_server(db, now, decl)))
+            .await
+    }
+
+    /// Registers a runner's host; returns it and its new host token.
+    pub async fn register_host(&self, decl: HostDeclaration) -> Result<(Host, String), Error> {
+        let now = self.now();
+        self.write(move |db| Box::pin(hosts::register_runner(db, now, decl)))
+            .await
+    }
+
+    /// Records that a host is still there.
+    pub async fn host_seen(&self, id: &str) -> Result<Host, Error> {
+        let (now, id) = (self.now(), id.to_owned());
+        self.write(move |db| Box::pin(async move { hosts::seen(db, now, &id).await }))
+            .await
+    }
+
+    /// The host a host token belongs to.
+    pub async fn host_for_token(&self, token: &str) -> Result<Option<String>, Error> {
+        let token = token.to_owned();
+        self.read(move |db| Box::pin(async move { hosts::for_token(db, &token).await }))
+            .await
+    }
+
+    pub async fn host(&self, id: &str) -> Result<Host, Error> {
+        let id = id.to_owned();
+        self.read(move |db| Box::pin(async move { hosts::require(db, &id).await }))
+            .await
+    }
+
+    pub async fn list_hosts(&self) -> Result<Vec<Host>, Error> {
+        self.read(move |db| Box::pin(hosts::list(db))).await
+    }
+}
