@@ -466,6 +466,11 @@ test("fleet shows workers, then recovered ones after a restart, with the indicat
   await page.goto(`${server.url}/fleet`);
   await waitForCount(page, '[data-testid="fleet-row"]', 3);
   await waitForText(page, '[data-testid="fleet-table"]', "source: registry");
+  // The node is a host, online, and its built-in runner's workers are
+  // listed under it.
+  await waitForText(page, '[data-testid="host-row"]', "online");
+  const node = await page.locator('[data-testid="host-row"]').first().getAttribute("data-host-id");
+  await page.locator(`[data-testid="host-group"][data-host-id="${node}"] [data-testid="fleet-row"]`).first().waitFor({ state: "visible" });
   await waitForText(page, '[data-testid="worker-events"]', "worker_started");
   await expectAccessible("fleet");
   await screenshot("fleet");

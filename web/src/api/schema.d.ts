@@ -208,6 +208,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/hosts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every host: server nodes first, then runners' hosts, by name. */
+        get: operations["list_hosts"];
+        put?: never;
+        /**
+         * Register a runner's host (the operator token, as for a runner's
+         *     workers). The answer carries the host's own token, once; registering
+         *     the same id again (a runner that restarted with its data directory)
+         *     keeps the host and replaces its token.
+         */
+        post: operations["register_host"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/hosts/{id}/heartbeat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The host is still there (its own host token, or a person's). */
+        post: operations["host_heartbeat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/input-requests": {
         parameters: {
             query?: never;
@@ -1794,12 +1834,15 @@ export interface components {
              *     - `git_failed`: A git command failed.
              *     - `git_timeout`: A git command took too long.
              *     - `headers_too_large`: The request headers are larger than the server accepts.
+             *     - `host_kind_conflict`: The host id belongs to a host of the other kind (a server node or a runner).
              *     - `host_not_allowed`: The request's Host is not a name this server is known by.
+             *     - `host_not_found`: No host has that id.
              *     - `input_request_not_found`: No input request has that id.
              *     - `internal`: An unexpected failure; the server log has the details.
              *     - `invalid_after`: `after` is not a cursor.
              *     - `invalid_agent_id`: The agent id is not a valid identifier.
              *     - `invalid_agent_session_id`: The agent session id could be read as an option or holds other characters.
+             *     - `invalid_agents`: The list of agents is too long or malformed.
              *     - `invalid_answer`: The answer does not fit the input request (a decision for a permission, text or one of the options for a question).
              *     - `invalid_body`: The JSON body does not have the expected shape.
              *     - `invalid_capabilities`: A capability is empty or longer than 64 characters.
@@ -1809,6 +1852,8 @@ export interface components {
              *     - `invalid_event`: The event is not one the task's workflow knows.
              *     - `invalid_expires_in`: A token's lifetime is a number with a unit (s, m, h, d, w), at most 366 days.
              *     - `invalid_group_by`: `group_by` names no known grouping.
+             *     - `invalid_host_id`: The host id is not a valid identifier.
+             *     - `invalid_host_name`: The host name is empty, too long or holds control characters.
              *     - `invalid_input_request`: The input request is malformed (a permission needs tool_name, a question a prompt; sizes and options are bounded).
              *     - `invalid_limit`: `limit` is out of range.
              *     - `invalid_location`: The session's location is not a usable directory.
@@ -1829,8 +1874,10 @@ export interface components {
              *     - `invalid_run_at`: `run_at` is not a usable time.
              *     - `invalid_runs`: The batch of runs' steps is empty or too large.
              *     - `invalid_session_id`: The session id is not a valid identifier.
+             *     - `invalid_sessions_root`: The sessions root is not an absolute path.
              *     - `invalid_since`: `since` is not a time.
              *     - `invalid_size`: The terminal size is out of range.
+             *     - `invalid_slots`: The number of slots is out of range.
              *     - `invalid_stale_threshold`: The stale threshold is out of range.
              *     - `invalid_start_index`: The first step's index is out of range.
              *     - `invalid_state`: The state names no known state.
@@ -1866,6 +1913,7 @@ export interface components {
              *     - `not_a_terminal`: The tab has no terminal.
              *     - `not_acceptable`: The server cannot answer in a format the request accepts.
              *     - `not_found`: The thing named does not exist.
+             *     - `not_your_host`: The token belongs to another host, or to no host.
              *     - `not_your_run`: A run token acts only for its own run.
              *     - `not_your_worker`: The worker token belongs to another worker.
              *     - `oidc_not_configured`: The server has no [oidc] table: sign in with a token.
@@ -1931,7 +1979,7 @@ export interface components {
              *     - `wrong_agent`: The task is for another agent.
              * @enum {string}
              */
-            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "csrf_token_invalid" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_not_allowed" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_runs" | "invalid_session_id" | "invalid_since" | "invalid_size" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_wait_ms" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "login_failed" | "login_name_taken" | "login_not_allowed" | "login_state_mismatch" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_run" | "not_your_worker" | "oidc_not_configured" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "provider_error" | "provider_unavailable" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "csrf_token_invalid" | "database_not_found" | "database_unavailable" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_kind_conflict" | "host_not_allowed" | "host_not_found" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_agents" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_host_id" | "invalid_host_name" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_runs" | "invalid_session_id" | "invalid_sessions_root" | "invalid_since" | "invalid_size" | "invalid_slots" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_wait_ms" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "login_failed" | "login_name_taken" | "login_not_allowed" | "login_state_mismatch" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_host" | "not_your_run" | "not_your_worker" | "oidc_not_configured" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "provider_error" | "provider_unavailable" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -2035,6 +2083,78 @@ export interface components {
             ok: boolean;
             status: components["schemas"]["WorkerStatus"];
             worker_id: string;
+        };
+        /** @description How much a host may take on, and how much it holds. */
+        HostCapacity: {
+            /**
+             * Format: int64
+             * @description Runs its workers hold now.
+             */
+            running: number;
+            /**
+             * Format: int64
+             * @description Runs it may hold at once (its agents' limits summed); null: not
+             *     declared.
+             */
+            slots?: number | null;
+        };
+        HostHeartbeatResponse: {
+            host: components["schemas"]["HostView"];
+        };
+        /**
+         * @description What a host is: a server node, or a runner that registered itself.
+         * @enum {string}
+         */
+        HostKind: "server" | "runner";
+        HostList: {
+            hosts: components["schemas"]["HostView"][];
+        };
+        /** @description `data` of `host.registered`. */
+        HostRegistered: {
+            agents: string[];
+            host_id: string;
+            kind: components["schemas"]["HostKind"];
+            name: string;
+            /** @description Whether the host was known before (a runner that came back). */
+            re_registered: boolean;
+            sessions_root?: string | null;
+        };
+        /** @description An event of type `host.registered`. */
+        HostRegisteredEvent: components["schemas"]["EventEnvelope"] & {
+            data: components["schemas"]["HostRegistered"];
+            /** @enum {string} */
+            type: "host.registered";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "host.registered";
+        };
+        /** @description A host as `GET /api/v1/hosts` shows it. */
+        HostView: {
+            /**
+             * @description A server node's advertised URL; null for a runner, which is reached
+             *     only through the connection it opens itself.
+             */
+            address?: string | null;
+            /** @description The agents it runs. */
+            agents: string[];
+            capacity: components["schemas"]["HostCapacity"];
+            id: string;
+            kind: components["schemas"]["HostKind"];
+            last_seen_at: string;
+            name: string;
+            /** @description Seen within one heartbeat timeout. */
+            online: boolean;
+            registered_at: string;
+            /**
+             * Format: int64
+             * @description How many sessions it holds.
+             */
+            sessions: number;
+            /** @description Where its sessions may live; null: it hosts none. */
+            sessions_root?: string | null;
         };
         IndexedStep: {
             /** Format: int64 */
@@ -2350,6 +2470,11 @@ export interface components {
         RegisterBody: {
             agent_id?: string | null;
             capabilities?: string[];
+            /**
+             * @description The host it runs on: a host id from `GET /api/v1/hosts` (a runner
+             *     registers its host first, then its workers on it).
+             */
+            host_id?: string | null;
             /** Format: int64 */
             max_concurrent?: number | null;
             metadata?: Record<string, never>;
@@ -2361,6 +2486,35 @@ export interface components {
             worker_id?: string | null;
             /** @description `builtin` for Shepherd's own runner; anything else names an outside worker. */
             worker_type?: string | null;
+        };
+        /** @description What a runner says about its host when it registers it. */
+        RegisterHostBody: {
+            /** @description The agents it runs. */
+            agents?: string[];
+            /**
+             * @description The id it had before (kept in its data directory); a new one is
+             *     made when absent.
+             */
+            id?: string | null;
+            /** @description A name for people (the machine's host name, say); the id when absent. */
+            name?: string | null;
+            /** @description Where its sessions may live (absolute); absent: it hosts none. */
+            sessions_root?: string | null;
+            /**
+             * Format: int64
+             * @description Runs it may hold at once.
+             */
+            slots?: number | null;
+        };
+        RegisterHostResponse: {
+            /** Format: int64 */
+            heartbeat_interval_secs: number;
+            host: components["schemas"]["HostView"];
+            /**
+             * @description The host's own bearer token, shown once: it may only say the host is
+             *     there and serve the host's own sessions. Registering again replaces it.
+             */
+            host_token: string;
         };
         RegisterResponse: {
             agent_id: string;
@@ -3458,7 +3612,7 @@ export interface components {
             webhooks: components["schemas"]["Webhook"][];
         };
         /** @description One event of the log: the envelope (cursor, time, ids), `type`, and the `data` that type carries. */
-        WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["RunStuckEvent"] | components["schemas"]["InputRequestedEvent"] | components["schemas"]["InputAnsweredEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["UserChangedEvent"] | components["schemas"]["UserLoggedInEvent"] | components["schemas"]["UserLoggedOutEvent"] | components["schemas"]["TokenChangedEvent"] | components["schemas"]["ProgressEvent"];
+        WireEvent: components["schemas"]["WorkerRegisteredEvent"] | components["schemas"]["WorkerActiveEvent"] | components["schemas"]["WorkerIdleEvent"] | components["schemas"]["WorkerInactiveEvent"] | components["schemas"]["WorkerClosedEvent"] | components["schemas"]["WorkersSnapshotEvent"] | components["schemas"]["ServerRecoveredEvent"] | components["schemas"]["TaskCreatedEvent"] | components["schemas"]["TaskDispatchedEvent"] | components["schemas"]["TaskStateChangedEvent"] | components["schemas"]["TaskCancelRequestedEvent"] | components["schemas"]["TaskTransitionRejectedEvent"] | components["schemas"]["TaskRetryScheduledEvent"] | components["schemas"]["ClaimGrantedEvent"] | components["schemas"]["ClaimReleasedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["RunStatusEvent"] | components["schemas"]["RunUsageEvent"] | components["schemas"]["RunStepEvent"] | components["schemas"]["RunCompletedEvent"] | components["schemas"]["RunStuckEvent"] | components["schemas"]["InputRequestedEvent"] | components["schemas"]["InputAnsweredEvent"] | components["schemas"]["ChannelChangedEvent"] | components["schemas"]["ChannelArchivedEvent"] | components["schemas"]["AgentUpsertedEvent"] | components["schemas"]["ConversationCreatedEvent"] | components["schemas"]["ConversationStateChangedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationActivatedEvent"] | components["schemas"]["ConversationAgentSessionEvent"] | components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionDeletedEvent"] | components["schemas"]["SessionWorkerAddedEvent"] | components["schemas"]["SessionWorkerStartedEvent"] | components["schemas"]["SessionWorkerExitedEvent"] | components["schemas"]["SessionWorkerRemovedEvent"] | components["schemas"]["UserChangedEvent"] | components["schemas"]["UserLoggedInEvent"] | components["schemas"]["UserLoggedOutEvent"] | components["schemas"]["TokenChangedEvent"] | components["schemas"]["HostRegisteredEvent"] | components["schemas"]["ProgressEvent"];
         /**
          * @description `data` of `worker.active`: the worker took a claim. No longer written (a
          *     log from an earlier version may hold it): the worker registry contract's `worker_active` now
@@ -3607,6 +3761,8 @@ export interface components {
             capabilities: string[];
             created_at: string;
             event_state: components["schemas"]["EventState"];
+            /** @description The host it runs on (`GET /api/v1/hosts`), when its runner said. */
+            host_id?: string | null;
             last_activity: string;
             last_event_ts?: string | null;
             last_heartbeat_at: string;
@@ -4733,6 +4889,231 @@ export interface operations {
             };
             /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_hosts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostList"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: a worker token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    register_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegisterHostBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RegisterHostResponse"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_kind_conflict: the id is a server node's */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_host_id, invalid_host_name, invalid_sessions_root, invalid_agents, invalid_agent_id, invalid_slots */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    host_heartbeat: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostHeartbeatResponse"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_your_host */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -18,6 +18,7 @@ export type Claim = S["Claim"];
 export type LogEvent = S["Event"];
 export type Workflow = S["WorkflowInfo"];
 export type FleetWorker = S["WorkerInfo"];
+export type FleetHost = S["HostView"];
 export type WorkerEventsResponse = S["WorkerEventsResponse"];
 export type WorkerEvent = S["WorkerEvent"];
 export type RunRecord = S["Run"];

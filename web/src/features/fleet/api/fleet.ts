@@ -1,12 +1,13 @@
-// Server state for the Fleet page: the registered workers and the
-// worker_events timeline with its stuck-worker summary, and the events that
-// refresh them.
+// Server state for the Fleet page: the hosts, the registered workers and
+// the worker_events timeline with its stuck-worker summary, and the events
+// that refresh them.
 import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap } from "@/api/client";
 import { useServerEvents } from "@/events/hooks";
 
 const fleetKeys = {
   all: ["fleet"] as const,
+  hosts: ["fleet", "hosts"] as const,
   workers: (includeClosed: boolean) => ["fleet", "workers", includeClosed] as const,
   events: (staleMinutes: number) => ["fleet", "events", staleMinutes] as const,
 };
@@ -15,6 +16,16 @@ export function useFleetWorkers(includeClosed: boolean) {
   return useQuery({
     queryKey: fleetKeys.workers(includeClosed),
     queryFn: ({ signal }) => unwrap(api.GET("/api/v1/workers", { params: { query: { include_closed: includeClosed } }, signal })),
+  });
+}
+
+/** Where work lives: server nodes and runners' hosts, online or not. */
+export function useFleetHosts() {
+  return useQuery({
+    queryKey: fleetKeys.hosts,
+    queryFn: ({ signal }) => unwrap(api.GET("/api/v1/hosts", { signal })),
+    // A host goes offline by saying nothing: only time passing shows it.
+    refetchInterval: 15_000,
   });
 }
 
@@ -38,7 +49,17 @@ export function useWorkerEvents(staleMinutes: number) {
 export function useFleetLiveUpdates() {
   const client = useQueryClient();
   useServerEvents((evs) => {
-    if (evs.some((e) => e.type.startsWith("worker.") || e.type === "workers.snapshot" || e.type.startsWith("run."))) {
+    if (
+      evs.some(
+        (e) =>
+          e.type.startsWith("worker.") ||
+          e.type === "workers.snapshot" ||
+          e.type.startsWith("run.") ||
+          e.type.startsWith("host.") ||
+          e.type === "session.created" ||
+          e.type === "session.deleted",
+      )
+    ) {
       void client.invalidateQueries({ queryKey: fleetKeys.all });
     }
   });

@@ -1,10 +1,13 @@
-// Fleet: the worker registry contract's list_workers view. Recovered workers (after a restart)
+// Fleet: the hosts work lives on, and the worker registry contract's
+// list_workers view grouped by host. Recovered workers (after a restart)
 // carry source / event_state / recovered_at badges; active workers with no
 // activity for longer than the threshold are highlighted as stuck; the
 // worker_events timeline is beside them.
 import { useNavigate } from "@tanstack/react-router";
-import { useFleetLiveUpdates, useFleetWorkers, useWorkerEvents } from "@/features/fleet/api/fleet";
+import type { FleetHost, FleetWorker } from "@/api/types";
+import { useFleetHosts, useFleetLiveUpdates, useFleetWorkers, useWorkerEvents } from "@/features/fleet/api/fleet";
 import { FleetTable } from "./FleetTable";
+import { HostsTable } from "./HostsTable";
 import { SessionTabsTable } from "./SessionTabsTable";
 import { WorkerEventsTimeline } from "./WorkerEventsTimeline";
 
@@ -25,9 +28,28 @@ export function validateFleetSearch(search: Record<string, unknown>): FleetSearc
 
 const DEFAULT_STALE = 10;
 
+interface HostGroup {
+  key: string;
+  title: string;
+  offline: boolean;
+  workers: FleetWorker[];
+}
+
+/** Workers by the host they run on, in the hosts' order; workers that
+ *  named no host (outside workers) last. */
+function byHost(workers: FleetWorker[], hosts: FleetHost[]): HostGroup[] {
+  const groups: HostGroup[] = hosts.map((h) => ({ key: h.id, title: h.name, offline: !h.online, workers: [] }));
+  const other: HostGroup = { key: "", title: "No host named", offline: false, workers: [] };
+  for (const w of workers) {
+    (groups.find((g) => g.key === w.host_id) ?? other).workers.push(w);
+  }
+  return [...groups, other].filter((g) => g.workers.length > 0);
+}
+
 export function FleetPage({ search }: { search: FleetSearch }) {
   const navigate = useNavigate({ from: "/fleet" });
   const stale = search.stale ?? DEFAULT_STALE;
+  const hosts = useFleetHosts();
   const workers = useFleetWorkers(!!search.closed);
   const events = useWorkerEvents(stale);
   useFleetLiveUpdates();
@@ -35,6 +57,7 @@ export function FleetPage({ search }: { search: FleetSearch }) {
   const all = workers.data?.workers ?? [];
   const fleet = all.filter((w) => !w.session_id);
   const tabs = all.filter((w) => !!w.session_id);
+  const groups = byHost(fleet, hosts.data?.hosts ?? []);
   const stuck = new Set(events.data?.summary?.stuck ?? []);
   const timeline = [...(events.data?.events ?? [])]
     .filter((e) => !search.worker || e.worker_id === search.worker)
@@ -60,6 +83,17 @@ export function FleetPage({ search }: { search: FleetSearch }) {
           Include closed
         </label>
       </header>
+      <section className="card" aria-label="Hosts">
+        <h2>
+          Hosts <span className="muted">{hosts.data ? hosts.data.hosts.length : ""}</span>
+        </h2>
+        {hosts.isError && (
+          <p className="error" role="alert">
+            {hosts.error.message}
+          </p>
+        )}
+        {hosts.data && <HostsTable hosts={hosts.data.hosts} />}
+      </section>
       <div className="detail-grid">
         <section className="card" aria-label="Workers">
           <h2>
@@ -71,7 +105,16 @@ export function FleetPage({ search }: { search: FleetSearch }) {
             </p>
           )}
           {workers.data && fleet.length === 0 && <p className="muted">No workers registered.</p>}
-          <FleetTable workers={fleet} stuck={stuck} stale={stale} selected={search.worker} />
+          {groups.map((g) => (
+            <div key={g.key} data-testid="host-group" data-host-id={g.key}>
+              {(groups.length > 1 || g.key !== "") && (
+                <h3>
+                  {g.title} {g.offline && <span className="muted small">(offline)</span>}
+                </h3>
+              )}
+              <FleetTable workers={g.workers} stuck={stuck} stale={stale} selected={search.worker} />
+            </div>
+          ))}
           {tabs.length > 0 && (
             <>
               <h2>
