@@ -147,8 +147,8 @@ pub fn run_token_may(method: &axum::http::Method, path: &str) -> bool {
     )
 }
 
-/// The routes a host token reaches: saying its host is still there (the
-/// handler checks that it is its own host).
+/// The routes a host token reaches: saying its host is still there, and
+/// opening its link (each handler checks that it is its own host).
 pub fn host_token_may(method: &axum::http::Method, path: &str) -> bool {
     use axum::http::Method;
     let Some(rest) = path.strip_prefix("/api/v1/") else {
@@ -157,7 +157,7 @@ pub fn host_token_may(method: &axum::http::Method, path: &str) -> bool {
     let segments: Vec<&str> = rest.split('/').collect();
     matches!(
         (method, segments.as_slice()),
-        (&Method::POST, ["hosts", _, "heartbeat"])
+        (&Method::POST, ["hosts", _, "heartbeat"]) | (&Method::GET, ["hosts", _, "link"])
     )
 }
 

@@ -16,6 +16,7 @@ pub mod error;
 pub mod events;
 pub mod health;
 pub mod host;
+pub mod host_link;
 pub mod hosts;
 pub mod input_requests;
 pub mod limits;
@@ -40,7 +41,6 @@ pub mod usage;
 pub mod users;
 pub mod webhooks;
 pub mod workers;
-pub mod workspace_repos;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -112,7 +112,7 @@ pub struct Settings {
     /// (`SHEPHERD_MAX_REQUESTS_PER_TOKEN`); 0: no cap.
     pub max_requests_per_token: usize,
     /// The git repositories runs' diffs may be read from: the `repo` of each
-    /// configured worktree agent (see [`workspace_repos`]).
+    /// configured worktree agent (see `shepherd_runner::workspace_diff`).
     pub workspace_repos: Vec<std::path::PathBuf>,
 }
 
@@ -174,6 +174,8 @@ pub struct StateFields {
     pub run_key: Arc<tokio::sync::OnceCell<String>>,
     /// The OpenID provider people sign in to the web UI with (`[oidc]`).
     pub oidc: Option<Arc<oidc::Provider>>,
+    /// The links runners' hosts hold open to this node.
+    pub links: Arc<host_link::HostLinks>,
 }
 
 impl std::ops::Deref for AppState {
@@ -208,6 +210,7 @@ impl AppState {
             sessions: None,
             run_key: Arc::default(),
             oidc: None,
+            links: Arc::default(),
         }))
     }
 
@@ -265,6 +268,7 @@ pub fn router(state: AppState) -> Router {
         .merge(webhooks::router())
         .merge(users::router())
         .merge(hosts::router())
+        .merge(host_link::router())
         .merge(run_diff::router())
         .merge(sessions::router())
         .merge(session_ws::router())

@@ -180,6 +180,10 @@ fn classify(method: &Method, path: &str) -> Class {
         "/api/events" if method == Method::GET => Class::Sse,
         "/mcp" if method == Method::GET => Class::OtherStream,
         p if p.starts_with("/ws/") && method == Method::GET => Class::OtherStream,
+        // A runner's host link stays open as long as the runner runs.
+        p if method == Method::GET && p.starts_with("/api/v1/hosts/") && p.ends_with("/link") => {
+            Class::OtherStream
+        }
         p if p.starts_with("/api/v1/worker/orchestrator/") => Class::Worker,
         p if method == Method::POST && is_run_report(p) => Class::Worker,
         _ => Class::Request,

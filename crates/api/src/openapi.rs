@@ -42,6 +42,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::users::create_token, crate::users::list_tokens, crate::users::revoke_token,
         crate::login::options, crate::login::logout,
         crate::hosts::list_hosts, crate::hosts::register_host, crate::hosts::heartbeat,
+        crate::host_link::open_link,
     ),
     components(schemas(
         p::ErrorBody, p::ErrorDetail, p::SeedErrorBody, p::TransitionRejectedBody,

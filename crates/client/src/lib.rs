@@ -297,6 +297,25 @@ impl Client {
             .map_err(|e| ClientError::config(format!("cannot make a request of {uri:?}: {e}")))
     }
 
+    /// Opens a WebSocket at `path` with the credentials: the upgraded
+    /// connection, for a WebSocket library to speak over.
+    pub async fn open_websocket(&self, path: &str) -> Result<transport::Upgraded, ClientError> {
+        let mut b = http::Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .header(http::header::CONNECTION, "Upgrade")
+            .header(http::header::UPGRADE, "websocket")
+            .header(http::header::SEC_WEBSOCKET_VERSION, "13")
+            .header(http::header::SEC_WEBSOCKET_KEY, websocket_key());
+        if let Some(a) = self.authorization()? {
+            b = b.header(AUTHORIZATION, a);
+        }
+        let req = b
+            .body(Bytes::new())
+            .map_err(|e| ClientError::config(format!("cannot make a request of {path:?}: {e}")))?;
+        self.transport.upgrade(req).await
+    }
+
     /// Reads a response body to its end.
     async fn read_body(&self, mut body: transport::Body) -> Result<Vec<u8>, ClientError> {
         let mut bytes = Vec::new();
@@ -1002,4 +1021,23 @@ pub(crate) fn is_gateway_trouble(s: StatusCode) -> bool {
         s,
         StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
     )
+}
+
+/// A WebSocket opening's key: 16 random bytes, base64. The key only proves
+/// the answer is a WebSocket server's; it needs no secrecy.
+fn websocket_key() -> String {
+    use std::io::Read;
+    let mut raw = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        raw = t.to_le_bytes();
+    }
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(raw)
 }

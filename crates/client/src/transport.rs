@@ -36,7 +36,30 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Where requests go, as people read it (`https://host:7700`).
     fn base(&self) -> &str;
+
+    /// Sends `request`, an HTTP/1.1 upgrade (a WebSocket's opening), and
+    /// answers the connection it upgraded to. A transport that cannot
+    /// upgrade says so.
+    fn upgrade(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> BoxFuture<'_, Result<Upgraded, ClientError>> {
+        let _ = request;
+        Box::pin(async {
+            Err(ClientError::config(
+                "this transport cannot open a WebSocket",
+            ))
+        })
+    }
 }
+
+/// Both directions of an upgraded connection.
+pub trait UpgradedIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> UpgradedIo for T {}
+
+/// A connection upgraded from HTTP (a WebSocket's bytes flow over it).
+pub type Upgraded = Box<dyn UpgradedIo>;
 
 /// The API of a server over the network.
 #[derive(Clone)]
@@ -92,5 +115,34 @@ impl Transport for Http {
 
     fn base(&self) -> &str {
         &self.base
+    }
+
+    fn upgrade(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> BoxFuture<'_, Result<Upgraded, ClientError>> {
+        Box::pin(async move {
+            let (parts, _) = request.into_parts();
+            let url = format!("{}{}", self.base, parts.uri);
+            // reqwest upgrades over HTTP/1.1 only: the request says so.
+            let res = self
+                .http
+                .request(parts.method, url)
+                .version(http::Version::HTTP_11)
+                .headers(parts.headers)
+                .send()
+                .await
+                .map_err(|e| ClientError::unreachable(&self.base, &e))?;
+            let status = res.status();
+            if status != http::StatusCode::SWITCHING_PROTOCOLS {
+                let body = res.bytes().await.unwrap_or_default();
+                return Err(ClientError::from_response(status, &body));
+            }
+            let io = res
+                .upgrade()
+                .await
+                .map_err(|e| ClientError::unreachable(&self.base, &e))?;
+            Ok(Box::new(io) as Upgraded)
+        })
     }
 }

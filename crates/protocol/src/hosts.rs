@@ -81,3 +81,49 @@ pub struct RegisterHostResponse {
 pub struct HostHeartbeatResponse {
     pub host: HostView,
 }
+
+/// A message on a host's link: the one WebSocket a runner's host opens to
+/// the server (`GET /api/v1/hosts/{id}/link`), which carries every request
+/// the server has for that host and every answer, each paired by `id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LinkMessage {
+    /// The server asks the host something.
+    Request { id: u64, request: LinkRequest },
+    /// The host answers the request with that `id`.
+    Reply { id: u64, reply: LinkReply },
+}
+
+/// What the server may ask of a host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum LinkRequest {
+    /// The diff of a worktree run whose repository is on the host: the
+    /// host reads it only from a repository one of its agents names.
+    RunDiff {
+        run_id: String,
+        workspace: shepherd_core::model::RunWorkspace,
+    },
+}
+
+/// A host's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum LinkReply {
+    RunDiff(LinkRunDiff),
+    /// Refused or failed, as the API would answer it.
+    Failed {
+        status: u16,
+        code: String,
+        message: String,
+    },
+}
+
+/// A run's diff as the host read it (the server adds the run and its
+/// workspace).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct LinkRunDiff {
+    pub head: String,
+    pub stat: String,
+    pub diff: String,
+}

@@ -79,7 +79,7 @@ pub async fn register(
 pub async fn heartbeat_loop(
     operator: Client,
     body: p::RegisterHostBody,
-    mut host: Client,
+    host: tokio::sync::watch::Sender<Client>,
     id: String,
     every: Duration,
     shutdown: CancellationToken,
@@ -90,7 +90,8 @@ pub async fn heartbeat_loop(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        match host.host_heartbeat(&id).await {
+        let client = host.borrow().clone();
+        match client.host_heartbeat(&id).await {
             Ok(_) => {
                 if was_down {
                     tracing::info!(host = id, "the server answers the host's heartbeats again");
@@ -100,7 +101,9 @@ pub async fn heartbeat_loop(
             Err(e) if e.status() == Some(401) || e.code() == "host_not_found" => {
                 tracing::warn!(host = id, error = %e, "the host's token is refused; registering again");
                 match register(&operator, &body, &shutdown).await {
-                    Ok((_, client)) => host = client,
+                    Ok((_, client)) => {
+                        host.send_replace(client);
+                    }
                     Err(e) => {
                         tracing::warn!(host = id, error = %e, "cannot register the host again")
                     }

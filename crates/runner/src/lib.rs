@@ -15,12 +15,14 @@
 pub mod execution;
 pub mod file_events;
 pub mod host;
+pub mod host_link;
 pub mod lines;
 pub mod process;
 pub mod shim;
 pub mod spool;
 pub mod step_courier;
 mod work_news;
+pub mod workspace_diff;
 pub mod worktree;
 
 use std::collections::{BTreeMap, HashMap};
@@ -462,6 +464,9 @@ async fn register_host(
         slots: Some(config.agents.values().map(AgentConfig::slots).sum()),
     };
     let (host, client) = host::register(operator, &body, shutdown).await?;
+    // The heartbeats replace the client when they register again; the link
+    // reconnects with the newest.
+    let (client_tx, client_rx) = tokio::sync::watch::channel(client);
     tracing::info!(
         host = host.id,
         name = host.name,
@@ -472,9 +477,20 @@ async fn register_host(
     tracker.spawn(host::heartbeat_loop(
         operator.clone(),
         body,
-        client,
+        client_tx,
         id.clone(),
         config.heartbeat_interval,
+        shutdown.clone(),
+    ));
+    let repos = config
+        .agents
+        .values()
+        .filter_map(|a| a.worktree_repo().map(|(repo, _)| repo.to_owned()))
+        .collect();
+    tracker.spawn(host_link::keep_open(
+        client_rx,
+        id.clone(),
+        Arc::new(host_link::LinkServer { repos }),
         shutdown.clone(),
     ));
     Ok(id)

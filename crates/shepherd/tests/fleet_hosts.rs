@@ -3,7 +3,8 @@
 //! nothing but its own heartbeat; and the real `shepherd runner`, started
 //! with a sessions root and no agents, in its own data directory and HOME,
 //! is a host that goes offline when killed and comes back as the same host,
-//! without ever listening for a connection.
+//! without ever listening for a connection; a run's diff whose repository
+//! is only on a runner's host is read there, through the host's link.
 
 mod common;
 
@@ -123,6 +124,36 @@ async fn registry_over_http(kind: Kind) {
         );
     }
 
+    // Only the host's own token opens its link: not a person (whoever
+    // holds it reads what the server asks and answers for the host), not
+    // another host; a plain GET is told it is a WebSocket.
+    let (st, err) = s.get("/api/v1/hosts/host-far/link", Some(OPERATOR)).await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (403, Some("not_your_host"))
+    );
+    let (_, other) = s
+        .post_as::<p::RegisterHostResponse>(
+            "/api/v1/hosts",
+            Some(OPERATOR),
+            json!({ "id": "host-other" }),
+        )
+        .await;
+    let (st, err) = s
+        .get("/api/v1/hosts/host-far/link", Some(&other.host_token))
+        .await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (403, Some("not_your_host"))
+    );
+    let (st, err) = s
+        .get("/api/v1/hosts/host-far/link", Some(&host_token))
+        .await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (400, Some("websocket_required"))
+    );
+
     // A worker token may neither register a host nor beat for one.
     let (st, w) = s
         .post(
@@ -217,7 +248,7 @@ async fn registry_over_http(kind: Kind) {
         (404, Some("host_not_found"))
     );
     let ids: Vec<String> = hosts(&s).await.into_iter().map(|h| h.id).collect();
-    assert_eq!(ids, ["node-main", "host-far"]);
+    assert_eq!(ids, ["node-main", "host-far", "host-other"]);
 
     // Registering again replaces the token: the old one is refused.
     let (st, again) = s
@@ -249,10 +280,16 @@ async fn registry_over_http(kind: Kind) {
     let (_, page) = s
         .get("/api/v1/events?types=host.registered", Some(OPERATOR))
         .await;
-    let events = page["events"].as_array().unwrap();
-    assert_eq!(events.len(), 2, "{page}");
-    assert_eq!(events[1]["data"]["re_registered"], true);
-    assert_eq!(events[1]["actor"], "admin");
+    let far: Vec<&Value> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["data"]["host_id"] == "host-far")
+        .collect();
+    assert_eq!(far.len(), 2, "{page}");
+    assert_eq!(far[0]["data"]["re_registered"], false);
+    assert_eq!(far[1]["data"]["re_registered"], true);
+    assert_eq!(far[1]["actor"], "admin");
     s.stop().await;
 }
 
@@ -268,18 +305,34 @@ async fn registry_over_http_postgres() {
 
 /// `shepherd runner` with its own data directory and HOME.
 fn runner(base: &str, data_dir: &std::path::Path, root: &std::path::Path) -> Proc {
+    runner_with(base, data_dir, root, None)
+}
+
+/// [`runner`] with a configuration file of its own (its agents).
+fn runner_with(
+    base: &str,
+    data_dir: &std::path::Path,
+    root: &std::path::Path,
+    config: Option<&std::path::Path>,
+) -> Proc {
     let home = data_dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
-        .args(["runner", "--server", base])
-        .env_clear()
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"));
+    cmd.args(["runner", "--server", base]).env_clear();
+    if let Some(c) = config {
+        cmd.env("SHEPHERD_CONFIG", c);
+    }
+    let child = cmd
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", &home)
         .env("SHEPHERD_TOKEN", OPERATOR)
         .env("SHEPHERD_DATA_DIR", data_dir)
         .env("SHEPHERD_SESSIONS_ROOT", root)
         .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
-        .env("SHEPHERD_LOG", "warn")
+        .env(
+            "SHEPHERD_LOG",
+            std::env::var("FLEET_LOG").unwrap_or("warn".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -393,4 +446,134 @@ async fn a_runner_host_comes_and_goes_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_host_comes_and_goes_postgres() {
     a_runner_host_comes_and_goes(Kind::Postgres).await;
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+/// A worktree run on a runner's host: its repository exists only there (the
+/// server has no agent naming it, so it would read nothing itself), and its
+/// diff is read through the host's link; with the runner gone the answer
+/// says the host is offline.
+async fn a_run_diff_is_read_on_the_runners_host(kind: Kind) {
+    let mut env = Env::new(kind);
+    env.set("SHEPHERD_TOKEN", OPERATOR)
+        .set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "5");
+    let s = Server::spawn(&env).await;
+    let far = env.dir.join("far-host");
+    let (root, repo) = (far.join("work"), far.join("repo"));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "base\n").unwrap();
+    git(&repo, &["add", "README"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "base",
+        ],
+    );
+    let script = far.join("agent.sh");
+    std::fs::write(
+        &script,
+        "cat > /dev/null\necho 'written far away' > FAR.md\n",
+    )
+    .unwrap();
+    let config = far.join("runner.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agents.coder]\ncommand = [\"bash\", \"{}\"]\nworkspace = \"worktree\"\nrepo = \"{}\"\n",
+            script.display(),
+            repo.display()
+        ),
+    )
+    .unwrap();
+    let mut r = runner_with(&s.base, &far.join("data"), &root, Some(&config));
+    let list = hosts_until(&s, "the runner's host online", |l| {
+        l.iter().any(|h| h.kind == p::HostKind::Runner && h.online)
+    })
+    .await;
+    let host = list.iter().find(|h| h.kind == p::HostKind::Runner).unwrap();
+    assert_eq!(host.agents, ["coder"]);
+
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks",
+            Some(OPERATOR),
+            json!({ "vtid": "FAR-1", "title": "far", "spec": "go", "agent_id": "coder" }),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let op = s.client(Some(OPERATOR));
+    let t = common::wait_for("FAR-1 to end", WAIT, || async {
+        let (t, _) = op.task("FAR-1").await.ok()?;
+        ["done", "failed"]
+            .contains(&t.task.state.as_str())
+            .then_some(t)
+    })
+    .await;
+    assert_eq!(t.task.state, "done", "{t:?}");
+    let q = p::RunsQuery {
+        vtid: Some("FAR-1".into()),
+        ..Default::default()
+    };
+    let run = op.runs(&q).await.unwrap().runs.remove(0);
+    let path = format!("/api/v1/runs/{}/diff", run.id);
+    let (st, d) = s.get_as::<p::RunDiff>(&path, Some(OPERATOR)).await;
+    assert_eq!(st, 200);
+    assert!(d.diff.contains("+written far away"), "{}", d.diff);
+    assert!(d.stat.contains("FAR.md"), "{}", d.stat);
+    assert_eq!(d.workspace.repo.as_deref(), Some(repo.to_str().unwrap()));
+
+    // The runner is gone: its host cannot be asked.
+    r.0.kill().unwrap();
+    r.0.wait().unwrap();
+    let start = Instant::now();
+    loop {
+        let (st, err) = s.get(&path, Some(OPERATOR)).await;
+        if st == 503 {
+            assert_eq!(err["error"]["code"], "host_offline", "{err}");
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "the diff still answers {st}: {err}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Back with its data directory: the same host, asked again.
+    let _r = runner_with(&s.base, &far.join("data"), &root, Some(&config));
+    let start = Instant::now();
+    loop {
+        let (st, _) = s.get(&path, Some(OPERATOR)).await;
+        if st == 200 {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "the diff is not served again: {st}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_diff_is_read_on_the_runners_host_sqlite() {
+    a_run_diff_is_read_on_the_runners_host(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_diff_is_read_on_the_runners_host_postgres() {
+    a_run_diff_is_read_on_the_runners_host(Kind::Postgres).await;
 }

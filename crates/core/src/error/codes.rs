@@ -53,9 +53,12 @@ error_codes! {
     "git_failed" => "A git command failed.",
     "git_timeout" => "A git command took too long.",
     "headers_too_large" => "The request headers are larger than the server accepts.",
+    "host_failed" => "The host could not answer the request (its error was not one of the API's).",
     "host_kind_conflict" => "The host id belongs to a host of the other kind (a server node or a runner).",
     "host_not_allowed" => "The request's Host is not a name this server is known by.",
     "host_not_found" => "No host has that id.",
+    "host_offline" => "The host has no link to this server now: its runner is stopped, unreachable or connected to another node.",
+    "host_timeout" => "The host did not answer the request in time.",
     "input_request_not_found" => "No input request has that id.",
     "internal" => "An unexpected failure; the server log has the details.",
     "invalid_after" => "`after` is not a cursor.",
@@ -200,7 +203,16 @@ error_codes! {
 
 /// Whether `code` is in [`ERROR_CODES`].
 pub fn is_listed(code: &str) -> bool {
-    ERROR_CODES.binary_search_by(|c| c.code.cmp(code)).is_ok()
+    listed(code).is_some()
+}
+
+/// The listed code spelled `code` (an error read off the wire becomes an
+/// [`crate::Error`] again with it).
+pub fn listed(code: &str) -> Option<&'static str> {
+    ERROR_CODES
+        .binary_search_by(|c| c.code.cmp(code))
+        .ok()
+        .map(|i| ERROR_CODES[i].code)
 }
 
 #[cfg(test)]

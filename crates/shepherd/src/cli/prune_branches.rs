@@ -8,14 +8,14 @@
 //!
 //! The recorded workspaces are what workers reported, so only repositories
 //! a configured agent names are touched (the rule of the diff route,
-//! `shepherd_api::workspace_repos`), only well-formed branch names are
+//! `shepherd_runner::workspace_diff`), only well-formed branch names are
 //! given to git, and always after `--end-of-options`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use shepherd_api::workspace_repos::{allowed_repo, RepoRefusal};
 use shepherd_core::time::{to_rfc3339, Millis};
+use shepherd_runner::workspace_diff::{allowed_repo, RepoRefusal};
 
 use super::Result;
 

@@ -123,6 +123,7 @@ fn eligible_params(worker: &Worker, limit: i64, now: Millis) -> Vec<crate::sql::
 /// (the query runs, locks included, inside the caller's unit), SQLite's
 /// `EXPLAIN QUERY PLAN`. Tests use it to check that a call reads about
 /// `limit` tasks, not the whole queue.
+#[cfg(feature = "test-hooks")]
 pub async fn explain_eligible<D: Db>(
     db: &mut D,
     now: Millis,

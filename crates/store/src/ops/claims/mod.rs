@@ -35,9 +35,9 @@ mod grant;
 mod lease;
 mod report;
 
-pub use grant::{
-    claim_alone, claim_next, claim_prefetch, explain_eligible, lost_race, pending, Grant,
-};
+#[cfg(feature = "test-hooks")]
+pub use grant::explain_eligible;
+pub use grant::{claim_alone, claim_next, claim_prefetch, lost_race, pending, Grant};
 pub use lease::{deregister, heartbeat, sweep, HeldClaim, SweepReport};
 pub(crate) use lease::{expire, release};
 pub use report::progress_prefetch;
