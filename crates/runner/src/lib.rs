@@ -461,7 +461,8 @@ async fn register_host(
             .as_ref()
             .map(|r| r.display().to_string()),
         agents: config.agents.keys().cloned().collect(),
-        slots: Some(config.agents.values().map(AgentConfig::slots).sum()),
+        slots: (!config.agents.is_empty())
+            .then(|| config.agents.values().map(AgentConfig::slots).sum()),
     };
     let (host, client) = host::register(operator, &body, shutdown).await?;
     // The heartbeats replace the client when they register again; the link

@@ -12,6 +12,7 @@ pub mod backup;
 pub mod chat;
 pub mod completion;
 pub mod events;
+pub mod hosts;
 pub mod input;
 pub mod migrate_store;
 pub mod output;
@@ -144,6 +145,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Events { args, .. } => events::events(g, args).await,
         Command::Usage { args, .. } => usage::usage(g, args).await,
         Command::Workers { all, .. } => workers::workers(g, *all).await,
+        Command::Hosts { .. } => hosts::hosts(g).await,
         Command::Chat { args, .. } => chat::chat(g, args).await,
         Command::Conversation { cmd, .. } => chat::conversation(g, cmd).await,
         Command::Session { cmd, .. } => session::session(g, cmd).await,

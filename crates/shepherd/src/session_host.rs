@@ -99,6 +99,7 @@ pub fn declaration(config: &Config, manager: &ManagerConfig) -> shepherd_store::
             .as_ref()
             .map(|r| r.display().to_string()),
         agents: config.agents.keys().cloned().collect(),
-        slots: Some(config.agents.values().map(|a| a.slots()).sum()),
+        // No agents: nothing to count slots of.
+        slots: (!config.agents.is_empty()).then(|| config.agents.values().map(|a| a.slots()).sum()),
     }
 }

@@ -341,6 +341,23 @@ fn runner_with(
     Proc(child)
 }
 
+/// What `shepherd hosts` prints (with the operator token).
+fn hosts_cli(base: &str, extra: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["hosts", "--server", base])
+        .args(extra)
+        .env("SHEPHERD_TOKEN", OPERATOR)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// The TCP sockets a process listens on (inodes of its descriptors that
 /// /proc/net/tcp{,6} shows in state LISTEN).
 fn listening_sockets(pid: u32) -> Vec<String> {
@@ -402,6 +419,23 @@ async fn a_runner_host_comes_and_goes(kind: Kind) {
     let server_pid = s.child.as_ref().unwrap().pid() as u32;
     assert!(!listening_sockets(server_pid).is_empty());
 
+    // The command line says so too.
+    let (table, json) = (hosts_cli(&s.base, &[]), hosts_cli(&s.base, &["-o", "json"]));
+    let listed: p::HostList = serde_json::from_str(&json).unwrap();
+    assert!(
+        listed.hosts.iter().any(|h| h.id == host.id && h.online),
+        "{json}"
+    );
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&host.id))
+        .unwrap_or_default();
+    assert!(
+        line.contains("runner") && line.contains("online"),
+        "{table}"
+    );
+    assert!(line.contains(root.to_str().unwrap()), "{table}");
+
     // Killed: offline once a heartbeat timeout has passed, still listed.
     r.0.kill().unwrap();
     r.0.wait().unwrap();
@@ -410,6 +444,12 @@ async fn a_runner_host_comes_and_goes(kind: Kind) {
     })
     .await;
     assert_eq!(list.len(), 2);
+    let table = hosts_cli(&s.base, &[]);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&host.id))
+        .unwrap_or_default();
+    assert!(line.contains("offline, seen"), "{table}");
 
     // Started again with its data directory: the same host, online again.
     let _r = runner(&s.base, &far.join("data"), &root);

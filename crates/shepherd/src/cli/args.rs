@@ -330,6 +330,11 @@ pub enum Command {
         #[command(subcommand)]
         cmd: crate::cli::chat::ConversationCommand,
     },
+    /// List hosts: server nodes and runners' machines, online or not.
+    Hosts {
+        #[command(flatten)]
+        client: ClientFlags,
+    },
     /// List workers (live and recovered).
     Workers {
         #[command(flatten)]
@@ -521,6 +526,7 @@ impl Command {
                 | Command::Runs { .. }
                 | Command::Events { .. }
                 | Command::Workers { .. }
+                | Command::Hosts { .. }
                 | Command::Usage { .. }
         )
     }
@@ -550,6 +556,7 @@ impl Command {
             | Command::Chat { client, .. }
             | Command::Conversation { client, .. }
             | Command::Workers { client, .. }
+            | Command::Hosts { client }
             | Command::Usage { client, .. }
             | Command::Session { client, .. }
             | Command::Inbox { client, .. }
