@@ -88,30 +88,23 @@ impl HostLinks {
                 .insert(id, reply_tx);
             (id, reply_rx, link.tx.clone(), link.pending.clone())
         };
-        let forget = || {
-            pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+        // However this ends (answered, refused, timed out, or the asker
+        // went away), the request is no longer waited for.
+        let _forget = Forget { pending, id };
+        let asked = async {
+            tx.send((id, request)).await.map_err(|_| offline())?;
+            // An Err: the link ended before its answer came.
+            rx.await.map_err(|_| offline())
         };
-        if tx.send((id, request)).await.is_err() {
-            forget();
-            return Err(offline());
-        }
-        match tokio::time::timeout(ASK_TIMEOUT, rx).await {
-            Ok(Ok(reply)) => Ok(reply),
-            // The link ended before its answer came.
-            Ok(Err(_)) => Err(offline()),
-            Err(_) => {
-                forget();
-                Err(Error::unavailable(
-                    "host_timeout",
-                    format!(
-                        "host {host:?} did not answer within {} s",
-                        ASK_TIMEOUT.as_secs()
-                    ),
-                ))
-            }
+        match tokio::time::timeout(ASK_TIMEOUT, asked).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Error::unavailable(
+                "host_timeout",
+                format!(
+                    "host {host:?} did not answer within {} s",
+                    ASK_TIMEOUT.as_secs()
+                ),
+            )),
         }
     }
 
@@ -136,6 +129,21 @@ impl HostLinks {
         if links.get(host).is_some_and(|l| l.conn == conn) {
             links.remove(host);
         }
+    }
+}
+
+/// Removes a request from its link's waiting list when its asker is done.
+struct Forget {
+    pending: Pending,
+    id: u64,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
     }
 }
 
@@ -199,6 +207,7 @@ pub async fn open_link(
     let shutdown = state.shutdown.clone();
     Ok(ws
         .max_message_size(MAX_MESSAGE)
+        .max_frame_size(MAX_MESSAGE)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
             let (conn, rx, pending) = state.links.open(&id);
@@ -272,9 +281,12 @@ async fn serve(
             },
         }
     }
-    // Askers still waiting learn the host is gone.
+    // Nothing more is taken for this link, and askers still waiting learn
+    // the host is gone, before the goodbye (which a dead socket may hold up).
+    requests.close();
+    while requests.try_recv().is_ok() {}
     pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    let _ = out.send(Message::Close(None)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), out.send(Message::Close(None))).await;
 }
 
 pub fn router() -> Router<AppState> {

@@ -25,8 +25,7 @@ use crate::AppState;
     (status = 404, description = "run_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "workspace_repo_gone, workspace_branch_gone", body = crate::openapi::ErrorBody),
     (status = 422, description = "run_has_no_workspace, invalid_workspace, git_failed", body = crate::openapi::ErrorBody),
-    (status = 503, description = "host_offline: the run's host has no link to this server", body = crate::openapi::ErrorBody),
-    (status = 504, description = "host_timeout: the run's host did not answer in time", body = crate::openapi::ErrorBody)))]
+    (status = 503, description = "host_offline: the run's host has no link to this server; host_timeout: it did not answer in time", body = crate::openapi::ErrorBody)))]
 pub async fn run_diff(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -46,17 +45,28 @@ pub async fn run_diff(
                 run_id: run.id.clone(),
                 workspace: ws.clone(),
             };
-            match state.links.ask(&host, ask).await? {
-                LinkReply::RunDiff(d) => d,
-                LinkReply::Failed {
+            match state.links.ask(&host, ask).await {
+                Ok(LinkReply::RunDiff(d)) => d,
+                Ok(LinkReply::Failed {
                     status,
                     code,
                     message,
-                } => {
+                }) => {
                     return Err(
                         crate::host_link::remote_error(&host, status, &code, message).into(),
                     )
                 }
+                // A runner on the server's own machine, stopped: the server
+                // reads a repository its own agents name itself.
+                Err(e) if e.code == "host_offline" && server_may_read(&state, &ws) => {
+                    shepherd_runner::workspace_diff::read_diff(
+                        &state.settings.workspace_repos,
+                        &run.id,
+                        &ws,
+                    )
+                    .await?
+                }
+                Err(e) => return Err(e.into()),
             }
         }
         None => {
@@ -75,6 +85,18 @@ pub async fn run_diff(
         stat: read.stat,
         diff: read.diff,
     }))
+}
+
+/// Whether the server's own agents name the run's repository (so the
+/// server may read it on its own host).
+fn server_may_read(state: &AppState, ws: &shepherd_core::model::RunWorkspace) -> bool {
+    ws.repo.as_deref().is_some_and(|r| {
+        shepherd_runner::workspace_diff::allowed_repo(
+            &state.settings.workspace_repos,
+            std::path::Path::new(r),
+        )
+        .is_ok()
+    })
 }
 
 /// The runner's host a worker ran on, when it named one; `None` for this

@@ -49,16 +49,18 @@ fn random_hex(bytes: usize) -> Result<String, String> {
 }
 
 /// Registers the host (again), retrying while the server cannot be
-/// reached; returns a client that carries the host token.
+/// reached; returns a client that carries the host token, or none when the
+/// server has no hosts at all (an older one).
 pub async fn register(
     operator: &Client,
     body: &p::RegisterHostBody,
     shutdown: &CancellationToken,
-) -> Result<(p::HostView, Client), String> {
+) -> Result<Option<(p::HostView, Client)>, String> {
     let mut backoff = Duration::from_millis(200);
     loop {
         match operator.register_host(body).await {
-            Ok(r) => return Ok((r.host, operator.with_token(r.host_token))),
+            Ok(r) => return Ok(Some((r.host, operator.with_token(r.host_token)))),
+            Err(e) if e.status() == Some(404) && e.code() == "route_not_found" => return Ok(None),
             Err(e) if e.is_retryable() => {
                 tracing::warn!(error = %e, "cannot reach the server to register the host; retrying");
                 tokio::select! {
@@ -101,9 +103,10 @@ pub async fn heartbeat_loop(
             Err(e) if e.status() == Some(401) || e.code() == "host_not_found" => {
                 tracing::warn!(host = id, error = %e, "the host's token is refused; registering again");
                 match register(&operator, &body, &shutdown).await {
-                    Ok((_, client)) => {
+                    Ok(Some((_, client))) => {
                         host.send_replace(client);
                     }
+                    Ok(None) => tracing::warn!(host = id, "the server no longer knows hosts"),
                     Err(e) => {
                         tracing::warn!(host = id, error = %e, "cannot register the host again")
                     }

@@ -21,17 +21,50 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 
+/// How many requests the host works on at once; more wait their turn (a
+/// flood of diff requests cannot start a flood of git processes).
+const AT_ONCE: usize = 4;
+/// The largest diff a host sends back (the server takes 64 MiB messages).
+const MAX_DIFF: usize = 32 * 1024 * 1024;
+/// A link that hears nothing for this long (the server pings every 15 s)
+/// is taken for dead and opened again.
+const SILENCE: Duration = Duration::from_secs(45);
+
 /// What the host answers from.
 pub struct LinkServer {
     /// The repositories this runner's agents name.
-    pub repos: Vec<PathBuf>,
+    repos: Vec<PathBuf>,
+    at_once: tokio::sync::Semaphore,
 }
 
 impl LinkServer {
+    pub fn new(repos: Vec<PathBuf>) -> LinkServer {
+        LinkServer {
+            repos,
+            at_once: tokio::sync::Semaphore::new(AT_ONCE),
+        }
+    }
+
     async fn answer(&self, request: LinkRequest) -> LinkReply {
+        let Ok(_turn) = self.at_once.acquire().await else {
+            return LinkReply::Failed {
+                status: 503,
+                code: "host_failed".into(),
+                message: "the host is stopping".into(),
+            };
+        };
         match request {
             LinkRequest::RunDiff { run_id, workspace } => {
                 match crate::workspace_diff::read_diff(&self.repos, &run_id, &workspace).await {
+                    Ok(d) if d.diff.len() + d.stat.len() > MAX_DIFF => LinkReply::Failed {
+                        status: 422,
+                        code: "diff_too_large".into(),
+                        message: format!(
+                            "the diff of run {run_id} is {} MiB, more than the {} MiB a host sends",
+                            d.diff.len() >> 20,
+                            MAX_DIFF >> 20
+                        ),
+                    },
                     Ok(d) => LinkReply::RunDiff(d),
                     Err(e) => failed(&e),
                 }
@@ -127,7 +160,10 @@ where
                     return;
                 }
             }
-            msg = inbound.next() => match msg {
+            msg = tokio::time::timeout(SILENCE, inbound.next()) => match msg.unwrap_or_else(|_| {
+                tracing::warn!("the host link heard nothing for 45 s; opening it again");
+                None
+            }) {
                 Some(Ok(Message::Text(text))) => match serde_json::from_str::<LinkMessage>(&text) {
                     Ok(LinkMessage::Request { id, request }) => {
                         let (server, tx) = (server.clone(), replies_tx.clone());
@@ -145,7 +181,8 @@ where
                                 code: "host_failed".into(),
                                 message: "this runner does not know that request; upgrade it".into(),
                             };
-                            let _ = replies_tx.send((id, reply)).await;
+                            // Never waits: this loop is what empties the queue.
+                            let _ = replies_tx.try_send((id, reply));
                         }
                     }
                 },

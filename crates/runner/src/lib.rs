@@ -212,7 +212,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
         HostMode::Unnamed => None,
         HostMode::Known(id) => Some(id.clone()),
         HostMode::Register(setup) => {
-            Some(register_host(&config, setup, &operator, &tracker, &shutdown).await?)
+            register_host(&config, setup, &operator, &tracker, &shutdown).await?
         }
     };
     // Its dispatcher ends when this function returns (the guard), after
@@ -444,27 +444,41 @@ fn run_context(
 }
 
 /// Registers this machine as a host, and keeps saying it is there; returns
-/// its id.
+/// its id (none: the server is older than hosts, and the runner works as
+/// it did before them).
 async fn register_host(
     config: &RunnerConfig,
     setup: &host::HostSetup,
     operator: &Client,
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
-) -> Result<String, String> {
+) -> Result<Option<String>, String> {
     let id = host::host_id(&config.data_dir)?;
     let body = p::RegisterHostBody {
         id: Some(id.clone()),
         name: Some(setup.name.clone()),
-        sessions_root: setup
-            .sessions_root
-            .as_ref()
-            .map(|r| r.display().to_string()),
+        sessions_root: setup.sessions_root.as_ref().map(|r| {
+            std::path::absolute(r)
+                .unwrap_or_else(|_| r.clone())
+                .display()
+                .to_string()
+        }),
         agents: config.agents.keys().cloned().collect(),
         slots: (!config.agents.is_empty())
             .then(|| config.agents.values().map(AgentConfig::slots).sum()),
     };
-    let (host, client) = host::register(operator, &body, shutdown).await?;
+    let (host, client) = match host::register(operator, &body, shutdown).await? {
+        Some(registered) => registered,
+        None if config.agents.is_empty() => {
+            return Err("the server knows no hosts (it is older than this runner): \
+a runner without agents has nothing to do there"
+                .into())
+        }
+        None => {
+            tracing::warn!("the server knows no hosts (it is older than this runner): running agents without a host");
+            return Ok(None);
+        }
+    };
     // The heartbeats replace the client when they register again; the link
     // reconnects with the newest.
     let (client_tx, client_rx) = tokio::sync::watch::channel(client);
@@ -491,10 +505,10 @@ async fn register_host(
     tracker.spawn(host_link::keep_open(
         client_rx,
         id.clone(),
-        Arc::new(host_link::LinkServer { repos }),
+        Arc::new(host_link::LinkServer::new(repos)),
         shutdown.clone(),
     ));
-    Ok(id)
+    Ok(Some(id))
 }
 
 async fn register(

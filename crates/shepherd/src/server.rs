@@ -180,10 +180,11 @@ pub async fn run(
     // This node is a host of the fleet: recorded before anything is served,
     // and said to be there while it runs (`maintenance`).
     let own_host = crate::session_host::declaration(&config, sessions.config());
-    store
-        .record_server_host(own_host.clone())
-        .await
-        .map_err(|e| format!("recording this node as a host: {e}"))?;
+    // A node that cannot be recorded (a node_id the host list cannot hold)
+    // still serves: it is only missing from the list.
+    if let Err(e) = store.record_server_host(own_host.clone()).await {
+        tracing::warn!(error = %e, node = own_host.id, "this node is not listed among the hosts");
+    }
     let state = match &config.oidc {
         Some(o) => state.with_oidc(std::sync::Arc::new(oidc_provider(o)?)),
         None => state,

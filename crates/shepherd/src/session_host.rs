@@ -94,10 +94,12 @@ pub fn declaration(config: &Config, manager: &ManagerConfig) -> shepherd_store::
         id: manager.node_id.clone(),
         name,
         address: manager.node_address.clone(),
-        sessions_root: config
-            .sessions_root
-            .as_ref()
-            .map(|r| r.display().to_string()),
+        sessions_root: config.sessions_root.as_ref().map(|r| {
+            std::path::absolute(r)
+                .unwrap_or_else(|_| r.clone())
+                .display()
+                .to_string()
+        }),
         agents: config.agents.keys().cloned().collect(),
         // No agents: nothing to count slots of.
         slots: (!config.agents.is_empty()).then(|| config.agents.values().map(|a| a.slots()).sum()),

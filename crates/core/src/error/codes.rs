@@ -49,6 +49,7 @@ error_codes! {
     "csrf_token_invalid" => "A change signed in by the session cookie lacks its session's X-CSRF-Token header.",
     "database_not_found" => "No database file where the configuration says (backup, prune).",
     "database_unavailable" => "The database cannot be reached; retry later.",
+    "diff_too_large" => "The run's diff is larger than a host sends over its link.",
     "forbidden" => "The token may not do this.",
     "git_failed" => "A git command failed.",
     "git_timeout" => "A git command took too long.",
