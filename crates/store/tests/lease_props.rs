@@ -736,6 +736,10 @@ impl Model {
             return Err("task_not_failed");
         }
         self.tasks[t].cancel_at = None;
+        // A draft cancelled before its dispatch is dispatched by the retry.
+        if self.tasks[t].dispatched_at.is_none() {
+            self.tasks[t].dispatched_at = Some(self.now);
+        }
         let to = self.tasks[t].wf.dispatched_state;
         self.set_state(t, to);
         Ok(())
@@ -1999,6 +2003,36 @@ fn retries_and_start_grace_agree_with_the_model() {
             Op::Advance(Adv::Timeout),
             Op::Heartbeat { worker: 2 },
             Op::Claim { worker: 0, task: 0 },
+        ],
+    });
+}
+
+/// A draft cancelled before its dispatch and then retried went back to the
+/// queue with no `dispatched_at`: it sorted first on SQLite and last on
+/// PostgreSQL (found by CI's random cases). A retry now dispatches it.
+#[test]
+fn regression_claim_next_after_a_retry_in_the_same_millisecond() {
+    let create = |dispatch| Op::Create {
+        autopilot: false,
+        dispatch,
+        max_attempts: None,
+    };
+    replay(Scenario {
+        ttl_ms: 1_000,
+        heartbeat_timeout_ms: 2_000,
+        start_grace: false,
+        workers: vec![(false, 1), (false, 2), (false, 1)],
+        ops: vec![
+            create(false),
+            create(false),
+            Op::Cancel { task: 62 },
+            create(false),
+            Op::Retry { task: 79 },
+            create(true),
+            Op::ClaimNext {
+                worker: 109,
+                max: 1,
+            },
         ],
     });
 }

@@ -28,7 +28,8 @@ pub async fn requeue_run<D: crate::sql::Db>(
 }
 
 /// Makes a failed or cancelled task runnable again: back to its workflow's
-/// dispatched state, cancel request cleared. Any other state is 409
+/// dispatched state (dispatched first if it never was), cancel request
+/// cleared. Any other state is 409
 /// `task_not_failed` (the code predates retrying cancelled tasks and is
 /// kept, since clients match on it).
 pub async fn retry_task<D: crate::sql::Db>(
@@ -58,6 +59,13 @@ pub async fn retry_task<D: crate::sql::Db>(
         params![vtid],
     );
     task.cancel_requested_at = None;
+    // A draft cancelled before it was ever dispatched is dispatched now:
+    // a task in the queue always has its frozen spec and its place in the
+    // hand-out order (`dispatched_at`; without one it sorted first on
+    // SQLite and last on PostgreSQL).
+    if task.dispatched_at.is_none() {
+        tasks::freeze_spec(db, now, &mut task);
+    }
     tasks::set_state(
         db,
         now,

@@ -411,6 +411,21 @@ async fn dispatch_loaded<D: Db>(db: &mut D, now: Millis, task: &mut Task) -> Res
             ),
         ));
     }
+    freeze_spec(db, now, task);
+    set_state(
+        db,
+        now,
+        task,
+        wf.dispatched_state,
+        "dispatched",
+        EventRefs::default(),
+    )
+    .await
+}
+
+/// Freezes a task's spec in a snapshot and stamps it dispatched now (its
+/// place in the hand-out order), with its `task.dispatched` event.
+pub(crate) fn freeze_spec<D: Db>(db: &mut D, now: Millis, task: &mut Task) {
     let snapshot = new_uuid();
     db.defer(
         "INSERT INTO spec_snapshots (id, task_id, spec, created_at) VALUES ($1, $2, $3, $4)",
@@ -429,20 +444,11 @@ async fn dispatch_loaded<D: Db>(db: &mut D, now: Millis, task: &mut Task) -> Res
             kind::TASK_DISPATCHED,
             task_refs(task),
             &TaskDispatched {
-                spec_snapshot_id: snapshot.clone(),
+                spec_snapshot_id: snapshot,
                 priority: task.priority,
             },
         ),
     );
-    set_state(
-        db,
-        now,
-        task,
-        wf.dispatched_state,
-        "dispatched",
-        EventRefs::default(),
-    )
-    .await
 }
 
 /// Which tasks to list.
