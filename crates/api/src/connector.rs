@@ -43,6 +43,7 @@ fn connector_error(e: impl Into<ApiError>, claim: bool) -> ApiError {
 #[utoipa::path(post, path = "/api/v1/worker/orchestrator/register", tag = "connector", request_body = RegisterBody, responses(
     (status = 200, body = RegisterResponse),
     (status = 403, description = "operator_only", body = SeedErrorBody),
+    (status = 404, description = "host_not_found: host_id names no registered host", body = SeedErrorBody),
     (status = 422, description = "invalid_worker_id, …", body = SeedErrorBody)))]
 pub async fn register(
     State(state): State<AppState>,

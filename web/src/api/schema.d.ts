@@ -9570,6 +9570,15 @@ export interface operations {
                     "application/json": components["schemas"]["SeedErrorBody"];
                 };
             };
+            /** @description host_not_found: host_id names no registered host */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SeedErrorBody"];
+                };
+            };
             /** @description body_timeout */
             408: {
                 headers: {
