@@ -292,3 +292,52 @@ async fn serve(
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/hosts/{id}/link", get(open_link))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hosts_error_keeps_its_code_only_when_it_is_the_apis() {
+        let e = remote_error("h1", 403, "workspace_repo_not_allowed", "no".into());
+        assert_eq!(
+            (e.kind, e.code),
+            (ErrorKind::Forbidden, "workspace_repo_not_allowed")
+        );
+        assert!(e.message.starts_with("host h1: "), "{}", e.message);
+        // A code the API does not know, or a status it would not answer
+        // with, is the host's failure, not an error of the API's own.
+        for (status, code) in [(409, "made_up"), (500, "internal"), (418, "git_failed")] {
+            let e = remote_error("h1", status, code, "x".into());
+            assert_eq!(
+                (e.kind, e.code),
+                (ErrorKind::Unavailable, "host_failed"),
+                "{status} {code}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn asking_a_host_without_a_link_answers_host_offline() {
+        let links = HostLinks::default();
+        let ask = LinkRequest::RunDiff {
+            run_id: "r".into(),
+            workspace: shepherd_core::model::RunWorkspace {
+                branch: "b".into(),
+                base: "main".into(),
+                base_commit: "0".repeat(40),
+                head: None,
+                repo: None,
+            },
+        };
+        let e = links.ask("nowhere", ask.clone()).await.unwrap_err();
+        assert_eq!(e.code, "host_offline");
+        // A link that ended (its receiver gone) answers the same at once.
+        let (conn, rx, _) = links.open("h1");
+        drop(rx);
+        assert!(!links.connected("h1"));
+        assert_eq!(links.ask("h1", ask).await.unwrap_err().code, "host_offline");
+        links.close("h1", conn);
+        assert!(links.lock().is_empty());
+    }
+}

@@ -13,7 +13,9 @@
 //! after resolving symlinks and `..`, so neither leads out of a configured
 //! repository. [`allowed_repo`] is the one place that decides.
 //!
-//! Nothing a worker reported reaches git unchecked: the branch must be a
+//! A diff runs no program the repository's configuration names (an agent
+//! can write that configuration through its worktree): no external diff,
+//! no textconv filter. Nothing a worker reported reaches git unchecked: the branch must be a
 //! branch name by git's rules and the commits full object ids
 //! (`shepherd_core::cmdline`, [`RunWorkspace::check`]), and every revision
 //! follows `--end-of-options`.
@@ -23,6 +25,8 @@ use std::path::{Path, PathBuf};
 use shepherd_core::model::RunWorkspace;
 use shepherd_core::Error;
 use shepherd_protocol::LinkRunDiff;
+
+use crate::worktree::git_raw as git;
 
 /// Why a recorded repository is not read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,25 +60,6 @@ pub fn allowed_repo(allowed: &[PathBuf], recorded: &Path) -> Result<PathBuf, Rep
         }
         Err(_) if allowed.iter().any(|a| a == recorded) => Err(RepoRefusal::Gone),
         Err(_) => Err(RepoRefusal::NotAllowed),
-    }
-}
-
-/// Runs git in `repo`; its stdout, or its stderr as the error.
-async fn git(repo: &Path, args: &[&str]) -> Result<String, String> {
-    let out = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
     }
 }
 
@@ -145,6 +130,7 @@ pub async fn read_diff(
             "diff",
             "--no-color",
             "--no-ext-diff",
+            "--no-textconv",
             "--end-of-options",
             &range,
             "--",
@@ -157,6 +143,7 @@ pub async fn read_diff(
         &[
             "diff",
             "--no-color",
+            "--no-textconv",
             "--stat",
             "--end-of-options",
             &range,

@@ -53,26 +53,37 @@ pub fn root(data_dir: &Path) -> PathBuf {
     data_dir.join("worktrees")
 }
 
-/// Runs git; its trimmed stdout, or a message with its stderr.
-async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let out = tokio::process::Command::new("git")
-        .arg("-C")
+/// Runs git in `dir`: its stdout as it is, or its stderr (trimmed) as the
+/// error. Git may run programs a repository's configuration names (hooks,
+/// filters), and an agent can write that configuration: none of them gets
+/// Shepherd's own secrets.
+pub(crate) async fn git_raw(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("-C")
         .arg(dir)
         .args(args)
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
+        .kill_on_drop(true);
+    for name in shepherd_core::secrets::SECRET_ENV {
+        cmd.env_remove(name);
+    }
+    let out = cmd
         .output()
         .await
         .map_err(|e| format!("cannot run git: {e}"))?;
     if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(format!(
-            "git {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
+}
+
+/// Runs git; its trimmed stdout, or a message with its stderr.
+async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    match git_raw(dir, args).await {
+        Ok(out) => Ok(out.trim().to_owned()),
+        Err(e) => Err(format!("git {}: {e}", args.join(" "))),
     }
 }
 

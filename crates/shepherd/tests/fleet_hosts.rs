@@ -528,10 +528,23 @@ async fn a_run_diff_is_read_on_the_runners_host(kind: Kind) {
             "base",
         ],
     );
+    // The agent also names a textconv filter for its file in the
+    // repository's shared configuration (its worktree reaches it): reading
+    // the diff must not run it.
+    let filtered = far.join("textconv-ran");
     let script = far.join("agent.sh");
     std::fs::write(
         &script,
-        "cat > /dev/null\necho 'written far away' > FAR.md\n",
+        format!(
+            r#"cat > /dev/null
+echo 'written far away' > FAR.md
+common=$(git rev-parse --git-common-dir)
+mkdir -p "$common/info"
+echo '*.md diff=leak' >> "$common/info/attributes"
+git config diff.leak.textconv "sh -c 'env > {}; cat "\$0"'"
+"#,
+            filtered.display()
+        ),
     )
     .unwrap();
     let config = far.join("runner.toml");
@@ -579,6 +592,10 @@ async fn a_run_diff_is_read_on_the_runners_host(kind: Kind) {
     assert_eq!(st, 200);
     assert!(d.diff.contains("+written far away"), "{}", d.diff);
     assert!(d.stat.contains("FAR.md"), "{}", d.stat);
+    assert!(
+        !filtered.exists(),
+        "reading the diff ran the repository's textconv filter"
+    );
     assert_eq!(d.workspace.repo.as_deref(), Some(repo.to_str().unwrap()));
 
     // The runner is gone: its host cannot be asked.
