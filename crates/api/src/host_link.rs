@@ -1,8 +1,10 @@
 //! A runner's host link: the one WebSocket a runner that registered its
 //! host opens to the server (`GET /api/v1/hosts/{id}/link`, its host
-//! token), over which the server asks that host for what only it can read,
-//! each request paired with its answer by id. The runner dials out, so a
-//! host behind NAT, with no port open, is reached all the same.
+//! token), over which the server asks that host for what only it can read
+//! or run, each request paired with its answer by id, and which carries
+//! the streams of the host's attached PTY tabs (`session_relay.rs`). The
+//! runner dials out, so a host behind NAT, with no port open, is reached
+//! all the same.
 //!
 //! [`HostLinks`] holds this node's links, one per host: a host that opens a
 //! new link (after a reconnect) replaces its old one, whose requests in
@@ -12,7 +14,7 @@
 //! `host_timeout`. Nothing here outlives the node: a link lost with a
 //! restart is opened again by the runner.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,7 +27,8 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use futures::{SinkExt, StreamExt};
 use shepherd_core::{Error, ErrorKind};
-use shepherd_protocol::{LinkMessage, LinkReply, LinkRequest};
+use shepherd_protocol::link_stream::{split_frame, TabInput};
+use shepherd_protocol::{HostEvent, LinkMessage, LinkReply, LinkRequest};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::Caller;
@@ -41,15 +44,65 @@ const PING_EVERY: Duration = Duration::from_secs(15);
 const QUEUE: usize = 64;
 /// The largest answer a host may send (a big diff).
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+/// Frames waiting for one attached client. A client that lets this many
+/// pile up is disconnected (it resumes from its offset when it comes back)
+/// rather than holding up the link every other stream shares.
+const STREAM_QUEUE: usize = 512;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<LinkReply>>>>;
+type Streams = Arc<Mutex<HashMap<u64, mpsc::Sender<Vec<u8>>>>>;
+type Live = Arc<Mutex<HashSet<String>>>;
+
+/// What goes to a host.
+enum Outbound {
+    Message(LinkMessage),
+    Binary(Vec<u8>),
+}
 
 struct Link {
     /// Which connection this is, so that an old connection ending does not
     /// remove its successor.
     conn: u64,
-    tx: mpsc::Sender<(u64, LinkRequest)>,
+    tx: mpsc::Sender<Outbound>,
     pending: Pending,
+    streams: Streams,
+    /// The host's PTY tabs with a running process, as it last said.
+    live: Live,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A client's stream of an attached tab on a host: the frames the host
+/// sends for it, and the way to type into it. Dropping it detaches.
+pub struct TabStream {
+    pub id: u64,
+    pub frames: mpsc::Receiver<Vec<u8>>,
+    tx: mpsc::Sender<Outbound>,
+    streams: Streams,
+}
+
+impl TabStream {
+    /// Passes a client's input or resize to the tab; false once the link
+    /// is gone.
+    pub async fn send(&self, input: TabInput) -> bool {
+        self.tx
+            .send(Outbound::Binary(input.packet(self.id)))
+            .await
+            .is_ok()
+    }
+}
+
+impl Drop for TabStream {
+    fn drop(&mut self) {
+        // Still known: the host is still sending for it, and is told to stop.
+        if lock(&self.streams).remove(&self.id).is_some() {
+            let _ = self
+                .tx
+                .try_send(Outbound::Message(LinkMessage::Detach { stream: self.id }));
+        }
+    }
 }
 
 /// This node's links to runners' hosts.
@@ -65,18 +118,49 @@ impl HostLinks {
         self.lock().get(host).is_some_and(|l| !l.tx.is_closed())
     }
 
+    /// Whether `host` runs a process for PTY tab `worker` now, as far as
+    /// this node knows (false without a link).
+    pub fn live(&self, host: &str, worker: &str) -> bool {
+        self.lock()
+            .get(host)
+            .is_some_and(|l| lock(&l.live).contains(worker))
+    }
+
+    /// Notes that `host` now runs (or no longer runs) a process for `worker`.
+    pub fn set_live(&self, host: &str, worker: &str, live: bool) {
+        if let Some(l) = self.lock().get(host) {
+            let mut set = lock(&l.live);
+            if live {
+                set.insert(worker.to_owned());
+            } else {
+                set.remove(worker);
+            }
+        }
+    }
+
+    /// A new stream on `host`'s link, ready for the host's frames before
+    /// the attach that names it is sent.
+    pub fn open_stream(&self, host: &str) -> Result<TabStream, Error> {
+        let links = self.lock();
+        let link = links.get(host).ok_or_else(|| offline(host))?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, frames) = mpsc::channel(STREAM_QUEUE);
+        lock(&link.streams).insert(id, tx);
+        Ok(TabStream {
+            id,
+            frames,
+            tx: link.tx.clone(),
+            streams: link.streams.clone(),
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Link>> {
         self.links.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Asks `host` over its link and waits for the answer.
     pub async fn ask(&self, host: &str, request: LinkRequest) -> Result<LinkReply, Error> {
-        let offline = || {
-            Error::unavailable(
-                "host_offline",
-                format!("host {host:?} has no link to this server now (its runner is stopped, unreachable, or connected to another node)"),
-            )
-        };
+        let offline = || offline(host);
         let (id, rx, tx, pending) = {
             let links = self.lock();
             let link = links.get(host).ok_or_else(offline)?;
@@ -92,7 +176,9 @@ impl HostLinks {
         // went away), the request is no longer waited for.
         let _forget = Forget { pending, id };
         let asked = async {
-            tx.send((id, request)).await.map_err(|_| offline())?;
+            tx.send(Outbound::Message(LinkMessage::Request { id, request }))
+                .await
+                .map_err(|_| offline())?;
             // An Err: the link ended before its answer came.
             rx.await.map_err(|_| offline())
         };
@@ -110,17 +196,24 @@ impl HostLinks {
 
     /// Takes `host`'s new link; an older one is dropped (its requests in
     /// flight fail as `host_offline`).
-    fn open(&self, host: &str) -> (u64, mpsc::Receiver<(u64, LinkRequest)>, Pending) {
+    fn open(&self, host: &str) -> (u64, mpsc::Receiver<Outbound>, LinkState) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let conn = self.next.fetch_add(1, Ordering::Relaxed);
-        let pending: Pending = Arc::default();
+        let state = LinkState {
+            pending: Arc::default(),
+            streams: Arc::default(),
+            live: Arc::default(),
+            tx: tx.clone(),
+        };
         let link = Link {
             conn,
             tx,
-            pending: pending.clone(),
+            pending: state.pending.clone(),
+            streams: state.streams.clone(),
+            live: state.live.clone(),
         };
         self.lock().insert(host.to_owned(), link);
-        (conn, rx, pending)
+        (conn, rx, state)
     }
 
     /// Forgets `host`'s link if it is still connection `conn`.
@@ -130,6 +223,22 @@ impl HostLinks {
             links.remove(host);
         }
     }
+}
+
+fn offline(host: &str) -> Error {
+    Error::unavailable(
+        "host_offline",
+        format!("host {host:?} has no link to this server now (its runner is stopped, unreachable, or connected to another node)"),
+    )
+}
+
+/// What one link's loop shares with its askers and streams.
+struct LinkState {
+    pending: Pending,
+    streams: Streams,
+    live: Live,
+    /// For telling the host a stream is dropped.
+    tx: mpsc::Sender<Outbound>,
 }
 
 /// Removes a request from its link's waiting list when its asker is done.
@@ -210,20 +319,22 @@ pub async fn open_link(
         .max_frame_size(MAX_MESSAGE)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
-            let (conn, rx, pending) = state.links.open(&id);
+            let (conn, rx, link) = state.links.open(&id);
             tracing::info!(host = id, "host link open");
-            serve(socket, rx, pending, shutdown).await;
+            serve(socket, rx, link, &state.store, shutdown).await;
             state.links.close(&id, conn);
             tracing::info!(host = id, "host link closed");
         }))
 }
 
-/// Sends requests, hands answers to their askers, pings a quiet link; ends
+/// Sends requests and input, hands answers to their askers and frames to
+/// their streams, records what the host tells, pings a quiet link; ends
 /// when either side closes it, or the server stops.
 async fn serve(
     socket: WebSocket,
-    mut requests: mpsc::Receiver<(u64, LinkRequest)>,
-    pending: Pending,
+    mut outbound: mpsc::Receiver<Outbound>,
+    link: LinkState,
+    store: &shepherd_store::Store,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     let (mut out, mut inbound) = socket.split();
@@ -233,16 +344,19 @@ async fn serve(
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            next = requests.recv() => {
-                let Some((id, request)) = next else { break };
-                let text = match serde_json::to_string(&LinkMessage::Request { id, request }) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot encode a link request");
-                        continue;
-                    }
+            next = outbound.recv() => {
+                let message = match next {
+                    None => break,
+                    Some(Outbound::Binary(b)) => Message::Binary(b.into()),
+                    Some(Outbound::Message(m)) => match serde_json::to_string(&m) {
+                        Ok(t) => Message::Text(t.into()),
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot encode a link message");
+                            continue;
+                        }
+                    },
                 };
-                if out.send(Message::Text(text.into())).await.is_err() {
+                if out.send(message).await.is_err() {
                     break;
                 }
             }
@@ -261,32 +375,88 @@ async fn serve(
                     unanswered_pings = 0;
                     match serde_json::from_str::<LinkMessage>(&text) {
                         Ok(LinkMessage::Reply { id, reply }) => {
-                            let asker = pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                            let asker = lock(&link.pending).remove(&id);
                             if let Some(asker) = asker {
                                 let _ = asker.send(reply);
                             }
                         }
-                        Ok(LinkMessage::Request { .. }) | Err(_) => {
-                            tracing::warn!("a host sent something other than a reply on its link; closing it");
+                        Ok(LinkMessage::StreamEnd { stream }) => {
+                            // Its client sees the end of its frames.
+                            lock(&link.streams).remove(&stream);
+                        }
+                        Ok(LinkMessage::Event { event }) => heard(event, &link, store),
+                        Ok(LinkMessage::Request { .. } | LinkMessage::Detach { .. }) | Err(_) => {
+                            tracing::warn!("a host sent something a host does not send on its link; closing it");
                             break;
                         }
                     }
                 }
-                Some(Ok(Message::Pong(_) | Message::Ping(_))) => unanswered_pings = 0,
-                Some(Ok(Message::Binary(_))) => {
-                    tracing::warn!("a host sent binary on its link; closing it");
-                    break;
+                Some(Ok(Message::Binary(packet))) => {
+                    unanswered_pings = 0;
+                    let Some((stream, frame)) = split_frame(&packet) else {
+                        tracing::warn!("a host sent a malformed stream message; closing its link");
+                        break;
+                    };
+                    let to = lock(&link.streams).get(&stream).cloned();
+                    if let Some(to) = to {
+                        if to.try_send(frame.to_vec()).is_err() {
+                            // Too slow (or gone): its client is let go, and
+                            // resumes from its offset when it comes back.
+                            lock(&link.streams).remove(&stream);
+                            let _ = link
+                                .tx
+                                .try_send(Outbound::Message(LinkMessage::Detach { stream }));
+                        }
+                    }
                 }
+                Some(Ok(Message::Pong(_) | Message::Ping(_))) => unanswered_pings = 0,
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
             },
         }
     }
     // Nothing more is taken for this link, and askers still waiting learn
-    // the host is gone, before the goodbye (which a dead socket may hold up).
-    requests.close();
-    while requests.try_recv().is_ok() {}
-    pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    // the host is gone, before the goodbye (which a dead socket may hold up);
+    // every attached client's frames end, so it reconnects and resumes.
+    outbound.close();
+    while outbound.try_recv().is_ok() {}
+    lock(&link.pending).clear();
+    lock(&link.streams).clear();
+    lock(&link.live).clear();
     let _ = tokio::time::timeout(Duration::from_secs(1), out.send(Message::Close(None))).await;
+}
+
+/// Acts on what a host tells: which tabs run there, and the exits of
+/// processes that ended by themselves (recorded as a node records its own).
+fn heard(event: HostEvent, link: &LinkState, store: &shepherd_store::Store) {
+    match event {
+        HostEvent::Live { workers } => *lock(&link.live) = workers.into_iter().collect(),
+        HostEvent::TabExited {
+            session_id,
+            worker_id,
+            epoch,
+            exit_code,
+            signal,
+        } => {
+            lock(&link.live).remove(&worker_id);
+            let store = store.clone();
+            tokio::spawn(async move {
+                let r = store
+                    .session_process_exited(
+                        &session_id,
+                        &worker_id,
+                        epoch,
+                        exit_code,
+                        signal.map(|s| s.to_string()),
+                    )
+                    .await;
+                if let Err(e) = r {
+                    if e.code != "session_not_found" && e.code != "worker_not_found" {
+                        tracing::warn!(error = %e, worker = worker_id, "could not record a host's PTY exit");
+                    }
+                }
+            });
+        }
+    }
 }
 
 pub fn router() -> Router<AppState> {
@@ -333,7 +503,7 @@ mod tests {
         let e = links.ask("nowhere", ask.clone()).await.unwrap_err();
         assert_eq!(e.code, "host_offline");
         // A link that ended (its receiver gone) answers the same at once.
-        let (conn, rx, _) = links.open("h1");
+        let (conn, rx, _link) = links.open("h1");
         drop(rx);
         assert!(!links.connected("h1"));
         assert_eq!(links.ask("h1", ask).await.unwrap_err().code, "host_offline");

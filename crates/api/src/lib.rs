@@ -32,6 +32,7 @@ pub mod roles;
 pub mod run_diff;
 pub mod runs;
 pub mod scope;
+pub mod session_relay;
 pub mod session_ws;
 pub mod sessions;
 pub mod tasks;

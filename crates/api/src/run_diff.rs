@@ -66,6 +66,13 @@ pub async fn run_diff(
                     )
                     .await?
                 }
+                Ok(_) => {
+                    return Err(Error::unavailable(
+                        "host_failed",
+                        format!("host {host} answered something else than a diff"),
+                    )
+                    .into())
+                }
                 Err(e) => return Err(e.into()),
             }
         }

@@ -21,13 +21,16 @@ use axum::{Extension, Router};
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use shepherd_core::Error;
+use shepherd_protocol::link_stream::TabInput;
 use shepherd_sessions::worker::ExitInfo;
 use shepherd_sessions::{Attachment, ClientMessage, ServerMessage};
 use tokio::sync::broadcast::error::RecvError;
 use utoipa::IntoParams;
 
 use crate::auth::Caller;
+use crate::error::ApiError;
 use crate::error::{ApiQuery, ApiResult};
+use crate::session_relay::{self as relay, Place};
 use crate::sessions::{manager, with_node};
 use crate::AppState;
 
@@ -55,7 +58,8 @@ pub struct AttachQuery {
     (status = 400, description = "websocket_required: a plain GET of a tab that could be attached (a plain GET of one that cannot answers why, as below)", body = crate::openapi::ErrorBody),
     (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
-    (status = 422, description = "not_a_terminal", body = crate::openapi::ErrorBody)))]
+    (status = 422, description = "not_a_terminal", body = crate::openapi::ErrorBody),
+    (status = 503, description = "host_offline: the tab lives on a runner's host that has no link now", body = crate::openapi::ErrorBody)))]
 pub async fn attach(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -70,15 +74,24 @@ pub async fn attach(
     // looked at: a browser cannot read a refused upgrade's answer, so the
     // UI asks again with a plain GET and reads it here.
     let (s, w) = state.store.session_worker(&session_id, &worker_id).await?;
-    if let Err(e) = m.check_node(&s) {
-        return Err(with_node(&state, &session_id, e).await);
-    }
+    let host = match relay::place(&state, &m, &s).await {
+        Place::Here => None,
+        Place::Host(host) => Some(host),
+        // The one kind of place check_node refuses.
+        Place::OtherNode => match m.check_node(&s) {
+            Err(e) => return Err(with_node(&state, &session_id, ApiError::from(e)).await),
+            Ok(()) => None,
+        },
+    };
     if !w.is_pty() {
         return Err(Error::invalid(
             "not_a_terminal",
             format!("worker {worker_id:?} is a {} tab, not a terminal", w.kind),
         )
         .into());
+    }
+    if let Some(host) = &host {
+        relay::check_online(&state, host).await?;
     }
     // A plain GET of an attachable tab gets the API's JSON error, not the
     // framework's text.
@@ -98,6 +111,9 @@ pub async fn attach(
         .on_upgrade(move |socket| async move {
             // The stream slot is freed when this socket ends.
             let _slot = slot;
+            if let Some(host) = host {
+                return relay::serve(state, host, s, w, resume, socket).await;
+            }
             let attached = m.attach(&session_id, &worker_id).await;
             let mut socket = socket;
             match attached {
@@ -185,22 +201,29 @@ async fn serve(
 
 /// Acts on one client message; answers an `error` message for a bad one.
 async fn handle(att: &Attachment, text: &str) -> Option<ServerMessage> {
+    match client_input(text) {
+        Ok(TabInput::Bytes(b)) => att.input(&b).await,
+        Ok(TabInput::Resize { cols, rows }) => att.resize(cols, rows).await,
+        Err(reply) => return Some(reply),
+    }
+    None
+}
+
+/// A client message as a tab takes it, or the `error` it is answered
+/// (the same for a tab here and one on a runner's host).
+pub(crate) fn client_input(text: &str) -> Result<TabInput, ServerMessage> {
     match serde_json::from_str::<ClientMessage>(text) {
-        Ok(ClientMessage::Input { data }) => {
-            att.input(data.as_bytes()).await;
-            None
-        }
+        Ok(ClientMessage::Input { data }) => Ok(TabInput::Bytes(data.into_bytes())),
         Ok(ClientMessage::Resize { cols, rows }) => {
             if !(1..=1000).contains(&cols) || !(1..=1000).contains(&rows) {
-                return Some(ServerMessage::Error {
+                return Err(ServerMessage::Error {
                     code: "invalid_size".into(),
                     message: "cols and rows must be between 1 and 1000".into(),
                 });
             }
-            att.resize(cols, rows).await;
-            None
+            Ok(TabInput::Resize { cols, rows })
         }
-        Err(e) => Some(ServerMessage::Error {
+        Err(e) => Err(ServerMessage::Error {
             code: "invalid_message".into(),
             message: format!("expected an input or resize message: {e}"),
         }),

@@ -22,6 +22,7 @@ use shepherd_store::{SessionRecord, SessionWorkerRecord};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult};
+use crate::session_relay::{self as relay, Place};
 use crate::AppState;
 
 pub(crate) fn manager(state: &AppState) -> Result<Arc<SessionManager>, Error> {
@@ -30,7 +31,20 @@ pub(crate) fn manager(state: &AppState) -> Result<Arc<SessionManager>, Error> {
     })
 }
 
-pub(crate) fn worker_view(m: &SessionManager, w: &SessionWorkerRecord) -> SessionWorker {
+/// A tab's view; `alive` says whether its process runs now, here or on the
+/// runner's host `on` (as far as that host's link last said).
+pub(crate) fn worker_view(
+    state: &AppState,
+    m: &SessionManager,
+    on: &str,
+    w: &SessionWorkerRecord,
+) -> SessionWorker {
+    let alive = w.is_pty()
+        && if on == m.config().node_id {
+            m.alive(&w.id)
+        } else {
+            state.links.live(on, &w.id)
+        };
     SessionWorker {
         id: w.id.clone(),
         kind: w.kind.clone(),
@@ -38,14 +52,14 @@ pub(crate) fn worker_view(m: &SessionManager, w: &SessionWorkerRecord) -> Sessio
         agent_id: w.agent_id.clone(),
         created_at: to_rfc3339(w.created_at),
         pid: w.pid,
-        alive: w.is_pty() && m.alive(&w.id),
+        alive,
         epoch: w.epoch,
         exit_code: w.exit_code,
         exited_at: w.exited_at.map(to_rfc3339),
     }
 }
 
-fn session_view(m: &SessionManager, s: &SessionRecord) -> Session {
+fn session_view(state: &AppState, m: &SessionManager, s: &SessionRecord) -> Session {
     Session {
         id: s.id.clone(),
         name: s.name.clone(),
@@ -53,27 +67,34 @@ fn session_view(m: &SessionManager, s: &SessionRecord) -> Session {
         created_at: to_rfc3339(s.created_at),
         node_id: s.node_id.clone(),
         node_address: s.node_address.clone(),
-        workers: s.workers.iter().map(|w| worker_view(m, w)).collect(),
+        workers: s
+            .workers
+            .iter()
+            .map(|w| worker_view(state, m, &s.node_id, w))
+            .collect(),
     }
 }
 
 /// Adds the hosting node's address to a `session_on_other_node` error.
-pub(crate) async fn with_node(state: &AppState, session_id: &str, e: Error) -> ApiError {
-    if e.code != "session_on_other_node" {
-        return e.into();
+pub(crate) async fn with_node(state: &AppState, session_id: &str, e: ApiError) -> ApiError {
+    if e.error.code != "session_on_other_node" || e.extra.is_some() {
+        return e;
     }
     let node = state.store.session(session_id).await.ok();
     let extra = OtherNode {
         node_id: node.as_ref().map(|s| s.node_id.clone()).unwrap_or_default(),
         address: node.and_then(|s| s.node_address),
     };
-    ApiError::from(e).with_fields(serde_json::to_value(extra).unwrap_or_default())
+    e.with_fields(extra)
 }
 
 /// Create a session.
 #[utoipa::path(post, path = "/api/v1/sessions", tag = "sessions", operation_id = "create_session", request_body = CreateSession, responses(
     (status = 201, body = Session),
-    (status = 422, description = "invalid_location, outside_sessions_root, invalid_name", body = crate::openapi::ErrorBody)))]
+    (status = 404, description = "host_not_found", body = crate::openapi::ErrorBody),
+    (status = 409, description = "session_on_other_node: the host is another server node", body = crate::openapi::ErrorBody),
+    (status = 422, description = "invalid_location, outside_sessions_root, invalid_name, invalid_sessions_root (the host holds no sessions)", body = crate::openapi::ErrorBody),
+    (status = 503, description = "host_offline, host_timeout, host_failed", body = crate::openapi::ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -81,8 +102,9 @@ pub async fn create(
 ) -> ApiResult<(StatusCode, Json<Session>)> {
     caller.require_operator()?;
     let m = manager(&state)?;
-    let s = m.create_session(b.name, &b.location_path).await?;
-    Ok((StatusCode::CREATED, Json(session_view(&m, &s))))
+    let host = b.host.unwrap_or_else(|| m.config().node_id.clone());
+    let s = relay::create(&state, &m, &host, b.name, &b.location_path).await?;
+    Ok((StatusCode::CREATED, Json(session_view(&state, &m, &s))))
 }
 
 /// Every session with its tabs.
@@ -94,7 +116,7 @@ pub async fn list(
     caller.require_operator()?;
     let m = manager(&state)?;
     let list = state.store.list_sessions().await?.items;
-    let sessions: Vec<Session> = list.iter().map(|s| session_view(&m, s)).collect();
+    let sessions: Vec<Session> = list.iter().map(|s| session_view(&state, &m, s)).collect();
     Ok(Json(SessionList {
         count: sessions.len(),
         sessions,
@@ -112,7 +134,7 @@ pub async fn show(
     caller.require_operator()?;
     let m = manager(&state)?;
     let s = state.store.session(&id).await?;
-    Ok(Json(session_view(&m, &s)))
+    Ok(Json(session_view(&state, &m, &s)))
 }
 
 /// Delete a session, ending every process of it.
@@ -126,9 +148,14 @@ pub async fn delete(
 ) -> ApiResult<Json<Session>> {
     caller.require_operator()?;
     let m = manager(&state)?;
-    match m.delete_session(&id).await {
+    let s = state.store.session(&id).await?;
+    let deleted = match relay::place(&state, &m, &s).await {
+        Place::Host(host) => relay::delete(&state, &host, &s).await,
+        Place::Here | Place::OtherNode => m.delete_session(&id).await.map_err(Into::into),
+    };
+    match deleted {
         Ok(s) => {
-            let mut v = session_view(&m, &s);
+            let mut v = session_view(&state, &m, &s);
             v.workers.iter_mut().for_each(|w| w.alive = false);
             Ok(Json(v))
         }
@@ -150,8 +177,21 @@ pub async fn add_worker(
 ) -> ApiResult<(StatusCode, Json<SessionWorker>)> {
     caller.require_operator()?;
     let m = manager(&state)?;
-    match m.add_worker(&id, &b.kind, b.name, b.agent_id).await {
-        Ok(w) => Ok((StatusCode::CREATED, Json(worker_view(&m, &w)))),
+    let s = state.store.session(&id).await?;
+    let added = match relay::place(&state, &m, &s).await {
+        Place::Host(host) => {
+            relay::add_worker(&state, &host, &s, &b.kind, b.name, b.agent_id).await
+        }
+        Place::Here | Place::OtherNode => m
+            .add_worker(&id, &b.kind, b.name, b.agent_id)
+            .await
+            .map_err(Into::into),
+    };
+    match added {
+        Ok(w) => Ok((
+            StatusCode::CREATED,
+            Json(worker_view(&state, &m, &s.node_id, &w)),
+        )),
         Err(e) => Err(with_node(&state, &id, e).await),
     }
 }
@@ -168,9 +208,16 @@ pub async fn remove_worker(
 ) -> ApiResult<Json<SessionWorker>> {
     caller.require_operator()?;
     let m = manager(&state)?;
-    match m.remove_worker(&id, &worker_id).await {
+    let (s, _) = state.store.session_worker(&id, &worker_id).await?;
+    let removed = match relay::place(&state, &m, &s).await {
+        Place::Host(host) => relay::remove_worker(&state, &host, &s, &worker_id).await,
+        Place::Here | Place::OtherNode => {
+            m.remove_worker(&id, &worker_id).await.map_err(Into::into)
+        }
+    };
+    match removed {
         Ok(w) => {
-            let mut v = worker_view(&m, &w);
+            let mut v = worker_view(&state, &m, &s.node_id, &w);
             v.alive = false;
             Ok(Json(v))
         }
@@ -192,8 +239,15 @@ pub async fn restart(
 ) -> ApiResult<Json<SessionWorker>> {
     caller.require_operator()?;
     let m = manager(&state)?;
-    match m.restart(&id, &worker_id, b.mode).await {
-        Ok(w) => Ok(Json(worker_view(&m, &w))),
+    let (s, w) = state.store.session_worker(&id, &worker_id).await?;
+    let restarted = match relay::place(&state, &m, &s).await {
+        Place::Host(host) => relay::restart(&state, &host, &s, &w, b.mode).await,
+        Place::Here | Place::OtherNode => {
+            m.restart(&id, &worker_id, b.mode).await.map_err(Into::into)
+        }
+    };
+    match restarted {
+        Ok(w) => Ok(Json(worker_view(&state, &m, &s.node_id, &w))),
         Err(e) => Err(with_node(&state, &id, e).await),
     }
 }
@@ -210,7 +264,12 @@ pub async fn diff(
 ) -> ApiResult<Json<GitDiff>> {
     caller.require_operator()?;
     let m = manager(&state)?;
-    match m.diff(&id, &worker_id).await {
+    let (s, w) = state.store.session_worker(&id, &worker_id).await?;
+    let diff = match relay::place(&state, &m, &s).await {
+        Place::Host(host) => relay::diff(&state, &host, &s, &w).await,
+        Place::Here | Place::OtherNode => m.diff(&id, &worker_id).await.map_err(Into::into),
+    };
+    match diff {
         Ok(d) => Ok(Json(d)),
         Err(e) => Err(with_node(&state, &id, e).await),
     }

@@ -92,6 +92,79 @@ pub enum LinkMessage {
     Request { id: u64, request: LinkRequest },
     /// The host answers the request with that `id`.
     Reply { id: u64, reply: LinkReply },
+    /// Server to host: the client of an attached tab's stream left.
+    Detach { stream: u64 },
+    /// Host to server: nothing more follows on this stream (its process
+    /// ended, or the tab was removed).
+    StreamEnd { stream: u64 },
+    /// Host to server: something the server records.
+    Event { event: HostEvent },
+}
+
+/// What a host tells the server without being asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum HostEvent {
+    /// The PTY tabs whose process is running on the host, sent each time
+    /// its link opens.
+    Live { workers: Vec<String> },
+    /// A tab's process ended by itself.
+    TabExited {
+        session_id: String,
+        worker_id: String,
+        epoch: i64,
+        exit_code: Option<i64>,
+        signal: Option<i32>,
+    },
+}
+
+/// A PTY tab as the host that holds it needs to know it (the server keeps
+/// the records and sends what a start needs each time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct HostTab {
+    pub session_id: String,
+    pub worker_id: String,
+    /// `terminal` or `agent`.
+    pub kind: String,
+    pub agent_id: Option<String>,
+    /// The session's location on the host (checked again before a start).
+    pub location: String,
+}
+
+/// Why a tab's process is started.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum TabStartReason {
+    /// A new tab.
+    New,
+    /// A person restarted it (its old process, if any, is ended first).
+    Restart { mode: crate::RestartMode },
+}
+
+/// How a tab's last process ended, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct TabExit {
+    pub exit_code: Option<i64>,
+    pub signal: Option<i32>,
+}
+
+/// What an attach does when the host has no process for the tab (it
+/// restarted since): what the records say.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct TabRestore {
+    /// The epoch a restored process starts (the recorded one plus one).
+    pub epoch: i64,
+    /// The last recorded process, whose leftovers are ended first.
+    pub last_pid: Option<i64>,
+    /// Recorded as ended by itself: shown ended, not restored.
+    pub exited: Option<TabExit>,
+}
+
+/// Where an attaching client's history resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ResumePoint {
+    pub offset: u64,
+    pub epoch: i64,
 }
 
 /// What the server may ask of a host.
@@ -104,6 +177,32 @@ pub enum LinkRequest {
         run_id: String,
         workspace: shepherd_core::model::RunWorkspace,
     },
+    /// Check a new session's location against the host's sessions root;
+    /// answers the directory it leads to.
+    SessionLocation { path: String },
+    /// Start a tab's process (a new tab, or a restart).
+    TabStart {
+        tab: HostTab,
+        epoch: i64,
+        reason: TabStartReason,
+    },
+    /// Attach `stream` to a tab, restoring its process first when the host
+    /// has none; the host then sends the tab's frames on `stream`.
+    TabAttach {
+        stream: u64,
+        tab: HostTab,
+        resume: Option<ResumePoint>,
+        restore: TabRestore,
+    },
+    /// End a tab's processes (every tab of the session when `worker_id` is
+    /// absent); `forget` also deletes their scrollback.
+    TabStop {
+        session_id: String,
+        worker_id: Option<String>,
+        forget: bool,
+    },
+    /// A `git-diff` tab: the diff and status of the session's location.
+    SessionDiff { location: String },
 }
 
 /// A host's answer.
@@ -111,6 +210,22 @@ pub enum LinkRequest {
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum LinkReply {
     RunDiff(LinkRunDiff),
+    /// The directory a session's location leads to.
+    Location {
+        path: String,
+    },
+    /// The tab's new process.
+    TabStarted {
+        pid: i64,
+    },
+    /// The stream is attached; `restored_pid` is the process the attach
+    /// started, if it had to.
+    TabAttached {
+        restored_pid: Option<i64>,
+    },
+    GitDiff(crate::GitDiff),
+    /// Done, nothing to say.
+    Done,
     /// Refused or failed, as the API would answer it.
     Failed {
         status: u16,

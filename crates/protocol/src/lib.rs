@@ -19,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod hosts;
 pub mod input;
+pub mod link_stream;
 pub mod pty;
 pub mod runs;
 pub mod sessions;

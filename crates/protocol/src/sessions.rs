@@ -12,6 +12,11 @@ pub struct CreateSession {
     pub name: Option<String>,
     /// An existing directory on the host, inside `SHEPHERD_SESSIONS_ROOT` when set.
     pub location_path: String,
+    /// The host the session lives on (an id from `GET /api/v1/hosts`): a
+    /// runner's host holds its PTYs itself. Default: the server node that
+    /// received the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
@@ -90,6 +95,15 @@ pub struct OtherNode {
     pub node_id: String,
     /// Where the hosting node is reached, when it said.
     pub address: Option<String>,
+}
+
+/// The body of a 503 `host_offline` for a session on a runner's host,
+/// besides `error`: which host, and when it was last heard from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct HostOffline {
+    pub host_id: String,
+    pub host_name: String,
+    pub last_seen_at: String,
 }
 
 /// What `git-diff` tabs show.

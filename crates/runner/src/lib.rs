@@ -502,12 +502,37 @@ a runner without agents has nothing to do there"
         .values()
         .filter_map(|a| a.worktree_repo().map(|(repo, _)| repo.to_owned()))
         .collect();
-    tracker.spawn(host_link::keep_open(
-        client_rx,
-        id.clone(),
-        Arc::new(host_link::LinkServer::new(repos)),
-        shutdown.clone(),
-    ));
+    let id_for_link = id.clone();
+    let sessions = setup.sessions_root.as_ref().map(|root| {
+        use shepherd_sessions::pty_host::{PtyHost, PtyHostConfig};
+        PtyHost::new(PtyHostConfig {
+            data_dir: config.data_dir.clone(),
+            sessions_root: std::path::absolute(root).unwrap_or_else(|_| root.clone()),
+            shell: shepherd_sessions::launch::default_shell(),
+            agents: config
+                .agents
+                .iter()
+                .map(|(name, a)| (name.clone(), shepherd_sessions::AgentSpec::from(a)))
+                .collect(),
+            kill_grace: Duration::from_secs(2),
+            limits: Default::default(),
+            child_umask: config.child_umask,
+        })
+    });
+    let pty = sessions.as_ref().map(|(p, _)| p.clone());
+    let link = Arc::new(host_link::LinkServer::new(repos, pty.clone()));
+    if let Some((_, exits)) = sessions {
+        tracker.spawn(link.clone().forward_exits(exits, shutdown.clone()));
+    }
+    let link_shutdown = shutdown.clone();
+    tracker.spawn(async move {
+        host_link::keep_open(client_rx, id_for_link, link, link_shutdown).await;
+        // A stopping host ends its tabs' processes; each is restored on
+        // its next attach, as a server node's are.
+        if let Some(p) = pty {
+            p.shutdown().await;
+        }
+    });
     Ok(Some(id))
 }
 

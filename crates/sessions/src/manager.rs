@@ -8,7 +8,7 @@
 //! the others find it running.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,48 +20,12 @@ use shepherd_store::{
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::launch::{AgentSpec, Launcher};
 use crate::scrollback::{Limits, Scrollback};
-use crate::worker::{ExitInfo, ExitNotice, LaunchSpec, Output, PtyProcess};
-
-/// How an agent is run in a session tab.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct AgentSpec {
-    /// The command a person talks to (`["claude"]`); empty: not interactive.
-    pub interactive_command: Vec<String>,
-    /// Appended to continue the agent's earlier conversation.
-    pub continue_args: Vec<String>,
-    pub env: Vec<(String, String)>,
-}
-
-/// Placeholder in `continue_args` for the agent's own conversation id.
-pub const AGENT_SESSION_PLACEHOLDER: &str = "{agent_session_id}";
-
-impl AgentSpec {
-    /// The arguments that continue the agent's earlier conversation in a
-    /// tab. `{agent_session_id}` is filled from the id the tab knows; when it
-    /// knows none, none of `continue_args` is used (the agent starts afresh):
-    /// dropping only the placeholder would leave a flag such as `--resume`
-    /// without its value, and passing it through would hand the agent a
-    /// literal `{agent_session_id}`. The same rule as follow-up runs of a
-    /// conversation. An id that could read as an option (see
-    /// `shepherd_core::cmdline::check_agent_session_id`) counts as none.
-    pub fn continue_args_for(&self, agent_session_id: Option<&str>) -> Vec<String> {
-        let needs_id = self
-            .continue_args
-            .iter()
-            .any(|a| a.contains(AGENT_SESSION_PLACEHOLDER));
-        let safe = |id: &&str| shepherd_core::cmdline::check_agent_session_id(id).is_ok();
-        match agent_session_id.filter(safe) {
-            Some(id) => self
-                .continue_args
-                .iter()
-                .map(|a| a.replace(AGENT_SESSION_PLACEHOLDER, id))
-                .collect(),
-            None if needs_id => Vec::new(),
-            None => self.continue_args.clone(),
-        }
-    }
-}
+use crate::worker::{
+    restart_marker, restart_mode_name, restore_marker, Attachment, ExitInfo, ExitNotice,
+    LaunchSpec, Output, PtyProcess,
+};
 
 /// The node's session settings.
 #[derive(Debug, Clone)]
@@ -92,10 +56,7 @@ impl ManagerConfig {
             node_id,
             node_address: None,
             sessions_root: None,
-            shell: std::env::var("SHELL")
-                .ok()
-                .filter(|s| !s.trim().is_empty())
-                .unwrap_or_else(|| "/bin/sh".into()),
+            shell: crate::launch::default_shell(),
             agents: BTreeMap::new(),
             kill_grace: Duration::from_secs(2),
             limits: Limits::default(),
@@ -104,7 +65,7 @@ impl ManagerConfig {
     }
 }
 
-pub use shepherd_protocol::{GitDiff, RestartMode};
+use shepherd_protocol::{GitDiff, RestartMode};
 
 #[derive(Default)]
 struct SlotState {
@@ -114,30 +75,6 @@ struct SlotState {
 
 struct Slot {
     state: tokio::sync::Mutex<SlotState>,
-}
-
-/// A client's handle on an attached worker.
-pub struct Attachment {
-    pub output: Arc<Output>,
-    pub process: Option<Arc<PtyProcess>>,
-}
-
-impl Attachment {
-    pub async fn input(&self, bytes: &[u8]) {
-        if let Some(p) = self.process.as_ref().filter(|p| p.alive()) {
-            if let Err(e) = p.input(bytes).await {
-                tracing::debug!(error = %e, "PTY input failed");
-            }
-        }
-    }
-
-    pub async fn resize(&self, cols: u16, rows: u16) {
-        if let Some(p) = self.process.as_ref().filter(|p| p.alive()) {
-            if let Err(e) = p.resize(cols, rows).await {
-                tracing::debug!(error = %e, "PTY resize failed");
-            }
-        }
-    }
 }
 
 /// The code of the error an impossible restore answers.
@@ -152,13 +89,10 @@ pub struct SessionManager {
     shutting_down: AtomicBool,
 }
 
-fn random_id(prefix: &str) -> String {
+/// A new session or tab id: `prefix` and 16 random hex digits.
+pub fn new_id(prefix: &str) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
     format!("{prefix}{}", &id[..16])
-}
-
-fn now_rfc3339() -> String {
-    shepherd_core::time::to_rfc3339(shepherd_store::now_ms())
 }
 
 impl SessionManager {
@@ -335,43 +269,18 @@ impl SessionManager {
 
     // ----- sessions -----
 
-    /// Checks a location: an existing directory, inside the sessions root if
-    /// one is set, after every link on the way is resolved. Called when a
-    /// session is created and again before every process is started in it
-    /// ([`SessionManager::launch_dir`]): what is checked is the directory
-    /// the path leads to now.
+    fn launcher(&self) -> Launcher<'_> {
+        Launcher {
+            shell: &self.config.shell,
+            agents: &self.config.agents,
+            sessions_root: self.config.sessions_root.as_deref(),
+            umask: self.config.child_umask,
+        }
+    }
+
+    /// Checks a location (see [`Launcher::check_location`]).
     pub fn check_location(&self, path: &str) -> Result<PathBuf, Error> {
-        let p = Path::new(path);
-        if path.trim().is_empty() || !p.is_absolute() {
-            return Err(Error::invalid(
-                "invalid_location",
-                format!("location_path must be an absolute path (got {path:?})"),
-            ));
-        }
-        let canon = p
-            .canonicalize()
-            .ok()
-            .filter(|c| c.is_dir())
-            .ok_or_else(|| {
-                Error::invalid(
-                    "invalid_location",
-                    format!("location_path {path:?} is not an existing directory"),
-                )
-            })?;
-        if let Some(root) = &self.config.sessions_root {
-            let root = root.canonicalize().unwrap_or_else(|_| root.clone());
-            if !canon.starts_with(&root) {
-                return Err(Error::invalid(
-                    "outside_sessions_root",
-                    format!(
-                        "location_path {path:?} leads to {}, outside the sessions root {}",
-                        canon.display(),
-                        root.display()
-                    ),
-                ));
-            }
-        }
-        Ok(canon)
+        self.launcher().check_location(path)
     }
 
     pub async fn create_session(
@@ -388,7 +297,7 @@ impl SessionManager {
         });
         self.store
             .create_session(NewSession {
-                id: random_id("ses_"),
+                id: new_id("ses_"),
                 name,
                 location_path: canon.display().to_string(),
                 node_id: self.config.node_id.clone(),
@@ -411,29 +320,6 @@ impl SessionManager {
 
     // ----- workers -----
 
-    /// The directory a process of `s` starts in: its location checked
-    /// again, as at creation. The directory (or one on its path) may have
-    /// been replaced by a link since, to somewhere outside the sessions
-    /// root; then nothing is started. The spawn itself starts the process in
-    /// exactly the directory checked here (see `PtyProcess::spawn`).
-    fn launch_dir(&self, s: &SessionRecord) -> Result<PathBuf, Error> {
-        if !Path::new(&s.location_path).is_dir() {
-            return Err(Error::invalid(
-                "invalid_location",
-                format!(
-                    "the session's location {} no longer exists",
-                    s.location_path
-                ),
-            ));
-        }
-        self.check_location(&s.location_path).map_err(|e| {
-            Error::invalid(
-                e.code,
-                format!("nothing was started: the session's {}", e.message),
-            )
-        })
-    }
-
     fn launch(
         &self,
         s: &SessionRecord,
@@ -441,61 +327,8 @@ impl SessionManager {
         agent_id: Option<&str>,
         continue_: bool,
     ) -> Result<LaunchSpec, Error> {
-        let cwd = self.launch_dir(s)?;
-        let mut env = vec![
-            ("TERM".to_owned(), "xterm-256color".to_owned()),
-            ("SHEPHERD_SESSION_ID".to_owned(), s.id.clone()),
-        ];
-        let (program, args) = match kind {
-            "terminal" => (self.config.shell.clone(), Vec::new()),
-            "agent" => {
-                let id = agent_id.unwrap_or_default();
-                let a = self.config.agents.get(id).ok_or_else(|| {
-                    Error::invalid(
-                        "agent_not_found",
-                        format!("no agent {id:?} is configured ([agents.{id}])"),
-                    )
-                })?;
-                if a.interactive_command.is_empty() {
-                    return Err(Error::invalid(
-                        "agent_not_interactive",
-                        format!("agent {id:?} has no interactive_command"),
-                    ));
-                }
-                env.extend(a.env.iter().cloned());
-                let mut args = a.interactive_command[1..].to_vec();
-                if continue_ {
-                    // A tab stores no agent conversation id (yet), so
-                    // arguments naming one are left out rather than
-                    // passed with the placeholder unfilled.
-                    let extra = a.continue_args_for(None);
-                    if extra.len() < a.continue_args.len() {
-                        tracing::info!(
-                            session_id = %s.id,
-                            agent_id = id,
-                            "continue_args name {AGENT_SESSION_PLACEHOLDER} and this tab knows none: the agent starts a new conversation"
-                        );
-                    }
-                    args.extend(extra);
-                }
-                (a.interactive_command[0].clone(), args)
-            }
-            other => {
-                return Err(Error::invalid(
-                    "not_a_terminal",
-                    format!("a {other:?} worker runs no process"),
-                ))
-            }
-        };
-        Ok(LaunchSpec {
-            program,
-            args,
-            cwd,
-            env,
-            cols: 80,
-            rows: 24,
-            umask: self.config.child_umask,
-        })
+        self.launcher()
+            .spec(&s.id, &s.location_path, kind, agent_id, continue_)
     }
 
     fn spawn(
@@ -529,34 +362,8 @@ impl SessionManager {
     ) -> Result<SessionWorkerRecord, Error> {
         let s = self.store.session(session_id).await?;
         self.check_node(&s)?;
-        let name = match (name, kind) {
-            (Some(n), _) => n,
-            (None, "agent") => agent_id.clone().unwrap_or_else(|| "agent".into()),
-            (None, "git-diff") => "git diff".into(),
-            (None, _) => "terminal".into(),
-        };
-        match kind {
-            "terminal" | "git-diff" if agent_id.is_some() => {
-                return Err(Error::invalid(
-                    "invalid_agent_id",
-                    "agent_id is only for agent workers",
-                ))
-            }
-            "agent" if agent_id.is_none() => {
-                return Err(Error::invalid(
-                    "agent_not_found",
-                    "an agent worker needs agent_id, the name of an [agents.*] entry",
-                ))
-            }
-            "agent" | "terminal" | "git-diff" => {}
-            other => {
-                return Err(Error::invalid(
-                    "invalid_worker_type",
-                    format!("type must be agent, terminal or git-diff (got {other:?})"),
-                ))
-            }
-        }
-        let id = random_id("wk_");
+        let name = crate::launch::tab_name(kind, name, agent_id.as_deref())?;
+        let id = new_id("wk_");
         if kind == "git-diff" {
             return self
                 .store
@@ -667,18 +474,9 @@ impl SessionManager {
         }
         let (_, w) = self.store.session_worker(session_id, worker_id).await?;
         let output = self.output_of(&mut st, &w);
-        let mode_name = match mode {
-            RestartMode::New => "new",
-            RestartMode::Continue => "continue",
-        };
+        let mode_name = restart_mode_name(mode);
         let epoch = w.epoch + 1;
-        output.begin_epoch(
-            epoch,
-            Some(&format!(
-                "\r\n\x1b[2m[shepherd] restarted ({mode_name}) at {}\x1b[0m\r\n",
-                now_rfc3339()
-            )),
-        );
+        output.begin_epoch(epoch, Some(&restart_marker(mode)));
         let process = self
             .spawn(&spec, session_id, worker_id, epoch, output)
             .map_err(|e| Error::invalid("spawn_failed", e))?;
@@ -748,13 +546,7 @@ impl SessionManager {
         let started = match self.launch(&s, &w.kind, w.agent_id.as_deref(), true) {
             Ok(spec) => {
                 let epoch = w.epoch + 1;
-                output.begin_epoch(
-                    epoch,
-                    Some(&format!(
-                        "\r\n\x1b[2m[shepherd] session restored at {}; this is a new process\x1b[0m\r\n",
-                        now_rfc3339()
-                    )),
-                );
+                output.begin_epoch(epoch, Some(&restore_marker()));
                 self.spawn(&spec, session_id, worker_id, epoch, output.clone())
             }
             Err(e) => Err(e.message),
@@ -800,37 +592,8 @@ impl SessionManager {
                 format!("worker {worker_id:?} is a {} tab", w.kind),
             ));
         }
-        // git runs in the location too: checked again like a launch.
-        let dir = self.launch_dir(&s)?.display().to_string();
-        let diff = git(&dir, &["diff"]).await?;
-        let status = git(&dir, &["status", "--porcelain"]).await?;
-        Ok(GitDiff { diff, status })
+        crate::git_tab::location_diff(&self.launcher(), &s.location_path).await
     }
-}
-
-async fn git(dir: &str, args: &[&str]) -> Result<String, Error> {
-    let run = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), run)
-        .await
-        .map_err(|_| Error::unavailable("git_timeout", "git took longer than 30 s"))?
-        .map_err(|e| Error::invalid("git_failed", format!("cannot run git: {e}")))?;
-    if !out.status.success() {
-        return Err(Error::invalid(
-            "git_failed",
-            format!(
-                "git {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[cfg(test)]

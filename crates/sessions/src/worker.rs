@@ -201,6 +201,63 @@ impl Output {
     }
 }
 
+/// A client's handle on an attached worker.
+pub struct Attachment {
+    pub output: Arc<Output>,
+    pub process: Option<Arc<PtyProcess>>,
+}
+
+impl Attachment {
+    pub async fn input(&self, bytes: &[u8]) {
+        if let Some(p) = self.process.as_ref().filter(|p| p.alive()) {
+            if let Err(e) = p.input(bytes).await {
+                tracing::debug!(error = %e, "PTY input failed");
+            }
+        }
+    }
+
+    pub async fn resize(&self, cols: u16, rows: u16) {
+        if let Some(p) = self.process.as_ref().filter(|p| p.alive()) {
+            if let Err(e) = p.resize(cols, rows).await {
+                tracing::debug!(error = %e, "PTY resize failed");
+            }
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    shepherd_core::time::to_rfc3339(ms)
+}
+
+/// The line written into a tab's history when a process is restored.
+pub fn restore_marker() -> String {
+    format!(
+        "\r\n\x1b[2m[shepherd] session restored at {}; this is a new process\x1b[0m\r\n",
+        now_rfc3339()
+    )
+}
+
+/// How a restart's mode is named in records and markers.
+pub fn restart_mode_name(mode: shepherd_protocol::RestartMode) -> &'static str {
+    match mode {
+        shepherd_protocol::RestartMode::New => "new",
+        shepherd_protocol::RestartMode::Continue => "continue",
+    }
+}
+
+/// The line written into a tab's history when it is restarted.
+pub fn restart_marker(mode: shepherd_protocol::RestartMode) -> String {
+    let name = restart_mode_name(mode);
+    format!(
+        "\r\n\x1b[2m[shepherd] restarted ({name}) at {}\x1b[0m\r\n",
+        now_rfc3339()
+    )
+}
+
 /// What to run in the PTY.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {

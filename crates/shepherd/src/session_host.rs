@@ -69,14 +69,7 @@ pub fn manager(
     mc.agents = config
         .agents
         .iter()
-        .map(|(name, a)| {
-            let spec = AgentSpec {
-                interactive_command: a.interactive_command.clone(),
-                continue_args: a.continue_args.clone(),
-                env: a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            };
-            (name.clone(), spec)
-        })
+        .map(|(name, a)| (name.clone(), AgentSpec::from(a)))
         .collect();
     Ok(SessionManager::new(store, mc))
 }

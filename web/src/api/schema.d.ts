@@ -1726,6 +1726,12 @@ export interface components {
             secret: string;
         };
         CreateSession: {
+            /**
+             * @description The host the session lives on (an id from `GET /api/v1/hosts`): a
+             *     runner's host holds its PTYs itself. Default: the server node that
+             *     received the request.
+             */
+            host?: string | null;
             /** @description An existing directory on the host, inside `SHEPHERD_SESSIONS_ROOT` when set. */
             location_path: string;
             /** @description Defaults to the directory's name. */
@@ -6987,8 +6993,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description body_timeout */
             408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description session_on_other_node: the host is another server node */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7014,7 +7038,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description invalid_location, outside_sessions_root, invalid_name */
+            /** @description invalid_location, outside_sessions_root, invalid_name, invalid_sessions_root (the host holds no sessions) */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -7025,6 +7049,15 @@ export interface operations {
             };
             /** @description too_many_requests (its token's requests in flight) */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_offline, host_timeout, host_failed */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10515,6 +10548,15 @@ export interface operations {
             };
             /** @description not_a_terminal */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_offline: the tab lives on a runner's host that has no link now */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

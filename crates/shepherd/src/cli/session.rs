@@ -36,6 +36,10 @@ pub enum SessionCommand {
         /// A name to find it by (default: the directory's name).
         #[arg(long)]
         name: Option<String>,
+        /// The host it lives on (an id from `shepherd hosts`; default: the
+        /// server node). The path is then one on that host, and absolute.
+        #[arg(long)]
+        host: Option<String>,
     },
     /// List sessions and their tabs.
     List,
@@ -281,7 +285,7 @@ fn worker_rows(ws: &[SessionWorker]) -> Vec<Vec<String>> {
 
 fn print_session(v: &Session) {
     println!(
-        "session {}  {}  {}  (node {})",
+        "session {}  {}  {}  (host {})",
         v.id, v.name, v.location_path, v.node_id
     );
     if !v.workers.is_empty() {
@@ -298,11 +302,16 @@ fn print_session(v: &Session) {
 pub async fn session(g: &Global, cmd: &SessionCommand) -> Result<()> {
     let c = client(g)?;
     let v = match cmd {
-        SessionCommand::New { path, name } => {
-            let abs = std::path::absolute(path)?;
+        SessionCommand::New { path, name, host } => {
+            // A path on another host is that host's to resolve.
+            let location = match host {
+                Some(_) => path.clone(),
+                None => std::path::absolute(path)?,
+            };
             let body = CreateSession {
-                location_path: abs.display().to_string(),
+                location_path: location.display().to_string(),
                 name: name.clone(),
+                host: host.clone(),
             };
             c.create_session(&body).await.map_err(explain)?
         }

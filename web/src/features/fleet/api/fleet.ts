@@ -3,11 +3,11 @@
 // that refresh them.
 import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap } from "@/api/client";
+import { hostKeys } from "@/api/hosts";
 import { useServerEvents } from "@/events/hooks";
 
 const fleetKeys = {
   all: ["fleet"] as const,
-  hosts: ["fleet", "hosts"] as const,
   workers: (includeClosed: boolean) => ["fleet", "workers", includeClosed] as const,
   events: (staleMinutes: number) => ["fleet", "events", staleMinutes] as const,
 };
@@ -16,16 +16,6 @@ export function useFleetWorkers(includeClosed: boolean) {
   return useQuery({
     queryKey: fleetKeys.workers(includeClosed),
     queryFn: ({ signal }) => unwrap(api.GET("/api/v1/workers", { params: { query: { include_closed: includeClosed } }, signal })),
-  });
-}
-
-/** Where work lives: server nodes and runners' hosts, online or not. */
-export function useFleetHosts() {
-  return useQuery({
-    queryKey: fleetKeys.hosts,
-    queryFn: ({ signal }) => unwrap(api.GET("/api/v1/hosts", { signal })),
-    // A host goes offline by saying nothing: only time passing shows it.
-    refetchInterval: 15_000,
   });
 }
 
@@ -61,6 +51,7 @@ export function useFleetLiveUpdates() {
       )
     ) {
       void client.invalidateQueries({ queryKey: fleetKeys.all });
+      void client.invalidateQueries({ queryKey: hostKeys.all });
     }
   });
 }

@@ -5,7 +5,8 @@
 // worker_events timeline is beside them.
 import { useNavigate } from "@tanstack/react-router";
 import type { FleetHost, FleetWorker } from "@/api/types";
-import { useFleetHosts, useFleetLiveUpdates, useFleetWorkers, useWorkerEvents } from "@/features/fleet/api/fleet";
+import { useHosts } from "@/api/hosts";
+import { useFleetLiveUpdates, useFleetWorkers, useWorkerEvents } from "@/features/fleet/api/fleet";
 import { FleetTable } from "./FleetTable";
 import { HostsTable } from "./HostsTable";
 import { SessionTabsTable } from "./SessionTabsTable";
@@ -49,7 +50,7 @@ function byHost(workers: FleetWorker[], hosts: FleetHost[]): HostGroup[] {
 export function FleetPage({ search }: { search: FleetSearch }) {
   const navigate = useNavigate({ from: "/fleet" });
   const stale = search.stale ?? DEFAULT_STALE;
-  const hosts = useFleetHosts();
+  const hosts = useHosts();
   const workers = useFleetWorkers(!!search.closed);
   const events = useWorkerEvents(stale);
   useFleetLiveUpdates();

@@ -1,9 +1,10 @@
 // The sessions contract's sessions at /sessions: every workspace with its tabs, and a
-// form to open a new one on a directory of the host.
+// form to open a new one on a directory of a host (this server, or a runner's).
 import { useState, type FormEvent } from "react";
 import { Link, useNavigate } from "@tanstack/react-router";
 import { RelativeTime } from "@/components/time";
 import { OperatorOnly } from "@/components/OperatorOnly";
+import { HostSelect } from "@/features/sessions/components/HostSelect";
 import { useSessionActions, useSessionLiveUpdates, useSessions } from "@/features/sessions/api/sessions";
 
 function CreateSessionForm() {
@@ -11,10 +12,11 @@ function CreateSessionForm() {
   const navigate = useNavigate();
   const [name, setName] = useState("");
   const [path, setPath] = useState("");
+  const [host, setHost] = useState("");
   const submit = (e: FormEvent) => {
     e.preventDefault();
     create.mutate(
-      { name: name.trim() || undefined, location_path: path.trim() },
+      { name: name.trim() || undefined, location_path: path.trim(), host: host || undefined },
       { onSuccess: (s) => void navigate({ to: "/sessions/$sessionId", params: { sessionId: s.id }, search: {} }) },
     );
   };
@@ -26,6 +28,7 @@ function CreateSessionForm() {
           <span>Name</span>
           <input value={name} onChange={(e) => setName(e.target.value)} placeholder="defaults to the directory's name" data-testid="session-name" />
         </label>
+        <HostSelect value={host} onChange={setHost} />
         <label className="field grow">
           <span>Location path</span>
           <input value={path} onChange={(e) => setPath(e.target.value)} placeholder="/home/me/project" required data-testid="session-path" />

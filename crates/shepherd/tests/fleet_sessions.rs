@@ -1,0 +1,354 @@
+//! Sessions on a runner's host, on both stores, with two hosts on this
+//! machine: the real `shepherd serve` and the real `shepherd runner` (its
+//! own data directory, HOME and sessions root, no agents). A terminal is
+//! created on the runner's host and typed into through the server; its
+//! process is the runner's child, not the server's. Its history reaches
+//! the client exactly once after the server is killed with SIGKILL and
+//! started again (the runner's link comes back, the client resumes from
+//! its offset) and after the runner is killed with SIGKILL and started
+//! again (the tab is restored: old history once, a marker, a new process).
+//! While the runner is down, its sessions answer 503 `host_offline`, naming
+//! the host.
+
+mod common;
+#[path = "common/ws.rs"]
+mod ws;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use shepherd_protocol as p;
+
+use common::{wait_ready, Env, Kind, Proc, Served, OPERATOR};
+use ws::{Opts, Term};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// `shepherd runner` with its own data directory, HOME and sessions root.
+fn runner(base: &str, data_dir: &Path, root: &Path) -> Proc {
+    let home = data_dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["runner", "--server", base])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("SHELL", "/bin/sh")
+        .env("SHEPHERD_TOKEN", OPERATOR)
+        .env("SHEPHERD_DATA_DIR", data_dir)
+        .env("SHEPHERD_SESSIONS_ROOT", root)
+        .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
+        .env(
+            "SHEPHERD_LOG",
+            std::env::var("FLEET_LOG").unwrap_or("warn".into()),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("shepherd runner");
+    Proc(child)
+}
+
+/// The real server, started again on the same data and address.
+struct Node {
+    env: Env,
+    listen: String,
+    base: String,
+    child: Option<Served>,
+    http: reqwest::Client,
+}
+
+impl Node {
+    async fn start(&mut self) {
+        let served = Served::spawn(
+            self.env
+                .serve_command()
+                .env("SHEPHERD_LISTEN", &self.listen)
+                .stderr(Stdio::inherit()),
+        );
+        self.listen = served.addr.to_string();
+        self.base = served.base.clone();
+        self.child = Some(served);
+        wait_ready(&self.http, &self.base).await;
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut p) = self.child.take() {
+            p.child.kill().unwrap();
+            p.child.wait().unwrap();
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(OPERATOR);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn ppid(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Attaches through the server, retrying while the host's link is not back
+/// yet (503 `host_offline`).
+async fn attach(base: &str, sid: &str, wid: &str, resume: Option<(u64, i64)>) -> Term {
+    let start = Instant::now();
+    loop {
+        let o = Opts {
+            token: Some(OPERATOR),
+            query: resume.map(|(o, e)| format!("offset={o}&epoch={e}")),
+            ..Default::default()
+        };
+        match ws::try_connect(base, &ws::path(sid, wid), o).await {
+            Ok(mut t) => {
+                // A link that dropped between the check and the attach
+                // closes the socket at once ("try again"); so does that.
+                let first = t.next(Duration::from_secs(10)).await;
+                if first.as_ref().is_some_and(|v| v["type"] == "history") {
+                    return t;
+                }
+            }
+            Err(status) => assert_eq!(status, 503, "only a host not back yet is retried"),
+        }
+        assert!(start.elapsed() < WAIT, "the tab was never attached again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn a_terminal_on_a_runners_host(kind: Kind) {
+    let mut env = Env::new(kind);
+    env.set("SHEPHERD_TOKEN", OPERATOR)
+        .set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "3");
+    let far = env.dir.join("far-host");
+    let root = far.join("work");
+    std::fs::create_dir_all(root.join("project")).unwrap();
+    std::fs::create_dir_all(env.dir.join("not-far")).unwrap();
+    let mut node = Node {
+        env,
+        listen: "127.0.0.1:0".into(),
+        base: String::new(),
+        child: None,
+        http: reqwest::Client::new(),
+    };
+    node.start().await;
+    let mut r = runner(&node.base, &far.join("data"), &root);
+
+    // The runner's host comes online.
+    let start = Instant::now();
+    let host = loop {
+        let (_, list) = node.call(reqwest::Method::GET, "/api/v1/hosts", None).await;
+        let list: p::HostList = serde_json::from_value(list).unwrap();
+        if let Some(h) = list
+            .hosts
+            .into_iter()
+            .find(|h| h.kind == p::HostKind::Runner && h.online)
+        {
+            break h;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "the runner's host never came online"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+
+    // The host's own rules: a location outside its sessions root is refused.
+    let outside = node.env.dir.join("not-far");
+    let (st, e) = node
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/sessions",
+            Some(json!({ "location_path": outside, "host": host.id })),
+        )
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (422, Some("outside_sessions_root")),
+        "{e}"
+    );
+    let (st, e) = node
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/sessions",
+            Some(json!({ "location_path": root.join("project"), "host": "host-nowhere" })),
+        )
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (404, Some("host_not_found")),
+        "{e}"
+    );
+
+    // A session on it, and a terminal there, typed into through the server.
+    let (st, session) = node
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/sessions",
+            Some(json!({ "location_path": root.join("project"), "host": host.id })),
+        )
+        .await;
+    assert_eq!(st, 201, "{session}");
+    let session: p::Session = serde_json::from_value(session).unwrap();
+    assert_eq!(session.node_id, host.id);
+    let sid = session.id.clone();
+    let (st, w) = node
+        .call(
+            reqwest::Method::POST,
+            &format!("/api/v1/sessions/{sid}/workers"),
+            Some(json!({ "type": "terminal" })),
+        )
+        .await;
+    assert_eq!(st, 201, "{w}");
+    let w: p::SessionWorker = serde_json::from_value(w).unwrap();
+    let wid = w.id.clone();
+    let pid = w.pid.expect("a process");
+    assert_eq!(
+        ppid(pid),
+        Some(r.0.id() as i64),
+        "the PTY is the runner's child, on its host"
+    );
+
+    let mut t = attach(&node.base, &sid, &wid, None).await;
+    t.wait_prompt("", WAIT).await;
+    t.type_line("echo one-$((40+2))").await;
+    t.wait_for("one-42", WAIT).await;
+    let (_, shown) = node
+        .call(
+            reqwest::Method::GET,
+            &format!("/api/v1/sessions/{sid}"),
+            None,
+        )
+        .await;
+    assert_eq!(shown["workers"][0]["alive"], true, "{shown}");
+    // Something that prints while the server is gone.
+    t.type_line("sleep 2; echo two-$((1+1))").await;
+    t.wait_for("sleep 2", WAIT).await;
+    let before = (t.offset, t.epoch.unwrap());
+    let seen_before = t.screen.clone();
+
+    // The server is killed and started again; the client resumes.
+    node.kill9();
+    assert!(t.closed(WAIT).await);
+    node.start().await;
+    let mut t = attach(&node.base, &sid, &wid, Some(before)).await;
+    t.wait_for("two-2", WAIT).await;
+    let whole = format!("{seen_before}{}", t.screen);
+    assert_eq!(whole.matches("one-42").count(), 1, "{whole:?}");
+    assert_eq!(whole.matches("two-2").count(), 1, "{whole:?}");
+    assert_eq!(t.epoch, Some(before.1), "the same process");
+    t.wait_prompt("two-2", WAIT).await;
+    let after_server = (t.offset, t.epoch.unwrap());
+
+    // The runner is killed: its sessions say which host is gone.
+    r.0.kill().unwrap();
+    r.0.wait().unwrap();
+    assert!(t.closed(WAIT).await);
+    let start = Instant::now();
+    loop {
+        let (st, e) = node
+            .call(
+                reqwest::Method::POST,
+                &format!("/api/v1/sessions/{sid}/workers"),
+                Some(json!({ "type": "terminal" })),
+            )
+            .await;
+        if st == 503 {
+            assert_eq!(e["error"]["code"], "host_offline", "{e}");
+            assert_eq!(e["host_id"], host.id.as_str(), "{e}");
+            assert!(
+                e["last_seen_at"].as_str().is_some_and(|s| !s.is_empty()),
+                "{e}"
+            );
+            break;
+        }
+        // Until the server notices the link is gone, a tab may still be
+        // added; it dies with the runner like the others.
+        assert!(start.elapsed() < WAIT, "{st} {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (st, e) = node
+        .call(
+            reqwest::Method::GET,
+            &format!("/ws/session/{sid}/worker/{wid}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (503, Some("host_offline")),
+        "{e}"
+    );
+
+    // Started again with its data directory: the tab is restored on attach,
+    // its old history once, then a marker, then a new process.
+    let r2 = runner(&node.base, &far.join("data"), &root);
+    let mut t = attach(&node.base, &sid, &wid, Some(after_server)).await;
+    t.wait_for("session restored", WAIT).await;
+    assert_eq!(t.epoch, Some(2), "a new process, a new epoch");
+    assert_eq!(t.screen.matches("one-42").count(), 1, "{:?}", t.screen);
+    assert_eq!(t.screen.matches("two-2").count(), 1, "{:?}", t.screen);
+    t.wait_prompt("session restored", WAIT).await;
+    t.type_line("echo three-$((1+2))").await;
+    t.wait_for("three-3", WAIT).await;
+    let (_, shown) = node
+        .call(
+            reqwest::Method::GET,
+            &format!("/api/v1/sessions/{sid}"),
+            None,
+        )
+        .await;
+    let shown: p::Session = serde_json::from_value(shown).unwrap();
+    let tab = shown.workers.iter().find(|x| x.id == wid).unwrap();
+    assert_eq!(tab.epoch, 2);
+    assert_eq!(ppid(tab.pid.unwrap()), Some(r2.0.id() as i64));
+    drop(t);
+
+    // Deleted: its processes end and its scrollback leaves the runner's disk.
+    let scrollback = far.join("data").join("sessions").join(&sid);
+    assert!(scrollback.exists());
+    let (st, _) = node
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/sessions/{sid}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert!(!scrollback.exists());
+    let start = Instant::now();
+    while std::fs::metadata(format!("/proc/{}", tab.pid.unwrap())).is_ok()
+        && ppid(tab.pid.unwrap()).is_some()
+    {
+        assert!(start.elapsed() < WAIT, "the tab's process ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_on_a_runners_host_sqlite() {
+    a_terminal_on_a_runners_host(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_on_a_runners_host_postgres() {
+    a_terminal_on_a_runners_host(Kind::Postgres).await;
+}
