@@ -23,6 +23,7 @@ pub mod limits;
 pub mod listener;
 pub mod login;
 pub mod metrics;
+pub mod node_relay;
 pub mod oidc;
 pub mod openapi;
 pub mod origin;

@@ -63,6 +63,7 @@ pub struct AttachQuery {
 pub async fn attach(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: axum::http::HeaderMap,
     Path((session_id, worker_id)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<AttachQuery>,
     slot: Option<Extension<crate::limits::StreamSlot>>,
@@ -74,13 +75,16 @@ pub async fn attach(
     // looked at: a browser cannot read a refused upgrade's answer, so the
     // UI asks again with a plain GET and reads it here.
     let (s, w) = state.store.session_worker(&session_id, &worker_id).await?;
-    let host = match relay::place(&state, &m, &s).await {
-        Place::Here => None,
-        Place::Host(host) => Some(host),
-        // The one kind of place check_node refuses.
-        Place::OtherNode => match m.check_node(&s) {
-            Err(e) => return Err(with_node(&state, &session_id, ApiError::from(e)).await),
-            Ok(()) => None,
+    let (host, peer) = match relay::place(&state, &m, &s).await {
+        Place::Here => (None, None),
+        Place::Host(host) => (Some(host), None),
+        Place::OtherNode => match crate::node_relay::peer(&state, &m, &s, &headers).await {
+            Some(peer) => (None, Some(peer)),
+            // The one kind of place check_node refuses.
+            None => match m.check_node(&s) {
+                Err(e) => return Err(with_node(&state, &session_id, ApiError::from(e)).await),
+                Ok(()) => (None, None),
+            },
         },
     };
     if !w.is_pty() {
@@ -113,6 +117,13 @@ pub async fn attach(
             let _slot = slot;
             if let Some(host) = host {
                 return relay::serve(state, host, s, w, resume, socket).await;
+            }
+            if let Some(peer) = peer {
+                let mut path = format!("/ws/session/{session_id}/worker/{worker_id}");
+                if let Some((offset, epoch)) = resume {
+                    path.push_str(&format!("?offset={offset}&epoch={epoch}"));
+                }
+                return crate::node_relay::serve(peer, path, s.node_id, socket).await;
             }
             let attached = m.attach(&session_id, &worker_id).await;
             let mut socket = socket;

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use shepherd_core::time::to_rfc3339;
@@ -22,6 +22,7 @@ use shepherd_store::{SessionRecord, SessionWorkerRecord};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiJson, ApiResult};
+use crate::node_relay;
 use crate::session_relay::{self as relay, Place};
 use crate::AppState;
 
@@ -88,6 +89,27 @@ pub(crate) async fn with_node(state: &AppState, session_id: &str, e: ApiError) -
     e.with_fields(extra)
 }
 
+/// For a session on another server node: what that node answers, asked
+/// as the caller; `None` when it cannot be asked (the local path then
+/// answers `session_on_other_node`).
+async fn other_node<T, F, Fut>(
+    state: &AppState,
+    m: &SessionManager,
+    s: &SessionRecord,
+    headers: &HeaderMap,
+    ask: F,
+) -> Option<Result<T, ApiError>>
+where
+    F: FnOnce(shepherd_client::Client) -> Fut,
+    Fut: std::future::Future<Output = Result<T, shepherd_client::ClientError>>,
+{
+    if !matches!(relay::place(state, m, s).await, Place::OtherNode) {
+        return None;
+    }
+    let peer = node_relay::peer(state, m, s, headers).await?;
+    node_relay::answer(&s.node_id, ask(peer).await)
+}
+
 /// Create a session.
 #[utoipa::path(post, path = "/api/v1/sessions", tag = "sessions", operation_id = "create_session", request_body = CreateSession, responses(
     (status = 201, body = Session),
@@ -140,15 +162,25 @@ pub async fn show(
 /// Delete a session, ending every process of it.
 #[utoipa::path(delete, path = "/api/v1/sessions/{id}", tag = "sessions", operation_id = "delete_session", params(("id" = String, Path)), responses(
     (status = 200, body = Session), (status = 404, description = "session_not_found", body = crate::openapi::ErrorBody),
-    (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody)))]
+    (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
+    (status = 503, description = "host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host", body = crate::openapi::ErrorBody)))]
 pub async fn delete(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Session>> {
     caller.require_operator()?;
     let m = manager(&state)?;
     let s = state.store.session(&id).await?;
+    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+        let id = &id;
+        async move { c.delete_session(id).await }
+    })
+    .await
+    {
+        return r.map(Json);
+    }
     let deleted = match relay::place(&state, &m, &s).await {
         Place::Host(host) => relay::delete(&state, &host, &s).await,
         Place::Here | Place::OtherNode => m.delete_session(&id).await.map_err(Into::into),
@@ -168,16 +200,26 @@ pub async fn delete(
     request_body = AddWorker, responses(
     (status = 201, body = SessionWorker), (status = 404, description = "session_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
-    (status = 422, description = "invalid_worker_type, agent_not_found, agent_not_interactive, invalid_location, spawn_failed", body = crate::openapi::ErrorBody)))]
+    (status = 422, description = "invalid_worker_type, agent_not_found, agent_not_interactive, invalid_location, spawn_failed", body = crate::openapi::ErrorBody),
+    (status = 503, description = "host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host", body = crate::openapi::ErrorBody)))]
 pub async fn add_worker(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     Path(id): Path<String>,
     ApiJson(b): ApiJson<AddWorker>,
 ) -> ApiResult<(StatusCode, Json<SessionWorker>)> {
     caller.require_operator()?;
     let m = manager(&state)?;
     let s = state.store.session(&id).await?;
+    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+        let (id, b) = (&id, &b);
+        async move { c.add_session_worker(id, b).await }
+    })
+    .await
+    {
+        return r.map(|w| (StatusCode::CREATED, Json(w)));
+    }
     let added = match relay::place(&state, &m, &s).await {
         Place::Host(host) => {
             relay::add_worker(&state, &host, &s, &b.kind, b.name, b.agent_id).await
@@ -200,15 +242,25 @@ pub async fn add_worker(
 #[utoipa::path(delete, path = "/api/v1/sessions/{id}/workers/{worker_id}", tag = "sessions", operation_id = "remove_session_worker",
     params(("id" = String, Path), ("worker_id" = String, Path)), responses(
     (status = 200, body = SessionWorker), (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
-    (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody)))]
+    (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
+    (status = 503, description = "host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host", body = crate::openapi::ErrorBody)))]
 pub async fn remove_worker(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     Path((id, worker_id)): Path<(String, String)>,
 ) -> ApiResult<Json<SessionWorker>> {
     caller.require_operator()?;
     let m = manager(&state)?;
     let (s, _) = state.store.session_worker(&id, &worker_id).await?;
+    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+        let (id, w) = (&id, &worker_id);
+        async move { c.remove_session_worker(id, w).await }
+    })
+    .await
+    {
+        return r.map(Json);
+    }
     let removed = match relay::place(&state, &m, &s).await {
         Place::Host(host) => relay::remove_worker(&state, &host, &s, &worker_id).await,
         Place::Here | Place::OtherNode => {
@@ -230,16 +282,26 @@ pub async fn remove_worker(
     params(("id" = String, Path), ("worker_id" = String, Path)), request_body = RestartWorker, responses(
     (status = 200, body = SessionWorker), (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
-    (status = 422, description = "not_a_terminal, agent_not_found, agent_not_interactive, invalid_location, spawn_failed", body = crate::openapi::ErrorBody)))]
+    (status = 422, description = "not_a_terminal, agent_not_found, agent_not_interactive, invalid_location, spawn_failed", body = crate::openapi::ErrorBody),
+    (status = 503, description = "host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host", body = crate::openapi::ErrorBody)))]
 pub async fn restart(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     Path((id, worker_id)): Path<(String, String)>,
     ApiJson(b): ApiJson<RestartWorker>,
 ) -> ApiResult<Json<SessionWorker>> {
     caller.require_operator()?;
     let m = manager(&state)?;
     let (s, w) = state.store.session_worker(&id, &worker_id).await?;
+    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+        let (id, w, b) = (&id, &worker_id, &b);
+        async move { c.restart_session_worker(id, w, b).await }
+    })
+    .await
+    {
+        return r.map(Json);
+    }
     let restarted = match relay::place(&state, &m, &s).await {
         Place::Host(host) => relay::restart(&state, &host, &s, &w, b.mode).await,
         Place::Here | Place::OtherNode => {
@@ -256,15 +318,25 @@ pub async fn restart(
 #[utoipa::path(get, path = "/api/v1/sessions/{id}/workers/{worker_id}/diff", tag = "sessions", operation_id = "session_worker_diff",
     params(("id" = String, Path), ("worker_id" = String, Path)), responses(
     (status = 200, body = GitDiff), (status = 404, description = "session_not_found, worker_not_found", body = crate::openapi::ErrorBody),
-    (status = 422, description = "not_a_git_diff_worker, git_failed", body = crate::openapi::ErrorBody)))]
+    (status = 422, description = "not_a_git_diff_worker, git_failed", body = crate::openapi::ErrorBody),
+    (status = 503, description = "host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host", body = crate::openapi::ErrorBody)))]
 pub async fn diff(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     Path((id, worker_id)): Path<(String, String)>,
 ) -> ApiResult<Json<GitDiff>> {
     caller.require_operator()?;
     let m = manager(&state)?;
     let (s, w) = state.store.session_worker(&id, &worker_id).await?;
+    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+        let (id, w) = (&id, &worker_id);
+        async move { c.session_diff(id, w).await }
+    })
+    .await
+    {
+        return r.map(Json);
+    }
     let diff = match relay::place(&state, &m, &s).await {
         Place::Host(host) => relay::diff(&state, &host, &s, &w).await,
         Place::Here | Place::OtherNode => m.diff(&id, &worker_id).await.map_err(Into::into),

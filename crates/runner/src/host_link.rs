@@ -148,15 +148,17 @@ impl LinkServer {
                     return stopping();
                 };
                 match crate::workspace_diff::read_diff(&self.repos, &run_id, &workspace).await {
-                    Ok(d) if d.diff.len() + d.stat.len() > MAX_DIFF => return LinkReply::Failed {
-                        status: 422,
-                        code: "diff_too_large".into(),
-                        message: format!(
+                    Ok(d) if d.diff.len() + d.stat.len() > MAX_DIFF => {
+                        return LinkReply::Failed {
+                            status: 422,
+                            code: "diff_too_large".into(),
+                            message: format!(
                             "the diff of run {run_id} is {} MiB, more than the {} MiB a host sends",
                             d.diff.len() >> 20,
                             MAX_DIFF >> 20
                         ),
-                    },
+                        }
+                    }
                     r => r.map(LinkReply::RunDiff),
                 }
             }

@@ -16,8 +16,16 @@
 //!    after `SHEPHERD_BENCH_CLIENTS` clients (default 200) attach to a fresh
 //!    terminal and receive their history.
 //!
+//! 4. the same three through a runner's host: `shepherd runner` (its own
+//!    data directory and sessions root, no agents) holds the PTY, and the
+//!    client attaches through the server, which relays over the host's
+//!    link; echo and throughput beside the local tab's, memory as the
+//!    server's and the runner's RSS per idle relayed client.
+//!
 //! Goals: p99 echo < 5 ms, WebSocket throughput >= half the direct read,
-//! < 64 KiB per idle client. Run: `cargo bench -p shepherd --bench pty`.
+//! < 64 KiB per idle client; through the relay, echo p99 < 5 ms more than
+//! the local tab's and throughput >= half of it.
+//! Run: `cargo bench -p shepherd --bench pty`.
 
 use std::io::Write;
 use std::process::Command;
@@ -358,6 +366,110 @@ fn main() {
             (after.saturating_sub(before)) as f64 / clients as f64
         );
         drop(conns);
+
+        // The relay: the same tab on a runner's host.
+        let far = dir.join("far");
+        std::fs::create_dir_all(far.join("work")).unwrap();
+        let mut runner = Runner(
+            Command::new(env!("CARGO_BIN_EXE_shepherd"))
+                .args(["runner", "--server", &server.base])
+                .env("SHEPHERD_DATA_DIR", far.join("data"))
+                .env("SHEPHERD_SESSIONS_ROOT", far.join("work"))
+                .env("SHEPHERD_LOG", "warn")
+                .env("SHELL", "/bin/sh")
+                .env_remove("SHEPHERD_CONFIG")
+                .env_remove("SHEPHERD_AUTH_TOKEN")
+                .current_dir(&dir)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("shepherd runner"),
+        );
+        let far_work = far.join("work").display().to_string();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let remote = loop {
+            let hosts = http(reqwest::Method::GET, format!("{}/api/v1/hosts", server.base), Value::Null).await;
+            let host = hosts["hosts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|h| h["kind"] == "runner" && h["online"] == true)
+                .and_then(|h| h["id"].as_str().map(str::to_owned));
+            if let Some(host) = host {
+                let s = http(
+                    reqwest::Method::POST,
+                    format!("{}/api/v1/sessions", server.base),
+                    json!({"location_path": far_work, "host": host}),
+                )
+                .await;
+                // Until its link is open, the host answers host_offline.
+                if let Some(id) = s["id"].as_str() {
+                    break id.to_owned();
+                }
+            }
+            assert!(Instant::now() < deadline, "the runner's host never took a session");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let rw = add(remote.clone()).await;
+        let rwid = rw["id"].as_str().unwrap().to_owned();
+        let mut ws = attach(&server.base, &remote, &rwid).await;
+        drain(&mut ws, Duration::from_millis(300)).await;
+        let mut relayed = ws_echo(&mut ws, keys).await;
+        relayed.sort();
+        println!(
+            "relay echo  p50 {} p99 {} max {} | local tab p50 {} p99 {} | p99 added {}",
+            ms(pct(&relayed, 0.5)),
+            ms(pct(&relayed, 0.99)),
+            ms(*relayed.last().unwrap()),
+            ms(pct(&via_ws, 0.5)),
+            ms(pct(&via_ws, 0.99)),
+            ms(pct(&relayed, 0.99).saturating_sub(pct(&via_ws, 0.99))),
+        );
+        let (t_relay, n_relay) = ws_cat(&mut ws, &path, file_bytes).await;
+        println!(
+            "relay cat  {:.1} MiB/s ({} bytes in {:.2} s) | local tab {:.1} MiB/s | ratio {:.2}",
+            rate(n_relay, t_relay),
+            n_relay,
+            t_relay.as_secs_f64(),
+            rate(n_ws, t_ws),
+            rate(n_relay, t_relay) / rate(n_ws, t_ws),
+        );
+        drop(ws);
+        let idle = add(remote.clone()).await;
+        let iid = idle["id"].as_str().unwrap().to_owned();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rpid = runner.0.id();
+        let (before, rbefore) = (rss_kib(pid), rss_kib(rpid));
+        let mut conns = Vec::with_capacity(clients);
+        for _ in 0..clients {
+            let mut c = attach(&server.base, &remote, &iid).await;
+            loop {
+                if next_json(&mut c).await["type"] == "history" {
+                    break;
+                }
+            }
+            conns.push(c);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (after, rafter) = (rss_kib(pid), rss_kib(rpid));
+        println!(
+            "relayed idle clients  server RSS {before} KiB -> {after} KiB ({:.1} KiB per client), runner RSS {rbefore} KiB -> {rafter} KiB ({:.1} KiB per client)",
+            (after.saturating_sub(before)) as f64 / clients as f64,
+            (rafter.saturating_sub(rbefore)) as f64 / clients as f64,
+        );
+        drop(conns);
+        let _ = runner.0.kill();
+        let _ = runner.0.wait();
     });
     drop(server);
+}
+
+/// The runner, ended with the bench however it ends.
+struct Runner(std::process::Child);
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

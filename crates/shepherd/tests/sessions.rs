@@ -734,9 +734,13 @@ async fn openapi_names_the_session_routes() {
 }
 
 /// Two nodes on one PostgreSQL: a session lives on the node that created
-/// it; the other answers 409 `session_on_other_node` with the host's address.
+/// it, and the other node serves it all the same, passing each request and
+/// each attached client on to the node holding the PTY. A client that
+/// resumes through the other node gets each byte once. Only when the
+/// holding node cannot be reached does the other answer 409
+/// `session_on_other_node`, with that node's address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn another_node_sends_clients_to_the_host() {
+async fn another_node_relays_to_the_host() {
     let mut env = Env::new(Kind::Postgres);
     env.set("SHEPHERD_NODE_ID", "node-a");
     let a = Server::start(&env).await;
@@ -747,23 +751,94 @@ async fn another_node_sends_clients_to_the_host() {
     assert_eq!(session.node_id, "node-a");
     assert_eq!(session.node_address.as_deref(), Some(a.base.as_str()));
     let sid = session.id.clone();
-    let (st, w) = add(&a, None, &sid, json!({ "type": "terminal" })).await;
+    // A tab added through the other node is started on the holding node.
+    let (st, w) = add(&b, None, &sid, json!({ "type": "terminal" })).await;
     assert_eq!(st, 201, "{w:?}");
     let wid = w.id.clone();
-    // The public view is the same everywhere.
-    let (st, view) = b
+    let (st, view) = a
         .get_as::<Session>(&format!("/api/v1/sessions/{sid}"), None)
         .await;
     assert_eq!(st, 200);
-    assert_eq!(view.workers[0].id, wid);
+    assert!(view.workers[0].alive, "running on node-a: {view:?}");
+    // Refusals come back as the holding node gave them.
+    let (st, e) = try_add(&b, None, &sid, json!({ "type": "sideways" })).await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (422, Some("invalid_worker_type"))
+    );
+
+    // Typed into through node-b; resumed through node-a, then node-b again.
+    let mut t = connect(&b.base, &sid, &wid, None).await;
+    t.history().await;
+    t.wait_prompt("", WAIT).await;
+    t.type_line("echo via-b-$((6*7))").await;
+    t.wait_for("via-b-42", WAIT).await;
+    t.wait_prompt("via-b-42", WAIT).await;
+    let seen = t.screen.clone();
+    let resume = format!("offset={}&epoch={}", t.offset, t.epoch.unwrap());
+    drop(t);
+    let o = Opts {
+        query: Some(resume),
+        ..Default::default()
+    };
+    let mut t = try_connect(&a.base, &ws::path(&sid, &wid), o)
+        .await
+        .unwrap();
+    let h = t.history().await;
+    assert_eq!(h["data"], "", "nothing twice: {h}");
+    t.type_line("echo via-a-$((8*8))").await;
+    t.wait_for("via-a-64", WAIT).await;
+    t.wait_prompt("via-a-64", WAIT).await;
+    let resume = format!("offset={}&epoch={}", t.offset, t.epoch.unwrap());
+    let seen = format!("{seen}{}", t.screen);
+    drop(t);
+    let o = Opts {
+        query: Some(resume),
+        ..Default::default()
+    };
+    let mut t = try_connect(&b.base, &ws::path(&sid, &wid), o)
+        .await
+        .unwrap();
+    t.history().await;
+    t.type_line("echo again-b-$((1+1))").await;
+    t.wait_for("again-b-2", WAIT).await;
+    let whole = format!("{seen}{}", t.screen);
+    assert_eq!(whole.matches("via-b-42").count(), 1, "{whole:?}");
+    assert_eq!(whole.matches("via-a-64").count(), 1, "{whole:?}");
+    drop(t);
+    // A plain GET through the other node: the tab could be attached.
+    let (st, e) = b
+        .call(reqwest::Method::GET, &ws::path(&sid, &wid), None, None)
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (400, Some("websocket_required"))
+    );
+    let (st, shown) = b
+        .call(
+            reqwest::Method::GET,
+            &format!("/api/v1/sessions/{sid}/workers/{wid}/diff"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, shown["error"]["code"].as_str()),
+        (422, Some("not_a_git_diff_worker"))
+    );
+
+    // The holding node stops: the other cannot relay, and says where the
+    // session is.
+    let a_base = a.base.clone();
+    a.stop().await;
     let (st, e) = try_add(&b, None, &sid, json!({ "type": "terminal" })).await;
     assert_eq!(
         (st, e["error"]["code"].as_str()),
-        (409, Some("session_on_other_node"))
+        (409, Some("session_on_other_node")),
+        "{e}"
     );
-    // Besides `error`, the refusal says where the host is.
     let host: OtherNode = serde_json::from_value(e).unwrap();
-    assert_eq!(host.address.as_deref(), Some(a.base.as_str()));
+    assert_eq!(host.address.as_deref(), Some(a_base.as_str()));
     assert_eq!(host.node_id, "node-a");
     let (st, e) = b
         .call(
@@ -777,30 +852,5 @@ async fn another_node_sends_clients_to_the_host() {
         (st, e["error"]["code"].as_str()),
         (409, Some("session_on_other_node"))
     );
-    let r = try_connect(&b.base, &ws::path(&sid, &wid), Opts::default()).await;
-    assert_eq!(r.err(), Some(409), "only the host attaches (and restores)");
-    // A browser cannot read a refused upgrade's answer: a plain GET of the
-    // same path says why, with the host, on the node that is not it; on the
-    // host it is only "not a WebSocket handshake".
-    let (st, e) = b
-        .call(reqwest::Method::GET, &ws::path(&sid, &wid), None, None)
-        .await;
-    assert_eq!(
-        (st, e["error"]["code"].as_str()),
-        (409, Some("session_on_other_node"))
-    );
-    let host: OtherNode = serde_json::from_value(e).unwrap();
-    assert_eq!(host.address.as_deref(), Some(a.base.as_str()));
-    let (st, e) = a
-        .call(reqwest::Method::GET, &ws::path(&sid, &wid), None, None)
-        .await;
-    assert_eq!(
-        (st, e["error"]["code"].as_str()),
-        (400, Some("websocket_required"))
-    );
-    let mut t = connect(&a.base, &sid, &wid, None).await;
-    t.type_line("echo host-$((8*8))").await;
-    t.wait_for("host-64", WAIT).await;
     b.stop().await;
-    a.stop().await;
 }
