@@ -306,7 +306,11 @@ pub async fn open_link(
             .into())
         }
     }
-    state.store.host_seen(&id).await?;
+    // Other nodes serve this host's sessions through the node it links to.
+    match state.sessions.as_ref().map(|m| m.config().node_id.clone()) {
+        Some(node) => state.store.host_linked(&id, &node).await?,
+        None => state.store.host_seen(&id).await?,
+    };
     let ws = ws.map_err(|r| {
         Error::bad_request(
             "websocket_required",

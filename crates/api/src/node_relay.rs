@@ -45,18 +45,23 @@ fn credentials(headers: &HeaderMap) -> Option<HeaderValue> {
     Some(h)
 }
 
-/// A client of the node holding `s`, acting as the caller; none when no
-/// such node can be asked.
+/// A client of server node `node` (which holds `s`, or the link of the
+/// runner's host that does), acting as the caller; none when no such node
+/// can be asked.
 pub(crate) async fn peer(
     state: &AppState,
     m: &SessionManager,
+    node: &str,
     s: &SessionRecord,
     headers: &HeaderMap,
 ) -> Option<Client> {
-    let node = state.store.host(&s.node_id).await.ok()?;
+    let fallback = (node == s.node_id)
+        .then(|| s.node_address.clone())
+        .flatten();
+    let node = state.store.host(node).await.ok()?;
     let timeout = state.settings.heartbeat_timeout.as_millis() as i64;
     let online = shepherd_store::now_ms() - node.last_seen_at <= timeout;
-    let address = node.address.or_else(|| s.node_address.clone())?;
+    let address = node.address.or(fallback)?;
     if node.kind != HostKind::Server
         || !online
         || Some(&address) == m.config().node_address.as_ref()
@@ -66,7 +71,7 @@ pub(crate) async fn peer(
     match Client::new(&address, None) {
         Ok(c) => Some(c.with_authorization(credentials(headers)).with_retries(0)),
         Err(e) => {
-            tracing::warn!(node = s.node_id, address, error = %e, "cannot reach another node");
+            tracing::warn!(node = node.id, address, error = %e, "cannot reach another node");
             None
         }
     }

@@ -34,20 +34,38 @@ use crate::AppState;
 pub(crate) enum Place {
     /// This node holds its PTYs.
     Here,
-    /// A runner's host holds them; this node reaches it over the host's link.
+    /// A runner's host holds them; this node reaches it over the host's
+    /// link (or says it is offline).
     Host(String),
-    /// Another server node holds them.
-    OtherNode,
+    /// Another server node holds them, or holds the link of the runner's
+    /// host that does: requests go through that node.
+    OtherNode(String),
 }
 
 /// Where session `s` lives.
 pub(crate) async fn place(state: &AppState, m: &SessionManager, s: &SessionRecord) -> Place {
-    if s.node_id == m.config().node_id {
+    let me = &m.config().node_id;
+    if &s.node_id == me {
         return Place::Here;
     }
     match state.store.host(&s.node_id).await {
-        Ok(h) if h.kind == HostKind::Runner => Place::Host(h.id),
-        _ => Place::OtherNode,
+        Ok(h) if h.kind == HostKind::Runner => match h.link_node {
+            // Its runner linked to another node: that node reaches it.
+            Some(node) if !state.links.connected(&h.id) && &node != me => Place::OtherNode(node),
+            _ => Place::Host(h.id),
+        },
+        _ => Place::OtherNode(s.node_id.clone()),
+    }
+}
+
+/// Where a request goes when the node it would have gone through could
+/// not be asked: a session on a runner's host is answered here (503
+/// `host_offline`, this node having no link), any other by the local path
+/// (409 `session_on_other_node`).
+pub(crate) fn unreached(place: Place, s: &SessionRecord) -> Place {
+    match place {
+        Place::OtherNode(node) if node != s.node_id => Place::Host(s.node_id.clone()),
+        p => p,
     }
 }
 

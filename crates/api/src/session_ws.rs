@@ -75,16 +75,18 @@ pub async fn attach(
     // looked at: a browser cannot read a refused upgrade's answer, so the
     // UI asks again with a plain GET and reads it here.
     let (s, w) = state.store.session_worker(&session_id, &worker_id).await?;
-    let (host, peer) = match relay::place(&state, &m, &s).await {
-        Place::Here => (None, None),
-        Place::Host(host) => (Some(host), None),
-        Place::OtherNode => match crate::node_relay::peer(&state, &m, &s, &headers).await {
-            Some(peer) => (None, Some(peer)),
-            // The one kind of place check_node refuses.
-            None => match m.check_node(&s) {
-                Err(e) => return Err(with_node(&state, &session_id, ApiError::from(e)).await),
-                Ok(()) => (None, None),
-            },
+    let place = relay::place(&state, &m, &s).await;
+    let peer = match &place {
+        Place::OtherNode(node) => crate::node_relay::peer(&state, &m, node, &s, &headers).await,
+        _ => None,
+    };
+    let host = match (peer.is_some(), relay::unreached(place, &s)) {
+        (true, _) | (false, Place::Here) => None,
+        (false, Place::Host(host)) => Some(host),
+        // The one kind of place check_node refuses.
+        (false, Place::OtherNode(_)) => match m.check_node(&s) {
+            Err(e) => return Err(with_node(&state, &session_id, ApiError::from(e)).await),
+            Ok(()) => None,
         },
     };
     if !w.is_pty() {

@@ -95,6 +95,7 @@ pub(crate) async fn with_node(state: &AppState, session_id: &str, e: ApiError) -
 async fn other_node<T, F, Fut>(
     state: &AppState,
     m: &SessionManager,
+    place: &Place,
     s: &SessionRecord,
     headers: &HeaderMap,
     ask: F,
@@ -103,10 +104,10 @@ where
     F: FnOnce(shepherd_client::Client) -> Fut,
     Fut: std::future::Future<Output = Result<T, shepherd_client::ClientError>>,
 {
-    if !matches!(relay::place(state, m, s).await, Place::OtherNode) {
+    let Place::OtherNode(node) = place else {
         return None;
-    }
-    let peer = node_relay::peer(state, m, s, headers).await?;
+    };
+    let peer = node_relay::peer(state, m, node, s, headers).await?;
     node_relay::answer(&s.node_id, ask(peer).await)
 }
 
@@ -173,7 +174,8 @@ pub async fn delete(
     caller.require_operator()?;
     let m = manager(&state)?;
     let s = state.store.session(&id).await?;
-    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+    let place = relay::place(&state, &m, &s).await;
+    if let Some(r) = other_node(&state, &m, &place, &s, &headers, |c| {
         let id = &id;
         async move { c.delete_session(id).await }
     })
@@ -181,9 +183,9 @@ pub async fn delete(
     {
         return r.map(Json);
     }
-    let deleted = match relay::place(&state, &m, &s).await {
+    let deleted = match relay::unreached(place, &s) {
         Place::Host(host) => relay::delete(&state, &host, &s).await,
-        Place::Here | Place::OtherNode => m.delete_session(&id).await.map_err(Into::into),
+        Place::Here | Place::OtherNode(_) => m.delete_session(&id).await.map_err(Into::into),
     };
     match deleted {
         Ok(s) => {
@@ -212,7 +214,8 @@ pub async fn add_worker(
     caller.require_operator()?;
     let m = manager(&state)?;
     let s = state.store.session(&id).await?;
-    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+    let place = relay::place(&state, &m, &s).await;
+    if let Some(r) = other_node(&state, &m, &place, &s, &headers, |c| {
         let (id, b) = (&id, &b);
         async move { c.add_session_worker(id, b).await }
     })
@@ -220,11 +223,11 @@ pub async fn add_worker(
     {
         return r.map(|w| (StatusCode::CREATED, Json(w)));
     }
-    let added = match relay::place(&state, &m, &s).await {
+    let added = match relay::unreached(place, &s) {
         Place::Host(host) => {
             relay::add_worker(&state, &host, &s, &b.kind, b.name, b.agent_id).await
         }
-        Place::Here | Place::OtherNode => m
+        Place::Here | Place::OtherNode(_) => m
             .add_worker(&id, &b.kind, b.name, b.agent_id)
             .await
             .map_err(Into::into),
@@ -253,7 +256,8 @@ pub async fn remove_worker(
     caller.require_operator()?;
     let m = manager(&state)?;
     let (s, _) = state.store.session_worker(&id, &worker_id).await?;
-    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+    let place = relay::place(&state, &m, &s).await;
+    if let Some(r) = other_node(&state, &m, &place, &s, &headers, |c| {
         let (id, w) = (&id, &worker_id);
         async move { c.remove_session_worker(id, w).await }
     })
@@ -261,9 +265,9 @@ pub async fn remove_worker(
     {
         return r.map(Json);
     }
-    let removed = match relay::place(&state, &m, &s).await {
+    let removed = match relay::unreached(place, &s) {
         Place::Host(host) => relay::remove_worker(&state, &host, &s, &worker_id).await,
-        Place::Here | Place::OtherNode => {
+        Place::Here | Place::OtherNode(_) => {
             m.remove_worker(&id, &worker_id).await.map_err(Into::into)
         }
     };
@@ -294,7 +298,8 @@ pub async fn restart(
     caller.require_operator()?;
     let m = manager(&state)?;
     let (s, w) = state.store.session_worker(&id, &worker_id).await?;
-    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+    let place = relay::place(&state, &m, &s).await;
+    if let Some(r) = other_node(&state, &m, &place, &s, &headers, |c| {
         let (id, w, b) = (&id, &worker_id, &b);
         async move { c.restart_session_worker(id, w, b).await }
     })
@@ -302,9 +307,9 @@ pub async fn restart(
     {
         return r.map(Json);
     }
-    let restarted = match relay::place(&state, &m, &s).await {
+    let restarted = match relay::unreached(place, &s) {
         Place::Host(host) => relay::restart(&state, &host, &s, &w, b.mode).await,
-        Place::Here | Place::OtherNode => {
+        Place::Here | Place::OtherNode(_) => {
             m.restart(&id, &worker_id, b.mode).await.map_err(Into::into)
         }
     };
@@ -329,7 +334,8 @@ pub async fn diff(
     caller.require_operator()?;
     let m = manager(&state)?;
     let (s, w) = state.store.session_worker(&id, &worker_id).await?;
-    if let Some(r) = other_node(&state, &m, &s, &headers, |c| {
+    let place = relay::place(&state, &m, &s).await;
+    if let Some(r) = other_node(&state, &m, &place, &s, &headers, |c| {
         let (id, w) = (&id, &worker_id);
         async move { c.session_diff(id, w).await }
     })
@@ -337,9 +343,9 @@ pub async fn diff(
     {
         return r.map(Json);
     }
-    let diff = match relay::place(&state, &m, &s).await {
+    let diff = match relay::unreached(place, &s) {
         Place::Host(host) => relay::diff(&state, &host, &s, &w).await,
-        Place::Here | Place::OtherNode => m.diff(&id, &worker_id).await.map_err(Into::into),
+        Place::Here | Place::OtherNode(_) => m.diff(&id, &worker_id).await.map_err(Into::into),
     };
     match diff {
         Ok(d) => Ok(Json(d)),

@@ -181,6 +181,9 @@ pub struct Host {
     pub sessions: i64,
     /// Runs its workers hold now.
     pub running: i64,
+    /// A runner's host: the server node it last opened its link to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_node: Option<String>,
 }
 
 /// A configured kind of worker.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use shepherd_protocol as p;
 
-use common::{wait_ready, Env, Kind, Proc, Served, OPERATOR};
+use common::{wait_ready, Env, Kind, Proc, Served, Server, OPERATOR};
 use ws::{Opts, Term};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -137,6 +137,7 @@ async fn attach(base: &str, sid: &str, wid: &str, resume: Option<(u64, i64)>) ->
 async fn a_terminal_on_a_runners_host(kind: Kind) {
     let mut env = Env::new(kind);
     env.set("SHEPHERD_TOKEN", OPERATOR)
+        .set("SHEPHERD_NODE_ID", "node-a")
         .set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "3");
     let far = env.dir.join("far-host");
     let root = far.join("work");
@@ -239,6 +240,22 @@ async fn a_terminal_on_a_runners_host(kind: Kind) {
         )
         .await;
     assert_eq!(shown["workers"][0]["alive"], true, "{shown}");
+    if kind == Kind::Postgres {
+        // A second node, which the runner has no link to: it serves the
+        // tab through the node that has, and the client resumes there with
+        // each byte once.
+        node.env.set("SHEPHERD_NODE_ID", "node-b");
+        let b = Server::start(&node.env).await;
+        node.env.set("SHEPHERD_NODE_ID", "node-a");
+        let resume = (t.offset, t.epoch.unwrap());
+        let mut tb = attach(&b.base, &sid, &wid, Some(resume)).await;
+        assert_eq!(tb.screen, "", "nothing twice through the other node");
+        tb.type_line("echo via-b-$((2*3))").await;
+        tb.wait_for("via-b-6", WAIT).await;
+        drop(tb);
+        t.wait_for("via-b-6", WAIT).await;
+        b.stop().await;
+    }
     // Something that prints while the server is gone.
     t.type_line("sleep 2; echo two-$((1+1))").await;
     t.wait_for("sleep 2", WAIT).await;

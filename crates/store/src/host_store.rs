@@ -30,6 +30,13 @@ impl Store {
             .await
     }
 
+    /// Records that a runner's host opened its link to server node `node`.
+    pub async fn host_linked(&self, id: &str, node: &str) -> Result<Host, Error> {
+        let (now, id, node) = (self.now(), id.to_owned(), node.to_owned());
+        self.write(move |db| Box::pin(async move { hosts::linked(db, now, &id, &node).await }))
+            .await
+    }
+
     /// The host a host token belongs to.
     pub async fn host_for_token(&self, token: &str) -> Result<Option<String>, Error> {
         let token = token.to_owned();

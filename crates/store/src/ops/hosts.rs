@@ -37,7 +37,8 @@ const HOST_COLUMNS: &str = "h.id, h.name, h.kind, h.address, h.sessions_root, h.
     h.registered_at, h.last_seen_at, \
     (SELECT COUNT(*) FROM sessions s WHERE s.node_id = h.id), \
     (SELECT COUNT(*) FROM runs r JOIN workers w ON w.id = r.worker_id \
-     WHERE w.host_id = h.id AND r.released_at IS NULL)";
+     WHERE w.host_id = h.id AND r.released_at IS NULL), \
+    h.link_node";
 
 fn host_from_row(r: &Row) -> Result<Host, Error> {
     Ok(Host {
@@ -52,6 +53,7 @@ fn host_from_row(r: &Row) -> Result<Host, Error> {
         last_seen_at: r.i64(8)?,
         sessions: r.i64(9)?,
         running: r.i64(10)?,
+        link_node: r.opt_string(11)?,
     })
 }
 
@@ -225,6 +227,17 @@ pub async fn seen<D: Db>(db: &mut D, now: Millis, id: &str) -> Result<Host, Erro
     )
     .await?;
     require(db, id).await
+}
+
+/// Records that a runner's host opened its link to server node `node`
+/// (and so is there).
+pub async fn linked<D: Db>(db: &mut D, now: Millis, id: &str, node: &str) -> Result<Host, Error> {
+    db.execute(
+        "UPDATE hosts SET link_node = $2 WHERE id = $1",
+        params![id, node],
+    )
+    .await?;
+    seen(db, now, id).await
 }
 
 /// The host a token belongs to, if any.

@@ -24,6 +24,7 @@ const MIGRATIONS: &[Migration] = &[
     (15, include_str!("0015_event_actors.sql")),
     (16, include_str!("0016_web_sessions.sql")),
     (17, include_str!("0017_hosts.sql")),
+    (18, include_str!("0018_host_links.sql")),
 ];
 const MIGRATION_LOCK: i64 = 0x5348_4550_0002;
 

@@ -23,6 +23,7 @@ const MIGRATIONS: &[Migration] = &[
     (15, include_str!("0015_event_actors.sql")),
     (16, include_str!("0016_web_sessions.sql")),
     (17, include_str!("0017_hosts.sql")),
+    (18, include_str!("0018_host_links.sql")),
 ];
 
 /// Brings the database up to this build's schema. One `BEGIN IMMEDIATE`
