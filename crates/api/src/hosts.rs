@@ -15,9 +15,11 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use shepherd_core::model::Host;
 use shepherd_core::time::to_rfc3339;
+use shepherd_core::Error;
 use shepherd_protocol::{
-    ErrorBody, HostCapacity, HostHeartbeatResponse, HostList, HostView, RegisterHostBody,
-    RegisterHostResponse, HEARTBEAT_INTERVAL_SECS,
+    ErrorBody, HostCapacity, HostHeartbeatResponse, HostList, HostView, LinkReply, LinkRequest,
+    PruneBranchesBody, PruneBranchesReport, RegisterHostBody, RegisterHostResponse,
+    HEARTBEAT_INTERVAL_SECS,
 };
 use shepherd_store::HostDeclaration;
 
@@ -114,8 +116,64 @@ pub async fn heartbeat(
     }))
 }
 
+/// The most branches one prune request may name.
+const MAX_PRUNE: usize = 10_000;
+
+/// Have a runner's host delete branches worktree runs left there (what
+/// `shepherd prune --branches-older-than` sends for each runner's host).
+/// The host deletes only `shepherd/*` branches of repositories its own
+/// agents name, whatever the list says.
+#[utoipa::path(post, path = "/api/v1/hosts/{id}/prune_branches", tag = "hosts", operation_id = "prune_host_branches",
+    params(("id" = String, Path)), request_body = PruneBranchesBody, responses(
+    (status = 200, body = PruneBranchesReport),
+    (status = 404, description = "host_not_found", body = ErrorBody),
+    (status = 409, description = "host_kind_conflict: a server node's branches are pruned on its own machine", body = ErrorBody),
+    (status = 422, description = "invalid_body: more than 10000 branches", body = ErrorBody),
+    (status = 503, description = "host_offline, host_timeout, host_failed", body = ErrorBody)))]
+pub async fn prune_branches(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(b): ApiJson<PruneBranchesBody>,
+) -> ApiResult<Json<PruneBranchesReport>> {
+    let host = state.store.host(&id).await?;
+    if host.kind != shepherd_core::status::HostKind::Runner {
+        return Err(Error::conflict(
+            "host_kind_conflict",
+            format!("host {id} is a server node: run `shepherd prune --branches-older-than` on its machine"),
+        )
+        .into());
+    }
+    if b.branches.len() > MAX_PRUNE {
+        return Err(Error::invalid(
+            "invalid_body",
+            format!(
+                "at most {MAX_PRUNE} branches at once (got {})",
+                b.branches.len()
+            ),
+        )
+        .into());
+    }
+    let ask = LinkRequest::PruneBranches {
+        branches: b.branches,
+    };
+    match state.links.ask(&id, ask).await? {
+        LinkReply::Pruned(report) => Ok(Json(report)),
+        LinkReply::Failed {
+            status,
+            code,
+            message,
+        } => Err(crate::host_link::remote_error(&id, status, &code, message).into()),
+        _ => Err(Error::unavailable(
+            "host_failed",
+            format!("host {id} answered something else than a prune"),
+        )
+        .into()),
+    }
+}
+
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/hosts", get(list_hosts).post(register_host))
         .route("/api/v1/hosts/{id}/heartbeat", post(heartbeat))
+        .route("/api/v1/hosts/{id}/prune_branches", post(prune_branches))
 }

@@ -41,7 +41,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::users::me, crate::users::create_user, crate::users::list_users, crate::users::update_user,
         crate::users::create_token, crate::users::list_tokens, crate::users::revoke_token,
         crate::login::options, crate::login::logout,
-        crate::hosts::list_hosts, crate::hosts::register_host, crate::hosts::heartbeat,
+        crate::hosts::list_hosts, crate::hosts::register_host, crate::hosts::heartbeat, crate::hosts::prune_branches,
         crate::host_link::open_link,
     ),
     components(schemas(

@@ -45,6 +45,8 @@ const RULES: &[(&str, &str, Role)] = &[
     ("GET", "/api/v1/hosts", Viewer),
     ("POST", "/api/v1/hosts", Operator),
     ("POST", "/api/v1/hosts/{}/heartbeat", Operator),
+    // Deleting branches on a machine is maintenance.
+    ("POST", "/api/v1/hosts/{}/prune_branches", Admin),
     // Only the host's own token opens its link (the handler refuses people).
     ("GET", "/api/v1/hosts/{}/link", Operator),
     // Tasks.

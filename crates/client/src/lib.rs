@@ -925,6 +925,16 @@ impl Client {
 
     // ----- sessions (the sessions contract) -----
 
+    /// Has runner host `host` delete worktree runs' branches (admin).
+    pub async fn prune_host_branches(
+        &self,
+        host: &str,
+        b: &p::PruneBranchesBody,
+    ) -> Result<p::PruneBranchesReport, ClientError> {
+        self.post(&format!("/api/v1/hosts/{}/prune_branches", enc(host)), b)
+            .await
+    }
+
     pub async fn create_session(&self, b: &p::CreateSession) -> Result<p::Session, ClientError> {
         self.post("/api/v1/sessions", b).await
     }

@@ -727,6 +727,21 @@ fn resolve_agent_paths(a: &mut AgentConfig, base: &Path) {
 }
 
 impl Config {
+    /// Where a program on this machine reaches the server of this
+    /// configuration: its advertised URL, or its listener (the loopback
+    /// address for one bound to every address).
+    pub fn self_url(&self) -> String {
+        if let Some(u) = &self.advertise_url {
+            return u.clone();
+        }
+        let mut local = self.listen;
+        if local.ip().is_unspecified() {
+            local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{local}")
+    }
+
     /// Loads from the process environment (and the file it names or the default one).
     pub fn load(explicit_file: Option<&Path>) -> Result<Config, ConfigError> {
         Self::load_with(explicit_file, &|k| std::env::var(k).ok())

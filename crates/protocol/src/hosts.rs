@@ -203,6 +203,44 @@ pub enum LinkRequest {
     },
     /// A `git-diff` tab: the diff and status of the session's location.
     SessionDiff { location: String },
+    /// Delete branches worktree runs made on the host (only `shepherd/*`
+    /// branches of repositories its own agents name).
+    PruneBranches { branches: Vec<BranchToPrune> },
+}
+
+/// A branch a worktree run made, to be deleted where its repository is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BranchToPrune {
+    pub repo: String,
+    pub branch: String,
+    /// The run that last used it.
+    pub run_id: String,
+}
+
+/// `POST /api/v1/hosts/{id}/prune_branches`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PruneBranchesBody {
+    pub branches: Vec<BranchToPrune>,
+}
+
+/// A branch left in place, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct KeptBranch {
+    pub branch: BranchToPrune,
+    pub reason: String,
+}
+
+/// What a prune of branches did on one host.
+#[derive(
+    Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
+pub struct PruneBranchesReport {
+    pub removed: Vec<BranchToPrune>,
+    /// Refused (not a branch Shepherd makes, not an agent's repository) or
+    /// failed; a branch already gone is in neither list.
+    pub kept: Vec<KeptBranch>,
 }
 
 /// A host's answer.
@@ -224,6 +262,7 @@ pub enum LinkReply {
         restored_pid: Option<i64>,
     },
     GitDiff(crate::GitDiff),
+    Pruned(PruneBranchesReport),
     /// Done, nothing to say.
     Done,
     /// Refused or failed, as the API would answer it.

@@ -194,6 +194,14 @@ impl LinkServer {
                     Err(e) => Err(e),
                 }
             }
+            LinkRequest::PruneBranches { branches } => {
+                let Ok(_turn) = self.at_once.acquire().await else {
+                    return stopping();
+                };
+                Ok(LinkReply::Pruned(
+                    crate::branch_prune::prune_branches(&self.repos, branches).await,
+                ))
+            }
             // Attaches are answered by `attach`, which also starts the stream.
             LinkRequest::TabAttach { .. } => Err(shepherd_core::Error::invalid(
                 "host_failed",

@@ -12,6 +12,7 @@
 //! carries on the runs a previous one left to live shims, and gives back
 //! to the queue those whose agent is gone.
 
+pub mod branch_prune;
 pub mod execution;
 pub mod file_events;
 pub mod host;

@@ -622,7 +622,61 @@ git config diff.leak.textconv "sh -c 'env > {}; cat "\$0"'"
         assert!(start.elapsed() < WAIT, "the diff is not served again: {st}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // `shepherd prune` on the server's machine reaches the runner's host:
+    // the run's branch goes from the repository there.
+    let branch = d.workspace.branch.clone();
+    assert!(branch_exists(&repo, &branch));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["prune", "--branches-older-than", "1s"])
+        .envs(&env.vars)
+        .env("SHEPHERD_ADVERTISE_URL", &s.base)
+        .current_dir(&env.dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let host_id = host.id.clone();
+    assert!(
+        text.contains(&format!(
+            "removed branch {branch} from {} on host {host_id}",
+            repo.display()
+        )),
+        "{text}"
+    );
+    assert!(!branch_exists(&repo, &branch));
+    // Only an admin may ask it; the host token may not.
+    let (st, _) = s
+        .post(
+            &format!("/api/v1/hosts/{host_id}/prune_branches"),
+            None,
+            json!({ "branches": [] }),
+        )
+        .await;
+    assert_eq!(st, 401);
     s.stop().await;
+}
+
+fn branch_exists(repo: &std::path::Path, branch: &str) -> bool {
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}"),
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,7 +84,7 @@ pub use ops::logins::{
     LoginAttempt, NewWebSession, SessionLifetimes, SignIn, WebSession, LOGIN_ATTEMPT_TTL_MS,
 };
 pub use ops::random_hex;
-pub use ops::runs::{RunFilter, StepsAck};
+pub use ops::runs::{RunFilter, RunWorkspaceRow, StepsAck};
 pub use ops::sessions::{
     NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,
 };

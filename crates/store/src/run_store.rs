@@ -219,17 +219,7 @@ impl Store {
     }
 
     /// Runs that recorded a worktree workspace: id, status, end, workspace.
-    pub async fn run_workspaces(
-        &self,
-    ) -> Result<
-        Vec<(
-            String,
-            String,
-            Option<Millis>,
-            shepherd_core::model::RunWorkspace,
-        )>,
-        Error,
-    > {
+    pub async fn run_workspaces(&self) -> Result<Vec<runs::RunWorkspaceRow>, Error> {
         self.read(move |db| Box::pin(runs::workspaces(db))).await
     }
 

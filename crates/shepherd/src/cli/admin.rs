@@ -290,9 +290,14 @@ at the server's data",
         report.events = Some(n);
     }
     if let Some(age) = branches_older_than {
+        // Runners' hosts are reached through the server of this
+        // configuration, which holds their links.
+        let server =
+            shepherd_client::Client::new(&config.self_url(), config.auth_token.clone()).ok();
         super::prune_branches::prune(
             &store,
             &crate::server::workspace_repos(&config),
+            server,
             now - age.as_millis() as i64,
         )
         .await?;

@@ -12,117 +12,137 @@
 //! given to git, and always after `--end-of-options`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
+use shepherd_client::Client;
+use shepherd_core::status::HostKind;
 use shepherd_core::time::{to_rfc3339, Millis};
-use shepherd_runner::workspace_diff::{allowed_repo, RepoRefusal};
+use shepherd_protocol::{BranchToPrune, PruneBranchesBody, PruneBranchesReport};
+use shepherd_runner::branch_prune::prune_branches;
 
 use super::Result;
-
-fn git(repo: &Path, args: &[&str]) -> std::result::Result<String, String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
-    }
-}
 
 /// The branch's last use: `None` while a run on it is still running.
 struct Use {
     ended: Option<Millis>,
     running: bool,
     run_id: String,
+    /// Where its repository is: a runner's host, or this machine (none).
+    runner_host: Option<String>,
 }
 
-/// Deletes the branches of runs that ended before `cutoff`; prints each one
-/// it removed and each it could not.
+/// Deletes the branches of runs that ended before `cutoff`, on this machine
+/// and, through the server at `server`, on every runner's host the server
+/// has a link to; prints each one it removed and each it kept.
 pub async fn prune(
     store: &shepherd_store::Store,
     repos: &[std::path::PathBuf],
+    server: Option<Client>,
     cutoff: Millis,
 ) -> Result<()> {
+    let runners: BTreeMap<String, bool> = store
+        .list_hosts()
+        .await?
+        .into_iter()
+        .map(|h| (h.id, h.kind == HostKind::Runner))
+        .collect();
     let mut uses: BTreeMap<(String, String), Use> = BTreeMap::new();
-    for (run_id, status, ended, w) in store.run_workspaces().await? {
+    for row in store.run_workspaces().await? {
+        let w = row.workspace;
         let Some(repo) = w.repo.clone() else { continue };
-        if !w.branch.starts_with("shepherd/")
-            || shepherd_core::cmdline::check_branch_name(&w.branch).is_err()
-        {
+        if !w.branch.starts_with("shepherd/") {
             continue;
         }
+        let runner_host = row
+            .host_id
+            .filter(|h| runners.get(h).copied().unwrap_or(false));
         let u = uses.entry((repo, w.branch.clone())).or_insert(Use {
             ended: None,
             running: false,
-            run_id: run_id.clone(),
+            run_id: row.run_id.clone(),
+            runner_host: runner_host.clone(),
         });
-        if status == "running" {
+        if row.status == "running" {
             u.running = true;
         }
-        if ended > u.ended {
-            u.ended = ended;
-            u.run_id = run_id;
+        if row.ended > u.ended {
+            u.ended = row.ended;
+            u.run_id = row.run_id;
+            u.runner_host = runner_host;
         }
     }
-    let (mut removed, mut failed) = (0, 0);
+    // Each branch goes to the host its last run's repository is on.
+    let mut by_host: BTreeMap<Option<String>, Vec<(BranchToPrune, Millis)>> = BTreeMap::new();
     for ((repo, branch), u) in uses {
         let Some(ended) = u.ended.filter(|e| !u.running && *e < cutoff) else {
             continue;
         };
-        let repo_path = match allowed_repo(repos, Path::new(&repo)) {
-            Ok(p) => p,
-            // Gone: nothing to delete.
-            Err(RepoRefusal::Gone) => continue,
-            Err(RepoRefusal::NotAllowed) => {
-                println!(
-                    "kept branch {branch} in {repo}: not the repository of a configured agent"
-                );
-                continue;
-            }
+        let b = BranchToPrune {
+            repo,
+            branch,
+            run_id: u.run_id,
         };
-        let repo_path = repo_path.as_path();
-        let exists = git(
-            repo_path,
-            &[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                "--end-of-options",
-                &format!("refs/heads/{branch}"),
-            ],
-        );
-        if exists.is_err() {
-            // Deleted by hand or by an earlier prune, or the repository is gone.
-            continue;
+        by_host.entry(u.runner_host).or_default().push((b, ended));
+    }
+    let (mut removed, mut kept) = (0, 0);
+    for (host, branches) in by_host {
+        let ended: BTreeMap<String, Millis> = branches
+            .iter()
+            .map(|(b, e)| (b.run_id.clone(), *e))
+            .collect();
+        let list: Vec<BranchToPrune> = branches.into_iter().map(|(b, _)| b).collect();
+        let where_ = host
+            .as_deref()
+            .map(|h| format!(" on host {h}"))
+            .unwrap_or_default();
+        let report = match &host {
+            None => prune_branches(repos, list).await,
+            Some(h) => match ask(server.as_ref(), h, list).await {
+                Ok(r) => r,
+                Err(why) => {
+                    println!("kept the branches on host {h}: {why}");
+                    continue;
+                }
+            },
+        };
+        for b in &report.removed {
+            removed += 1;
+            let when = ended
+                .get(&b.run_id)
+                .map(|e| to_rfc3339(*e))
+                .unwrap_or_default();
+            println!(
+                "removed branch {} from {}{where_} (run {}, ended {when})",
+                b.branch, b.repo, b.run_id
+            );
         }
-        match git(repo_path, &["branch", "-D", "--end-of-options", &branch]) {
-            Ok(_) => {
-                removed += 1;
-                println!(
-                    "removed branch {branch} from {repo} (run {}, ended {})",
-                    u.run_id,
-                    to_rfc3339(ended)
-                );
-            }
-            Err(e) => {
-                failed += 1;
-                println!("kept branch {branch} in {repo}: {e}");
-            }
+        for k in &report.kept {
+            kept += 1;
+            println!(
+                "kept branch {} in {}{where_}: {}",
+                k.branch.branch, k.branch.repo, k.reason
+            );
         }
     }
     println!(
         "pruned {removed} branches{}",
-        if failed > 0 {
-            format!(" ({failed} could not be deleted)")
+        if kept > 0 {
+            format!(" ({kept} kept)")
         } else {
             String::new()
         }
     );
     Ok(())
+}
+
+/// Asks the server to have runner host `host` delete `branches`.
+async fn ask(
+    server: Option<&Client>,
+    host: &str,
+    branches: Vec<BranchToPrune>,
+) -> std::result::Result<PruneBranchesReport, String> {
+    let server = server.ok_or("no server to reach it through")?;
+    server
+        .prune_host_branches(host, &PruneBranchesBody { branches })
+        .await
+        .map_err(|e| e.to_string())
 }

@@ -961,28 +961,37 @@ pub async fn prune_transcripts<D: Db>(db: &mut D, cutoff: Millis) -> Result<(i64
 /// Every run that recorded a workspace: id, status, end and workspace.
 /// `shepherd prune --branches-older-than` reads them to find the branches
 /// of runs that ended long ago.
-pub async fn workspaces<D: Db>(
-    db: &mut D,
-) -> Result<
-    Vec<(
-        String,
-        String,
-        Option<Millis>,
-        shepherd_core::model::RunWorkspace,
-    )>,
-    Error,
-> {
+pub async fn workspaces<D: Db>(db: &mut D) -> Result<Vec<RunWorkspaceRow>, Error> {
     let rows = db
         .query(
-            "SELECT id, status, completed_at, workspace FROM runs WHERE workspace IS NOT NULL",
+            "SELECT r.id, r.status, r.completed_at, r.workspace, w.host_id \
+             FROM runs r LEFT JOIN workers w ON w.id = r.worker_id \
+             WHERE r.workspace IS NOT NULL",
             vec![],
         )
         .await?;
     rows.iter()
         .map(|r| {
-            let w = serde_json::from_str(&r.string(3)?)
+            let workspace = serde_json::from_str(&r.string(3)?)
                 .map_err(|e| Error::internal(format!("stored workspace unreadable: {e}")))?;
-            Ok((r.string(0)?, r.string(1)?, r.opt_i64(2)?, w))
+            Ok(RunWorkspaceRow {
+                run_id: r.string(0)?,
+                status: r.string(1)?,
+                ended: r.opt_i64(2)?,
+                workspace,
+                host_id: r.opt_string(4)?,
+            })
         })
         .collect()
+}
+
+/// A worktree run's workspace, with what pruning its branch needs.
+#[derive(Debug, Clone)]
+pub struct RunWorkspaceRow {
+    pub run_id: String,
+    pub status: String,
+    pub ended: Option<Millis>,
+    pub workspace: shepherd_core::model::RunWorkspace,
+    /// The host its worker ran on, when it said.
+    pub host_id: Option<String>,
 }
