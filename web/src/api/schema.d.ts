@@ -268,6 +268,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/hosts/{id}/prune_branches": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Have a runner's host delete branches worktree runs left there (what
+         *     `shepherd prune --branches-older-than` sends for each runner's host).
+         *     The host deletes only `shepherd/*` branches of repositories its own
+         *     agents name, whatever the list says.
+         */
+        post: operations["prune_host_branches"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/input-requests": {
         parameters: {
             query?: never;
@@ -1329,6 +1351,13 @@ export interface components {
             reason: string;
             run_id: string;
         };
+        /** @description A branch a worktree run made, to be deleted where its repository is. */
+        BranchToPrune: {
+            branch: string;
+            repo: string;
+            /** @description The run that last used it. */
+            run_id: string;
+        };
         CancelBody: {
             reason?: string | null;
         };
@@ -2301,6 +2330,11 @@ export interface components {
          * @enum {string}
          */
         InputState: "pending" | "answered" | "expired" | "withdrawn";
+        /** @description A branch left in place, and why. */
+        KeptBranch: {
+            branch: components["schemas"]["BranchToPrune"];
+            reason: string;
+        };
         /** @description `GET /auth/options`: how a browser may sign in to this server. */
         LoginOptions: {
             /**
@@ -2491,6 +2525,19 @@ export interface components {
             /** @description The task's state after the report. */
             state?: string | null;
             vtid: string;
+        };
+        /** @description `POST /api/v1/hosts/{id}/prune_branches`. */
+        PruneBranchesBody: {
+            branches: components["schemas"]["BranchToPrune"][];
+        };
+        /** @description What a prune of branches did on one host. */
+        PruneBranchesReport: {
+            /**
+             * @description Refused (not a branch Shepherd makes, not an agent's repository) or
+             *     failed; a branch already gone is in neither list.
+             */
+            kept: components["schemas"]["KeptBranch"][];
+            removed: components["schemas"]["BranchToPrune"][];
         };
         Ready: {
             /** @description `sqlite` or `postgres`. */
@@ -5245,6 +5292,130 @@ export interface operations {
             };
         };
     };
+    prune_host_branches: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PruneBranchesBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PruneBranchesReport"];
+                };
+            };
+            /** @description malformed_json, unsupported_media_type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description body_timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_kind_conflict: a server node's branches are pruned on its own machine */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid_body: more than 10000 branches */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_offline, host_timeout, host_failed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     list_input_requests: {
         parameters: {
             query?: {
@@ -7206,6 +7377,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     add_session_worker: {
@@ -7321,6 +7501,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     remove_session_worker: {
@@ -7397,6 +7586,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     session_worker_diff: {
@@ -7466,6 +7664,15 @@ export interface operations {
             };
             /** @description too_many_requests (its token's requests in flight) */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7582,6 +7789,15 @@ export interface operations {
             };
             /** @description too_many_requests (its token's requests in flight) */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_offline (with host_id, host_name, last_seen_at), host_timeout, host_failed: the session lives on a runner's host */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
