@@ -325,7 +325,7 @@ pub async fn open_link(
             let _slot = slot;
             let (conn, rx, link) = state.links.open(&id);
             tracing::info!(host = id, "host link open");
-            serve(socket, rx, link, &state.store, shutdown).await;
+            serve(&id, socket, rx, link, &state.store, shutdown).await;
             state.links.close(&id, conn);
             tracing::info!(host = id, "host link closed");
         }))
@@ -335,6 +335,7 @@ pub async fn open_link(
 /// their streams, records what the host tells, pings a quiet link; ends
 /// when either side closes it, or the server stops.
 async fn serve(
+    host: &str,
     socket: WebSocket,
     mut outbound: mpsc::Receiver<Outbound>,
     link: LinkState,
@@ -388,7 +389,7 @@ async fn serve(
                             // Its client sees the end of its frames.
                             lock(&link.streams).remove(&stream);
                         }
-                        Ok(LinkMessage::Event { event }) => heard(event, &link, store),
+                        Ok(LinkMessage::Event { event }) => heard(host, event, &link, store),
                         Ok(LinkMessage::Request { .. } | LinkMessage::Detach { .. }) | Err(_) => {
                             tracing::warn!("a host sent something a host does not send on its link; closing it");
                             break;
@@ -430,8 +431,9 @@ async fn serve(
 }
 
 /// Acts on what a host tells: which tabs run there, and the exits of
-/// processes that ended by themselves (recorded as a node records its own).
-fn heard(event: HostEvent, link: &LinkState, store: &shepherd_store::Store) {
+/// processes that ended by themselves (recorded as a node records its own,
+/// and only for a session that lives on that host).
+fn heard(host: &str, event: HostEvent, link: &LinkState, store: &shepherd_store::Store) {
     match event {
         HostEvent::Live { workers } => *lock(&link.live) = workers.into_iter().collect(),
         HostEvent::TabExited {
@@ -442,8 +444,21 @@ fn heard(event: HostEvent, link: &LinkState, store: &shepherd_store::Store) {
             signal,
         } => {
             lock(&link.live).remove(&worker_id);
-            let store = store.clone();
+            let (store, host) = (store.clone(), host.to_owned());
             tokio::spawn(async move {
+                // A host speaks only for its own sessions.
+                match store.session(&session_id).await {
+                    Ok(s) if s.node_id == host => {}
+                    Ok(_) => {
+                        tracing::warn!(
+                            host,
+                            session = session_id,
+                            "a host told of an exit in a session that is not its own; ignored"
+                        );
+                        return;
+                    }
+                    Err(_) => return,
+                }
                 let r = store
                     .session_process_exited(
                         &session_id,
