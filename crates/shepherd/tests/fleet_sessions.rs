@@ -369,3 +369,151 @@ async fn a_terminal_on_a_runners_host_sqlite() {
 async fn a_terminal_on_a_runners_host_postgres() {
     a_terminal_on_a_runners_host(Kind::Postgres).await;
 }
+
+/// A host speaks only for its own sessions: a host token's link that tells
+/// of an exit in another host's session changes nothing there, while the
+/// same news of its own tab is recorded. The "runner" here is this test
+/// speaking the link protocol itself, so it can say what no runner would.
+async fn a_host_speaks_only_for_its_own_sessions(kind: Kind) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let mut env = Env::new(kind);
+    let root = env.dir.join("work");
+    std::fs::create_dir_all(&root).unwrap();
+    env.set("SHEPHERD_TOKEN", OPERATOR)
+        .set("SHEPHERD_NODE_ID", "node-main")
+        .set("SHEPHERD_SESSIONS_ROOT", root.to_str().unwrap());
+    let s = Server::start(&env).await;
+    // A tab on the node itself.
+    let (st, mine) = s
+        .post_as::<p::Session>(
+            "/api/v1/sessions",
+            Some(OPERATOR),
+            json!({ "location_path": root }),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, node_tab) = s
+        .post_as::<p::SessionWorker>(
+            &format!("/api/v1/sessions/{}/workers", mine.id),
+            Some(OPERATOR),
+            json!({ "type": "terminal" }),
+        )
+        .await;
+    assert_eq!(st, 201);
+
+    // A host, and its link, spoken by hand.
+    let (st, reg) = s
+        .post_as::<p::RegisterHostResponse>(
+            "/api/v1/hosts",
+            Some(OPERATOR),
+            json!({ "id": "host-hand", "name": "by hand", "sessions_root": "/srv/hand" }),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let url = format!(
+        "{}/api/v1/hosts/host-hand/link",
+        s.base.replacen("http://", "ws://", 1)
+    );
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", reg.host_token).parse().unwrap(),
+    );
+    let (mut link, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    // The host answers what a session and a tab on it need.
+    let answer = tokio::spawn(async move {
+        while let Some(Ok(m)) = link.next().await {
+            let Message::Text(t) = m else { continue };
+            let Ok(p::LinkMessage::Request { id, request }) = serde_json::from_str(t.as_str())
+            else {
+                continue;
+            };
+            let last = matches!(request, p::LinkRequest::TabStart { .. });
+            let reply = match request {
+                p::LinkRequest::SessionLocation { path } => p::LinkReply::Location { path },
+                p::LinkRequest::TabStart { .. } => p::LinkReply::TabStarted { pid: 999_999 },
+                _ => p::LinkReply::Done,
+            };
+            let text = serde_json::to_string(&p::LinkMessage::Reply { id, reply }).unwrap();
+            link.send(Message::text(text)).await.unwrap();
+            if last {
+                return link;
+            }
+        }
+        panic!("the link closed");
+    });
+    let hand_session = loop {
+        let (st, v) = s
+            .post(
+                "/api/v1/sessions",
+                Some(OPERATOR),
+                json!({ "location_path": "/srv/hand/app", "host": "host-hand" }),
+            )
+            .await;
+        if st == 201 {
+            break serde_json::from_value::<p::Session>(v).unwrap();
+        }
+        // Until the server has taken the link.
+        assert_eq!(v["error"]["code"], "host_offline", "{v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (st, hand_tab) = s
+        .post_as::<p::SessionWorker>(
+            &format!("/api/v1/sessions/{}/workers", hand_session.id),
+            Some(OPERATOR),
+            json!({ "type": "terminal" }),
+        )
+        .await;
+    assert_eq!(st, 201);
+    assert_eq!(hand_tab.pid, Some(999_999));
+    let mut link = answer.await.unwrap();
+
+    let exited = |session: &str, worker: &str| p::LinkMessage::Event {
+        event: p::HostEvent::TabExited {
+            session_id: session.into(),
+            worker_id: worker.into(),
+            epoch: 1,
+            exit_code: Some(9),
+            signal: None,
+        },
+    };
+    for m in [
+        exited(&mine.id, &node_tab.id),
+        exited(&hand_session.id, &hand_tab.id),
+    ] {
+        let text = serde_json::to_string(&m).unwrap();
+        link.send(Message::text(text)).await.unwrap();
+    }
+    let tab_of = |session: &str| {
+        let path = format!("/api/v1/sessions/{session}");
+        let s = &s;
+        async move {
+            let (_, v) = s.get_as::<p::Session>(&path, Some(OPERATOR)).await;
+            v.workers.into_iter().next().unwrap()
+        }
+    };
+    let start = Instant::now();
+    while tab_of(&hand_session.id).await.exited_at.is_none() {
+        assert!(start.elapsed() < WAIT, "the host's own exit is recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let node_tab = tab_of(&mine.id).await;
+    assert!(
+        node_tab.exited_at.is_none() && node_tab.alive,
+        "{node_tab:?}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_speaks_only_for_its_own_sessions_sqlite() {
+    a_host_speaks_only_for_its_own_sessions(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_speaks_only_for_its_own_sessions_postgres() {
+    a_host_speaks_only_for_its_own_sessions(Kind::Postgres).await;
+}
