@@ -1,8 +1,9 @@
 // Browser test of two `shepherd serve` nodes sharing one PostgreSQL database
 // (a fresh schema of SHEPHERD_TEST_PG_URL, the Rust tests' database): a
-// terminal lives on the node that hosts its session, so another node's page
-// says where it runs, links there and stops trying, instead of
-// "Reconnecting…" forever; the link opens the terminal on its own node.
+// terminal lives on the node that hosts its session, and another node's page
+// serves it all the same (that node relays); once the hosting node is gone,
+// the page says where the session runs, links there and stops trying,
+// instead of "Reconnecting…" forever.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -43,7 +44,12 @@ after(async () => {
   }
 });
 
-test("a terminal of a session on another node names that node, links there and stops reconnecting", async () => {
+/** What the terminal on `page` shows, row by row. */
+function screen(page) {
+  return page.evaluate(() => [...document.querySelectorAll('[data-testid="terminal"] .xterm-rows > div')].map((r) => r.textContent).join("\n"));
+}
+
+test("a terminal of a session on another node works through this node, and names that node once it is gone", async () => {
   const session = await apiCall(a, "POST", "/api/v1/sessions", { name: "on node a", location_path: wsA.dir });
   const tab = await apiCall(a, "POST", `/api/v1/sessions/${session.id}/workers`, { type: "terminal" });
   const context = await browser.newContext({ viewport: VIEWPORTS[0] });
@@ -51,16 +57,26 @@ test("a terminal of a session on another node names that node, links there and s
   page.on("pageerror", (e) => console.error("page error:", e.message));
   try {
     const path = `/sessions/${session.id}?tab=${tab.id}`;
+    // Through node b: the shell on node a, typed into.
     await page.goto(b.url + path);
-    await waitForText(page, '[data-testid="terminal-refusal"]', "node-a");
+    await waitForText(page, '[data-testid="terminal-link"]', "Connected");
+    await page.locator('[data-testid="terminal"]').click();
+    await page.keyboard.type("echo via-b-$((20+22))");
+    await page.keyboard.press("Enter");
+    await until(async () => /^via-b-42\s*$/m.test(await screen(page)), "the shell on node a, through node b");
+
+    // Node a stops: node b cannot relay, says where the session runs and
+    // stops trying.
+    const aUrl = a.url;
+    await a.stop();
+    a = null;
     await waitForText(page, '[data-testid="terminal-refusal"]', "This session runs on node node-a");
-    // It gave up: no "Reconnecting…", and the status says it is not connected.
     const link = page.getByTestId("terminal-link");
-    assert.equal(await link.getAttribute("data-state"), "refused");
+    await until(async () => (await link.getAttribute("data-state")) === "refused", "the terminal gives up");
     assert.doesNotMatch(await link.textContent(), /Reconnecting/);
     assert.doesNotMatch(await page.locator("main").textContent(), /Reconnecting/);
     const href = await page.getByTestId("terminal-node-link").getAttribute("href");
-    assert.equal(href, a.url + path, "the link opens the same page on node a");
+    assert.equal(href, aUrl + path, "the link opens the same page on node a");
 
     // At every width the layout tests use: inside the window, and axe passes.
     for (const viewport of VIEWPORTS) {
@@ -75,21 +91,6 @@ test("a terminal of a session on another node names that node, links there and s
       }
       await page.emulateMedia({ colorScheme: "light" });
     }
-    await page.setViewportSize(VIEWPORTS[0]);
-
-    // The link leads to the terminal, which attaches on its own node.
-    await page.getByTestId("terminal-node-link").click();
-    await page.waitForURL(a.url + path);
-    await waitForText(page, '[data-testid="terminal-link"]', "Connected");
-    assert.equal(await page.getByTestId("terminal-refusal").count(), 0);
-    await page.locator('[data-testid="terminal"]').click();
-    await page.keyboard.type("echo on-a-$((20+22))");
-    await page.keyboard.press("Enter");
-    await until(
-      async () =>
-        /^on-a-42\s*$/m.test(await page.evaluate(() => [...document.querySelectorAll('[data-testid="terminal"] .xterm-rows > div')].map((r) => r.textContent).join("\n"))),
-      "the shell on node a",
-    );
   } finally {
     await context.close();
   }

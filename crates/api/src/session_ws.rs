@@ -80,6 +80,17 @@ pub async fn attach(
         Place::OtherNode(node) => crate::node_relay::peer(&state, &m, node, &s, &headers).await,
         _ => None,
     };
+    // Asked before the handshake, so that a node that cannot be reached is
+    // answered as such (a browser reads it with a plain GET and stops
+    // trying) rather than with a socket that closes at once, forever.
+    let peer = match peer {
+        Some(c) => match crate::node_relay::answer(&s.node_id, c.session(&session_id).await) {
+            Some(Ok(_)) => Some(c),
+            Some(Err(e)) => return Err(e),
+            None => None,
+        },
+        None => None,
+    };
     let host = match (peer.is_some(), relay::unreached(place, &s)) {
         (true, _) | (false, Place::Here) => None,
         (false, Place::Host(host)) => Some(host),

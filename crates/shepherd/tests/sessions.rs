@@ -840,6 +840,16 @@ async fn another_node_relays_to_the_host() {
     let host: OtherNode = serde_json::from_value(e).unwrap();
     assert_eq!(host.address.as_deref(), Some(a_base.as_str()));
     assert_eq!(host.node_id, "node-a");
+    // So do its attach and, for a browser, the plain GET that says why.
+    let r = try_connect(&b.base, &ws::path(&sid, &wid), Opts::default()).await;
+    assert_eq!(r.err(), Some(409));
+    let (st, e) = b
+        .call(reqwest::Method::GET, &ws::path(&sid, &wid), None, None)
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (409, Some("session_on_other_node"))
+    );
     let (st, e) = b
         .call(
             reqwest::Method::DELETE,
