@@ -306,17 +306,17 @@ pub async fn open_link(
             .into())
         }
     }
-    // Other nodes serve this host's sessions through the node it links to.
-    match state.sessions.as_ref().map(|m| m.config().node_id.clone()) {
-        Some(node) => state.store.host_linked(&id, &node).await?,
-        None => state.store.host_seen(&id).await?,
-    };
     let ws = ws.map_err(|r| {
         Error::bad_request(
             "websocket_required",
             format!("this route is a WebSocket: {}", r.body_text()),
         )
     })?;
+    // Other nodes serve this host's sessions through the node it links to.
+    match state.sessions.as_ref().map(|m| m.config().node_id.clone()) {
+        Some(node) => state.store.host_linked(&id, &node).await?,
+        None => state.store.host_seen(&id).await?,
+    };
     let shutdown = state.shutdown.clone();
     Ok(ws
         .max_message_size(MAX_MESSAGE)

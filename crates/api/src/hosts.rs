@@ -126,15 +126,19 @@ const MAX_PRUNE: usize = 10_000;
 #[utoipa::path(post, path = "/api/v1/hosts/{id}/prune_branches", tag = "hosts", operation_id = "prune_host_branches",
     params(("id" = String, Path)), request_body = PruneBranchesBody, responses(
     (status = 200, body = PruneBranchesReport),
+    (status = 403, description = "operator_only: not for worker, run or host tokens", body = ErrorBody),
     (status = 404, description = "host_not_found", body = ErrorBody),
     (status = 409, description = "host_kind_conflict: a server node's branches are pruned on its own machine", body = ErrorBody),
     (status = 422, description = "invalid_body: more than 10000 branches", body = ErrorBody),
     (status = 503, description = "host_offline, host_timeout, host_failed", body = ErrorBody)))]
 pub async fn prune_branches(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     ApiJson(b): ApiJson<PruneBranchesBody>,
 ) -> ApiResult<Json<PruneBranchesReport>> {
+    // The route table decides which people; no worker, run or host token.
+    caller.require_operator()?;
     let host = state.store.host(&id).await?;
     if host.kind != shepherd_core::status::HostKind::Runner {
         return Err(Error::conflict(

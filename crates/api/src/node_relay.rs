@@ -45,19 +45,19 @@ fn credentials(headers: &HeaderMap) -> Option<HeaderValue> {
     Some(h)
 }
 
-/// A client of server node `node` (which holds `s`, or the link of the
-/// runner's host that does), acting as the caller; none when no such node
-/// can be asked.
+/// A client of server node `node` (which holds session `s`, or the link
+/// of the runner's host that does), acting as the caller; none when no
+/// such node can be asked.
 pub(crate) async fn peer(
     state: &AppState,
     m: &SessionManager,
     node: &str,
-    s: &SessionRecord,
+    s: Option<&SessionRecord>,
     headers: &HeaderMap,
 ) -> Option<Client> {
-    let fallback = (node == s.node_id)
-        .then(|| s.node_address.clone())
-        .flatten();
+    let fallback = s
+        .filter(|s| s.node_id == node)
+        .and_then(|s| s.node_address.clone());
     let node = state.store.host(node).await.ok()?;
     let timeout = state.settings.heartbeat_timeout.as_millis() as i64;
     let online = shepherd_store::now_ms() - node.last_seen_at <= timeout;

@@ -58,6 +58,18 @@ pub(crate) async fn place(state: &AppState, m: &SessionManager, s: &SessionRecor
     }
 }
 
+/// The node a runner's host keeps its link to, when that is not this node
+/// and this node has no link to it.
+pub(crate) async fn link_elsewhere(
+    state: &AppState,
+    m: &SessionManager,
+    host: &str,
+) -> Option<String> {
+    let h = state.store.host(host).await.ok()?;
+    let node = h.link_node.filter(|n| n != &m.config().node_id)?;
+    (h.kind == HostKind::Runner && !state.links.connected(host)).then_some(node)
+}
+
 /// Where a request goes when the node it would have gone through could
 /// not be asked: a session on a runner's host is answered here (503
 /// `host_offline`, this node having no link), any other by the local path

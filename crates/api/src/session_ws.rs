@@ -77,7 +77,9 @@ pub async fn attach(
     let (s, w) = state.store.session_worker(&session_id, &worker_id).await?;
     let place = relay::place(&state, &m, &s).await;
     let peer = match &place {
-        Place::OtherNode(node) => crate::node_relay::peer(&state, &m, node, &s, &headers).await,
+        Place::OtherNode(node) => {
+            crate::node_relay::peer(&state, &m, node, Some(&s), &headers).await
+        }
         _ => None,
     };
     // Asked before the handshake, so that a node that cannot be reached is

@@ -107,7 +107,7 @@ where
     let Place::OtherNode(node) = place else {
         return None;
     };
-    let peer = node_relay::peer(state, m, node, s, headers).await?;
+    let peer = node_relay::peer(state, m, node, Some(s), headers).await?;
     node_relay::answer(&s.node_id, ask(peer).await)
 }
 
@@ -121,11 +121,20 @@ where
 pub async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     ApiJson(b): ApiJson<CreateSession>,
 ) -> ApiResult<(StatusCode, Json<Session>)> {
     caller.require_operator()?;
     let m = manager(&state)?;
-    let host = b.host.unwrap_or_else(|| m.config().node_id.clone());
+    let host = b.host.clone().unwrap_or_else(|| m.config().node_id.clone());
+    // A runner's host linked to another node is asked through that node.
+    if let Some(node) = relay::link_elsewhere(&state, &m, &host).await {
+        if let Some(peer) = node_relay::peer(&state, &m, &node, None, &headers).await {
+            if let Some(r) = node_relay::answer(&node, peer.create_session(&b).await) {
+                return r.map(|s| (StatusCode::CREATED, Json(s)));
+            }
+        }
+    }
     let s = relay::create(&state, &m, &host, b.name, &b.location_path).await?;
     Ok((StatusCode::CREATED, Json(session_view(&state, &m, &s))))
 }

@@ -127,6 +127,14 @@ impl LinkServer {
         self.events_ready.notify_one();
     }
 
+    /// Events a send failed to deliver, first in line again.
+    fn put_back(&self, unsent: impl DoubleEndedIterator<Item = HostEvent>) {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        for e in unsent.rev() {
+            events.push_front(e);
+        }
+    }
+
     fn take_events(&self) -> Vec<HostEvent> {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         events.drain(..).collect()
@@ -438,12 +446,15 @@ where
                 }
             }
             _ = server.events_ready.notified() => {
-                for event in server.take_events() {
-                    let text = match serde_json::to_string(&LinkMessage::Event { event }) {
+                let mut events = server.take_events().into_iter();
+                while let Some(event) = events.next() {
+                    let text = match serde_json::to_string(&LinkMessage::Event { event: event.clone() }) {
                         Ok(t) => t,
                         Err(_) => continue,
                     };
                     if sink.send(Message::text(text)).await.is_err() {
+                        // Told on the next link instead.
+                        server.put_back(std::iter::once(event).chain(events));
                         return;
                     }
                 }

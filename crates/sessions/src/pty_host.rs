@@ -48,11 +48,15 @@ pub struct PtyHostConfig {
 struct SlotState {
     output: Option<Arc<Output>>,
     process: Option<Arc<PtyProcess>>,
+    /// Forgotten by a stop while someone waited for it: whoever gets it
+    /// next takes a fresh slot instead (a process started in this one would
+    /// be in no map, and nothing would ever end it).
+    removed: bool,
 }
 
 struct Slot {
     session_id: String,
-    state: tokio::sync::Mutex<SlotState>,
+    state: Arc<tokio::sync::Mutex<SlotState>>,
 }
 
 /// The PTYs this host holds.
@@ -118,6 +122,20 @@ impl PtyHost {
         self.launcher().check_location(path)
     }
 
+    /// The tab's slot, locked; never one a stop has forgotten.
+    async fn locked_slot(
+        &self,
+        tab: &HostTab,
+    ) -> Result<tokio::sync::OwnedMutexGuard<SlotState>, Error> {
+        loop {
+            let slot = self.slot(tab)?;
+            let st = slot.state.clone().lock_owned().await;
+            if !st.removed {
+                return Ok(st);
+            }
+        }
+    }
+
     fn slot(&self, tab: &HostTab) -> Result<Arc<Slot>, Error> {
         check_id("session", "invalid_session_id", &tab.session_id)?;
         check_id("worker", "invalid_worker_id", &tab.worker_id)?;
@@ -127,7 +145,7 @@ impl PtyHost {
             .or_insert_with(|| {
                 Arc::new(Slot {
                     session_id: tab.session_id.clone(),
-                    state: tokio::sync::Mutex::new(SlotState::default()),
+                    state: Arc::new(tokio::sync::Mutex::new(SlotState::default())),
                 })
             })
             .clone())
@@ -206,8 +224,7 @@ impl PtyHost {
             tab.agent_id.as_deref(),
             continue_,
         )?;
-        let slot = self.slot(tab)?;
-        let mut st = slot.state.lock().await;
+        let mut st = self.locked_slot(tab).await?;
         if let Some(p) = st.process.take() {
             p.terminate(self.config.kill_grace).await;
         }
@@ -234,8 +251,7 @@ impl PtyHost {
         tab: &HostTab,
         restore: &TabRestore,
     ) -> Result<(Attachment, Option<i64>), Error> {
-        let slot = self.slot(tab)?;
-        let mut st = slot.state.lock().await;
+        let mut st = self.locked_slot(tab).await?;
         let recorded = restore.epoch - 1;
         let output = self.output_of(&mut st, tab, recorded);
         if let Some(p) = st.process.clone() {
@@ -307,8 +323,8 @@ impl PtyHost {
             if let Some(p) = st.process.take() {
                 p.terminate(self.config.kill_grace).await;
             }
-            drop(st);
             if forget {
+                st.removed = true;
                 self.slots
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())

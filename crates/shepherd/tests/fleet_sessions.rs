@@ -254,6 +254,17 @@ async fn a_terminal_on_a_runners_host(kind: Kind) {
         tb.wait_for("via-b-6", WAIT).await;
         drop(tb);
         t.wait_for("via-b-6", WAIT).await;
+        // A session on the runner's host made through node-b, which has no
+        // link to it, is made through node-a, which has.
+        let (st, other) = b
+            .post(
+                "/api/v1/sessions",
+                Some(OPERATOR),
+                json!({ "location_path": root.join("project"), "host": host.id, "name": "via b" }),
+            )
+            .await;
+        assert_eq!(st, 201, "{other}");
+        assert_eq!(other["node_id"], host.id.as_str());
         b.stop().await;
     }
     // Something that prints while the server is gone.
