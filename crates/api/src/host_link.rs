@@ -334,50 +334,28 @@ pub async fn open_link(
 /// Sends requests and input, hands answers to their askers and frames to
 /// their streams, records what the host tells, pings a quiet link; ends
 /// when either side closes it, or the server stops.
+///
+/// Reading and writing are separate tasks: a write that waits (the host
+/// not reading) never stops this side from reading, so two sides that
+/// both have much to send cannot hold each other up for good.
 async fn serve(
     host: &str,
     socket: WebSocket,
-    mut outbound: mpsc::Receiver<Outbound>,
+    outbound: mpsc::Receiver<Outbound>,
     link: LinkState,
     store: &shepherd_store::Store,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let (mut out, mut inbound) = socket.split();
-    let mut ping = tokio::time::interval(PING_EVERY);
-    ping.tick().await;
-    let mut unanswered_pings = 0u32;
+    let (out, mut inbound) = socket.split();
+    let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let done = shutdown.child_token();
+    let writer = tokio::spawn(write_link(out, outbound, alive.clone(), done.clone()));
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break,
-            next = outbound.recv() => {
-                let message = match next {
-                    None => break,
-                    Some(Outbound::Binary(b)) => Message::Binary(b.into()),
-                    Some(Outbound::Message(m)) => match serde_json::to_string(&m) {
-                        Ok(t) => Message::Text(t.into()),
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot encode a link message");
-                            continue;
-                        }
-                    },
-                };
-                if out.send(message).await.is_err() {
-                    break;
-                }
-            }
-            _ = ping.tick() => {
-                if unanswered_pings >= 2 {
-                    tracing::warn!("a host link answered no ping for 30 s; closing it");
-                    break;
-                }
-                unanswered_pings += 1;
-                if out.send(Message::Ping(Default::default())).await.is_err() {
-                    break;
-                }
-            }
+            _ = done.cancelled() => break,
             msg = inbound.next() => match msg {
                 Some(Ok(Message::Text(text))) => {
-                    unanswered_pings = 0;
+                    alive.store(true, Ordering::Relaxed);
                     match serde_json::from_str::<LinkMessage>(&text) {
                         Ok(LinkMessage::Reply { id, reply }) => {
                             let asker = lock(&link.pending).remove(&id);
@@ -397,7 +375,7 @@ async fn serve(
                     }
                 }
                 Some(Ok(Message::Binary(packet))) => {
-                    unanswered_pings = 0;
+                    alive.store(true, Ordering::Relaxed);
                     let Some((stream, frame)) = split_frame(&packet) else {
                         tracing::warn!("a host sent a malformed stream message; closing its link");
                         break;
@@ -414,19 +392,70 @@ async fn serve(
                         }
                     }
                 }
-                Some(Ok(Message::Pong(_) | Message::Ping(_))) => unanswered_pings = 0,
+                Some(Ok(Message::Pong(_) | Message::Ping(_))) => alive.store(true, Ordering::Relaxed),
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
             },
         }
     }
-    // Nothing more is taken for this link, and askers still waiting learn
-    // the host is gone, before the goodbye (which a dead socket may hold up);
-    // every attached client's frames end, so it reconnects and resumes.
-    outbound.close();
-    while outbound.try_recv().is_ok() {}
+    // Askers still waiting learn the host is gone, and every attached
+    // client's frames end, so it reconnects and resumes.
+    done.cancel();
+    let _ = writer.await;
     lock(&link.pending).clear();
     lock(&link.streams).clear();
     lock(&link.live).clear();
+}
+
+/// The link's writer: requests, input and pings out, until `done` or a
+/// write fails; a host silent through two pings is let go.
+async fn write_link(
+    mut out: futures::stream::SplitSink<WebSocket, Message>,
+    mut outbound: mpsc::Receiver<Outbound>,
+    alive: Arc<std::sync::atomic::AtomicBool>,
+    done: tokio_util::sync::CancellationToken,
+) {
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.tick().await;
+    let mut unanswered_pings = 0u32;
+    loop {
+        let message = tokio::select! {
+            _ = done.cancelled() => break,
+            next = outbound.recv() => match next {
+                None => break,
+                Some(Outbound::Binary(b)) => Message::Binary(b.into()),
+                Some(Outbound::Message(m)) => match serde_json::to_string(&m) {
+                    Ok(t) => Message::Text(t.into()),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot encode a link message");
+                        continue;
+                    }
+                },
+            },
+            _ = ping.tick() => {
+                if alive.swap(false, Ordering::Relaxed) {
+                    unanswered_pings = 0;
+                }
+                if unanswered_pings >= 2 {
+                    tracing::warn!("a host link answered no ping for 30 s; closing it");
+                    break;
+                }
+                unanswered_pings += 1;
+                Message::Ping(Default::default())
+            }
+        };
+        // A host that takes nothing for this long is as good as gone.
+        let sent = tokio::select! {
+            _ = done.cancelled() => break,
+            r = tokio::time::timeout(PING_EVERY * 2, out.send(message)) => r,
+        };
+        if !matches!(sent, Ok(Ok(()))) {
+            break;
+        }
+    }
+    // Nothing more is taken for this link; the reader stops too.
+    done.cancel();
+    outbound.close();
+    while outbound.try_recv().is_ok() {}
     let _ = tokio::time::timeout(Duration::from_secs(1), out.send(Message::Close(None))).await;
 }
 

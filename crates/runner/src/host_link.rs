@@ -55,6 +55,8 @@ const MAX_EVENTS: usize = 10_000;
 enum Out {
     Message(LinkMessage),
     Binary(Vec<u8>),
+    /// Write what is pending (the answer to a ping).
+    Flush,
 }
 
 /// What the host answers from.
@@ -408,12 +410,15 @@ struct Addressed {
 }
 
 /// Answers requests and carries streams until the link or the runner ends.
+/// Reading and writing are separate tasks: a write that waits (the server
+/// not reading) never stops this side from reading, so the two sides
+/// cannot hold each other up for good.
 async fn serve<S>(ws: WebSocketStream<S>, server: Arc<LinkServer>, shutdown: &CancellationToken)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sink, mut inbound) = ws.split();
-    let (out, mut outbox) = mpsc::channel::<Out>(OUTBOX);
+    let (sink, mut inbound) = ws.split();
+    let (out, outbox) = mpsc::channel::<Out>(OUTBOX);
     let streams: Streams = Arc::default();
     // Every stream of this connection ends with it.
     let link_down = CancellationToken::new();
@@ -424,41 +429,17 @@ where
         let _ = out.try_send(Out::Message(LinkMessage::Event { event: live }));
     }
     server.events_ready.notify_one();
+    let writer = tokio::spawn(write_link(
+        sink,
+        outbox,
+        server.clone(),
+        link_down.clone(),
+        shutdown.clone(),
+    ));
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => {
-                let _ = sink.send(Message::Close(None)).await;
-                return;
-            }
-            Some(next) = outbox.recv() => {
-                let message = match next {
-                    Out::Binary(b) => Message::binary(b),
-                    Out::Message(m) => match serde_json::to_string(&m) {
-                        Ok(t) => Message::text(t),
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot encode a link message");
-                            continue;
-                        }
-                    },
-                };
-                if sink.send(message).await.is_err() {
-                    return;
-                }
-            }
-            _ = server.events_ready.notified() => {
-                let mut events = server.take_events().into_iter();
-                while let Some(event) = events.next() {
-                    let text = match serde_json::to_string(&LinkMessage::Event { event: event.clone() }) {
-                        Ok(t) => t,
-                        Err(_) => continue,
-                    };
-                    if sink.send(Message::text(text)).await.is_err() {
-                        // Told on the next link instead.
-                        server.put_back(std::iter::once(event).chain(events));
-                        return;
-                    }
-                }
-            }
+            _ = link_down.cancelled() => break,
+            _ = shutdown.cancelled() => break,
             msg = tokio::time::timeout(SILENCE, inbound.next()) => match msg.unwrap_or_else(|_| {
                 tracing::warn!("the host link heard nothing for 45 s; opening it again");
                 None
@@ -490,7 +471,7 @@ where
                                 code: "host_failed".into(),
                                 message: "this runner does not know that request; upgrade it".into(),
                             };
-                            // Never waits: this loop is what empties the queue.
+                            // Never waits: a reader that waited on the writer could stall the link.
                             let _ = out.try_send(Out::Message(LinkMessage::Reply { id, reply }));
                         }
                     }
@@ -512,15 +493,77 @@ where
                     }
                     None => tracing::warn!("a malformed stream message on the host link"),
                 },
-                // tungstenite answers pings itself (on the next write or flush).
+                // tungstenite answers pings itself, on the next write or
+                // flush: the writer flushes.
                 Some(Ok(Message::Ping(_))) => {
-                    if sink.flush().await.is_err() {
-                        return;
-                    }
+                    let _ = out.try_send(Out::Flush);
                 }
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
                 Some(Ok(_)) => {}
             },
         }
     }
+    link_down.cancel();
+    let _ = writer.await;
+}
+
+/// The link's writer: replies, frames and events out, until the link or
+/// the runner ends or a write fails.
+async fn write_link<S>(
+    mut sink: futures_util::stream::SplitSink<WebSocketStream<S>, Message>,
+    mut outbox: mpsc::Receiver<Out>,
+    server: Arc<LinkServer>,
+    link_down: CancellationToken,
+    shutdown: CancellationToken,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    loop {
+        let messages = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => {
+                let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(Message::Close(None))).await;
+                break;
+            }
+            _ = link_down.cancelled() => break,
+            Some(next) = outbox.recv() => match next {
+                Out::Binary(b) => vec![(Message::binary(b), None)],
+                Out::Flush => {
+                    if sink.flush().await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                Out::Message(m) => match serde_json::to_string(&m) {
+                    Ok(t) => vec![(Message::text(t), None)],
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot encode a link message");
+                        continue;
+                    }
+                },
+            },
+            _ = server.events_ready.notified() => server
+                .take_events()
+                .into_iter()
+                .filter_map(|event| {
+                    let text = serde_json::to_string(&LinkMessage::Event { event: event.clone() }).ok()?;
+                    Some((Message::text(text), Some(event)))
+                })
+                .collect(),
+        };
+        let mut messages = messages.into_iter();
+        while let Some((message, event)) = messages.next() {
+            let sent = tokio::select! {
+                _ = link_down.cancelled() => Err(()),
+                r = tokio::time::timeout(SILENCE, sink.send(message)) => r.map_err(|_| ()).and_then(|r| r.map_err(|_| ())),
+            };
+            if sent.is_err() {
+                // Events not delivered are told on the next link.
+                server.put_back(event.into_iter().chain(messages.filter_map(|(_, e)| e)));
+                link_down.cancel();
+                return;
+            }
+        }
+    }
+    link_down.cancel();
 }

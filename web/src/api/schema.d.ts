@@ -5333,7 +5333,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
+            /** @description operator_only: not for worker, run or host tokens */
             403: {
                 headers: {
                     [name: string]: unknown;
