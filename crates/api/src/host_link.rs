@@ -42,6 +42,8 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(30);
 const PING_EVERY: Duration = Duration::from_secs(15);
 /// Requests queued for a host's link beyond what is on the wire.
 const QUEUE: usize = 64;
+/// The id of a request nobody waits for (asks count up from 0).
+const UNASKED: u64 = u64::MAX;
 /// The largest answer a host may send (a big diff).
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 /// Frames waiting for one attached client. A client that lets this many
@@ -464,7 +466,39 @@ async fn write_link(
 /// and only for a session that lives on that host).
 fn heard(host: &str, event: HostEvent, link: &LinkState, store: &shepherd_store::Store) {
     match event {
-        HostEvent::Live { workers } => *lock(&link.live) = workers.into_iter().collect(),
+        HostEvent::Live { tabs } => {
+            *lock(&link.live) = tabs.iter().map(|t| t.worker_id.clone()).collect();
+            // Tabs deleted while the host was away end now.
+            let (store, tx, host) = (store.clone(), link.tx.clone(), host.to_owned());
+            tokio::spawn(async move {
+                for t in tabs {
+                    let known = store.session_worker(&t.session_id, &t.worker_id).await;
+                    let gone = match &known {
+                        Err(e) => e.code == "session_not_found" || e.code == "worker_not_found",
+                        Ok((s, _)) => s.node_id != host,
+                    };
+                    if gone {
+                        tracing::info!(
+                            host,
+                            session = t.session_id,
+                            worker = t.worker_id,
+                            "ending a tab deleted while its host was away"
+                        );
+                        let stop = LinkRequest::TabStop {
+                            session_id: t.session_id,
+                            worker_id: Some(t.worker_id),
+                            forget: true,
+                        };
+                        // An id no asker waits for: the answer is dropped.
+                        let request = LinkMessage::Request {
+                            id: UNASKED,
+                            request: stop,
+                        };
+                        let _ = tx.send(Outbound::Message(request)).await;
+                    }
+                }
+            });
+        }
         HostEvent::TabExited {
             session_id,
             worker_id,

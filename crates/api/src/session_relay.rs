@@ -116,6 +116,18 @@ async fn ask(state: &AppState, host: &str, request: LinkRequest) -> Result<LinkR
     }
 }
 
+/// A stop that found its host away counts as done (see [`delete`]).
+fn away_or(r: Result<LinkReply, ApiError>) -> Result<(), ApiError> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if e.error.code == "host_offline" => {
+            tracing::info!(error = %e.error, "a tab's host is away: its records go now, its processes when it is back");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn unexpected(host: &str) -> ApiError {
     Error::unavailable(
         "host_failed",
@@ -216,7 +228,10 @@ pub(crate) async fn delete(
         worker_id: None,
         forget: true,
     };
-    ask(state, host, stop).await?;
+    // A host that is away ends the tabs when its link opens again (it
+    // tells which run there, and the server stops those it no longer
+    // knows): its sessions can be deleted meanwhile, even for good.
+    away_or(ask(state, host, stop).await)?;
     for w in &s.workers {
         state.links.set_live(host, &w.id, false);
     }
@@ -290,7 +305,7 @@ pub(crate) async fn remove_worker(
         worker_id: Some(worker_id.to_owned()),
         forget: true,
     };
-    ask(state, host, stop).await?;
+    away_or(ask(state, host, stop).await)?;
     state.links.set_live(host, worker_id, false);
     Ok(state.store.remove_session_worker(&s.id, worker_id).await?)
 }

@@ -106,8 +106,8 @@ pub enum LinkMessage {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum HostEvent {
     /// The PTY tabs whose process is running on the host, sent each time
-    /// its link opens.
-    Live { workers: Vec<String> },
+    /// its link opens (the server stops those it no longer knows).
+    Live { tabs: Vec<LiveTab> },
     /// A tab's process ended by itself.
     TabExited {
         session_id: String,
@@ -116,6 +116,13 @@ pub enum HostEvent {
         exit_code: Option<i64>,
         signal: Option<i32>,
     },
+}
+
+/// A tab whose process runs on a host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct LiveTab {
+    pub session_id: String,
+    pub worker_id: String,
 }
 
 /// A PTY tab as the host that holds it needs to know it (the server keeps

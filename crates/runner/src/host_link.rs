@@ -425,7 +425,7 @@ where
     let _link_down = link_down.clone().drop_guard();
     // The server learns which tabs run here before anything else.
     if let Some(s) = &server.sessions {
-        let live = HostEvent::Live { workers: s.live() };
+        let live = HostEvent::Live { tabs: s.live() };
         let _ = out.try_send(Out::Message(LinkMessage::Event { event: live }));
     }
     server.events_ready.notify_one();

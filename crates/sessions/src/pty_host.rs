@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shepherd_core::Error;
-use shepherd_protocol::{GitDiff, HostTab, RestartMode, TabRestore, TabStartReason};
+use shepherd_protocol::{GitDiff, HostTab, LiveTab, RestartMode, TabRestore, TabStartReason};
 use tokio::sync::mpsc;
 
 use crate::launch::{AgentSpec, Launcher};
@@ -347,7 +347,7 @@ impl PtyHost {
     }
 
     /// The tabs whose process runs now.
-    pub fn live(&self) -> Vec<String> {
+    pub fn live(&self) -> Vec<LiveTab> {
         let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots
             .iter()
@@ -357,7 +357,10 @@ impl PtyHost {
                     .map(|st| st.process.as_ref().is_some_and(|p| p.alive()))
                     .unwrap_or(true)
             })
-            .map(|(id, _)| id.clone())
+            .map(|(id, s)| LiveTab {
+                session_id: s.session_id.clone(),
+                worker_id: id.clone(),
+            })
             .collect()
     }
 
@@ -443,7 +446,8 @@ mod tests {
         while !history(&att).0.contains("hello") {
             let _ = frames.recv().await;
         }
-        assert_eq!(h.live(), vec!["wk_1".to_owned()]);
+        let live: Vec<String> = h.live().into_iter().map(|t| t.worker_id).collect();
+        assert_eq!(live, vec!["wk_1".to_owned()]);
         h.shutdown().await;
         drop(att);
         // A new host on the same disk: the history comes back, once, with

@@ -428,7 +428,7 @@ async fn a_host_speaks_only_for_its_own_sessions(kind: Kind) {
         "{}/api/v1/hosts/host-hand/link",
         s.base.replacen("http://", "ws://", 1)
     );
-    let mut req = url.into_client_request().unwrap();
+    let mut req = url.clone().into_client_request().unwrap();
     req.headers_mut().insert(
         "authorization",
         format!("Bearer {}", reg.host_token).parse().unwrap(),
@@ -515,6 +515,62 @@ async fn a_host_speaks_only_for_its_own_sessions(kind: Kind) {
     assert!(
         node_tab.exited_at.is_none() && node_tab.alive,
         "{node_tab:?}"
+    );
+
+    // The host goes away; its session can still be deleted, and when the
+    // host is back and says the tab runs, the server has it stopped.
+    link.close(None).await.unwrap();
+    drop(link);
+    let path = format!("/api/v1/sessions/{}", hand_session.id);
+    let start = Instant::now();
+    loop {
+        let (st, v) = s
+            .call(reqwest::Method::DELETE, &path, Some(OPERATOR), None)
+            .await;
+        if st == 200 {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "{st} {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", reg.host_token).parse().unwrap(),
+    );
+    let (mut link, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let live = p::LinkMessage::Event {
+        event: p::HostEvent::Live {
+            tabs: vec![p::LiveTab {
+                session_id: hand_session.id.clone(),
+                worker_id: hand_tab.id.clone(),
+            }],
+        },
+    };
+    link.send(Message::text(serde_json::to_string(&live).unwrap()))
+        .await
+        .unwrap();
+    let stop = tokio::time::timeout(WAIT, async {
+        while let Some(Ok(m)) = link.next().await {
+            if let Message::Text(t) = m {
+                if let Ok(p::LinkMessage::Request { request, .. }) =
+                    serde_json::from_str(t.as_str())
+                {
+                    return request;
+                }
+            }
+        }
+        panic!("the link closed");
+    })
+    .await
+    .expect("the server asks the host to stop the deleted tab");
+    assert_eq!(
+        stop,
+        p::LinkRequest::TabStop {
+            session_id: hand_session.id.clone(),
+            worker_id: Some(hand_tab.id.clone()),
+            forget: true,
+        }
     );
     s.stop().await;
 }
