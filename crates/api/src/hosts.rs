@@ -17,8 +17,8 @@ use shepherd_core::model::Host;
 use shepherd_core::time::to_rfc3339;
 use shepherd_core::Error;
 use shepherd_protocol::{
-    ErrorBody, HostCapacity, HostHeartbeatResponse, HostList, HostView, LinkReply, LinkRequest,
-    PruneBranchesBody, PruneBranchesReport, RegisterHostBody, RegisterHostResponse,
+    ErrorBody, HostCapacity, HostHeartbeatResponse, HostList, HostView, KeptBranch, LinkReply,
+    LinkRequest, PruneBranchesBody, PruneBranchesReport, RegisterHostBody, RegisterHostResponse,
     HEARTBEAT_INTERVAL_SECS,
 };
 use shepherd_store::HostDeclaration;
@@ -122,7 +122,8 @@ const MAX_PRUNE: usize = 10_000;
 /// Have a runner's host delete branches worktree runs left there (what
 /// `shepherd prune --branches-older-than` sends for each runner's host).
 /// The host deletes only `shepherd/*` branches of repositories its own
-/// agents name, whatever the list says.
+/// agents name, whatever the list says; a host that is offline keeps them
+/// all, each listed as kept with the reason.
 #[utoipa::path(post, path = "/api/v1/hosts/{id}/prune_branches", tag = "hosts", operation_id = "prune_host_branches",
     params(("id" = String, Path)), request_body = PruneBranchesBody, responses(
     (status = 200, body = PruneBranchesReport),
@@ -130,7 +131,7 @@ const MAX_PRUNE: usize = 10_000;
     (status = 404, description = "host_not_found", body = ErrorBody),
     (status = 409, description = "host_kind_conflict: a server node's branches are pruned on its own machine", body = ErrorBody),
     (status = 422, description = "invalid_body: more than 10000 branches", body = ErrorBody),
-    (status = 503, description = "host_offline, host_timeout, host_failed", body = ErrorBody)))]
+    (status = 503, description = "host_timeout, host_failed: the host has a link but did not answer (an offline host keeps its branches: 200, each kept with the reason)", body = ErrorBody)))]
 pub async fn prune_branches(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -156,6 +157,23 @@ pub async fn prune_branches(
             ),
         )
         .into());
+    }
+    // Pruning is maintenance that the next run picks up again: a host that
+    // is away keeps its branches for now, and the report says so.
+    if !state.links.connected(&id) {
+        let reason = format!("host {id} is offline: its branches are kept until the next prune");
+        let kept = b
+            .branches
+            .into_iter()
+            .map(|branch| KeptBranch {
+                branch,
+                reason: reason.clone(),
+            })
+            .collect();
+        return Ok(Json(PruneBranchesReport {
+            removed: Vec::new(),
+            kept,
+        }));
     }
     let ask = LinkRequest::PruneBranches {
         branches: b.branches,

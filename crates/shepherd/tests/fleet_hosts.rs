@@ -78,6 +78,17 @@ async fn registry_over_http(kind: Kind) {
         .await;
     assert_eq!(st, 201);
     assert_eq!(reg.host.kind, p::HostKind::Runner);
+    // Pruning on a host with no link keeps every branch, and says why.
+    let (st, report) = s
+        .post_as::<p::PruneBranchesReport>(
+            "/api/v1/hosts/host-far/prune_branches",
+            Some(OPERATOR),
+            json!({ "branches": [{ "repo": "/srv/far/repo", "branch": "shepherd/x", "run_id": "r1" }] }),
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert!(report.removed.is_empty());
+    assert!(report.kept[0].reason.contains("offline"), "{report:?}");
     assert!(reg.host.online);
     assert_eq!(reg.host.capacity.slots, Some(3));
     let host_token = reg.host_token.clone();

@@ -281,7 +281,8 @@ export interface paths {
          * Have a runner's host delete branches worktree runs left there (what
          *     `shepherd prune --branches-older-than` sends for each runner's host).
          *     The host deletes only `shepherd/*` branches of repositories its own
-         *     agents name, whatever the list says.
+         *     agents name, whatever the list says; a host that is offline keeps them
+         *     all, each listed as kept with the reason.
          */
         post: operations["prune_host_branches"];
         delete?: never;
@@ -5405,7 +5406,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description host_offline, host_timeout, host_failed */
+            /** @description host_timeout, host_failed: the host has a link but did not answer (an offline host keeps its branches: 200, each kept with the reason) */
             503: {
                 headers: {
                     [name: string]: unknown;
