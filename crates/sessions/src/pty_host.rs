@@ -26,7 +26,8 @@ use tokio::sync::mpsc;
 use crate::launch::{AgentSpec, Launcher};
 use crate::scrollback::{Limits, Scrollback};
 use crate::worker::{
-    restart_marker, restore_marker, Attachment, ExitInfo, ExitNotice, Output, PtyProcess,
+    restart_marker, restore_marker, Attachment, ExitInfo, ExitNotice, LaunchSpec, Output,
+    PtyProcess,
 };
 
 /// A runner host's session settings.
@@ -174,20 +175,24 @@ impl PtyHost {
             .clone()
     }
 
-    fn spawn(
-        &self,
-        tab: &HostTab,
-        continue_: bool,
-        epoch: i64,
-        output: Arc<Output>,
-    ) -> Result<Arc<PtyProcess>, Error> {
-        let mut spec = self.launcher().spec(
+    /// What the tab runs, checked by this host's rules.
+    fn spec(&self, tab: &HostTab, continue_: bool) -> Result<LaunchSpec, Error> {
+        self.launcher().spec(
             &tab.session_id,
             &tab.location,
             &tab.kind,
             tab.agent_id.as_deref(),
             continue_,
-        )?;
+        )
+    }
+
+    fn spawn(
+        &self,
+        tab: &HostTab,
+        mut spec: LaunchSpec,
+        epoch: i64,
+        output: Arc<Output>,
+    ) -> Result<Arc<PtyProcess>, Error> {
         spec.env
             .push(("SHEPHERD_WORKER_ID".to_owned(), tab.worker_id.clone()));
         PtyProcess::spawn(
@@ -217,13 +222,7 @@ impl PtyHost {
             }
         );
         // The launch is checked before anything is ended.
-        self.launcher().spec(
-            &tab.session_id,
-            &tab.location,
-            &tab.kind,
-            tab.agent_id.as_deref(),
-            continue_,
-        )?;
+        let spec = self.spec(tab, continue_)?;
         let mut st = self.locked_slot(tab).await?;
         if let Some(p) = st.process.take() {
             p.terminate(self.config.kill_grace).await;
@@ -235,7 +234,7 @@ impl PtyHost {
                 output.begin_epoch(epoch, Some(&restart_marker(mode)))
             }
         }
-        let process = self.spawn(tab, continue_, epoch, output)?;
+        let process = self.spawn(tab, spec, epoch, output)?;
         let pid = process.pid as i64;
         st.process = Some(process);
         Ok(pid)
@@ -280,11 +279,13 @@ impl PtyHost {
                 None,
             ));
         }
+        // Checked first: a restore that cannot start writes no marker.
+        let spec = self.spec(tab, true)?;
         if let Some(old) = restore.last_pid {
             crate::reap::kill_leftovers(old as i32, &tab.worker_id, self.config.kill_grace).await;
         }
         output.begin_epoch(restore.epoch, Some(&restore_marker()));
-        let process = self.spawn(tab, true, restore.epoch, output.clone())?;
+        let process = self.spawn(tab, spec, restore.epoch, output.clone())?;
         let pid = process.pid as i64;
         st.process = Some(process.clone());
         Ok((

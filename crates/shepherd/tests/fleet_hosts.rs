@@ -124,6 +124,7 @@ async fn registry_over_http(kind: Kind) {
         ("POST", "/api/v1/hosts"),
         ("POST", "/api/v1/worker/orchestrator/register"),
         ("GET", "/api/v1/events"),
+        ("POST", "/api/v1/hosts/host-far/prune_branches"),
     ] {
         let body = (method == "POST").then(|| json!({}));
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
@@ -196,6 +197,18 @@ async fn registry_over_http(kind: Kind) {
     assert_eq!(
         (st, err["error"]["code"].as_str()),
         (403, Some("not_your_host"))
+    );
+    // Nor have branches deleted on a host.
+    let (st, err) = s
+        .post(
+            "/api/v1/hosts/host-far/prune_branches",
+            Some(&worker_token),
+            json!({ "branches": [] }),
+        )
+        .await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (403, Some("operator_only"))
     );
     // The worker is listed on its host.
     let (_, workers) = s
@@ -316,40 +329,7 @@ async fn registry_over_http_postgres() {
 
 /// `shepherd runner` with its own data directory and HOME.
 fn runner(base: &str, data_dir: &std::path::Path, root: &std::path::Path) -> Proc {
-    runner_with(base, data_dir, root, None)
-}
-
-/// [`runner`] with a configuration file of its own (its agents).
-fn runner_with(
-    base: &str,
-    data_dir: &std::path::Path,
-    root: &std::path::Path,
-    config: Option<&std::path::Path>,
-) -> Proc {
-    let home = data_dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"));
-    cmd.args(["runner", "--server", base]).env_clear();
-    if let Some(c) = config {
-        cmd.env("SHEPHERD_CONFIG", c);
-    }
-    let child = cmd
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("SHEPHERD_TOKEN", OPERATOR)
-        .env("SHEPHERD_DATA_DIR", data_dir)
-        .env("SHEPHERD_SESSIONS_ROOT", root)
-        .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
-        .env(
-            "SHEPHERD_LOG",
-            std::env::var("FLEET_LOG").unwrap_or("warn".into()),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("shepherd runner");
-    Proc(child)
+    common::runner_host(base, data_dir, root, None)
 }
 
 /// What `shepherd hosts` prints (with the operator token).
@@ -568,7 +548,7 @@ git config diff.leak.textconv "sh -c 'env > {}; cat "\$0"'"
         ),
     )
     .unwrap();
-    let mut r = runner_with(&s.base, &far.join("data"), &root, Some(&config));
+    let mut r = common::runner_host(&s.base, &far.join("data"), &root, Some(&config));
     let list = hosts_until(&s, "the runner's host online", |l| {
         l.iter().any(|h| h.kind == p::HostKind::Runner && h.online)
     })
@@ -623,7 +603,7 @@ git config diff.leak.textconv "sh -c 'env > {}; cat "\$0"'"
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Back with its data directory: the same host, asked again.
-    let _r = runner_with(&s.base, &far.join("data"), &root, Some(&config));
+    let _r = common::runner_host(&s.base, &far.join("data"), &root, Some(&config));
     let start = Instant::now();
     loop {
         let (st, _) = s.get(&path, Some(OPERATOR)).await;

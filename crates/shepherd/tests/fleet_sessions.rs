@@ -28,28 +28,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// `shepherd runner` with its own data directory, HOME and sessions root.
 fn runner(base: &str, data_dir: &Path, root: &Path) -> Proc {
-    let home = data_dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
-        .args(["runner", "--server", base])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("SHELL", "/bin/sh")
-        .env("SHEPHERD_TOKEN", OPERATOR)
-        .env("SHEPHERD_DATA_DIR", data_dir)
-        .env("SHEPHERD_SESSIONS_ROOT", root)
-        .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
-        .env(
-            "SHEPHERD_LOG",
-            std::env::var("FLEET_LOG").unwrap_or("warn".into()),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("shepherd runner");
-    Proc(child)
+    common::runner_host(base, data_dir, root, None)
 }
 
 /// The real server, started again on the same data and address.

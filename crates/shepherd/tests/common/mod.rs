@@ -526,6 +526,43 @@ impl Drop for Proc {
     }
 }
 
+/// The real `shepherd runner` of another "machine": its own data
+/// directory, HOME and sessions root, `/bin/sh` as its shell, one-second
+/// heartbeats, and `config` (its agents) when given. Logs at `FLEET_LOG`
+/// (default `warn`).
+pub fn runner_host(
+    base: &str,
+    data_dir: &std::path::Path,
+    root: &std::path::Path,
+    config: Option<&std::path::Path>,
+) -> Proc {
+    let home = data_dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"));
+    cmd.args(["runner", "--server", base]).env_clear();
+    if let Some(c) = config {
+        cmd.env("SHEPHERD_CONFIG", c);
+    }
+    let child = cmd
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("SHELL", "/bin/sh")
+        .env("SHEPHERD_TOKEN", OPERATOR)
+        .env("SHEPHERD_DATA_DIR", data_dir)
+        .env("SHEPHERD_SESSIONS_ROOT", root)
+        .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
+        .env(
+            "SHEPHERD_LOG",
+            std::env::var("FLEET_LOG").unwrap_or("warn".into()),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("shepherd runner");
+    Proc(child)
+}
+
 /// The type of the marker events tests append beside a flood: a real type
 /// (the event routes refuse a `types` filter naming an unknown one) that
 /// those tests never produce otherwise, since they archive no channel.
