@@ -95,6 +95,8 @@ pub struct RunContext {
     pub worker_id: String,
     /// The program that runs `shim` (this binary).
     pub shim_program: PathBuf,
+    /// Starts the runs' shims, a spare one first.
+    pub shims: Arc<crate::spare_shim::SpareShims>,
     /// How old a run's lease may grow before its shim ends the agent.
     pub lease_timeout: Duration,
     /// On stop, leave agents running under their shims (the built-in
@@ -249,7 +251,11 @@ async fn start(
         .and_then(|b| write_atomic(&run.path("run.json"), &b))
         .map_err(|e| format!("cannot record the run: {e}"));
     run.touch_lease();
-    let shim_pid = match written.and_then(|()| spawn_shim(cmd)) {
+    let spawned = match written {
+        Ok(()) => ctx.shims.start_shim(cmd).await,
+        Err(e) => Err(e),
+    };
+    let shim_pid = match spawned {
         Ok(pid) => pid,
         Err(reason) => {
             if let Some(w) = &mut workspace {
@@ -408,20 +414,6 @@ async fn make_workspace(ctx: &RunContext, a: &Assignment) -> Result<Option<Works
         None => worktree::create(&ctx.data_dir, repo, base, &a.vtid, a.attempt, &a.run_id).await,
     };
     made.map(Some)
-}
-
-/// Starts the shim; returns its pid (0 if it has none to tell).
-fn spawn_shim(mut cmd: tokio::process::Command) -> Result<i32, String> {
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start the shim: {e}"))?;
-    let shim_pid = child.id().map(|p| p as i32).unwrap_or(0);
-    // The shim is reaped when it exits; if this runner leaves first, the
-    // shim lives on (it leads its own session) and a later runner finds it.
-    tokio::spawn(async move {
-        let _ = child.wait().await;
-    });
-    Ok(shim_pid)
 }
 
 /// The agent's group, once the shim has started it; 0 if the shim recorded

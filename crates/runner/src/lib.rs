@@ -20,6 +20,7 @@ pub mod host_link;
 pub mod lines;
 pub mod process;
 pub mod shim;
+pub mod spare_shim;
 pub mod spool;
 pub mod step_courier;
 mod work_news;
@@ -221,6 +222,15 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     let events_stop = CancellationToken::new();
     let _events_stop = events_stop.clone().drop_guard();
     let file_events = FileEvents::start(events_stop);
+    let shims = spare_shim::SpareShims::new(config.shim_program.clone());
+    if !config.agents.is_empty() {
+        shims.refill();
+    }
+    let shared = SharedByRuns {
+        records: records.clone(),
+        file_events,
+        shims,
+    };
     let cancels: Cancels = Arc::default();
     let wake = WorkNews::new();
     // The log's head before any claim loop asks for work: the event stream
@@ -258,9 +268,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
             name,
             agent,
             operator.with_token(token),
-            &records,
             &worker_id,
-            &file_events,
+            &shared,
         ));
         workers.push((worker_id.clone(), ctx.clone()));
         let (mine, rest): (Vec<_>, Vec<_>) =
@@ -414,24 +423,31 @@ fn end_runs_of_departed_workers<'a>(
     }
 }
 
+/// What all the runs of this runner share, whichever worker they are for.
+struct SharedByRuns {
+    records: GroupRecords,
+    file_events: Option<Arc<FileEvents>>,
+    shims: Arc<spare_shim::SpareShims>,
+}
+
 /// What the runs of one of this runner's workers need from it.
 fn run_context(
     config: &RunnerConfig,
     name: &str,
     agent: &AgentConfig,
     connector: Client,
-    records: &GroupRecords,
     worker_id: &str,
-    file_events: &Option<Arc<FileEvents>>,
+    shared: &SharedByRuns,
 ) -> RunContext {
     RunContext {
         agent_name: name.to_owned(),
         agent: agent.clone(),
         steps: step_courier::StepCourier::start(connector.clone(), worker_id.to_owned()),
         connector,
-        records: records.clone(),
+        records: shared.records.clone(),
         worker_id: worker_id.to_owned(),
         shim_program: config.shim_program.clone(),
+        shims: shared.shims.clone(),
         lease_timeout: config.lease_timeout,
         detach_on_stop: config.detach_on_stop,
         child_umask: config.child_umask,
@@ -440,7 +456,7 @@ fn run_context(
         quiet_gap: config.quiet_gap,
         default_cancel_grace: config.cancel_grace,
         data_dir: config.data_dir.clone(),
-        file_events: file_events.clone(),
+        file_events: shared.file_events.clone(),
     }
 }
 

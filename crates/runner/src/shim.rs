@@ -20,8 +20,10 @@
 //! its process group), `lease`, `exit` (written last, atomically),
 //! `reader.json` (how far a runner that left had read), `steps.jsonl`.
 
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -165,12 +167,76 @@ pub struct ShimArgs {
     /// The agent's umask; `None`: the shim's own. The shim's files (the
     /// agent's output) stay under the runner's private mask.
     pub umask: Option<u32>,
+    /// The agent's command line.
     pub argv: Vec<String>,
+    /// The agent's whole environment, when the shim was told it (a shim
+    /// started in advance, see [`ShimJob`]); `None`: the shim's own.
+    pub env: Option<Vec<(OsString, OsString)>>,
 }
 
 /// Runs the shim to its end; returns the process exit code. Synchronous on
 /// purpose: it is one loop around one child, with no runtime to fail.
 pub fn main(args: ShimArgs) -> i32 {
+    let watched = leave_the_runner();
+    supervise(args, &watched)
+}
+
+/// A shim started in advance ([`ShimJob`]): leaves the runner's session at
+/// once, then waits on standard input for the run it is to supervise. An
+/// input that ends with no run (its runner stopped) ends it quietly.
+/// `parse` turns the job's arguments into the shim's (the command line's
+/// parser, which lives with the rest of the command line).
+pub fn stand_by(parse: impl FnOnce(Vec<OsString>) -> Result<ShimArgs, String>) -> i32 {
+    use std::io::Read;
+    let watched = leave_the_runner();
+    let mut bytes = Vec::new();
+    if std::io::stdin().lock().read_to_end(&mut bytes).is_err() || bytes.is_empty() {
+        return 0;
+    }
+    let job = match ShimJob::decode(&bytes) {
+        Ok(job) => job,
+        Err(e) => {
+            eprintln!("shim: {e}");
+            return 2;
+        }
+    };
+    let mut args = match parse(job.args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("shim: {e}");
+            return 2;
+        }
+    };
+    // What a shim started for this run has: no input, its messages in the
+    // run's `shim.log`, the agent's working directory.
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(args.dir.join("shim.log"));
+    let null = File::open("/dev/null");
+    // SAFETY: dup2 onto the standard descriptors of this single-threaded
+    // process; the sources are open files it owns.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        if let Ok(null) = &null {
+            libc::dup2(null.as_raw_fd(), 0);
+        }
+        if let Ok(log) = &log {
+            libc::dup2(log.as_raw_fd(), 2);
+        }
+    }
+    if let Some(cwd) = &job.cwd {
+        if let Err(e) = std::env::set_current_dir(cwd) {
+            eprintln!("shim: cannot enter {}: {e}", cwd.display());
+        }
+    }
+    args.env = Some(job.env);
+    supervise(args, &watched)
+}
+
+/// Leaves the runner's session and sets the shim's signals up; returns the
+/// signals its loop waits for.
+fn leave_the_runner() -> libc::sigset_t {
     // SAFETY: setsid and signal take no pointers; the handlers only store
     // to an atomic or do nothing, which is async-signal-safe.
     unsafe {
@@ -179,8 +245,14 @@ pub fn main(args: ShimArgs) -> i32 {
         // A handler, not the default: a child's end must stay pending for
         // `wait_for_news`, never be discarded as an ignored signal.
         libc::signal(libc::SIGCHLD, on_child as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        // Handlers that do nothing rather than SIG_IGN: an exec resets a
+        // handled signal to its default but keeps an ignored one ignored,
+        // so the agent starts with the defaults without a pre_exec (which
+        // would turn its posix_spawn into a fork).
+        // (SIGPIPE too: Rust's start-up ignores it.)
+        for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGPIPE] {
+            libc::signal(sig, on_child as *const () as libc::sighandler_t);
+        }
     }
     // From here on SIGTERM and SIGCHLD wait, blocked, until the loop asks
     // for them: one that arrives between two looks is never lost.
@@ -189,6 +261,11 @@ pub fn main(args: ShimArgs) -> i32 {
     unsafe {
         libc::sigprocmask(libc::SIG_BLOCK, &watched, std::ptr::null_mut());
     }
+    watched
+}
+
+/// Starts the agent and stays with it to its end.
+fn supervise(args: ShimArgs, watched: &libc::sigset_t) -> i32 {
     let run = RunFiles::at(args.dir.clone());
     let me = std::process::id() as i32;
     let started = start_time(me).unwrap_or(0);
@@ -243,26 +320,38 @@ pub fn main(args: ShimArgs) -> i32 {
         .stdout(out)
         .stderr(err)
         .process_group(0);
-    // SAFETY: only async-signal-safe calls between fork and exec: the agent
-    // gets the default dispositions back, not the shim's, and its umask.
-    let umask = args.umask;
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(mask) = umask {
-                libc::umask(mask as libc::mode_t);
-            }
-            libc::signal(libc::SIGTERM, libc::SIG_DFL);
-            libc::signal(libc::SIGHUP, libc::SIG_DFL);
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    if let Some(env) = &args.env {
+        cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    }
+    // The agent's umask and an empty signal mask, set around the spawn
+    // rather than in a pre_exec: without one the spawn is a posix_spawn,
+    // not a fork of the shim. The shim is one thread, so nothing else
+    // creates a file meanwhile; a SIGTERM or SIGCHLD that comes in the gap
+    // reaches its handler, which the loop reads (TERM) or does not need
+    // (it looks at the child before it waits). The signals the shim
+    // handles are reset to their defaults by the exec (`leave_the_runner`).
+    let spawned = {
+        let mut blocked: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: umask and sigprocmask with valid, initialised sets.
+        unsafe {
             let mut none: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
+            libc::sigprocmask(libc::SIG_SETMASK, &none, &mut blocked);
+        }
+        let own_umask = args
+            .umask
+            .map(|m| unsafe { libc::umask(m as libc::mode_t) });
+        let spawned = cmd.spawn();
+        // SAFETY: as above.
+        unsafe {
+            if let Some(mask) = own_umask {
+                libc::umask(mask);
+            }
+            libc::sigprocmask(libc::SIG_SETMASK, &blocked, std::ptr::null_mut());
+        }
+        spawned
+    };
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             record(&ExitRecord {
@@ -338,7 +427,7 @@ pub fn main(args: ShimArgs) -> i32 {
             Some(_) => now + Duration::from_millis(500),
             None => next_lease_look,
         };
-        wait_for_news(&watched, next.saturating_duration_since(now));
+        wait_for_news(watched, next.saturating_duration_since(now));
     }
 }
 
@@ -373,5 +462,129 @@ fn wait_for_news(watched: &libc::sigset_t, at_most: Duration) {
     let got = unsafe { libc::sigtimedwait(watched, std::ptr::null_mut(), &timeout) };
     if got == libc::SIGTERM {
         TERM.store(true, Ordering::SeqCst);
+    }
+}
+
+/// What a runner tells a shim it started in advance (`shepherd shim
+/// --stand-by`) about the run it is to supervise: the arguments a shim
+/// started for the run would have had, the agent's whole environment and
+/// its working directory. Written once to the shim's standard input, then
+/// closed.
+///
+/// Each item is a tag byte, its bytes, then a NUL: `a` an argument, `e` an
+/// environment variable (`NAME=value`), `c` the working directory. None of
+/// them can hold a NUL (the kernel takes them as C strings).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShimJob {
+    pub args: Vec<OsString>,
+    pub env: Vec<(OsString, OsString)>,
+    pub cwd: Option<PathBuf>,
+}
+
+impl ShimJob {
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        let mut put = |tag: u8, parts: &[&[u8]]| {
+            out.push(tag);
+            for p in parts {
+                out.extend_from_slice(p);
+            }
+            out.push(0);
+        };
+        let nul = |b: &[u8]| b.contains(&0);
+        for a in &self.args {
+            if nul(a.as_bytes()) {
+                return Err("an argument holds a NUL".into());
+            }
+            put(b'a', &[a.as_bytes()]);
+        }
+        for (k, v) in &self.env {
+            let k = k.as_bytes();
+            if k.is_empty() || k.contains(&b'=') || nul(k) || nul(v.as_bytes()) {
+                return Err("an environment variable cannot be passed on".into());
+            }
+            put(b'e', &[k, b"=", v.as_bytes()]);
+        }
+        if let Some(c) = &self.cwd {
+            if nul(c.as_os_str().as_bytes()) {
+                return Err("the working directory holds a NUL".into());
+            }
+            put(b'c', &[c.as_os_str().as_bytes()]);
+        }
+        Ok(out)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ShimJob, String> {
+        let body = bytes
+            .strip_suffix(&[0])
+            .ok_or("the run's description is cut short")?;
+        let mut job = ShimJob::default();
+        for item in body.split(|b| *b == 0) {
+            let (tag, rest) = item.split_first().ok_or("an empty item")?;
+            let text = OsString::from_vec(rest.to_vec());
+            match tag {
+                b'a' => job.args.push(text),
+                b'e' => {
+                    let at = rest
+                        .iter()
+                        .position(|b| *b == b'=')
+                        .filter(|at| *at > 0)
+                        .ok_or("an environment variable without a name")?;
+                    job.env.push((
+                        OsString::from_vec(rest[..at].to_vec()),
+                        OsString::from_vec(rest[at + 1..].to_vec()),
+                    ));
+                }
+                b'c' => job.cwd = Some(PathBuf::from(text)),
+                other => return Err(format!("an unknown item {:?}", *other as char)),
+            }
+        }
+        Ok(job)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_reads_back_as_written() {
+        let job = ShimJob {
+            args: vec![
+                "--dir".into(),
+                "/r/x".into(),
+                "--".into(),
+                "a=b c".into(),
+                "".into(),
+            ],
+            env: vec![
+                ("PATH".into(), "/bin:/usr/bin".into()),
+                ("E".into(), "x=y".into()),
+                ("EMPTY".into(), "".into()),
+            ],
+            cwd: Some("/w/é".into()),
+        };
+        let bytes = job.encode().unwrap();
+        assert_eq!(ShimJob::decode(&bytes).unwrap(), job);
+    }
+
+    #[test]
+    fn a_job_that_cannot_travel_is_refused_on_both_ends() {
+        let bad_arg = ShimJob {
+            args: vec![OsString::from_vec(b"a\0b".to_vec())],
+            ..ShimJob::default()
+        };
+        assert!(bad_arg.encode().is_err());
+        let bad_name = ShimJob {
+            env: vec![("A=B".into(), "v".into())],
+            ..ShimJob::default()
+        };
+        assert!(bad_name.encode().is_err());
+        assert!(
+            ShimJob::decode(b"a--dir").is_err(),
+            "no final NUL: cut short"
+        );
+        assert!(ShimJob::decode(b"x1\0").is_err(), "unknown tag");
+        assert!(ShimJob::decode(b"e=v\0").is_err(), "no name");
     }
 }

@@ -20,7 +20,7 @@
 //!    reading its first line.
 //!
 //! Run: `cargo bench -p shepherd --bench conversations`. Knobs:
-//! `SHEPHERD_BENCH_SAMPLES` (default 200), `SHEPHERD_BENCH_SENDS` (default
+//! `SHEPHERD_BENCH_SAMPLES` (default 200; 0 skips the load), `SHEPHERD_BENCH_SENDS` (default
 //! 50), `SHEPHERD_BENCH_PG_URL` (default the local `test` database; the
 //! PostgreSQL case is skipped if it cannot connect).
 
@@ -487,10 +487,14 @@ fn main() {
             .join(" ")
     );
     rt.block_on(async {
-        load_then_tail("sqlite", Vec::new(), samples).await;
-        let pg_reachable = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls)
-            .await
-            .is_ok();
+        // `SHEPHERD_BENCH_SAMPLES=0` measures the send alone.
+        if samples > 0 {
+            load_then_tail("sqlite", Vec::new(), samples).await;
+        }
+        let pg_reachable = samples > 0
+            && tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls)
+                .await
+                .is_ok();
         if pg_reachable {
             let schema = format!("bench_conv_{}", unique());
             load_then_tail(
@@ -510,7 +514,7 @@ fn main() {
                     .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
                     .await;
             }
-        } else {
+        } else if samples > 0 {
             println!("postgres: skipped ({} unreachable)", pg_url());
         }
         send_to_first_step(sends).await;

@@ -30,25 +30,27 @@ use std::process::ExitCode;
 
 pub use args::*;
 
+/// Runs `shepherd shim`: one synchronous loop around one child, no runtime.
+pub fn run_shim(flags: &ShimFlags) -> ExitCode {
+    let code = if flags.stand_by {
+        shepherd_runner::shim::stand_by(ShimFlags::parse_job)
+    } else {
+        match flags.to_shim_args() {
+            Ok(args) => shepherd_runner::shim::main(args),
+            Err(e) => {
+                eprintln!("shepherd shim: {e}");
+                2
+            }
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
 /// Runs a parsed command line; returns the process exit code.
 pub fn main(cli: Cli) -> ExitCode {
     // The shim is one synchronous loop around one child: no runtime.
-    if let Command::Shim {
-        dir,
-        grace_ms,
-        lease_timeout_ms,
-        umask,
-        argv,
-    } = &cli.command
-    {
-        let code = shepherd_runner::shim::main(shepherd_runner::shim::ShimArgs {
-            dir: dir.clone(),
-            grace: std::time::Duration::from_millis(*grace_ms),
-            lease_timeout: std::time::Duration::from_millis(*lease_timeout_ms),
-            umask: *umask,
-            argv: argv.clone(),
-        });
-        return ExitCode::from(code.clamp(0, 255) as u8);
+    if let Command::Shim(flags) = &cli.command {
+        return run_shim(flags);
     }
     // The server-side verbs create the data directory and what is in it:
     // private to this user, set before the runtime starts any thread.
@@ -161,6 +163,6 @@ async fn run(cli: Cli) -> Result<()> {
             shepherd_mcp::permission_tool::serve_stdio(&g.server, g.token.as_deref()).await
         }
         Command::Mcp { .. } => shepherd_mcp::serve_stdio(&g.server, g.token.as_deref()).await,
-        Command::Shim { .. } => Err("the shim runs before the runtime starts".into()),
+        Command::Shim(_) => Err("the shim runs before the runtime starts".into()),
     }
 }

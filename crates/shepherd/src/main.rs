@@ -1,6 +1,11 @@
 //! The `shepherd` command.
 
 fn main() -> std::process::ExitCode {
+    // The shim first: it is started for every run, on the way to the
+    // agent's first step, and needs none of the rest.
+    if let Some(shim) = shepherd::cli::ShimFlags::parse_if_shim() {
+        return shepherd::cli::run_shim(&shim);
+    }
     // A shell asking what to complete gets its answer and nothing else.
     shepherd::cli::completion::answer_if_asked();
     let cli = shepherd::cli::Cli::parse_args();

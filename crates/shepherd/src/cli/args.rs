@@ -422,23 +422,7 @@ pub enum Command {
     },
     /// Supervise one agent process for a runner (started by the runner).
     #[command(hide = true)]
-    Shim {
-        /// The run's directory in the runner's data directory.
-        #[arg(long)]
-        dir: PathBuf,
-        /// SIGTERM to SIGKILL when asked to stop, in milliseconds.
-        #[arg(long, default_value_t = 30_000)]
-        grace_ms: u64,
-        /// End the agent if no runner renews the lease for this long (ms).
-        #[arg(long, default_value_t = 270_000)]
-        lease_timeout_ms: u64,
-        /// The agent's umask, in octal (default: the shim's own).
-        #[arg(long, value_parser = parse_umask)]
-        umask: Option<u32>,
-        /// The agent's command line.
-        #[arg(last = true, required = true)]
-        argv: Vec<String>,
-    },
+    Shim(ShimFlags),
     /// Print the effective configuration: each setting's value and where it
     /// came from (file, environment or default), secrets as `***`.
     Config {
@@ -805,5 +789,80 @@ mod tests {
                 "{verb} offers -o"
             );
         }
+    }
+}
+
+/// `shepherd shim`'s arguments: what the runner tells the shim of one run.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShimFlags {
+    /// Wait on standard input for the run to supervise: a shim a runner
+    /// starts in advance, so that a claimed run need not wait for one.
+    #[arg(long, conflicts_with_all = ["dir", "argv"])]
+    pub stand_by: bool,
+    /// The run's directory in the runner's data directory.
+    #[arg(long, required_unless_present = "stand_by")]
+    pub dir: Option<PathBuf>,
+    /// SIGTERM to SIGKILL when asked to stop, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub grace_ms: u64,
+    /// End the agent if no runner renews the lease for this long (ms).
+    #[arg(long, default_value_t = 270_000)]
+    pub lease_timeout_ms: u64,
+    /// The agent's umask, in octal (default: the shim's own).
+    #[arg(long, value_parser = parse_umask)]
+    pub umask: Option<u32>,
+    /// The agent's command line.
+    #[arg(last = true, required_unless_present = "stand_by")]
+    pub argv: Vec<String>,
+}
+
+/// `shepherd shim` alone, for [`ShimFlags::parse_if_shim`].
+#[derive(Debug, Parser)]
+#[command(name = "shepherd shim")]
+struct ShimOnly {
+    #[command(flatten)]
+    flags: ShimFlags,
+}
+
+impl ShimFlags {
+    /// The shim's arguments when this process is `shepherd shim`, parsed
+    /// without building the whole command line: the shim's start is on
+    /// the way from a claim to the agent's first step, and clap building
+    /// every verb's arguments cost about a millisecond of it.
+    pub fn parse_if_shim() -> Option<ShimFlags> {
+        let mut args = std::env::args_os();
+        let program = args.next()?;
+        if args.next()? != "shim" {
+            return None;
+        }
+        let rest = std::iter::once(program).chain(args);
+        Some(ShimOnly::parse_from(rest).flags)
+    }
+
+    /// The arguments a runner sent a shim started in advance.
+    pub fn parse_job(
+        args: Vec<std::ffi::OsString>,
+    ) -> Result<shepherd_runner::shim::ShimArgs, String> {
+        let all = std::iter::once("shepherd shim".into()).chain(args);
+        let flags = ShimOnly::try_parse_from(all)
+            .map_err(|e| e.to_string())?
+            .flags;
+        if flags.stand_by {
+            return Err("a run's arguments cannot ask to stand by".into());
+        }
+        flags.to_shim_args()
+    }
+
+    /// The shim's own arguments, as its supervisor loop takes them.
+    pub fn to_shim_args(&self) -> Result<shepherd_runner::shim::ShimArgs, String> {
+        let dir = self.dir.clone().ok_or("no run directory (--dir)")?;
+        Ok(shepherd_runner::shim::ShimArgs {
+            dir,
+            grace: std::time::Duration::from_millis(self.grace_ms),
+            lease_timeout: std::time::Duration::from_millis(self.lease_timeout_ms),
+            umask: self.umask,
+            argv: self.argv.clone(),
+            env: None,
+        })
     }
 }
