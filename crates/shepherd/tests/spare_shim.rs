@@ -104,12 +104,15 @@ fn assert_default_signals(status: &std::path::Path) {
 async fn a_spare_shim_waits_takes_the_next_run_and_goes_with_its_runner() {
     let mut env = Env::new(Kind::Sqlite);
     let dir = env.dir.clone();
-    // The agent writes its parent's pid (its shim) where the test reads it.
+    // The agent writes its parent's pid (its shim) where the test reads it,
+    // then becomes a grep of its own signal state: read by the process
+    // itself at its exec, never by the shell while the shell waits on a
+    // child (dash blocks every signal then).
     let out = dir.display().to_string();
     env.with_config_file(&format!(
         r#"
 [agents.parent]
-command = ["sh", "-c", "grep -E '^Sig(Blk|Ign)' /proc/$$/status > {out}/$SHEPHERD_TASK_ID.sig; echo $PPID > {out}/$SHEPHERD_TASK_ID.ppid"]
+command = ["sh", "-c", "echo $PPID > {out}/$SHEPHERD_TASK_ID.ppid; exec grep -E '^Sig(Blk|Ign)' /proc/self/status > {out}/$SHEPHERD_TASK_ID.sig"]
 "#
     ));
     let mut server = Served::spawn(
