@@ -170,3 +170,80 @@ fn spawn(mut cmd: Command) -> Result<i32, String> {
     });
     Ok(shim_pid)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in for `shepherd` whose every start sleeps without reading
+    /// its input: as a spare it hangs, as a run's own shim it starts.
+    fn sleeper(dir: &std::path::Path) -> PathBuf {
+        let path = dir.join("hangs");
+        std::fs::write(&path, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    }
+
+    fn run_command(program: &std::path::Path) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.args(["shim", "--dir", "/nowhere", "--", "true"]);
+        // More than a pipe holds, so writing it waits on the reader (in
+        // pieces an exec still takes: one string may be at most 128 KiB).
+        for i in 0..4 {
+            cmd.env(format!("LARGE_{i}"), "x".repeat(60 * 1024));
+        }
+        cmd
+    }
+
+    #[tokio::test]
+    async fn a_spare_that_does_not_read_is_killed_and_the_run_starts_its_own_shim() {
+        let dir = std::env::temp_dir().join(format!("spare-shim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let program = sleeper(&dir);
+        let pool = SpareShims::new(program.clone());
+        pool.refill();
+        let spare = pool.lock().as_ref().map(|s| s.pid).unwrap();
+        let pid = pool.start_shim(run_command(&program)).await.unwrap();
+        assert_ne!(pid, spare, "the run went to the spare that never read it");
+        assert!(alive(pid), "the run's own shim did not start");
+        for _ in 0..100 {
+            if !alive(spare) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(spare), "the spare that hung was left running");
+        let next = pool.lock().as_ref().map(|s| s.pid).unwrap();
+        assert!(next != spare && alive(next), "no new spare");
+        for p in [pid, next] {
+            // SAFETY: kill(2) on this test's own children.
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_command_for_another_program_is_not_given_to_the_spare() {
+        let dir = std::env::temp_dir().join(format!("spare-other-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pool = SpareShims::new(sleeper(&dir));
+        let mut other = Command::new("/bin/sh");
+        other.args(["shim", "--dir", "/nowhere"]);
+        assert!(pool.job_of(&other).is_err());
+        let mut not_shim = Command::new(sleeper(&dir));
+        not_shim.args(["serve"]);
+        assert!(pool.job_of(&not_shim).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -11,9 +11,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use common::{alive, wait_for, Env, Kind, Served, OPERATOR};
+use common::{alive, operator_call, wait_for, Env, Kind, Served, OPERATOR};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -49,23 +49,10 @@ async fn one_spare(parent: i32) -> i32 {
     .await
 }
 
-async fn call(base: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let http = reqwest::Client::new();
-    let req = match body {
-        Some(b) => http.post(format!("{base}{path}")).json(&b),
-        None => http.get(format!("{base}{path}")),
-    };
-    let Ok(r) = req.bearer_auth(OPERATOR).send().await else {
-        return (0, Value::Null);
-    };
-    let st = r.status().as_u16();
-    (st, r.json().await.unwrap_or_default())
-}
-
 /// Runs a task to its end; returns the pid its agent saw as its parent
 /// (the shim).
 async fn run_task(base: &str, dir: &std::path::Path, vtid: &str) -> i32 {
-    let (st, b) = call(
+    let (st, b) = operator_call(
         base,
         "/api/v1/tasks",
         Some(json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": "parent" })),
@@ -73,7 +60,7 @@ async fn run_task(base: &str, dir: &std::path::Path, vtid: &str) -> i32 {
     .await;
     assert_eq!(st, 201, "{b}");
     wait_for("the task done", WAIT, || async {
-        let (_, t) = call(base, &format!("/api/v1/tasks/{vtid}"), None).await;
+        let (_, t) = operator_call(base, &format!("/api/v1/tasks/{vtid}"), None).await;
         (t["state"] == "done").then_some(())
     })
     .await;

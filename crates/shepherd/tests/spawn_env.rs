@@ -11,25 +11,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use common::{Env, Kind, Served, OPERATOR};
+use common::{operator_call, Env, Kind, Served, OPERATOR};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-async fn call(base: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let http = reqwest::Client::new();
-    let req = match body {
-        Some(b) => http.post(format!("{base}{path}")).json(&b),
-        None => http.get(format!("{base}{path}")),
-    };
-    // Not listening yet: status 0.
-    let Ok(r) = req.bearer_auth(OPERATOR).send().await else {
-        return (0, Value::Null);
-    };
-    let st = r.status().as_u16();
-    (st, r.json().await.unwrap_or_default())
-}
 
 /// The `NAME=value` lines a process wrote, once the file is complete.
 async fn env_of(path: &std::path::Path) -> Vec<String> {
@@ -110,13 +96,13 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
     );
     let base = server.base.clone();
     let start = Instant::now();
-    while call(&base, "/readyz", None).await.0 != 200 {
+    while operator_call(&base, "/readyz", None).await.0 != 200 {
         assert!(start.elapsed() < WAIT, "the server did not become ready");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
     // An agent run by the built-in runner, under its shim.
-    let (st, b) = call(
+    let (st, b) = operator_call(
         &base,
         "/api/v1/tasks",
         Some(json!({ "vtid": "ENV-1", "title": "env", "spec": "go", "agent_id": "envdump" })),
@@ -126,7 +112,7 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
     // A terminal tab and an agent tab, each on a PTY.
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
-    let (st, s) = call(
+    let (st, s) = operator_call(
         &base,
         "/api/v1/sessions",
         Some(json!({ "location_path": work.display().to_string() })),
@@ -138,7 +124,8 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
         json!({ "type": "terminal" }),
         json!({ "type": "agent", "agent_id": "envdump" }),
     ] {
-        let (st, w) = call(&base, &format!("/api/v1/sessions/{sid}/workers"), Some(tab)).await;
+        let (st, w) =
+            operator_call(&base, &format!("/api/v1/sessions/{sid}/workers"), Some(tab)).await;
         assert_eq!(st, 201, "{w}");
     }
 

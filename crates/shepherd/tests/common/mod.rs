@@ -21,6 +21,21 @@ pub const OPERATOR: &str = "operator-token-0123456789";
 #[allow(unused_imports)]
 pub use shepherd_testkit::{alive, free_port, pg_url, unique, wait_for, Kind, Served};
 
+/// A GET (no body) or POST (a body) to a server started as a child
+/// process, as the operator; status 0 while it is not listening yet.
+pub async fn operator_call(base: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let http = reqwest::Client::new();
+    let req = match body {
+        Some(b) => http.post(format!("{base}{path}")).json(&b),
+        None => http.get(format!("{base}{path}")),
+    };
+    let Ok(r) = req.bearer_auth(OPERATOR).send().await else {
+        return (0, Value::Null);
+    };
+    let st = r.status().as_u16();
+    (st, r.json().await.unwrap_or_default())
+}
+
 /// Environment for a fresh database of `kind`, plus any extra settings.
 pub struct Env {
     pub vars: HashMap<String, String>,
