@@ -76,6 +76,22 @@ async fn main() -> R<()> {
         (stats1.commit_seconds - stats0.commit_seconds) * 1e6 / done,
         (stats1.commit_seconds - stats0.commit_seconds) * 100.0 / elapsed
     );
+    // The slowest transactions: every unit queued behind one waits it out.
+    let buckets = shepherd_store::writer_stats::COMMIT_BUCKETS;
+    let slow: Vec<String> = [0.005, 0.01, 0.025]
+        .iter()
+        .map(|bound| {
+            let over: u64 = buckets
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b > *bound)
+                .map(|(i, _)| stats1.commit_counts[i] - stats0.commit_counts[i])
+                .sum::<u64>()
+                + (stats1.commit_counts[buckets.len()] - stats0.commit_counts[buckets.len()]);
+            format!("{over} over {:.0} ms", bound * 1000.0)
+        })
+        .collect();
+    println!("transactions: {}", slow.join(", "));
     println!(
         "written: {:.1} KiB in {:.1} write calls per cycle",
         (io1.0 - io0.0) as f64 / 1024.0 / done,

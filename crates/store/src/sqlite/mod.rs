@@ -19,6 +19,7 @@
 //! `migrate` the schema migrations applied at open.
 
 pub mod backup;
+mod checkpoints;
 mod db;
 mod migrate;
 
@@ -59,8 +60,6 @@ pub(crate) type Published = Arc<dyn CommitSink>;
 
 pub struct SqliteBackend {
     jobs: std::sync::mpsc::Sender<Vec<Job>>,
-    /// Dropping this stops the checkpointer thread.
-    _checkpointer: std::sync::mpsc::Sender<()>,
     readers: Arc<Mutex<Vec<SqliteDb>>>,
     permits: Arc<Semaphore>,
 }
@@ -162,39 +161,23 @@ impl SqliteBackend {
         for _ in 0..READERS {
             readers.push(SqliteDb::new(open_conn(path, true, sync)?));
         }
-        // Checkpoints move WAL pages into the database file. Doing them on a
-        // thread of their own keeps that work off the writer's path; the
-        // writer only checkpoints itself if the WAL grows very large.
-        writer
-            .pragma_update(None, "wal_autocheckpoint", 20000)
-            .map_err(map_err)?;
-        let checkpoint_conn = open_conn(path, false, sync)?;
-        let (checkpointer, stop) = std::sync::mpsc::channel::<()>();
-        std::thread::Builder::new()
-            .name("shepherd-sqlite-checkpoint".into())
-            .spawn(move || {
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stop.recv_timeout(std::time::Duration::from_millis(500))
-                {
-                    if let Err(e) = checkpoint_conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")
-                    {
-                        tracing::debug!(error = %e, "checkpoint skipped");
-                    }
-                }
-            })
-            .map_err(|e| Error::internal(format!("cannot start the checkpoint thread: {e}")))?;
+        // Checkpoints move WAL pages into the database file, on a thread of
+        // their own: the writer's commits only say when one is due.
+        let (writer_end, _) =
+            checkpoints::start(open_conn(path, false, sync)?, checkpoints::Policy::DEFAULT)?;
         let (jobs, rx) = std::sync::mpsc::channel::<Vec<Job>>();
         std::thread::Builder::new()
             .name("shepherd-sqlite-writer".into())
             .spawn(move || {
                 yield_to_request_threads();
+                // The checkpoint thread stops when this thread ends.
+                checkpoints::install_on_writer(&writer, writer_end);
                 let db = SqliteDb::new(writer).timed_by(publish.clone());
                 writer_loop(db, rx, publish)
             })
             .map_err(|e| Error::internal(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteBackend {
             jobs,
-            _checkpointer: checkpointer,
             readers: Arc::new(Mutex::new(readers)),
             permits: Arc::new(Semaphore::new(READERS)),
         })
