@@ -61,7 +61,7 @@ impl Policy {
 
 /// What the writer and the checkpoint thread share.
 #[derive(Debug, Default)]
-pub(crate) struct Counts {
+pub(crate) struct Shared {
     /// Checkpoints by the checkpoint thread, woken by a commit or its timer.
     pub by_thread: AtomicU64,
     /// Checkpoints by the writer itself, past `writer_checkpoints_at`.
@@ -73,7 +73,7 @@ pub(crate) struct Counts {
     turn: std::sync::Mutex<()>,
 }
 
-impl Counts {
+impl Shared {
     fn turn(&self) -> std::sync::MutexGuard<'_, ()> {
         self.turn.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -83,7 +83,7 @@ impl Counts {
 struct WriterSide {
     wake: SyncSender<()>,
     policy: Policy,
-    counts: Arc<Counts>,
+    counts: Arc<Shared>,
     /// The WAL's length at the last commit.
     frames: std::cell::Cell<u32>,
 }
@@ -102,10 +102,10 @@ pub(crate) struct WriterEnd {
 /// Starts the checkpoint thread on `conn` (a read-write connection of its
 /// own). It stops once the returned [`WriterEnd`] is gone: dropped, or
 /// installed on the writer thread and that thread has ended.
-pub(crate) fn start(conn: Connection, policy: Policy) -> Result<(WriterEnd, Arc<Counts>), Error> {
+pub(crate) fn start(conn: Connection, policy: Policy) -> Result<(WriterEnd, Arc<Shared>), Error> {
     // One pending wake-up is enough: a checkpoint covers the whole WAL.
     let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
-    let counts = Arc::new(Counts::default());
+    let counts = Arc::new(Shared::default());
     let thread_counts = counts.clone();
     std::thread::Builder::new()
         .name("shepherd-sqlite-checkpoint".into())
@@ -120,7 +120,7 @@ pub(crate) fn start(conn: Connection, policy: Policy) -> Result<(WriterEnd, Arc<
     Ok((WriterEnd { side }, counts))
 }
 
-fn checkpoint_loop(conn: &Connection, woken: &Receiver<()>, every: Duration, counts: &Counts) {
+fn checkpoint_loop(conn: &Connection, woken: &Receiver<()>, every: Duration, counts: &Shared) {
     // Woken by a commit, or timed out: either way, a checkpoint is due.
     while let Ok(()) | Err(RecvTimeoutError::Timeout) = woken.recv_timeout(every) {
         let _turn = counts.turn();
@@ -180,6 +180,31 @@ mod tests {
         c
     }
 
+    /// A database with one table, its checkpoint thread started with
+    /// `policy`, and `body` run on a writer thread with the hook installed
+    /// (as the store's writer thread runs). Returns the counts and the
+    /// database's path (with the directory that keeps it).
+    fn on_writer(
+        policy: Policy,
+        body: impl FnOnce(&Connection, &std::path::Path, &Shared) + Send + 'static,
+    ) -> (Arc<Shared>, std::path::PathBuf, shepherd_testkit::TempDir) {
+        let dir = shepherd_testkit::TempDir::new("checkpoints");
+        let path = dir.0.join("c.db");
+        let writer = open(&path);
+        writer
+            .execute_batch("CREATE TABLE t (a INTEGER PRIMARY KEY, b BLOB)")
+            .unwrap();
+        let (end, counts) = start(open(&path), policy).unwrap();
+        let (shared, at) = (counts.clone(), path.clone());
+        std::thread::spawn(move || {
+            install_on_writer(&writer, end);
+            body(&writer, &at, &shared);
+        })
+        .join()
+        .unwrap();
+        (counts, path, dir)
+    }
+
     /// Commits one transaction that dirties about `pages` pages.
     fn write_pages(c: &Connection, pages: usize) {
         c.execute_batch("BEGIN").unwrap();
@@ -201,34 +226,31 @@ mod tests {
         }
     }
 
+    /// A WAL frame: a 24-byte header and a page (SQLite's default 4 KiB).
+    const FRAME_BYTES: u64 = 24 + 4096;
+
+    /// The WAL file's length in frames: the most it ever held, since
+    /// SQLite starts a WAL over by overwriting it, not by truncating it.
     fn frames_in_wal(path: &std::path::Path) -> u64 {
         let wal = path.with_extension("db-wal");
-        std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0) / 4120
+        std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0) / FRAME_BYTES
     }
 
     #[test]
     fn a_long_wal_wakes_the_checkpoint_thread_and_the_writer_never_checkpoints() {
-        let dir = shepherd_testkit::TempDir::new("checkpoints");
-        let path = dir.0.join("c.db");
-        let writer = open(&path);
-        writer
-            .execute_batch("CREATE TABLE t (a INTEGER PRIMARY KEY, b BLOB)")
-            .unwrap();
         // The timer alone would not fire during the test.
         let policy = Policy {
             wake_every: 50,
             writer_checkpoints_at: 1_000_000,
             every: Duration::from_secs(3600),
         };
-        let (end, counts) = start(open(&path), policy).unwrap();
-        let thread = std::thread::spawn(move || {
-            install_on_writer(&writer, end);
+        on_writer(policy, |writer, path, counts| {
             // Below the mark: nobody checkpoints.
-            write_pages(&writer, 10);
+            write_pages(writer, 10);
             std::thread::sleep(Duration::from_millis(100));
             let quiet = counts.by_thread.load(Ordering::Relaxed);
             // Past it: the checkpoint thread does, the writer does not.
-            write_pages(&writer, 80);
+            write_pages(writer, 80);
             wait_for("a checkpoint by the thread", || {
                 counts.by_thread.load(Ordering::Relaxed) > 0
             });
@@ -236,69 +258,48 @@ mod tests {
             assert_eq!(counts.by_writer.load(Ordering::Relaxed), 0);
             // Everything was copied: the next commit starts the WAL over,
             // instead of growing it.
-            let before = frames_in_wal(&path);
+            let before = frames_in_wal(path);
             for _ in 0..5 {
-                write_pages(&writer, 10);
+                write_pages(writer, 10);
             }
             assert!(
-                frames_in_wal(&path) <= before,
+                frames_in_wal(path) <= before,
                 "the WAL grew from {before} frames to {}",
-                frames_in_wal(&path)
+                frames_in_wal(path)
             );
         });
-        thread.join().unwrap();
     }
 
     #[test]
     fn the_writer_checkpoints_itself_only_past_the_backstop() {
-        let dir = shepherd_testkit::TempDir::new("checkpoints");
-        let path = dir.0.join("c.db");
-        let writer = open(&path);
-        writer
-            .execute_batch("CREATE TABLE t (a INTEGER PRIMARY KEY, b BLOB)")
-            .unwrap();
         let policy = Policy {
             wake_every: 1_000_000,
             writer_checkpoints_at: 40,
             every: Duration::from_secs(3600),
         };
-        let (end, counts) = start(open(&path), policy).unwrap();
-        std::thread::spawn(move || {
-            install_on_writer(&writer, end);
-            write_pages(&writer, 10);
+        on_writer(policy, |writer, _, counts| {
+            write_pages(writer, 10);
             assert_eq!(counts.by_writer.load(Ordering::Relaxed), 0);
-            write_pages(&writer, 60);
+            write_pages(writer, 60);
             assert_eq!(counts.by_writer.load(Ordering::Relaxed), 1);
             assert_eq!(counts.by_thread.load(Ordering::Relaxed), 0);
-        })
-        .join()
-        .unwrap();
+        });
     }
 
     #[test]
     fn under_steady_writes_the_wal_stays_within_the_writers_limit() {
-        let dir = shepherd_testkit::TempDir::new("checkpoints");
-        let path = dir.0.join("c.db");
-        let writer = open(&path);
-        writer
-            .execute_batch("CREATE TABLE t (a INTEGER PRIMARY KEY, b BLOB)")
-            .unwrap();
         let policy = Policy {
             wake_every: 25,
             writer_checkpoints_at: 100,
             every: Duration::from_secs(3600),
         };
-        let (end, counts) = start(open(&path), policy).unwrap();
-        std::thread::spawn(move || {
-            install_on_writer(&writer, end);
-            // Back to back, as under load: the thread's checkpoints race
-            // the writer's appends and cannot end the WAL themselves.
+        // Back to back, as under load: the thread's checkpoints race the
+        // writer's appends and cannot end the WAL themselves.
+        let (counts, path, _dir) = on_writer(policy, |writer, _, _| {
             for _ in 0..300 {
-                write_pages(&writer, 5);
+                write_pages(writer, 5);
             }
-        })
-        .join()
-        .unwrap();
+        });
         assert!(counts.by_thread.load(Ordering::Relaxed) > 0);
         assert!(counts.by_writer.load(Ordering::Relaxed) > 0);
         // 1,500 pages were written; the file holds at most the writer's
