@@ -309,6 +309,43 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_on_an_old_snapshot_holds_the_wal_until_it_lets_go() {
+        let policy = Policy {
+            wake_every: 1_000_000,
+            writer_checkpoints_at: 40,
+            every: Duration::from_secs(3600),
+        };
+        on_writer(policy, |writer, path, counts| {
+            // A slow read (a client paging through a long history) keeps
+            // the snapshot it began with: no checkpoint may copy past it,
+            // so the WAL cannot start over and outgrows the limit.
+            let reader = open(path);
+            reader.execute_batch("BEGIN").unwrap();
+            let _: i64 = reader
+                .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+                .unwrap();
+            for _ in 0..30 {
+                write_pages(writer, 5);
+            }
+            assert!(counts.by_writer.load(Ordering::Relaxed) > 0);
+            let held = frames_in_wal(path);
+            assert!(held > 100, "the WAL holds only {held} frames");
+            // Once it lets go, the writer's next checkpoint ends the WAL:
+            // as much again is written, and the file grows by at most the
+            // one commit made before that checkpoint.
+            reader.execute_batch("COMMIT").unwrap();
+            for _ in 0..30 {
+                write_pages(writer, 5);
+            }
+            let after = frames_in_wal(path);
+            assert!(
+                after <= held + 10,
+                "the WAL kept growing: {held} -> {after} frames"
+            );
+        });
+    }
+
+    #[test]
     fn the_thread_stops_with_the_writer_end() {
         let dir = shepherd_testkit::TempDir::new("checkpoints");
         let path = dir.0.join("c.db");
