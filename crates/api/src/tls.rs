@@ -19,11 +19,9 @@
 //! (the session WebSocket) as on the plain listener, which also serves
 //! HTTP/1.1 only; the same TCP options; and the same graceful shutdown.
 //!
-//! The built-in runner reaches this server over its own listener. It trusts
-//! exactly the certificate served at the moment it connects
-//! ([`ServedCert::client_config`]) rather than a CA: so it needs no
-//! certificate that names `127.0.0.1`, and keeps working when a reload
-//! brings a certificate from another CA.
+//! The built-in runner does not come through the listener: it calls the
+//! server's router in-process, so it needs no certificate that names
+//! `127.0.0.1` and no trust in whatever CA a reload brings.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -33,15 +31,11 @@ use std::time::{Duration, SystemTime};
 use shepherd_core::Error;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls;
-use tokio_rustls::rustls::client::danger::{
-    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
-};
 use tokio_rustls::rustls::crypto::CryptoProvider;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
-use tokio_rustls::rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
@@ -188,21 +182,6 @@ impl ServedCert {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
-
-    /// A client configuration that trusts exactly the certificate this
-    /// server presents when the connection is made (its handshake signature
-    /// still checked): how the built-in runner reaches its own listener,
-    /// whatever names and CA the certificate has.
-    pub fn client_config(self: &Arc<Self>) -> Result<rustls::ClientConfig, Error> {
-        Ok(
-            rustls::ClientConfig::builder_with_provider(self.provider.clone())
-                .with_safe_default_protocol_versions()
-                .map_err(|e| Error::internal(format!("TLS configuration: {e}")))?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(ServedCertVerifier(self.clone())))
-                .with_no_client_auth(),
-        )
-    }
 }
 
 impl ResolvesServerCert for ServedCert {
@@ -237,65 +216,6 @@ fn read_certified_key(
             key.display()
         ))
     })
-}
-
-/// Accepts exactly the certificate its [`ServedCert`] serves now.
-#[derive(Debug)]
-struct ServedCertVerifier(Arc<ServedCert>);
-
-impl ServerCertVerifier for ServedCertVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let served = self.0.current();
-        if served.end_entity_cert()? == end_entity {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::ApplicationVerificationFailure,
-            ))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0
-            .provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
 
 /// The TLS listener's settings.
@@ -341,6 +261,84 @@ mod tests {
     use super::*;
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
     use tokio::net::TcpStream;
+    use tokio_rustls::rustls::client::danger::{
+        HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+    };
+    use tokio_rustls::rustls::pki_types::{ServerName, UnixTime};
+    use tokio_rustls::rustls::{DigitallySignedStruct, SignatureScheme};
+
+    /// A client configuration that trusts exactly the certificate `cert`
+    /// serves when the connection is made (its handshake signature still
+    /// checked), whatever names and CA it has.
+    fn client_config(cert: &Arc<ServedCert>) -> Result<rustls::ClientConfig, Error> {
+        Ok(
+            rustls::ClientConfig::builder_with_provider(cert.provider.clone())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| Error::internal(format!("TLS configuration: {e}")))?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(ServedCertVerifier(cert.clone())))
+                .with_no_client_auth(),
+        )
+    }
+
+    /// Accepts exactly the certificate its [`ServedCert`] serves now.
+    #[derive(Debug)]
+    struct ServedCertVerifier(Arc<ServedCert>);
+
+    impl ServerCertVerifier for ServedCertVerifier {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            _intermediates: &[CertificateDer<'_>],
+            _server_name: &ServerName<'_>,
+            _ocsp_response: &[u8],
+            _now: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            let served = self.0.current();
+            if served.end_entity_cert()? == end_entity {
+                Ok(ServerCertVerified::assertion())
+            } else {
+                Err(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::ApplicationVerificationFailure,
+                ))
+            }
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.provider.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.provider.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.0
+                .provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
 
     /// A fresh CA's leaf for 127.0.0.1 and localhost: (cert PEM, key PEM).
     fn leaf() -> (String, String) {
@@ -517,7 +515,7 @@ mod tests {
         addr: std::net::SocketAddr,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
         let tcp = TcpStream::connect(addr).await?;
-        tokio_rustls::TlsConnector::from(Arc::new(trust.client_config().unwrap()))
+        tokio_rustls::TlsConnector::from(Arc::new(client_config(trust).unwrap()))
             .connect(ServerName::from(addr.ip()), tcp)
             .await
     }

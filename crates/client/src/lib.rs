@@ -217,7 +217,16 @@ impl Client {
         trust: &Trust,
     ) -> Result<Client, ClientError> {
         let http = Http::new(normalise_base(server)?, trust)?;
-        let client = Client::with_transport(http, token);
+        Client::over(Arc::new(http), token)
+    }
+
+    /// A client of the server `transport` reaches, already shared (a
+    /// server's own router, handed to the runner it embeds), with `token`.
+    pub fn over(
+        transport: Arc<dyn Transport>,
+        token: Option<String>,
+    ) -> Result<Client, ClientError> {
+        let client = Client::with_shared(transport, token);
         // A token no header can carry is refused now, not at the first call.
         client.authorization()?;
         Ok(client)
@@ -225,8 +234,12 @@ impl Client {
 
     /// A client whose requests travel by `transport`, with `token`.
     pub fn with_transport(transport: impl Transport, token: Option<String>) -> Client {
+        Client::with_shared(Arc::new(transport), token)
+    }
+
+    fn with_shared(transport: Arc<dyn Transport>, token: Option<String>) -> Client {
         Client {
-            transport: Arc::new(transport),
+            transport,
             credentials: token.filter(|t| !t.is_empty()).map(Credentials::Token),
             retries: 3,
         }

@@ -1,7 +1,8 @@
-//! The API as `/mcp` reaches it: the server's own axum router, called
-//! in-process as a tower service, plugged into the client crate as a
-//! [`Transport`]. A tool's request so meets the same authentication,
-//! validation and error codes as any REST client's, without a socket and
+//! The API as `/mcp` and `serve`'s built-in runner reach it: the server's
+//! own axum router, called in-process as a tower service, plugged into the
+//! client crate as a [`Transport`]. A request so meets the same
+//! authentication, validation, limits and error codes as any REST
+//! client's, without a socket (no TCP, no HTTP encoding either way) and
 //! without the client crate knowing about axum.
 
 use axum::body::Body;
@@ -14,14 +15,33 @@ use shepherd_client::{ClientError, Transport};
 use tower::ServiceExt;
 
 /// The serving process's own router (every route, behind its auth).
-pub struct InProcess(pub Router);
+pub struct InProcess {
+    router: Router,
+    base: String,
+}
+
+impl InProcess {
+    /// `router`, whose callers need no address of it (`/mcp`'s tools).
+    pub fn new(router: Router) -> Self {
+        InProcess {
+            router,
+            base: "in-process".into(),
+        }
+    }
+
+    /// `router`, which also serves at `base` (`http://127.0.0.1:7700`): the
+    /// address a runner hands on to its agents, which call over the network.
+    pub fn serving_at(router: Router, base: String) -> Self {
+        InProcess { router, base }
+    }
+}
 
 impl Transport for InProcess {
     fn send(
         &self,
         request: http::Request<Bytes>,
     ) -> BoxFuture<'_, Result<http::Response<Chunks>, ClientError>> {
-        let router = self.0.clone();
+        let router = self.router.clone();
         Box::pin(async move {
             let response = router
                 .oneshot(request.map(Body::from))
@@ -36,6 +56,6 @@ impl Transport for InProcess {
     }
 
     fn base(&self) -> &str {
-        "in-process"
+        &self.base
     }
 }

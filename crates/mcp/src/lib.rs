@@ -103,7 +103,7 @@ pub fn http_route<S: Clone + Send + Sync + 'static>(
     let service = StreamableHttpService::new(
         move || {
             Ok(ShepherdMcp::new(
-                Client::with_transport(InProcess(api.clone()), None),
+                Client::with_transport(InProcess::new(api.clone()), None),
                 settings.clone(),
                 shutdown.child_token(),
             ))

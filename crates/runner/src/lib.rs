@@ -78,6 +78,23 @@ pub struct RunnerConfig {
     pub child_umask: Option<u32>,
     /// Which host its workers run on.
     pub host: HostMode,
+    /// How its requests reach the server: `None`, over the network to
+    /// `server`. The built-in runner of `serve` calls that server's own
+    /// router in-process instead (the same authentication, checks and
+    /// limits, without a socket); its agents still get `server`'s address.
+    pub transport: Option<SharedTransport>,
+}
+
+/// A transport the runner's requests take (see [`RunnerConfig::transport`]).
+#[derive(Clone)]
+pub struct SharedTransport(pub std::sync::Arc<dyn shepherd_client::Transport>);
+
+impl std::fmt::Debug for SharedTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SharedTransport")
+            .field(&self.0.base())
+            .finish()
+    }
 }
 
 /// Which host a runner's workers run on.
@@ -124,6 +141,7 @@ impl RunnerConfig {
             trust: shepherd_client::Trust::from_env(),
             child_umask: None,
             host: HostMode::Unnamed,
+            transport: None,
         }
     }
 
@@ -195,8 +213,13 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> Result<()
     let records = GroupRecords::new(&config.data_dir)
         .map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
     let (mut live, lost) = recover_leftovers(&config, &records).await;
-    let operator = Client::with_trust(&config.server, config.token.clone(), &config.trust)
-        .map_err(|e| e.to_string())?;
+    let operator = match &config.transport {
+        Some(SharedTransport(transport)) => {
+            Client::over(transport.clone(), config.token.clone()).map_err(|e| e.to_string())?
+        }
+        None => Client::with_trust(&config.server, config.token.clone(), &config.trust)
+            .map_err(|e| e.to_string())?,
+    };
     // Workers a previous runner registered from this data directory lost
     // their processes with it: release their claims now rather than after
     // the heartbeat timeout, so their tasks go straight back to the queue.

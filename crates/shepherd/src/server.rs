@@ -242,7 +242,11 @@ pub async fn run(
     // listens: with `SHEPHERD_LISTEN=127.0.0.1:0` it is the only place the
     // port it chose is told (tests and scripts read it from there).
     announce(&format!("shepherd is serving {scheme}://{addr}"));
-    // The built-in runner talks to this server over HTTP like any worker.
+    // The built-in runner is a worker like any other, but its requests do
+    // not travel: they are handed to this server's own router (the same
+    // authentication, checks, limits and error codes as over HTTP, without
+    // the loopback socket and the HTTP encoding and parsing either way).
+    // Its agents still get the listener's address.
     let runner_stop = CancellationToken::new();
     let runner = if config.agents.is_empty() {
         None
@@ -257,15 +261,12 @@ pub async fn run(
             config.agents.clone(),
             config.data_dir.clone(),
         );
-        if let Some(cert) = &tls {
-            // It trusts the certificate this listener serves, whatever
-            // names and CA it has (it connects to an address, and a
-            // reload may bring another CA).
-            rc.trust = shepherd_client::Trust {
-                ca_files: Vec::new(),
-                tls_config: Some(cert.client_config()?),
-            };
-        }
+        rc.transport = Some(shepherd_runner::SharedTransport(std::sync::Arc::new(
+            shepherd_mcp::in_process::InProcess::serving_at(
+                shepherd_api::router(state.clone()),
+                rc.server.clone(),
+            ),
+        )));
         rc.heartbeat_interval = config.runner_heartbeat;
         rc.poll_interval = config.runner_poll;
         rc.cancel_grace = config.cancel_grace;

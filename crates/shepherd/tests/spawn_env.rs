@@ -3,7 +3,8 @@
 //! other secret settings) runs an agent through the built-in runner and its
 //! shim, a terminal tab and an agent tab on real PTYs, each of which writes
 //! its environment to a file. None holds Shepherd's own secrets; what the
-//! agent's configuration sets explicitly is there.
+//! agent's configuration sets explicitly is there. The agent is told the
+//! listener's address, which the built-in runner itself does not use.
 
 mod common;
 
@@ -39,6 +40,35 @@ async fn env_of(path: &std::path::Path) -> Vec<String> {
 fn has(env: &[String], name: &str) -> Option<String> {
     env.iter()
         .find_map(|l| l.strip_prefix(&format!("{name}=")).map(str::to_owned))
+}
+
+/// How many of `pid`'s own sockets are TCP connections it opened to
+/// `port` on this machine (`/proc/<pid>/net/tcp*` rows whose inode is one
+/// of its descriptors).
+fn connections_to(pid: i32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_string_lossy().into_owned();
+            Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    assert!(!inodes.is_empty(), "the server holds no socket at all");
+    let remote_port = format!(":{port:04X}");
+    ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok())
+        .flat_map(|table| table.lines().skip(1).map(str::to_owned).collect::<Vec<_>>())
+        .filter(|row| {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            // local, remote, state (01: established), ..., inode (10th).
+            cols.len() > 9
+                && cols[2].ends_with(&remote_port)
+                && cols[3] == "01"
+                && inodes.contains(cols[9])
+        })
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,6 +195,20 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
     // The agent's shim leads a session of its own: nothing aimed at the
     // server's session or terminal reaches the agent.
     let seen = env_of(&dir.join("agent.env")).await;
+    // The agent is told the listener's address, though the runner that
+    // started it reaches the server without it: its requests (register,
+    // claim, progress) went to the server's router in-process, and not one
+    // socket of the server is a connection to its own listener.
+    assert_eq!(
+        has(&seen, "SHEPHERD_SERVER").as_deref(),
+        Some(base.as_str())
+    );
+    let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(
+        connections_to(server.pid(), port),
+        0,
+        "the built-in runner connected to its own server's listener"
+    );
     let agent_sid: i32 = has(&seen, "AGENT_SID").unwrap().trim().parse().unwrap();
     // SAFETY: getsid(2) reads a process's session id; no memory involved.
     let server_sid = unsafe { libc::getsid(server.pid()) };
