@@ -58,7 +58,9 @@
 //! With `SHEPHERD_BENCH_ABSURD=/path/to/absurd` (the peer harness's Absurd
 //! driver) the run ends with Absurd at 16 workers claiming one task per call
 //! and 100 per call, with the PostgreSQL claim-by-id and claim-next rows as
-//! ratios of it (`SHEPHERD_BENCH_ABSURD_DB` overrides its `--db`).
+//! ratios of it (`SHEPHERD_BENCH_ABSURD_DB` overrides its `--db`). Absurd
+//! drains a backlog as deep as the Shepherd case it is set against (its
+//! claim reads every pending task, so its rate depends on the depth).
 //!
 //! With `SHEPHERD_BENCH_GRAPHILE=/path/to/graphile` (the peer harness's
 //! binary, built on its own, never part of this workspace) the run ends with
@@ -2053,9 +2055,8 @@ struct Absurd {
 fn run_absurd(bin: &str, plan: &Plan, rows: &[Measurement]) -> Absurd {
     let db = std::env::var("SHEPHERD_BENCH_ABSURD_DB")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    // Claiming one at a time it drains ~150 tasks/s here: fewer tasks.
-    let run = |qty: u32, tasks: f64| {
-        let tasks = ((tasks * plan.scale).round() as u64).max(100);
+    let run = |qty: u32, tasks: u64| {
+        let tasks = tasks.max(100);
         let mut cmd = std::process::Command::new(bin);
         cmd.args(["--tasks", &tasks.to_string(), "--concurrency", "16"])
             .args(["--qty", &qty.to_string(), "--db", &db]);
@@ -2069,9 +2070,22 @@ fn run_absurd(bin: &str, plan: &Plan, rows: &[Measurement]) -> Absurd {
     println!();
     println!("Absurd ({bin}), PostgreSQL, 16 workers, same machine, same run:");
     let mut absurd = Absurd::default();
+    // Each of Absurd's runs drains a backlog exactly as deep as the timed
+    // part of the Shepherd case its ratio is read against (claim by id over
+    // HTTP: its tasks are all pending when timing starts, and all done when
+    // it ends; claim-next: its shared queue). Absurd's `claim_task` reads
+    // every pending task, so its rate falls as the backlog grows (the peer
+    // harness's README: about 3 ms per claim at 2,000 pending, 23 ms at
+    // 20,000): a shallower or deeper backlog than Shepherd's would bias the
+    // ratio one way or the other.
+    let (per, _) = plan.split(Backend::Postgres, Route::Http, 16);
     for (qty, tasks, routes) in [
-        (1, 2_000.0, [Route::Store, Route::Http]),
-        (100, 20_000.0, [Route::ClaimNext, Route::ClaimNextHttp]),
+        (1, per * 16, [Route::Store, Route::Http]),
+        (
+            100,
+            plan.total(Backend::Postgres, Route::ClaimNext, 16),
+            [Route::ClaimNext, Route::ClaimNextHttp],
+        ),
     ] {
         match run(qty, tasks) {
             Ok(r) => {
@@ -2083,7 +2097,7 @@ fn run_absurd(bin: &str, plan: &Plan, rows: &[Measurement]) -> Absurd {
                     })
                     .collect();
                 println!(
-                    "  claiming {qty:>3} per call: {:>8.0} tasks/s, {} µs CPU per task; {}",
+                    "  claiming {qty:>3} per call, {tasks} pending: {:>8.0} tasks/s, {} µs CPU per task; {}",
                     r.rate,
                     r.cpu_us_per_job
                         .map(|c| format!("{c:.0}"))
