@@ -22,6 +22,7 @@ pub mod backup;
 mod checkpoints;
 mod db;
 mod migrate;
+mod wal_appends;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -104,12 +105,21 @@ fn open_conn(path: &Path, read_only: bool, sync: SyncMode) -> Result<Connection,
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
-    let conn = Connection::open_with_flags(path, flags).map_err(|e| {
+    let cannot_open = |e: &dyn std::fmt::Display| {
         Error::unavailable(
             DB_UNAVAILABLE,
             format!("cannot open SQLite database {}: {e}", path.display()),
         )
-    })?;
+    };
+    let conn = if read_only {
+        Connection::open_with_flags(path, flags)
+    } else {
+        // Connections that write hand each commit's WAL frames to the
+        // kernel in one call (see `wal_appends`).
+        wal_appends::register().map_err(|rc| cannot_open(&rusqlite::ffi::Error::new(rc)))?;
+        Connection::open_with_flags_and_vfs(path, flags, wal_appends::NAME)
+    }
+    .map_err(|e| cannot_open(&e))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(map_err)?;
     let sync = match sync {
