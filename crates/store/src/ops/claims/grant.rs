@@ -434,13 +434,12 @@ async fn claim_inner<D: Db>(
             ));
         }
     }
-    if !confirm {
-        // Every check passed on what this transaction read, and the writer
-        // holds the log's ordering lock from its first statement, so no
-        // other claim can come between: the grant's writes cannot fail on
-        // their own account.
-        db.trust_deferred_writes();
-    }
+    // Every check passed on what this transaction read, and no other claim
+    // can come between: the writer runs units one after another (SQLite's
+    // one connection; PostgreSQL's writer holds the log's ordering lock
+    // from its first statement). So the grant's writes cannot fail on
+    // their own account, and need no savepoint of their own to undo.
+    db.trust_deferred_writes();
     let mut writes = GrantWrites::default();
     let mut granted = plan_grant(db, now, task, &worker, rules, snapshot, &mut writes)?;
     writes.write(db, now);
