@@ -437,8 +437,9 @@ unsafe extern "C" fn shm_lock(
 
 unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
     let w = wal(file);
-    // A barrier has no result to fail: a failed write-out surfaces at the
-    // next call instead, which finds nothing held and the file short.
+    // SQLite calls the shared-memory methods on the database file, never
+    // on a WAL; forwarded for completeness. A barrier has no result, so a
+    // write-out failing here could not be reported.
     let _ = w.settle();
     if let Some(f) = w.inner_methods().xShmBarrier {
         f(w.inner)
