@@ -695,6 +695,80 @@ mod tests {
         assert_eq!(recovered(&path, &dir.0), expected);
     }
 
+    /// A commit whose frames cannot reach the file fails, and nothing of
+    /// it is visible or recovered; the writer commits again once the file
+    /// can grow. Runs in a child process (this test binary, started again
+    /// for [`write_out_failure_child`]), because the file-size limit that
+    /// makes the write-out fail holds for a whole process.
+    #[test]
+    fn a_commit_whose_frames_cannot_be_written_fails_and_leaves_nothing() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite::wal_appends::tests::write_out_failure_child",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("WAL_APPENDS_CHILD", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("1 passed"), "the child ran no test: {text}");
+    }
+
+    #[test]
+    #[ignore = "run by a_commit_whose_frames_cannot_be_written_fails_and_leaves_nothing"]
+    fn write_out_failure_child() {
+        if std::env::var_os("WAL_APPENDS_CHILD").is_none() {
+            return;
+        }
+        vfs(c"wal-appends-write-fails");
+        let dir = shepherd_testkit::TempDir::new("wal-appends");
+        let path = dir.0.join("db");
+        let mut w = writer(&path, c"wal-appends-write-fails", "NORMAL");
+        let r = reader(&path);
+        for i in 0..5 {
+            w.execute("INSERT INTO t (v) VALUES (?1)", [row(i, 1000)])
+                .unwrap();
+        }
+        let expected = (5, 5000);
+        let wal_len = std::fs::metadata(format!("{}-wal", path.display()))
+            .unwrap()
+            .len();
+        // No file of this process may now grow past 64 KiB beyond the WAL's
+        // end; past it `write` fails (EFBIG) instead of raising SIGXFSZ.
+        let limit = |bytes: u64| {
+            let l = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            // SAFETY: plain system calls on this process's own settings.
+            unsafe {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &l), 0);
+            }
+        };
+        limit(wal_len + 64 * 1024);
+        let tx = w.transaction().unwrap();
+        for i in 0..60 {
+            tx.execute("INSERT INTO t (v) VALUES (?1)", [row(100 + i, 3000)])
+                .unwrap();
+        }
+        assert!(tx.commit().is_err(), "a commit past the limit succeeded");
+        limit(libc::RLIM_INFINITY);
+        assert_eq!(seen(&r), expected);
+        assert_eq!(recovered(&path, &dir.0), expected);
+        // The file can grow again: the next commit is whole.
+        w.execute("INSERT INTO t (v) VALUES (?1)", [row(9, 1000)])
+            .unwrap();
+        let expected = (6, 6000);
+        assert_eq!(seen(&w), expected);
+        assert_eq!(seen(&r), expected);
+        assert_eq!(recovered(&path, &dir.0), expected);
+    }
+
     /// The store's connections that write go through this VFS, and its
     /// readers through SQLite's own.
     #[test]
