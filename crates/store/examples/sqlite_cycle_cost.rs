@@ -15,7 +15,10 @@
 //! The database is a new file in a temporary directory, removed at the end.
 //! Bytes and calls come from `/proc/self/io` (`wchar`, `syscw`), so they
 //! cover every thread of this process: the writer, the checkpointer, and
-//! nothing else that writes while the cycles run.
+//! nothing else that writes while the cycles run. CPU time per cycle (the
+//! process's, and its SQLite threads') comes from `/proc/self/stat` and
+//! `/proc/self/task/*/stat`: on a shared machine it varies far less from
+//! run to run than cycles per second does.
 
 mod common;
 
@@ -34,6 +37,27 @@ fn written() -> R<(u64, u64)> {
     Ok((field("wchar:"), field("syscw:")))
 }
 
+/// CPU seconds used so far by (this whole process, SQLite's threads: the
+/// writer and the checkpointer, whose names `comm` cuts to the same 15
+/// characters). CPU time per cycle moves far less than cycles per second
+/// when other work shares the machine, so it is what to compare between
+/// two builds on a busy host.
+fn cpu_used() -> (f64, f64) {
+    let process = shepherd_testkit::cpu_secs_in(std::path::Path::new("/proc/self/stat"));
+    let mut sqlite = 0.0;
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("shepherd-sqlite") {
+            sqlite += shepherd_testkit::cpu_secs_in(&task.path().join("stat"));
+        }
+    }
+    (process, sqlite)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> R<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -50,10 +74,12 @@ async fn main() -> R<()> {
     let stats0 = store.writer_stats();
     store.start_statement_costs();
     let io0 = written()?;
+    let cpu0 = cpu_used();
     let elapsed = common::run_cycles(&store, workers, per)
         .await?
         .as_secs_f64();
     let io1 = written()?;
+    let cpu1 = cpu_used();
     let stats1 = store.writer_stats();
     let statements = store.stop_statement_costs();
     store.close();
@@ -75,6 +101,12 @@ async fn main() -> R<()> {
         units / batches,
         (stats1.commit_seconds - stats0.commit_seconds) * 1e6 / done,
         (stats1.commit_seconds - stats0.commit_seconds) * 100.0 / elapsed
+    );
+    println!(
+        "CPU per cycle: {:.0} µs in this process, {:.0} µs of it in SQLite's threads \
+         (writer and checkpointer)",
+        (cpu1.0 - cpu0.0) * 1e6 / done,
+        (cpu1.1 - cpu0.1) * 1e6 / done
     );
     // The slowest transactions: every unit queued behind one waits it out.
     let buckets = shepherd_store::writer_stats::COMMIT_BUCKETS;

@@ -4,7 +4,8 @@
 //!
 //! - names no other test run uses ([`unique`]), the PostgreSQL database
 //!   tests use ([`pg_url`]), a directory removed at the end ([`TempDir`]);
-//! - whether a process still runs ([`alive`]);
+//! - whether a process still runs ([`alive`]) and the CPU time it or one
+//!   of its threads has used ([`cpu_secs_in`]);
 //! - polling with a deadline instead of sleeping a fixed time
 //!   ([`wait_for`]);
 //! - the real `shepherd serve` as a child process, bound to port 0, with
@@ -84,6 +85,27 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
+/// CPU seconds (user and system) that a `/proc/.../stat` file reports: a
+/// process's (`/proc/PID/stat`, its threads that ended included) or one
+/// thread's (`/proc/self/task/TID/stat`). 0 when the file cannot be read
+/// (the process or thread has gone).
+pub fn cpu_secs_in(stat_path: &std::path::Path) -> f64 {
+    let Ok(text) = std::fs::read_to_string(stat_path) else {
+        return 0.0;
+    };
+    // The command name, in parentheses, may itself hold spaces and ')'.
+    let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else {
+        return 0.0;
+    };
+    // Counting from the state (field 3): utime and stime are fields 14 and 15.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    ticks as f64 / hz as f64
+}
+
 /// A loopback port free a moment ago, for a process that must be told its
 /// address before it starts (a PostgreSQL cluster; a cluster node whose
 /// advertised URL its peers are given). Another process may take the port
@@ -130,5 +152,34 @@ mod tests {
     #[test]
     fn unique_names_differ() {
         assert_ne!(unique(), unique());
+    }
+
+    #[test]
+    fn cpu_time_grows_while_this_thread_computes_and_a_missing_file_reads_zero() {
+        let me = std::path::PathBuf::from("/proc/thread-self/stat");
+        let whole = std::path::Path::new("/proc/self/stat");
+        let (start, process_start) = (cpu_secs_in(&me), cpu_secs_in(whole));
+        let wall = Instant::now();
+        let mut x = 1u64;
+        // Busy until the kernel has charged 100 ms of CPU to this thread: a
+        // wrong field (a start time, a page count) would not move like this.
+        while cpu_secs_in(&me) < start + 0.1 {
+            for i in 0..100_000u64 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+            }
+            std::hint::black_box(x);
+            assert!(
+                wall.elapsed() < Duration::from_secs(30),
+                "CPU time never grew"
+            );
+        }
+        // The process's total counts it too (the kernel scales the two
+        // sums separately, so they agree only to a few ticks).
+        let grew = cpu_secs_in(whole) - process_start;
+        assert!(grew >= 0.07, "the process's total grew only {grew} s");
+        assert_eq!(
+            cpu_secs_in(std::path::Path::new("/proc/no-such-process/stat")),
+            0.0
+        );
     }
 }

@@ -70,19 +70,7 @@ pub fn pss_kb(pid: u32) -> u64 {
 /// User + system CPU seconds of a process (`"self"` or a pid); 0 once gone.
 #[allow(dead_code)]
 pub fn cpu_secs(pid: &str) -> f64 {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else {
-        return 0.0;
-    };
-    // After the command name: utime and stime are fields 14 and 15 of the line.
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    ticks as f64 / hz as f64
+    shepherd_testkit::cpu_secs_in(std::path::Path::new(&format!("/proc/{pid}/stat")))
 }
 
 /// Busy CPU seconds of the whole machine (everything but idle and iowait).
