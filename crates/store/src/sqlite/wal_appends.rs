@@ -739,25 +739,30 @@ mod tests {
             .len();
         // No file of this process may now grow past 64 KiB beyond the WAL's
         // end; past it `write` fails (EFBIG) instead of raising SIGXFSZ.
-        let limit = |bytes: u64| {
-            let l = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: libc::RLIM_INFINITY,
+        // The soft limit moves; the hard one stays as it was, so that the
+        // test needs no privilege and can lift the soft limit again.
+        let limit = |bytes: Option<u64>| {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
             };
-            // SAFETY: plain system calls on this process's own settings.
+            // SAFETY: plain system calls on this process's own settings,
+            // `l` outliving both calls.
             unsafe {
                 libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut l), 0);
+                l.rlim_cur = bytes.map_or(l.rlim_max, |b| b.min(l.rlim_max));
                 assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &l), 0);
             }
         };
-        limit(wal_len + 64 * 1024);
+        limit(Some(wal_len + 64 * 1024));
         let tx = w.transaction().unwrap();
         for i in 0..60 {
             tx.execute("INSERT INTO t (v) VALUES (?1)", [row(100 + i, 3000)])
                 .unwrap();
         }
         assert!(tx.commit().is_err(), "a commit past the limit succeeded");
-        limit(libc::RLIM_INFINITY);
+        limit(None);
         assert_eq!(seen(&r), expected);
         assert_eq!(recovered(&path, &dir.0), expected);
         // The file can grow again: the next commit is whole.
