@@ -9,6 +9,7 @@
 //! server) and `saved` (what a run directory keeps for the next runner).
 
 mod outbox;
+mod replay;
 mod saved;
 mod supervise;
 mod tail;
@@ -271,6 +272,7 @@ async fn start(
         workspace,
         started_ms: saved.started_ms,
         shim_pid,
+        replayed: None,
     })
 }
 
@@ -477,13 +479,30 @@ pub async fn adopt(
             }
         }
     };
+    let mut replayed = None;
     if crashed {
-        // The runner before died without recording how far it had read: read
-        // the output again from its start. The adapter is deterministic, so
-        // its first steps are those the spool holds; they are skipped, and
-        // the spool is sent again from its start (the server stores each
-        // index once).
-        st.skip_steps = spool.total();
+        // The runner before died without recording how far it had read: the
+        // output is read on from where the spool's last idle step was made
+        // (the start, if none was). The steps the adapter makes between that
+        // point and new output are those the spool holds after it (the JSON
+        // formats make the same steps from the same lines); they are
+        // skipped. The spool is sent again from its start (the server
+        // stores each index once).
+        let (made, from) = spool
+            .resume_point()
+            .map_or((0, (0, 0)), |(made, at)| (made, (at.out, at.err)));
+        match replay::replay(&run, ctx.agent.format(), from) {
+            Ok(r) => {
+                st.out_offset = from.0;
+                st.err_offset = from.1;
+                st.skip_steps = spool.total() - made;
+                replayed = Some(r);
+            }
+            Err(e) => {
+                tracing::error!(run_id = a.run_id, error = %e, "cannot read the run's output again up to its last step; reading it from its start");
+                st.skip_steps = spool.total();
+            }
+        }
     }
     let shim_pid = run.live_shim().unwrap_or(0);
     tracing::info!(
@@ -500,6 +519,7 @@ pub async fn adopt(
         workspace,
         started_ms: saved.started_ms,
         shim_pid,
+        replayed,
     };
     supervise(ctx, a, started, st, cancel, shutdown).await
 }

@@ -298,6 +298,10 @@ impl Adapter for ClaudeStreamJsonAdapter {
     fn last_assistant_text(&self) -> Option<&str> {
         self.last_text.as_deref()
     }
+
+    fn is_idle(&self) -> bool {
+        self.text.is_empty() && self.pending.is_none()
+    }
 }
 
 fn non_empty_text(text: &str) -> Option<ActionContent> {

@@ -180,6 +180,10 @@ impl Adapter for CodexJsonAdapter {
     fn last_assistant_text(&self) -> Option<&str> {
         self.last_text.as_deref()
     }
+
+    fn is_idle(&self) -> bool {
+        self.text.is_empty()
+    }
 }
 
 fn item_id(item: &Value) -> Option<String> {

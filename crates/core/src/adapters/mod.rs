@@ -157,6 +157,13 @@ pub trait Adapter: Send {
     /// The most recent prose the agent wrote, if any: the natural "answer"
     /// of a run whose format reports no result.
     fn last_assistant_text(&self) -> Option<&str>;
+
+    /// True when nothing is buffered: [`Adapter::flush`] would emit no step.
+    /// A runner that dies can carry a run on from exactly such a point (the
+    /// output read so far, every step made of it stored) by reading the
+    /// output again up to it with a fresh adapter and dropping what that
+    /// adapter buffers there: nothing of it is owed.
+    fn is_idle(&self) -> bool;
 }
 
 /// A fresh adapter for `format`, metering usage.
@@ -199,6 +206,10 @@ impl Adapter for Metered {
 
     fn last_assistant_text(&self) -> Option<&str> {
         self.inner.last_assistant_text()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.inner.is_idle()
     }
 }
 

@@ -114,4 +114,8 @@ impl Adapter for StepsJsonlAdapter {
     fn last_assistant_text(&self) -> Option<&str> {
         self.last_text.as_deref()
     }
+
+    fn is_idle(&self) -> bool {
+        self.text.is_empty()
+    }
 }

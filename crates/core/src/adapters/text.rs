@@ -171,6 +171,11 @@ impl TextBuffer {
         }
     }
 
+    /// True when no line waits for the burst to end.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lines == 0
+    }
+
     /// Ends the burst, returning its text unless it is blank.
     pub(crate) fn take(&mut self) -> Option<String> {
         let text = std::mem::take(&mut self.text);
@@ -248,5 +253,9 @@ impl Adapter for TextAdapter {
 
     fn last_assistant_text(&self) -> Option<&str> {
         self.last_text.as_deref()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.buffer.is_empty()
     }
 }

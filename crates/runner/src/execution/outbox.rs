@@ -17,7 +17,7 @@ use shepherd_core::usage::Usage;
 use shepherd_protocol::{AppendSteps, ProgressBody, SetStatus, TranscriptStep};
 
 use super::{Assignment, RunContext};
-use crate::spool::Spool;
+use crate::spool::{OutputMark, Spool};
 
 /// The most steps sent in one request.
 const STEP_BATCH: usize = 50;
@@ -37,7 +37,8 @@ pub(super) struct Outbox {
     /// The agent's answer, reported with the end of the run.
     pub(super) result: Option<String>,
     /// Steps the adapter makes again before it reaches new output: those
-    /// already in the spool when the output is read again from its start.
+    /// already in the spool after the point the output is read again from
+    /// (see [`crate::spool::Spool::resume_point`]).
     pub(super) skip_steps: u64,
 }
 
@@ -51,16 +52,33 @@ impl Outbox {
 
     /// Takes what the adapter made of the agent's output: steps to the
     /// spool, progress and status to send, the result, session id and
-    /// usage to keep.
-    pub(super) fn take(&mut self, outputs: Vec<AdapterOutput>, a: &Assignment) {
-        for o in outputs {
+    /// usage to keep. `at` is where the output was read to when the adapter
+    /// made them; with `idle`, the adapter then held nothing more. Only the
+    /// last step of the lot is marked idle: a runner that died and reads on
+    /// from a mark must not skip the steps after it that the same read made.
+    pub(super) fn take(
+        &mut self,
+        outputs: Vec<AdapterOutput>,
+        a: &Assignment,
+        at: (u64, u64),
+        idle: bool,
+    ) {
+        let last_step = outputs
+            .iter()
+            .rposition(|o| matches!(o, AdapterOutput::Step(_)));
+        for (i, o) in outputs.into_iter().enumerate() {
             match o {
                 AdapterOutput::Step(_) if self.skip_steps > 0 => {
                     self.skip_steps -= 1;
                 }
                 AdapterOutput::Step(s) => {
+                    let mark = OutputMark {
+                        out: at.0,
+                        err: at.1,
+                        idle: idle && Some(i) == last_step,
+                    };
                     if let Ok(v) = serde_json::to_value(&s) {
-                        if let Err(e) = self.spool.push(&v) {
+                        if let Err(e) = self.spool.push(&v, mark) {
                             tracing::error!(error = %e, "cannot spool a step");
                         }
                     }

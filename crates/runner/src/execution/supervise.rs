@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::outbox::Outbox;
+use super::replay::Replayed;
 use super::saved::ReaderState;
 use super::tail::{follow, push_tail, tail_of, Line};
 use super::{end_workspace, now_ms, report_end, Assignment, Ending, RunContext};
@@ -65,6 +66,9 @@ pub(super) struct Started {
     pub(super) started_ms: u64,
     /// The shim's pid; 0 when there is none to signal.
     pub(super) shim_pid: i32,
+    /// The output read again up to where the run is followed on from,
+    /// after its runner died (see [`super::replay`]).
+    pub(super) replayed: Option<Replayed>,
 }
 
 /// Follows a started run to its end (or until this runner leaves it).
@@ -208,7 +212,7 @@ struct Supervisor {
 impl Supervisor {
     fn new(ctx: Arc<RunContext>, a: Assignment, started: Started, st: ReaderState) -> Supervisor {
         let format = ctx.agent.format();
-        let outbox = Outbox {
+        let mut outbox = Outbox {
             spool: started.spool,
             progress: st.progress.into_iter().collect(),
             status: st.status,
@@ -226,6 +230,15 @@ impl Supervisor {
             started.shim_pid,
             started.run.recorded_shim_start(started.shim_pid),
         );
+        let (adapter, out_tail, err_tail) = match started.replayed {
+            Some(r) => {
+                // What the output said before the point it is read on
+                // from: no steps (the spool has those).
+                outbox.take(r.outputs, &a, (st.out_offset, st.err_offset), true);
+                (r.adapter, r.out_tail, r.err_tail)
+            }
+            None => (adapter_for(format), st.out_tail, st.err_tail),
+        };
         Supervisor {
             a,
             run: started.run,
@@ -235,16 +248,16 @@ impl Supervisor {
             shim_end,
             shim_ended: false,
             format,
-            adapter: adapter_for(format),
+            adapter,
             outbox,
             out: Stream {
                 offset: st.out_offset,
-                tail: st.out_tail,
+                tail: out_tail,
                 open: true,
             },
             err: Stream {
                 offset: st.err_offset,
-                tail: st.err_tail,
+                tail: err_tail,
                 open: true,
             },
             timeout,
@@ -315,21 +328,23 @@ impl Supervisor {
         match line {
             Some(Line::Out(l, end)) => {
                 push_tail(&mut self.out.tail, &l);
-                let outs = self.adapter.push_line(&l);
-                self.outbox.take(outs, &self.a);
+                // The offset first: the steps this line completes are
+                // marked as made with it read.
                 self.out.offset = end;
+                let outs = self.adapter.push_line(&l);
+                self.take(outs);
                 self.last_output = Instant::now();
                 self.pending_quiet_flush = true;
             }
             Some(Line::Err(l, end)) => {
                 push_tail(&mut self.err.tail, &l);
+                self.err.offset = end;
                 if self.format == TranscriptFormat::Text {
                     let outs = self.adapter.push_line(&l);
-                    self.outbox.take(outs, &self.a);
+                    self.take(outs);
                     self.last_output = Instant::now();
                     self.pending_quiet_flush = true;
                 }
-                self.err.offset = end;
             }
             Some(Line::OutClosed) => self.out.open = false,
             Some(Line::ErrClosed) => self.err.open = false,
@@ -338,6 +353,14 @@ impl Supervisor {
                 self.err.open = false;
             }
         }
+    }
+
+    /// Hands what the adapter made to the outbox, marked with how far the
+    /// output has been read and whether the adapter now holds nothing.
+    fn take(&mut self, outs: Vec<shepherd_core::adapters::AdapterOutput>) {
+        let idle = self.adapter.is_idle();
+        self.outbox
+            .take(outs, &self.a, (self.out.offset, self.err.offset), idle);
     }
 
     /// The run was cancelled.
@@ -445,7 +468,7 @@ impl Supervisor {
     fn flush_when_quiet(&mut self, now: Instant) {
         if self.pending_quiet_flush && now.duration_since(self.last_output) >= self.ctx.quiet_gap {
             let outs = self.adapter.flush();
-            self.outbox.take(outs, &self.a);
+            self.take(outs);
             self.pending_quiet_flush = false;
         }
     }
@@ -575,7 +598,7 @@ impl Supervisor {
     /// data directory carries the run on from exactly here.
     async fn leave(mut self) -> Ending {
         let outs = self.adapter.flush();
-        self.outbox.take(outs, &self.a);
+        self.take(outs);
         let _ = tokio::time::timeout(
             Duration::from_secs(2),
             self.outbox.deliver(&self.ctx, &self.a),
@@ -615,7 +638,7 @@ impl Supervisor {
         self.kill_leftovers();
         self.end_workspace().await;
         let outs = self.adapter.finish();
-        self.outbox.take(outs, &self.a);
+        self.take(outs);
         let ending = self.ending();
         let result = self.result_text();
         self.deliver_everything(shutdown).await;

@@ -72,12 +72,63 @@ pub(super) fn tail_of(s: &str, max: usize) -> String {
     format!("…{}", s[cut..].trim_end())
 }
 
+/// Cuts a stream's bytes into lines, each with the offset just past it.
+/// The followers and the re-reading of a run after a crash
+/// (`super::replay`) both cut with it, so a line read again ends at the
+/// same offset as when it was first read, and a stream can be followed on
+/// from any such offset.
+pub(super) struct LineCutter {
+    /// The stream offset of `buf[0]`.
+    pub(super) offset: u64,
+}
+
+impl LineCutter {
+    /// Takes the complete lines (and pieces of an over-long one) off the
+    /// front of `buf`, which holds the bytes from the cutter's offset on.
+    pub(super) fn cut(&mut self, buf: &mut Vec<u8>) -> Vec<(String, u64)> {
+        let mut lines = Vec::new();
+        let mut start = 0;
+        while let Some(i) = buf[start..].iter().position(|&b| b == b'\n') {
+            let mut line = &buf[start..start + i];
+            if line.last() == Some(&b'\r') {
+                line = &line[..line.len() - 1];
+            }
+            lines.push((decode(line), self.offset + (start + i + 1) as u64));
+            start += i + 1;
+        }
+        buf.drain(..start);
+        self.offset += start as u64;
+        while buf.len() >= MAX_LINE_BYTES {
+            let mut cut = char_boundary_before_end(&buf[..MAX_LINE_BYTES]);
+            if cut == 0 {
+                cut = MAX_LINE_BYTES;
+            }
+            let piece: Vec<u8> = buf.drain(..cut).collect();
+            self.offset += cut as u64;
+            lines.push((decode(&piece), self.offset));
+        }
+        lines
+    }
+
+    /// The stream's last line, unfinished (no `\n`): handed on once the
+    /// agent has exited.
+    pub(super) fn rest(&mut self, buf: &mut Vec<u8>) -> Option<(String, u64)> {
+        if buf.is_empty() {
+            return None;
+        }
+        self.offset += buf.len() as u64;
+        let text = decode(buf);
+        buf.clear();
+        Some((text, self.offset))
+    }
+}
+
 /// Reads a file the agent writes to as it grows, from `offset`, handing on
 /// each line with the offset just past it. Ends once the shim has recorded
 /// the agent's exit and everything written before it has been read.
 pub(super) async fn follow(
     path: PathBuf,
-    mut offset: u64,
+    offset: u64,
     run: RunFiles,
     tx: mpsc::Sender<Line>,
     err: bool,
@@ -97,8 +148,10 @@ pub(super) async fn follow(
     // each tokio::fs read is a trip through the blocking pool (with hundreds
     // of agents printing, that was a tenth of the runner's CPU).
     let mut file: Option<std::fs::File> = None;
-    // Bytes from `offset` on, read but not yet handed on (a partial line).
+    // Bytes from the cutter's offset on, read but not yet handed on (a
+    // partial line).
     let mut buf: Vec<u8> = Vec::new();
+    let mut cutter = LineCutter { offset };
     let watch = events.and_then(|e| e.watch(&run.dir));
     let mut idle_wait = if watch.is_some() {
         WATCHED_IDLE_WAIT
@@ -138,28 +191,8 @@ pub(super) async fn follow(
         }
         by_timer = false;
         if n > 0 {
-            let mut start = 0;
-            while let Some(i) = buf[start..].iter().position(|&b| b == b'\n') {
-                let mut line = &buf[start..start + i];
-                if line.last() == Some(&b'\r') {
-                    line = &line[..line.len() - 1];
-                }
-                let end = offset + (start + i + 1) as u64;
-                if tx.send(wrap(decode(line), end)).await.is_err() {
-                    return;
-                }
-                start += i + 1;
-            }
-            buf.drain(..start);
-            offset += start as u64;
-            while buf.len() >= MAX_LINE_BYTES {
-                let mut cut = char_boundary_before_end(&buf[..MAX_LINE_BYTES]);
-                if cut == 0 {
-                    cut = MAX_LINE_BYTES;
-                }
-                let piece: Vec<u8> = buf.drain(..cut).collect();
-                offset += cut as u64;
-                if tx.send(wrap(decode(&piece), offset)).await.is_err() {
+            for (text, end) in cutter.cut(&mut buf) {
+                if tx.send(wrap(text, end)).await.is_err() {
                     return;
                 }
             }
@@ -174,9 +207,8 @@ pub(super) async fn follow(
                 continue;
             }
         } else {
-            if !buf.is_empty() {
-                let end = offset + buf.len() as u64;
-                if tx.send(wrap(decode(&buf), end)).await.is_err() {
+            if let Some((text, end)) = cutter.rest(&mut buf) {
+                if tx.send(wrap(text, end)).await.is_err() {
                     return;
                 }
             }
