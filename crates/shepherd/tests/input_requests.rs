@@ -543,6 +543,65 @@ async fn a_pending_request_survives_kill_9_of_the_server() {
     s.stop().await;
 }
 
+/// The server is down when an agent asks (a restart longer than a few
+/// seconds): `shepherd ask` keeps asking until the server is back, the
+/// question is asked once, and its answer reaches the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_asked_while_the_server_is_down_waits_for_it() {
+    let mut env = Env::new(Kind::Sqlite);
+    let go = env.dir.join("go");
+    let started = env.dir.join("started");
+    with_agent(
+        &mut env,
+        &format!(
+            "touch {started}\nwhile [ ! -e {go} ]; do sleep 0.05; done\n\
+             $SHEPHERD_BIN ask 'Ship it?' > \"$OUT.tmp\"; echo \"exit=$?\" >> \"$OUT.tmp\"; \
+             echo done >> \"$OUT.tmp\"; mv \"$OUT.tmp\" \"$OUT\"\n",
+            started = started.display(),
+            go = go.display()
+        ),
+        "",
+    );
+    let listen = format!("127.0.0.1:{}", common::free_port());
+    let mut s = Server::spawn_at(&env, &listen).await;
+    create(&s, "DOWN-1").await;
+    wait_for("the agent to start", WAIT, || async {
+        started.exists().then_some(())
+    })
+    .await;
+    let child = s.child.take().expect("a spawned server");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.pid(), libc::SIGKILL);
+    }
+    drop(child);
+    drop(s);
+    // The agent asks now, and the server stays away for five seconds.
+    std::fs::write(&go, b"").unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let s = Server::spawn_at(&env, &listen).await;
+    let asked = pending(&s, "DOWN-1", 1).await.remove(0);
+    let (st, b) = answer(&s, &asked.id, json!({ "text": "ship it" })).await;
+    assert_eq!(st, 200, "{b}");
+    let out = agent_output(&env).await;
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["ship it", "exit=0", "done"],
+        "{out}"
+    );
+    common::typed::task_in(&s, "DOWN-1", &["done"], WAIT).await;
+    let all = s
+        .client(None)
+        .input_requests(&p::InputRequestsQuery {
+            vtid: Some("DOWN-1".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.requests.len(), 1, "asked once: {:?}", all.requests);
+    s.stop().await;
+}
+
 /// `on_budget = "ask"`: passing `max_cost_usd` asks whether to go on;
 /// "continue" raises the budget by as much again, "stop" stops the run as
 /// a plain budget does. A quiet agent with `stuck_after` is reported once.

@@ -112,22 +112,34 @@ pub async fn ask(g: &Global, a: &AskArgs) -> Result<()> {
     // A key of this process's own making: a retry after a lost answer
     // (server restarting) finds the request instead of making another.
     let key = format!("ask-{}-{}", std::process::id(), now_ms());
-    let request = c
-        .ask(&AskInput {
-            run_id: a.run.clone().filter(|r| !r.is_empty()),
-            kind: Some(if a.permission.is_some() {
-                InputKind::Permission
-            } else {
-                InputKind::Question
-            }),
-            key: Some(key),
-            tool_name: a.permission.clone(),
-            tool_input,
-            prompt: a.prompt.clone(),
-            options: a.options.clone(),
-        })
-        .await
-        .map_err(explain)?;
+    let ask = AskInput {
+        run_id: a.run.clone().filter(|r| !r.is_empty()),
+        kind: Some(if a.permission.is_some() {
+            InputKind::Permission
+        } else {
+            InputKind::Question
+        }),
+        key: Some(key),
+        tool_name: a.permission.clone(),
+        tool_input,
+        prompt: a.prompt.clone(),
+        options: a.options.clone(),
+    };
+    // Asked again (same key) while the server is away: an agent's run
+    // outlives a restart of its server, so its question must too.
+    let mut waiting = Waiting::default();
+    let request = loop {
+        match c.ask(&ask).await {
+            Ok(r) => break r,
+            Err(e)
+                if is_restarting(&e)
+                    && deadline.is_none_or(|d| tokio::time::Instant::now() < d) =>
+            {
+                waiting.pause(&c, &e).await
+            }
+            Err(e) => return Err(explain(e)),
+        }
+    };
     let done = wait_for_answer(&c, &request.id, deadline).await?;
     let (text, go_on) = match (&done.state, &done.answer) {
         (InputState::Answered | InputState::Expired, Some(answer)) => (
@@ -157,7 +169,7 @@ async fn wait_for_answer(
     id: &str,
     deadline: Option<tokio::time::Instant>,
 ) -> Result<InputRequest> {
-    let mut failures = 0u32;
+    let mut waiting = Waiting::default();
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
         if left.is_some_and(|l| l.is_zero()) {
@@ -167,14 +179,40 @@ async fn wait_for_answer(
         let wait = left.map_or(25, |l| l.as_secs().clamp(1, 25));
         match c.input_request(id, Some(wait)).await {
             Ok(r) if r.state.is_final() => return Ok(r),
-            Ok(_) => failures = 0,
-            Err(e) if e.is_transient() || e.status().is_some_and(|s| s >= 500) => {
-                failures += 1;
-                tracing::debug!(error = %e, "waiting for the answer");
-                tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(10)))).await;
-            }
+            Ok(_) => waiting = Waiting::default(),
+            Err(e) if is_restarting(&e) => waiting.pause(c, &e).await,
             Err(e) => return Err(explain(e)),
         }
+    }
+}
+
+/// A failure that a server coming back would end: it is unreachable, or
+/// answers that it cannot serve yet (5xx).
+fn is_restarting(e: &shepherd_client::ClientError) -> bool {
+    e.is_transient() || e.status().is_some_and(|s| s >= 500)
+}
+
+/// Backing off while the server is away, saying so once on standard error
+/// (an agent's log shows why its question took long).
+#[derive(Default)]
+struct Waiting {
+    failures: u32,
+}
+
+impl Waiting {
+    async fn pause(&mut self, c: &shepherd_client::Client, e: &shepherd_client::ClientError) {
+        if self.failures == 0 {
+            eprintln!(
+                "shepherd ask: the server at {} is not answering ({e}); trying again until it does",
+                c.base()
+            );
+        }
+        self.failures += 1;
+        tracing::debug!(error = %e, "waiting for the server");
+        tokio::time::sleep(Duration::from_millis(
+            200 * u64::from(self.failures.min(10)),
+        ))
+        .await;
     }
 }
 
