@@ -79,8 +79,20 @@ impl Assignment {
                 return (argv, stdin.then(|| c.message.clone()));
             }
         }
-        let (argv, stdin) = agent.argv(&self.spec, &self.vtid, &self.run_id);
-        (argv, stdin.then(|| self.spec.clone()))
+        let prompt = self.prompt();
+        let (argv, stdin) = agent.argv(prompt, &self.vtid, &self.run_id);
+        (argv, stdin.then(|| prompt.to_owned()))
+    }
+
+    /// What the agent is asked to do: the spec, or the title when the task
+    /// has no spec (`task add "Fix the flaky test"`); never an empty prompt,
+    /// which some agents refuse outright (`claude -p ""`).
+    fn prompt(&self) -> &str {
+        if self.spec.trim().is_empty() {
+            &self.title
+        } else {
+            &self.spec
+        }
     }
 }
 

@@ -549,3 +549,45 @@ async fn tokens_come_from_a_file_or_the_environment_and_the_command_line_warns()
     });
     s.stop().await;
 }
+
+/// `task add TITLE` without a spec: the agent is asked the title, on its
+/// command line (`{spec}`) or on standard input; never an empty prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_title_only_task_gives_the_agent_its_title() {
+    let mut env = Env::new(Kind::Sqlite);
+    env.with_config_file(
+        "[agents.argued]\ncommand = [\"sh\", \"-c\", \"printf 'asked: %s\\\\n' \\\"$0\\\"\", \"{spec}\"]\n\
+         [agents.piped]\ncommand = [\"sh\", \"-c\", \"printf 'asked: %s\\\\n' \\\"$(cat)\\\"\"]\n",
+    );
+    let s = Server::start(&env).await;
+    let dir = env.dir.clone();
+    let base = s.base.clone();
+    for agent in ["argued", "piped"] {
+        let vtid = format!("TT-{agent}");
+        tokio::task::block_in_place(|| {
+            let vars = [("SHEPHERD_SERVER", base.as_str())];
+            let (ok, out, err) = shepherd(
+                &dir,
+                &vars,
+                &[
+                    "task",
+                    "add",
+                    "Fix the flaky test",
+                    "--agent",
+                    agent,
+                    "--vtid",
+                    &vtid,
+                ],
+            );
+            assert!(ok, "{out}{err}");
+        });
+        common::typed::task_in(&s, &vtid, &["done"], std::time::Duration::from_secs(20)).await;
+        let runs = common::typed::runs_of(&s, &vtid).await;
+        assert_eq!(
+            runs[0].result.as_deref(),
+            Some("asked: Fix the flaky test"),
+            "{agent}: {runs:?}"
+        );
+    }
+    s.stop().await;
+}

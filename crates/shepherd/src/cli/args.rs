@@ -620,7 +620,7 @@ pub enum TaskCommand {
 /// `shepherd task add`'s arguments.
 #[derive(Debug, Args)]
 pub struct AddTask {
-    /// A one-line title (the agent receives it with the spec).
+    /// A one-line title (the agent is asked it when the task has no spec).
     pub title: String,
     /// The spec, as markdown text.
     #[arg(long, conflicts_with = "spec_file")]
