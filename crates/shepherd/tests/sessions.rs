@@ -73,6 +73,37 @@ async fn events_of(s: &Server, types: &str) -> Vec<WireEvent> {
 }
 
 e2e!(
+    a_terminal_tab_is_no_agent_for_tasks,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        let dir = workdir(&env, "work");
+        let session = new_session(&s, None, &dir).await;
+        add_terminal(&s, None, &session.id).await;
+        // The tab is a worker (of the `terminal` agent) on the fleet's pages,
+        // but no task can be given to it.
+        let (st, agents) = s
+            .get_as::<shepherd_protocol::AgentList>("/api/v1/agents", None)
+            .await;
+        assert_eq!(st, 200);
+        assert!(
+            agents.agents.iter().all(|a| a.id != "terminal"),
+            "{agents:?}"
+        );
+        let (st, body) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": "TAB-1", "title": "for a tab", "agent_id": "terminal" }),
+            )
+            .await;
+        assert_eq!(st, 422, "{body}");
+        assert_eq!(body["error"]["code"], "unknown_agent", "{body}");
+        s.stop().await;
+    }
+);
+
+e2e!(
     terminal_echoes_resizes_and_fans_out,
     |kind: Kind| async move {
         let env = Env::new(kind);

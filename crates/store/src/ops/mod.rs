@@ -110,19 +110,30 @@ pub fn validate_id(what: &'static str, code: &'static str, id: &str) -> Result<(
     }
 }
 
-/// Agents with the number of their runs now running.
-/// Whether an agent with this id is configured or was declared by a worker.
+/// The agents a task may name: configured ones, and those a worker
+/// declared when it registered. A session's terminal tab also registers
+/// (as the `terminal` agent, worker type `pty`), but a tab takes no tasks:
+/// an agent only tabs declared is left out, or a task for it would wait for
+/// ever.
+const TAKES_TASKS: &str = "NOT (a.source = 'registration' AND a.worker_type = 'pty')";
+
+/// Whether an agent with this id is configured or was declared by a worker
+/// that takes tasks.
 pub async fn agent_known<D: Db>(db: &mut D, id: &str) -> Result<bool, Error> {
     Ok(db
-        .query_opt("SELECT 1 FROM agents WHERE id = $1", params![id])
+        .query_opt(
+            &format!("SELECT 1 FROM agents a WHERE a.id = $1 AND {TAKES_TASKS}"),
+            params![id],
+        )
         .await?
         .is_some())
 }
 
+/// Agents that take tasks, with the number of their runs now running.
 pub async fn agents_list<D: Db>(db: &mut D) -> Result<Vec<Agent>, Error> {
     let sql = format!(
         "SELECT a.id, a.worker_type, a.capabilities, a.max_concurrent, a.source, a.created_at, {} \
-         FROM agents a ORDER BY a.id",
+         FROM agents a WHERE {TAKES_TASKS} ORDER BY a.id",
         runs::running_count_sql("a.id")
     );
     let rows = db.query(&sql, params![]).await?;

@@ -111,6 +111,8 @@ pub async fn require_live<D: Db>(db: &mut D, worker_id: &str) -> Result<Worker, 
 }
 
 /// Makes sure an agent row exists (agents first seen through registration).
+/// An agent first seen as a session tab's (`pty`) takes the worker type of
+/// the first worker that registers it to take tasks.
 pub async fn ensure_agent<D: Db>(
     db: &mut D,
     now: Millis,
@@ -120,7 +122,9 @@ pub async fn ensure_agent<D: Db>(
     let inserted = db
         .execute(
             "INSERT INTO agents (id, worker_type, capabilities, max_concurrent, source, created_at, updated_at) \
-             VALUES ($1, $2, '[]', NULL, 'registration', $3, $3) ON CONFLICT (id) DO NOTHING",
+             VALUES ($1, $2, '[]', NULL, 'registration', $3, $3) \
+             ON CONFLICT (id) DO UPDATE SET worker_type = excluded.worker_type, updated_at = excluded.updated_at \
+             WHERE agents.worker_type = 'pty' AND excluded.worker_type <> 'pty'",
             params![agent_id, worker_type, now],
         )
         .await?;
