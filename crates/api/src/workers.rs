@@ -322,7 +322,16 @@ pub async fn worker_events(
             idle: take("idle"),
             active: take("active"),
             stuck,
-            last_event_ts: page.events.last().map(|e| to_rfc3339(e.ts)),
+            // The newest event in this answer: the page may end with log
+            // events the registry view leaves out, which a client resuming
+            // from `since=last_event_ts` must not skip past.
+            last_event_ts: page
+                .events
+                .iter()
+                .filter(|e| registry_event_name(e).is_some())
+                .map(|e| e.ts)
+                .max()
+                .map(to_rfc3339),
         });
     }
     Ok((cursor_header(page.head), Json(body)))

@@ -419,7 +419,9 @@ async fn worker_events(
             .into_iter()
             .filter(|w| project.as_ref().is_none_or(|ids| ids.contains(w)))
             .collect();
-        s.last_event_ts = events.last().map(|e| e.ts.clone());
+        // The newest event returned (RFC 3339 in one format: text order is
+        // time order).
+        s.last_event_ts = events.iter().map(|e| e.ts.clone()).max();
         Some(s)
     } else {
         None

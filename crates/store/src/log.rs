@@ -28,7 +28,8 @@ pub fn append_deferred<D: Db>(db: &mut D, now: Millis, e: &NewEvent) {
 pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {
     let seq = row.i64(0)?;
     let raw = row.string(10)?;
-    let data = match serde_json::from_str(&raw) {
+    let kind = row.string(2)?;
+    let mut data = match serde_json::from_str(&raw) {
         Ok(v) => v,
         Err(e) => {
             // Never silently `null`: say so in the log, and deliver the
@@ -38,10 +39,11 @@ pub(crate) fn event_from_row(row: &Row) -> Result<Event, Error> {
             serde_json::Value::String(raw)
         }
     };
+    shepherd_core::event::payloads::complete_old_data(&kind, &mut data);
     Ok(Event {
         seq,
         ts: row.i64(1)?,
-        kind: row.string(2)?,
+        kind,
         refs: EventRefs {
             agent_id: row.opt_string(3)?,
             worker_id: row.opt_string(4)?,

@@ -127,6 +127,26 @@ pub struct RunCompleted {
     pub result: Option<String>,
     pub reason: String,
     pub steps: i64,
+    /// True exactly when the run ended `done` (the Workers page contract's
+    /// completion flag: a failed or cancelled run is not a success).
+    pub success: bool,
+}
+
+/// Completes `data` that an older build wrote for an event of `kind` with
+/// the fields a reader of today relies on, derived from what it holds: the
+/// log is never rewritten, so a field added to a payload later reaches old
+/// events here, as they are read. Unknown kinds and other shapes are left
+/// as they are.
+pub fn complete_old_data(kind: &str, data: &mut serde_json::Value) {
+    if kind != super::kind::RUN_COMPLETED {
+        return;
+    }
+    if let serde_json::Value::Object(fields) = data {
+        if !fields.contains_key("success") {
+            let done = fields.get("status").and_then(serde_json::Value::as_str) == Some("done");
+            fields.insert("success".to_owned(), serde_json::Value::Bool(done));
+        }
+    }
 }
 
 /// `data` of `worker.claim.granted`.
@@ -535,6 +555,24 @@ mod tests {
         assert_eq!(read, configured);
         let read: AgentUpserted = serde_json::from_value(data(&registered)).unwrap();
         assert_eq!(read, registered);
+    }
+
+    #[test]
+    fn an_old_run_completed_gains_success_from_its_status() {
+        let mut old =
+            json!({ "status": "failed", "result": null, "reason": "exit code 3", "steps": 1 });
+        complete_old_data(crate::event::kind::RUN_COMPLETED, &mut old);
+        assert_eq!(old["success"], json!(false));
+        let mut done = json!({ "status": "done", "result": "ok", "reason": "", "steps": 2 });
+        complete_old_data(crate::event::kind::RUN_COMPLETED, &mut done);
+        assert_eq!(done["success"], json!(true));
+        // What a run recorded itself is never overwritten, nor other kinds.
+        let mut new = json!({ "status": "done", "success": false });
+        complete_old_data(crate::event::kind::RUN_COMPLETED, &mut new);
+        assert_eq!(new["success"], json!(false));
+        let mut other = json!({ "status": "done" });
+        complete_old_data(crate::event::kind::RUN_STATUS, &mut other);
+        assert!(other.get("success").is_none());
     }
 
     #[test]

@@ -765,6 +765,7 @@ pub(crate) async fn finish<D: Db>(
             kind::RUN_COMPLETED,
             info.refs,
             &RunCompleted {
+                success: status == RunStatus::Done,
                 status,
                 result,
                 reason: reason.to_owned(),

@@ -1,0 +1,107 @@
+//! The seeds' sentences that a client written from a seed relies on, each
+//! checked against the real server on both stores, with the sentence
+//! quoted above its test.
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use shepherd_protocol::WorkerEventsResponse;
+
+use common::{wait_for, Env, Kind, Server, SseClient};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Posts a task for `agent`, tried once.
+async fn submit(s: &Server, vtid: &str, agent: &str) {
+    let (st, body) = s
+        .post(
+            "/api/v1/tasks",
+            None,
+            json!({ "vtid": vtid, "title": vtid, "spec": "go", "agent_id": agent, "max_attempts": 1 }),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+}
+
+// Workers page seed: "Thread a `success: bool` through
+// `ProcessEvent::WorkerComplete` and use it in `log_worker_completed` to
+// write `'done'` vs `'failed'`."
+e2e!(
+    every_worker_completed_event_says_whether_the_run_succeeded,
+    |kind: Kind| async move {
+        let mut env = Env::new(kind);
+        env.with_config_file(
+            "[agents.fine]\ncommand = [\"sh\", \"-c\", \"echo fine\"]\n\
+             [agents.broken]\ncommand = [\"sh\", \"-c\", \"echo broken; exit 3\"]\n",
+        );
+        let s = Server::start(&env).await;
+        let mut sse =
+            SseClient::connect(&s.base, "/api/events?types=worker_completed", None, None).await;
+        submit(&s, "OK-1", "fine").await;
+        submit(&s, "BAD-1", "broken").await;
+        let mut seen: Vec<(String, Value, Value)> = Vec::new();
+        while seen.len() < 2 {
+            let f = sse.next(WAIT).await.expect("a worker_completed event");
+            if f.event != "worker_completed" {
+                continue;
+            }
+            let data = &f.data["data"];
+            seen.push((
+                f.data["task_id"].as_str().unwrap_or_default().to_owned(),
+                data["status"].clone(),
+                data["success"].clone(),
+            ));
+        }
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            seen,
+            [
+                ("BAD-1".to_owned(), json!("failed"), json!(false)),
+                ("OK-1".to_owned(), json!("done"), json!(true)),
+            ],
+        );
+        s.stop().await;
+    }
+);
+
+// Worker state seed: "**last_event_ts** is the newest event timestamp in
+// the response."
+e2e!(
+    last_event_ts_is_the_newest_event_returned,
+    |kind: Kind| async move {
+        let mut env = Env::new(kind);
+        let go = env.dir.join("go");
+        env.with_config_file(&format!(
+            "[agents.pair]\nmax_concurrent = 2\ncommand = [\"sh\", \"-c\", \"while [ ! -e {} ]; do sleep 0.05; done\"]\n",
+            go.display()
+        ));
+        let s = Server::start(&env).await;
+        // The first claim makes the worker active (an event of the
+        // registry's); the second, later, is a claim.granted the registry
+        // view leaves out, and the newest event of the page.
+        submit(&s, "P-1", "pair").await;
+        common::typed::task_in(&s, "P-1", &["running"], WAIT).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        submit(&s, "P-2", "pair").await;
+        common::typed::task_in(&s, "P-2", &["running"], WAIT).await;
+        let body: WorkerEventsResponse = wait_for("the worker events", WAIT, || async {
+            let (st, b) = s
+                .get_as::<WorkerEventsResponse>("/api/v1/worker_events?include_summary=true", None)
+                .await;
+            (st == 200).then_some(b)
+        })
+        .await;
+        let newest = body.events.iter().map(|e| e.ts.clone()).max();
+        assert!(newest.is_some(), "{body:?}");
+        assert_eq!(
+            body.summary.expect("a summary").last_event_ts,
+            newest,
+            "{:?}",
+            body.events
+        );
+        std::fs::write(&go, b"").unwrap();
+        s.stop().await;
+    }
+);
