@@ -528,7 +528,7 @@ fn heard(host: &str, event: HostEvent, link: &LinkState, store: &shepherd_store:
                         &worker_id,
                         epoch,
                         exit_code,
-                        signal.map(|s| s.to_string()),
+                        signal.map(i64::from),
                     )
                     .await;
                 if let Err(e) = r {

@@ -150,7 +150,7 @@ impl SessionManager {
                 &n.worker_id,
                 n.epoch,
                 n.info.exit_code,
-                n.info.signal.map(|s| s.to_string()),
+                n.info.signal.map(i64::from),
             )
             .await;
         if let Err(e) = r {

@@ -3,11 +3,13 @@
 //! quoted above its test.
 
 mod common;
+#[path = "common/ws.rs"]
+mod ws;
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use shepherd_protocol::WorkerEventsResponse;
+use shepherd_protocol::{AddWorker, EventPage, Session, WorkerEventsResponse};
 
 use common::{wait_for, Env, Kind, Server, SseClient};
 
@@ -102,6 +104,54 @@ e2e!(
             body.events
         );
         std::fs::write(&go, b"").unwrap();
+        s.stop().await;
+    }
+);
+
+// Worker restore seed: the `exit` message is `{type: 'exit', exitCode,
+// signal}` with `signal: null` when no signal ended the process; the log's
+// `session.worker.exited` says the same in the same types.
+e2e!(
+    a_signal_is_a_number_in_the_exit_message_and_the_event,
+    |kind: Kind| async move {
+        let env = Env::new(kind);
+        let s = Server::start(&env).await;
+        let dir = env.dir.join("work");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (st, session) = s
+            .post_as::<Session>(
+                "/api/v1/sessions",
+                None,
+                json!({ "location_path": dir.canonicalize().unwrap() }),
+            )
+            .await;
+        assert_eq!(st, 201);
+        let tab = s
+            .client(None)
+            .add_session_worker(
+                &session.id,
+                &AddWorker {
+                    kind: "terminal".into(),
+                    name: None,
+                    agent_id: None,
+                },
+            )
+            .await
+            .expect("a terminal tab");
+        let mut term = ws::connect(&s.base, &session.id, &tab.id, None).await;
+        term.history().await;
+        term.type_line("kill -9 $$").await;
+        let exit = term.wait_exit(WAIT).await;
+        assert_eq!(exit, json!({"type": "exit", "exitCode": null, "signal": 9}));
+        let exited = wait_for("the exit in the log", WAIT, || async {
+            let (_, page) = s
+                .get_as::<EventPage>("/api/v1/events?after=0&types=session.worker.exited", None)
+                .await;
+            page.events.into_iter().next()
+        })
+        .await;
+        assert_eq!(exited.event.data["signal"], json!(9), "{exited:?}");
+        assert_eq!(exited.event.data["exitCode"], Value::Null, "{exited:?}");
         s.stop().await;
     }
 );

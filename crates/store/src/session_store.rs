@@ -84,7 +84,7 @@ impl Store {
         worker_id: &str,
         epoch: i64,
         exit_code: Option<i64>,
-        signal: Option<String>,
+        signal: Option<i64>,
     ) -> Result<bool, Error> {
         let (now, s, w) = (self.now(), session_id.to_owned(), worker_id.to_owned());
         self.write(move |db| {

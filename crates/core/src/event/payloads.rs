@@ -138,14 +138,23 @@ pub struct RunCompleted {
 /// events here, as they are read. Unknown kinds and other shapes are left
 /// as they are.
 pub fn complete_old_data(kind: &str, data: &mut serde_json::Value) {
-    if kind != super::kind::RUN_COMPLETED {
+    use serde_json::Value;
+    let Value::Object(fields) = data else {
         return;
-    }
-    if let serde_json::Value::Object(fields) = data {
-        if !fields.contains_key("success") {
-            let done = fields.get("status").and_then(serde_json::Value::as_str) == Some("done");
-            fields.insert("success".to_owned(), serde_json::Value::Bool(done));
+    };
+    match kind {
+        super::kind::RUN_COMPLETED if !fields.contains_key("success") => {
+            let done = fields.get("status").and_then(Value::as_str) == Some("done");
+            fields.insert("success".to_owned(), Value::Bool(done));
         }
+        // The signal was once written as text ("9").
+        super::kind::SESSION_WORKER_EXITED => {
+            if let Some(Value::String(text)) = fields.get("signal") {
+                let number = text.parse::<i64>().map_or(Value::Null, Value::from);
+                fields.insert("signal".to_owned(), number);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -503,7 +512,9 @@ pub struct SessionWorkerExited {
     pub epoch: Option<i64>,
     #[serde(rename = "exitCode")]
     pub exit_code: Option<i64>,
-    pub signal: Option<String>,
+    /// The number of the signal that ended the process, if one did (as in
+    /// the WebSocket's `exit` message).
+    pub signal: Option<i64>,
     /// Present (`true`) when a restore failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_failed: Option<bool>,
@@ -573,6 +584,15 @@ mod tests {
         let mut other = json!({ "status": "done" });
         complete_old_data(crate::event::kind::RUN_STATUS, &mut other);
         assert!(other.get("success").is_none());
+    }
+
+    #[test]
+    fn an_old_exit_signal_written_as_text_reads_as_a_number() {
+        let mut old = json!({ "epoch": 1, "exitCode": null, "signal": "9" });
+        complete_old_data(crate::event::kind::SESSION_WORKER_EXITED, &mut old);
+        assert_eq!(old["signal"], json!(9));
+        let parsed: SessionWorkerExited = serde_json::from_value(old).unwrap();
+        assert_eq!(parsed.signal, Some(9));
     }
 
     #[test]

@@ -446,13 +446,15 @@ pub async fn process_exited<D: Db>(
     worker_id: &str,
     epoch: i64,
     exit_code: Option<i64>,
-    signal: Option<String>,
+    signal: Option<i64>,
 ) -> Result<bool, Error> {
+    // The column is text (older rows hold the number written out).
+    let signal_text = signal.map(|s| s.to_string());
     let n = db
         .execute(
             "UPDATE session_workers SET exited_at = $4, exit_code = $5, exit_signal = $6 \
              WHERE id = $1 AND session_id = $2 AND epoch = $3 AND exited_at IS NULL",
-            params![worker_id, session_id, epoch, now, exit_code, &signal],
+            params![worker_id, session_id, epoch, now, exit_code, &signal_text],
         )
         .await?;
     if n == 0 {
