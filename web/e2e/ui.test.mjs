@@ -401,6 +401,19 @@ test("cancel from the board asks first, and dismissing does not cancel; Retry an
   }
 });
 
+test("the Workers page filters by cancelled runs and shows them as cancelled", async () => {
+  // The run cancelled from the board above is one of the scripted agent's.
+  await page.goto(`${server.url}/agents/scripted/workers`);
+  await page.getByTestId("pill-cancelled").click();
+  assert.match(page.url(), /status=cancelled/);
+  await waitForCount(page, '[data-testid="worker-card"][data-run-status="cancelled"]', 1);
+  assert.equal(await page.locator('[data-testid="worker-card"]:not([data-run-status="cancelled"])').count(), 0);
+  await waitForText(page, '[data-testid="worker-card"] [data-status="cancelled"]', "cancelled");
+  // A deep link keeps the filter.
+  await page.reload();
+  await waitForCount(page, '[data-testid="worker-card"][data-run-status="cancelled"]', 1);
+});
+
 test("a failed task is retried from its page, and each run shows its attempt", async () => {
   const vtid = seeded.failed.vtid;
   await page.goto(`${server.url}/tasks/${vtid}`);
@@ -422,13 +435,12 @@ test("a failed task is retried from its page, and each run shows its attempt", a
 test("terminal tabs are neither agents on the home page nor workers in the fleet table", async () => {
   const session = await apiCall(server, "POST", "/api/v1/sessions", { location_path: ws.dir, name: "naming" });
   const tab = await apiCall(server, "POST", `/api/v1/sessions/${session.id}/workers`, { type: "terminal" });
-  const agents = await until(async () => {
-    const { agents: all } = await apiCall(server, "GET", "/api/v1/agents");
-    return all.some((a) => a.worker_type === "pty") && all;
-  }, "the tab's registration");
+  // The tab registered as a worker, but the agent list (the home page, the
+  // New task form) names no tab's agent.
+  const { agents } = await apiCall(server, "GET", "/api/v1/agents");
+  assert.ok(agents.length > 0 && agents.every((a) => a.worker_type !== "pty" && a.id !== "terminal"), JSON.stringify(agents));
   await page.goto(`${server.url}/`);
-  await page.getByTestId("home-terminals").waitFor();
-  await waitForCount(page, '[data-testid="agent-card"]', agents.filter((a) => a.worker_type !== "pty").length);
+  await waitForCount(page, '[data-testid="agent-card"]', agents.length);
   assert.equal(await page.locator('[data-testid="agent-card"][data-agent-id="terminal"]').count(), 0);
 
   await page.goto(`${server.url}/fleet`);

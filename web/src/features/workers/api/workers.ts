@@ -8,8 +8,9 @@ import { useConnectionStatus, useServerEvents } from "@/events/hooks";
 import { recordLive } from "@/features/workers/stores/live";
 
 export const PAGE_SIZE = 50;
-/** The statuses the Workers page filters by. */
-export type StatusFilter = Extract<RunStatus, "running" | "done" | "failed">;
+/** The statuses the Workers page filters by: the contract's three, and
+ * `cancelled`, Shepherd's addition. */
+export type StatusFilter = Extract<RunStatus, "running" | "done" | "failed" | "cancelled">;
 
 export const workerKeys = {
   list: (agentId: string) => ["workers", agentId] as const,

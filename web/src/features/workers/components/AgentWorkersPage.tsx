@@ -16,7 +16,14 @@ const PILLS: { label: string; value: StatusFilter | undefined }[] = [
   { label: "Running", value: "running" },
   { label: "Done", value: "done" },
   { label: "Failed", value: "failed" },
+  { label: "Cancelled", value: "cancelled" },
 ];
+
+const FILTERS: readonly string[] = ["running", "done", "failed", "cancelled"];
+
+function isStatusFilter(value: unknown): value is StatusFilter {
+  return typeof value === "string" && FILTERS.includes(value);
+}
 
 export interface WorkersSearch {
   worker?: string;
@@ -25,10 +32,9 @@ export interface WorkersSearch {
 }
 
 export function validateWorkersSearch(search: Record<string, unknown>): WorkersSearch {
-  const status = search.status;
   return {
     worker: typeof search.worker === "string" ? search.worker : undefined,
-    status: status === "running" || status === "done" || status === "failed" ? status : undefined,
+    status: isStatusFilter(search.status) ? search.status : undefined,
     q: typeof search.q === "string" && search.q !== "" ? search.q : undefined,
   };
 }
