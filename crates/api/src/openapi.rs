@@ -19,7 +19,7 @@ pub use shepherd_protocol::{ErrorBody, ErrorDetail};
         crate::connector::register, crate::connector::pending, crate::connector::claim, crate::connector::progress,
         crate::connector::claim_next, crate::connector::progress_batch, crate::connector::append_steps_batch,
         crate::connector::heartbeat, crate::connector::deregister,
-        crate::runs::seed_list, crate::runs::seed_detail, crate::runs::list_runs, crate::runs::get_run,
+        crate::runs::seed_list, crate::runs::seed_detail, crate::runs::channels_status, crate::runs::list_runs, crate::runs::get_run,
         crate::runs::get_steps, crate::runs::append_steps, crate::runs::set_status,
         crate::runs::requeue_run, crate::tasks::retry_task,
         crate::usage::set_usage, crate::usage::usage_report, crate::run_diff::run_diff,

@@ -40,6 +40,7 @@ const RULES: &[(&str, &str, Role)] = &[
     ("GET", "/api/v1/workflows", Viewer),
     ("GET", "/api/agents/workers", Viewer),
     ("GET", "/api/agents/workers/detail", Viewer),
+    ("GET", "/api/channels/status", Viewer),
     // Hosts: where work lives. A runner registers its host as it registers
     // its workers (the host token it is given reaches only the heartbeat).
     ("GET", "/api/v1/hosts", Viewer),

@@ -11,9 +11,10 @@ use shepherd_core::time::{opt_rfc3339, to_rfc3339};
 use shepherd_core::transcript::TranscriptStep;
 use shepherd_core::Error;
 use shepherd_protocol::{
-    AppendAck, AppendSteps, ErrorBody, IndexedStep, RequeueRun, RunDetail, RunList, RunsQuery,
-    SetStatus, StatusAck, StepsPage, StepsQuery, WorkerDetailResponse, WorkerListResponse,
-    WorkerRunInfo, WorkersPageDetailQuery, WorkersPageQuery,
+    ActiveWorker, AppendAck, AppendSteps, ChannelStatus, ChannelStatusResponse, ErrorBody,
+    IndexedStep, RequeueRun, RunDetail, RunList, RunsQuery, SetStatus, StatusAck, StepsPage,
+    StepsQuery, WorkerDetailResponse, WorkerListResponse, WorkerRunInfo, WorkersPageDetailQuery,
+    WorkersPageQuery,
 };
 use shepherd_store::RunFilter;
 
@@ -156,6 +157,72 @@ pub async fn seed_detail(
         }
     }
     Ok((cursor_header(cursor), Json(detail_of(run, transcript))))
+}
+
+/// The Workers page contract's status snapshot: every running run, per
+/// channel, with its live status and tool-call count. A worker sees only
+/// its own runs.
+#[utoipa::path(get, path = "/api/channels/status", tag = "runs", responses(
+    (status = 200, body = ChannelStatusResponse),
+    (status = 403, description = "forbidden", body = ErrorBody)))]
+pub async fn channels_status(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<impl IntoResponse> {
+    let only_worker = match &caller {
+        Caller::Operator | Caller::User { .. } => None,
+        Caller::Worker(w) => Some(w.clone()),
+        Caller::Run(_) | Caller::Host(_) => {
+            return Err(crate::scope::forbidden("the channels' status").into())
+        }
+    };
+    const PAGE: i64 = 500;
+    let mut running = Vec::new();
+    let mut cursor = 0;
+    for offset in (0..).step_by(PAGE as usize) {
+        let page = state
+            .store
+            .list_runs(RunFilter {
+                status: Some(RunStatus::Running.as_str().to_owned()),
+                limit: PAGE,
+                offset,
+                ..Default::default()
+            })
+            .await?;
+        cursor = page.cursor;
+        let full = page.items.len() as i64 == PAGE;
+        running.extend(page.items);
+        if !full {
+            break;
+        }
+    }
+    running.retain(|r| only_worker.as_ref().is_none_or(|w| &r.worker_id == w));
+    // Oldest first within a channel, channels in order of their id.
+    running.sort_by(|a, b| (&a.channel_id, a.started_at).cmp(&(&b.channel_id, b.started_at)));
+    let mut channels: Vec<ChannelStatus> = Vec::new();
+    for r in running {
+        let worker = ActiveWorker {
+            id: r.id,
+            task: r.task,
+            status: r.live_status,
+            started_at: to_rfc3339(r.started_at),
+            tool_calls: r.tool_calls,
+            agent_id: r.agent_id,
+            vtid: r.vtid,
+        };
+        match channels.last_mut() {
+            Some(c) if c.channel_id == r.channel_id => c.active_workers.push(worker),
+            _ => channels.push(ChannelStatus {
+                channel_id: r.channel_id,
+                channel_name: r.channel_name,
+                active_workers: vec![worker],
+            }),
+        }
+    }
+    Ok((
+        cursor_header(cursor),
+        Json(ChannelStatusResponse { channels }),
+    ))
 }
 
 /// Runs with every field, newest first.
@@ -348,6 +415,7 @@ pub async fn requeue_run(
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/agents/workers", get(seed_list))
+        .route("/api/channels/status", get(channels_status))
         .route("/api/agents/workers/detail", get(seed_detail))
         .route("/api/v1/runs", get(list_runs))
         .route("/api/v1/runs/{run_id}", get(get_run))

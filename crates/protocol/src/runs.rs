@@ -8,6 +8,38 @@ use shepherd_core::model::Run;
 use shepherd_core::status::RunStatus;
 use shepherd_core::transcript::TranscriptStep;
 
+/// `GET /api/channels/status`: what runs now, per channel (the Workers page
+/// contract's status snapshot, which a client reads on load and on
+/// reconnecting its event stream).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ChannelStatusResponse {
+    /// Channels with a running run, by id; runs in no channel come under
+    /// `channel_id: null`.
+    pub channels: Vec<ChannelStatus>,
+}
+
+/// One channel's running runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ChannelStatus {
+    pub channel_id: Option<String>,
+    pub channel_name: Option<String>,
+    pub active_workers: Vec<ActiveWorker>,
+}
+
+/// A running run ("worker") as the status snapshot has it: the same live
+/// status and tool-call count the list route merges into its running rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub struct ActiveWorker {
+    pub id: String,
+    pub task: String,
+    /// The live status text, if the run set one.
+    pub status: Option<String>,
+    pub started_at: String,
+    pub tool_calls: i64,
+    pub agent_id: String,
+    pub vtid: String,
+}
+
 /// The Workers page contract's worker list item (a run), with the live overlay.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct WorkerRunInfo {

@@ -155,3 +155,109 @@ e2e!(
         s.stop().await;
     }
 );
+
+// Workers page seed: "The `StatusBlock` ... tracks active workers with: id,
+// task, status text, started_at, tool_calls count. It's ... exposed via
+// `GET /api/channels/status`."
+e2e!(
+    channels_status_lists_the_running_runs_per_channel,
+    |kind: Kind| async move {
+        let mut env = Env::new(kind);
+        let go = env.dir.join("go");
+        let script = env.script(
+            "busy.sh",
+            &format!(
+                "echo '{{\"type\":\"status\",\"text\":\"reading the docs\"}}'\n\
+                 echo '{{\"type\":\"action\",\"content\":[{{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":\"shell\",\"args\":\"{{}}\"}}]}}'\n\
+                 while [ ! -e {} ]; do sleep 0.05; done\n",
+                go.display()
+            ),
+        );
+        env.with_config_file(&format!(
+            "[agents.busy]\ncommand = [\"sh\", \"{script}\"]\ntranscript = \"steps-jsonl\"\n"
+        ));
+        let s = Server::start(&env).await;
+        let (st, b) = s
+            .post(
+                "/api/v1/channels",
+                None,
+                json!({ "id": "docs", "name": "#docs" }),
+            )
+            .await;
+        assert!(st == 200 || st == 201, "{b}");
+        let (st, b) = s
+            .post(
+                "/api/v1/tasks",
+                None,
+                json!({ "vtid": "CS-1", "title": "Read the docs", "agent_id": "busy", "channel_id": "docs" }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        // Once the run's status and tool call have arrived, the snapshot
+        // holds what the list route merges into its running row.
+        let list_item = wait_for("the run's live state", WAIT, || async {
+            let (_, list) = s
+                .get_as::<shepherd_protocol::WorkerListResponse>(
+                    "/api/agents/workers?agent_id=busy",
+                    None,
+                )
+                .await;
+            list.workers
+                .into_iter()
+                .find(|w| w.live_status.is_some() && w.tool_calls == 1)
+        })
+        .await;
+        let (st, snap) = s
+            .get_as::<shepherd_protocol::ChannelStatusResponse>("/api/channels/status", None)
+            .await;
+        assert_eq!(st, 200);
+        assert_eq!(snap.channels.len(), 1, "{snap:?}");
+        let docs = &snap.channels[0];
+        assert_eq!(docs.channel_id.as_deref(), Some("docs"));
+        assert_eq!(docs.channel_name.as_deref(), Some("#docs"));
+        assert_eq!(docs.active_workers.len(), 1, "{snap:?}");
+        let w = &docs.active_workers[0];
+        assert_eq!(
+            (
+                w.id.as_str(),
+                w.task.as_str(),
+                w.status.as_deref(),
+                w.started_at.as_str(),
+                w.tool_calls
+            ),
+            (
+                list_item.id.as_str(),
+                "Read the docs",
+                list_item.live_status.as_deref(),
+                list_item.started_at.as_str(),
+                1
+            ),
+        );
+        // A worker's token sees only its own runs (this one ran none).
+        let (st, b) = s
+            .post(
+                "/api/v1/worker/orchestrator/register",
+                None,
+                json!({ "worker_id": "outsider", "capabilities": [], "max_concurrent": 1 }),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let token = b["worker_token"].as_str().unwrap().to_owned();
+        let (st, theirs) = s
+            .get_as::<shepherd_protocol::ChannelStatusResponse>(
+                "/api/channels/status",
+                Some(&token),
+            )
+            .await;
+        assert_eq!(st, 200);
+        assert!(theirs.channels.is_empty(), "{theirs:?}");
+        // Once the run ends, it is no longer active.
+        std::fs::write(&go, b"").unwrap();
+        common::typed::task_in(&s, "CS-1", &["done"], WAIT).await;
+        let (_, after) = s
+            .get_as::<shepherd_protocol::ChannelStatusResponse>("/api/channels/status", None)
+            .await;
+        assert!(after.channels.is_empty(), "{after:?}");
+        s.stop().await;
+    }
+);
