@@ -388,3 +388,167 @@ pub async fn end_streams(
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The web session's side, which needs a signed-in browser: sessions
+    //! are made in the store as a sign-in makes them, and `/api/events` is
+    //! read over real HTTP with the cookie. (Tokens, users and the other
+    //! connections are the `shepherd` crate's `tests/revocation.rs`.)
+
+    use super::*;
+    use futures::StreamExt;
+    use shepherd_store::{SessionLifetimes, SignIn, Store, StoreConfig};
+
+    /// What every wait allows; the server acts within a second.
+    const WAIT: Duration = Duration::from_secs(5);
+
+    struct Served {
+        base: String,
+        store: Store,
+        stop: CancellationToken,
+        dir: std::path::PathBuf,
+    }
+
+    impl Drop for Served {
+        fn drop(&mut self) {
+            self.stop.cancel();
+            self.store.close();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// A server with `[oidc]` (a provider nobody serves: sign-ins are made
+    /// in the store) on 127.0.0.1:0.
+    async fn serve(name: &str) -> Served {
+        let dir = std::env::temp_dir().join(format!(
+            "shepherd-api-revocation-{name}-{}-{}",
+            std::process::id(),
+            shepherd_store::now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("shepherd.db").display());
+        let store = Store::open(&StoreConfig::new(url)).await.unwrap();
+        let stop = CancellationToken::new();
+        let provider = crate::oidc::Provider::new(crate::oidc::OidcSettings {
+            issuer: "http://127.0.0.1:9".into(),
+            client_id: "shepherd".into(),
+            client_secret: "secret".into(),
+            redirect_url: "http://127.0.0.1:9/auth/callback".into(),
+            scopes: Vec::new(),
+            groups_claim: "groups".into(),
+            admin_groups: Vec::new(),
+            operator_groups: Vec::new(),
+            allowed_email_domains: Vec::new(),
+            session_idle: Duration::from_secs(3600),
+            session_max: Duration::from_secs(12 * 3600),
+        })
+        .unwrap();
+        let state = AppState::new(store.clone(), crate::Settings::default(), stop.clone())
+            .with_oidc(Arc::new(provider));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let until = stop.clone();
+        tokio::spawn(crate::serve(listener, state, async move {
+            until.cancelled().await
+        }));
+        Served {
+            base,
+            store,
+            stop,
+            dir,
+        }
+    }
+
+    /// Signs `name` in as a viewer: the cookie and CSRF token.
+    async fn sign_in(s: &Served, name: &str, max_ms: i64) -> (String, String) {
+        let session = s
+            .store
+            .sign_in(
+                SignIn {
+                    subject: format!("sub-{name}"),
+                    name: name.into(),
+                    email: None,
+                    role: Role::Viewer,
+                },
+                SessionLifetimes {
+                    idle_ms: 3_600_000,
+                    max_ms,
+                },
+            )
+            .await
+            .unwrap();
+        (session.cookie, session.csrf_token)
+    }
+
+    /// The event stream, read with the session cookie.
+    async fn events(
+        s: &Served,
+        cookie: &str,
+    ) -> futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>> {
+        let res = reqwest::Client::new()
+            .get(format!("{}/api/events?after=now", s.base))
+            .header(
+                "cookie",
+                format!("{}={cookie}", crate::login::SESSION_COOKIE),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        res.bytes_stream().boxed()
+    }
+
+    /// Whether the stream ends within [`WAIT`].
+    async fn ends(
+        mut stream: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    ) -> bool {
+        tokio::time::timeout(WAIT, async {
+            while let Some(Ok(_)) = stream.next().await {}
+        })
+        .await
+        .is_ok()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn signing_out_ends_the_sessions_event_stream() {
+        let s = serve("logout").await;
+        let (cookie, csrf) = sign_in(&s, "sam", 12 * 3_600_000).await;
+        let (other, _) = sign_in(&s, "tess", 12 * 3_600_000).await;
+        let mut stream = events(&s, &cookie).await;
+        let kept = events(&s, &other).await;
+        // Open: nothing ends it before the sign-out.
+        let early = tokio::time::timeout(Duration::from_millis(300), stream.next()).await;
+        assert!(!matches!(early, Ok(None)), "the stream is open");
+        let res = reqwest::Client::new()
+            .post(format!("{}/auth/logout", s.base))
+            .header(
+                "cookie",
+                format!("{}={cookie}", crate::login::SESSION_COOKIE),
+            )
+            .header(crate::auth::CSRF_HEADER, csrf)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 204);
+        assert!(ends(stream).await, "the signed-out session's stream ends");
+        // Another person's session is not touched by it: its stream goes
+        // on, and delivers the sign-out.
+        let mut kept = kept;
+        let next = tokio::time::timeout(WAIT, kept.next()).await;
+        assert!(
+            matches!(&next, Ok(Some(Ok(b))) if String::from_utf8_lossy(b).contains("user.logout")),
+            "another session's stream goes on: {next:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_past_its_lifetime_ends_its_event_stream() {
+        let s = serve("expiry").await;
+        // Nothing is written when a session reaches its end: the watch's
+        // own deadline ends the stream.
+        let (cookie, _) = sign_in(&s, "sam", 1_500).await;
+        let stream = events(&s, &cookie).await;
+        assert!(ends(stream).await, "the expired session's stream ends");
+    }
+}
