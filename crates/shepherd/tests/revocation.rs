@@ -4,7 +4,8 @@
 //! viewer. The socket gets a close frame (4401, or 4403 for the demotion)
 //! and nothing typed after the change runs; the stream ends, except for
 //! the demoted viewer, who may still read it. An input request's long poll
-//! and an MCP session's stream end the same way.
+//! and an MCP session's stream end the same way, and a token revoked
+//! through one node of a cluster ends the stream another node serves.
 
 mod common;
 
@@ -414,4 +415,47 @@ async fn type_line(term: &mut ws::Term, line: &str) {
     use futures::SinkExt;
     let msg = json!({"type": "input", "data": format!("{line}\r")});
     let _ = term.ws.send(Message::Text(msg.to_string().into())).await;
+}
+
+/// Two nodes on one PostgreSQL schema: a token revoked through one node
+/// ends the stream the other node serves (the change reaches it through
+/// the event log, as every event does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_on_one_node_ends_a_stream_on_another() {
+    let mut a = env_with_token(Kind::Postgres);
+    let mut b = env_with_token(Kind::Postgres);
+    for k in ["SHEPHERD_PG_SCHEMA", "SHEPHERD_DATABASE_URL"] {
+        let v = a.vars[k].clone();
+        b.set(k, &v);
+    }
+    a.set("SHEPHERD_NODE_ID", "node-a");
+    b.set("SHEPHERD_NODE_ID", "node-b");
+    let node_a = Server::start(&a).await;
+    let node_b = Server::start(&b).await;
+    let (token_id, alice) = person(&node_a, "alice", "viewer").await;
+    let mut sse = SseClient::connect(
+        &node_b.base,
+        "/api/events?after=now&types=task.created",
+        Some(&alice),
+        None,
+    )
+    .await;
+    let (st, _) = node_a
+        .post("/api/v1/tasks", Some(OPERATOR), task("N-1", "simple"))
+        .await;
+    assert_eq!(st, 201);
+    let seen = sse.next(WAIT).await.expect("node b's stream delivers");
+    assert_eq!(seen.data["task_id"], "N-1");
+    let (st, _) = node_a
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/tokens/{token_id}"),
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(st, 204);
+    assert!(stream_ends(&mut sse).await, "node b's stream ends");
+    node_b.stop().await;
+    node_a.stop().await;
 }
