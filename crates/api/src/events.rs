@@ -6,7 +6,8 @@
 //! database, then follows the live broadcast with no gap and no duplicate
 //! (see `shepherd_store::hub`). A client whose cursor was pruned gets one
 //! `resync` event; a client too slow for the live feed gets `resync` and is
-//! disconnected, and resumes from its cursor.
+//! disconnected, and resumes from its cursor. A stream ends when the
+//! person's credential that opened it stops working (`revocation`).
 //!
 //! The Workers page contract's run activity travels under its own names: `worker_started`,
 //! `worker_status`, `tool_started`, `tool_completed`, `worker_completed`

@@ -10,7 +10,9 @@
 //! to keep up loses its place and is sent a fresh `history` rather than
 //! holding up the PTY or the other clients. Authentication and the Origin
 //! check happen in the middleware like any other route; browsers offer the
-//! `shepherd.v1` subprotocol, which is selected.
+//! `shepherd.v1` subprotocol, which is selected. The socket lasts only as
+//! long as that credential (`revocation`): one lost closes it with 4401 or
+//! 4403, and each input is checked before it reaches the tab.
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -61,6 +63,8 @@ pub struct AttachQuery {
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
     (status = 422, description = "not_a_terminal", body = crate::openapi::ErrorBody),
     (status = 503, description = "host_offline: the tab lives on a runner's host that has no link now", body = crate::openapi::ErrorBody)))]
+// One argument per extractor: axum hands a handler what it names.
+#[allow(clippy::too_many_arguments)]
 pub async fn attach(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -251,7 +255,7 @@ pub(crate) async fn confirm(watch: &Watch) -> Result<(), Refused> {
         Ok(()) => Ok(()),
         Err(Some(_)) => Err(Refused::Lost),
         Err(None) => Err(Refused::Dropped(ServerMessage::Error {
-            code: "credential_unchecked".into(),
+            code: "unavailable".into(),
             message: "your credential could not be checked just now; this input was dropped".into(),
         })),
     }
