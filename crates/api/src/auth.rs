@@ -19,6 +19,7 @@ use shepherd_core::role::Role;
 use shepherd_core::{Error, ErrorKind};
 
 use crate::error::ApiError;
+use crate::revocation::{Credential, Secret};
 use crate::AppState;
 
 /// The authenticated caller, available to handlers as an extension.
@@ -202,6 +203,18 @@ pub async fn identify_with_session(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<(Caller, Option<CookieSession>), ApiError> {
+    identify_credential(state, headers)
+        .await
+        .map(|(caller, session, _)| (caller, session))
+}
+
+/// [`identify_with_session`], and the person's secret when it is one that
+/// can stop working while a connection it opened lasts (a personal token,
+/// a session cookie): see [`crate::revocation`].
+async fn identify_credential(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<(Caller, Option<CookieSession>, Option<Secret>), ApiError> {
     let header = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
     let token = match header {
         None => subprotocol_token(headers),
@@ -220,9 +233,10 @@ pub async fn identify_with_session(
     if token.is_none() {
         if let Some(cookie) = crate::login::session_cookie(state, headers) {
             let (caller, session) = crate::login::session_caller(state, &cookie).await?;
-            return Ok((caller, Some(session)));
+            return Ok((caller, Some(session), Some(Secret::Session(cookie))));
         }
     }
+    let mut secret = None;
     let caller = match (token, &state.settings.auth_token) {
         // A server with single sign-on has people to tell apart: nobody is
         // the operator by default there, token or no token.
@@ -235,7 +249,9 @@ pub async fn identify_with_session(
         }
         (Some(t), Some(op)) if shepherd_core::token::tokens_equal(&t, op) => Caller::Operator,
         (Some(t), _) if t.starts_with(shepherd_core::token::PERSONAL_TOKEN_PREFIX) => {
-            personal(state, &t).await?
+            let caller = personal(state, &t).await?;
+            secret = Some(Secret::Personal(t));
+            caller
         }
         (Some(t), _) if t.starts_with(shepherd_core::token::RUN_TOKEN_PREFIX) => {
             match shepherd_core::token::verify_run_token(state.run_key().await?, &t) {
@@ -254,7 +270,7 @@ pub async fn identify_with_session(
             None => return Err(unauthorized("unknown or revoked token")),
         },
     };
-    Ok((caller, None))
+    Ok((caller, None, secret))
 }
 
 /// Refuses a cookie-authenticated request that changes something without
@@ -293,7 +309,7 @@ async fn personal(state: &AppState, secret: &str) -> Result<Caller, ApiError> {
         return Err(refused());
     };
     let now = shepherd_store::now_ms();
-    if token.revoked_at.is_some() || token.expires_at.is_some_and(|at| at <= now) || user.disabled {
+    if personal_refused(&token, &user, now) {
         return Err(refused());
     }
     if token
@@ -311,16 +327,36 @@ async fn personal(state: &AppState, secret: &str) -> Result<Caller, ApiError> {
     })
 }
 
+/// Whether a personal token may no longer be used: revoked, expired, or
+/// its user disabled. A request and an open connection's later checks
+/// (`revocation`) apply this one rule.
+pub(crate) fn personal_refused(
+    token: &shepherd_store::TokenRow,
+    user: &shepherd_store::UserRow,
+    now: i64,
+) -> bool {
+    token.revoked_at.is_some() || token.expires_at.is_some_and(|at| at <= now) || user.disabled
+}
+
+/// The request's route as the role table names it.
+fn routed(req: &Request) -> String {
+    req.extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| req.uri().path().to_owned())
+}
+
+/// The least role the request's route needs (`None`: no role may call it).
+fn needed_role(req: &Request) -> Option<Role> {
+    crate::roles::least_role(req.method(), &routed(req))
+}
+
 /// Refuses a user whose role is below what the route needs.
 fn check_role(caller: &Caller, req: &Request) -> Result<(), ApiError> {
     let Caller::User { name, role } = caller else {
         return Ok(());
     };
-    let routed = req
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| req.uri().path().to_owned());
+    let routed = routed(req);
     match crate::roles::least_role(req.method(), &routed) {
         Some(needed) if *role >= needed => Ok(()),
         Some(needed) => Err(Error::forbidden(
@@ -341,7 +377,7 @@ pub async fn authenticate(
     mut req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let (caller, session) = identify_with_session(&state, req.headers()).await?;
+    let (caller, session, secret) = identify_credential(&state, req.headers()).await?;
     check_csrf(session.as_ref(), &req)?;
     if matches!(caller, Caller::Run(_)) && !run_token_may(req.method(), req.uri().path()) {
         return Err(Error::forbidden(
@@ -356,6 +392,10 @@ pub async fn authenticate(
         );
     }
     check_role(&caller, &req)?;
+    if let (Some(secret), Caller::User { .. }) = (secret, &caller) {
+        let needs = needed_role(&req);
+        req.extensions_mut().insert(Credential { secret, needs });
+    }
     let actor = caller.actor();
     req.extensions_mut().insert(caller);
     if let Some(session) = session {

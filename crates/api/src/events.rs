@@ -6,7 +6,8 @@
 //! database, then follows the live broadcast with no gap and no duplicate
 //! (see `shepherd_store::hub`). A client whose cursor was pruned gets one
 //! `resync` event; a client too slow for the live feed gets `resync` and is
-//! disconnected, and resumes from its cursor.
+//! disconnected, and resumes from its cursor. A stream ends when the
+//! person's credential that opened it stops working (`revocation`).
 //!
 //! The Workers page contract's run activity travels under its own names: `worker_started`,
 //! `worker_status`, `tool_started`, `tool_completed`, `worker_completed`
@@ -290,8 +291,12 @@ struct Feed {
     /// [`DRAIN_GRACE`] (tests shorten or stretch it).
     drain_grace: Duration,
     /// A child of the server's token: every wait on it registers with this
-    /// stream's own node, not with the one every stream shares.
+    /// stream's own node, not with the one every stream shares. Also
+    /// cancelled when the credential that opened the stream is lost
+    /// (`watch`).
     shutdown: CancellationToken,
+    /// The hold on that credential; `None` in tests of the feed alone.
+    _watch: Option<crate::revocation::Watch>,
     ended: bool,
     /// The largest frame of the last chunk, to size the next one: a chunk
     /// sized too small is grown by doubling, and so holds up to twice the
@@ -307,7 +312,9 @@ impl Feed {
     /// The next piece of the body: one or more frames, or a keep-alive
     /// comment; `None` ends the stream.
     async fn next_chunk(&mut self) -> Option<Bytes> {
-        if self.ended {
+        // Checked before anything at hand is written: a busy stream whose
+        // credential was lost must not keep delivering what it has queued.
+        if self.ended || self.shutdown.is_cancelled() {
             return None;
         }
         // The connection has taken everything before. If it held the last
@@ -457,6 +464,7 @@ impl Feed {
 pub async fn events(
     State(state): State<AppState>,
     Extension(caller): Extension<crate::auth::Caller>,
+    credential: Option<Extension<crate::revocation::Credential>>,
     headers: HeaderMap,
     ApiQuery(mut q): ApiQuery<EventStreamQuery>,
 ) -> ApiResult<Response> {
@@ -464,6 +472,8 @@ pub async fn events(
     q.worker_id = crate::scope::event_worker(&caller, q.worker_id.take())?;
     let filter = filter_of(&q)?;
     let cursor = start_cursor(&state, &headers, q.after.as_deref()).await?;
+    // The stream ends when what let it in stops working (`revocation`).
+    let watch = crate::revocation::watch(&state, credential.map(|Extension(c)| c));
     let feed = Feed {
         tail: state.store.tail(cursor, filter),
         frames: state.frames.clone(),
@@ -471,7 +481,8 @@ pub async fn events(
         pace: WritePace::new(state.settings.sse_coalesce, state.settings.sse_burst),
         handed_at: None,
         drain_grace: DRAIN_GRACE,
-        shutdown: state.shutdown.child_token(),
+        shutdown: watch.ended().clone(),
+        _watch: Some(watch),
         ended: false,
         frame_size: FRAME_GUESS,
         live_from: state.store.published_through(),
@@ -547,6 +558,7 @@ mod tests {
             handed_at: None,
             drain_grace,
             shutdown: CancellationToken::new(),
+            _watch: None,
             ended: false,
             frame_size: FRAME_GUESS,
             live_from: from,

@@ -169,6 +169,7 @@ pub async fn list(
 pub async fn get_one(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    credential: Option<Extension<crate::revocation::Credential>>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<InputRequestQuery>,
 ) -> ApiResult<impl IntoResponse> {
@@ -184,11 +185,13 @@ pub async fn get_one(
         ..Default::default()
     };
     let mut tail = state.store.tail(cursor, filter);
-    let shutdown = state.shutdown.clone();
+    // A wait lasts only as long as the credential that began it: one lost
+    // meanwhile is answered as a request with it now would be.
+    let watch = crate::revocation::watch(&state, credential.map(|Extension(c)| c));
     let waited = tokio::time::timeout(wait, async {
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return Ok::<_, Error>(()),
+                _ = watch.ended().cancelled() => return Ok::<_, Error>(()),
                 item = tail.next() => match item? {
                     // Any answer in this run: read the request again.
                     TailItem::Event(_) => {
@@ -205,6 +208,9 @@ pub async fn get_one(
     .await;
     if let Ok(Err(e)) = waited {
         return Err(e.into());
+    }
+    if let Some(lost) = watch.lost() {
+        return Err(lost.to_error().into());
     }
     let (request, cursor) = state.store.input_request_at(&id).await?;
     Ok((cursor_header(cursor), Json(request)))

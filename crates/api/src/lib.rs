@@ -29,6 +29,7 @@ pub mod openapi;
 pub mod origin;
 pub mod parse_errors;
 pub mod reject;
+pub mod revocation;
 pub mod roles;
 pub mod run_diff;
 pub mod runs;
@@ -178,6 +179,9 @@ pub struct StateFields {
     pub oidc: Option<Arc<oidc::Provider>>,
     /// The links runners' hosts hold open to this node.
     pub links: Arc<host_link::HostLinks>,
+    /// This node's follower of credential changes, for the watches of
+    /// long-lived connections.
+    pub revocations: Arc<revocation::Revocations>,
 }
 
 impl std::ops::Deref for AppState {
@@ -213,6 +217,7 @@ impl AppState {
             run_key: Arc::default(),
             oidc: None,
             links: Arc::default(),
+            revocations: Arc::default(),
         }))
     }
 
@@ -298,6 +303,10 @@ pub fn router(state: AppState) -> Router {
     app.merge(
         Router::new()
             .route("/mcp", mcp)
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                revocation::end_streams,
+            ))
             .layer(axum::middleware::from_fn_with_state(
                 state.clone(),
                 auth::authenticate,

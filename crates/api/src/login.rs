@@ -28,7 +28,7 @@ use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Deserialize;
 use shepherd_core::Error;
 use shepherd_protocol::{ErrorBody, LoginOptions};
-use shepherd_store::{LoginAttempt, SessionLifetimes, SignIn};
+use shepherd_store::{LoginAttempt, SessionLifetimes, SignIn, UserRow, WebSession};
 
 use crate::auth::{unauthorized, Caller, CookieSession};
 use crate::error::{ApiError, ApiResult};
@@ -69,6 +69,26 @@ pub fn session_cookie(state: &AppState, headers: &HeaderMap) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// Whether a session may no longer be used: ended, idle too long, past its
+/// absolute lifetime, or its user disabled. A request and an open
+/// connection's later checks (`revocation`) apply this one rule.
+pub(crate) fn session_refused(
+    session: &WebSession,
+    user: &UserRow,
+    now: i64,
+    idle: Duration,
+) -> bool {
+    session.ended_at.is_some() || now >= session_lasts_until(session, idle) || user.disabled
+}
+
+/// When a session ends unless it is used again first: the earlier of its
+/// idle and absolute lifetimes.
+pub(crate) fn session_lasts_until(session: &WebSession, idle: Duration) -> i64 {
+    session
+        .expires_at
+        .min(session.last_seen_at + idle.as_millis() as i64)
+}
+
 /// The person a session cookie signs in, or the 401 it gets: unknown (or
 /// altered), ended, idle too long, past its absolute lifetime, or its user
 /// disabled, each the same 401.
@@ -83,11 +103,7 @@ pub async fn session_caller(
     };
     let now = state.store.now();
     let idle = provider.settings().session_idle;
-    if session.ended_at.is_some()
-        || now >= session.expires_at
-        || now - session.last_seen_at >= idle.as_millis() as i64
-        || user.disabled
-    {
+    if session_refused(&session, &user, now, idle) {
         return Err(refused());
     }
     let granularity = touch_granularity(idle);

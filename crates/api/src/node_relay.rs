@@ -23,6 +23,8 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::error::ApiError;
 use crate::host_link::remote_error;
+use crate::revocation::Watch;
+use crate::session_ws::{close, confirm_message, Refused};
 use crate::AppState;
 
 /// How often a relayed socket to another node is pinged, so that a quiet
@@ -97,7 +99,13 @@ pub(crate) fn answer<T>(node: &str, r: Result<T, ClientError>) -> Option<Result<
 /// Relays an attached client to the node holding the tab, frames as they
 /// are both ways; the other node restores, resumes and answers exactly as
 /// it would the client itself.
-pub(crate) async fn serve(peer: Client, path: String, node: String, mut socket: WebSocket) {
+pub(crate) async fn serve(
+    peer: Client,
+    path: String,
+    node: String,
+    mut socket: WebSocket,
+    watch: Watch,
+) {
     let upstream = match peer.open_websocket(&path).await {
         Ok(io) => WebSocketStream::from_raw_socket(io, Role::Client, None).await,
         Err(e) => {
@@ -117,6 +125,7 @@ pub(crate) async fn serve(peer: Client, path: String, node: String, mut socket: 
     ping.tick().await;
     loop {
         tokio::select! {
+            _ = watch.ended().cancelled() => break,
             _ = ping.tick() => {
                 if up_tx.send(Tung::Ping(Default::default())).await.is_err() {
                     break;
@@ -136,7 +145,16 @@ pub(crate) async fn serve(peer: Client, path: String, node: String, mut socket: 
                 Some(Ok(Tung::Close(_))) | Some(Err(_)) | None => break,
                 Some(Ok(_)) => {}
             },
-            m = down_rx.next() => match m {
+            // The other node checks the credential it was sent too; this
+            // node's check closes the client's socket with the code.
+            m = down_rx.next() => match confirm_message(m, &watch).await {
+                Err(Refused::Lost) => break,
+                Err(Refused::Dropped(reply)) => {
+                    if down_tx.send(Message::Text(reply.to_json().into())).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(m) => match m {
                 Some(Ok(Message::Text(t))) => {
                     if up_tx.send(Tung::text(t.as_str())).await.is_err() {
                         break;
@@ -152,8 +170,12 @@ pub(crate) async fn serve(peer: Client, path: String, node: String, mut socket: 
                     return;
                 }
                 Some(Ok(_)) => {}
+                },
             },
         }
     }
-    let _ = down_tx.close().await;
+    if watch.lost().is_some() {
+        let _ = up_tx.send(Tung::Close(None)).await;
+    }
+    close(down_tx, &watch).await;
 }

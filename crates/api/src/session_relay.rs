@@ -27,7 +27,8 @@ use shepherd_store::{
 
 use crate::error::ApiError;
 use crate::host_link::remote_error;
-use crate::session_ws::client_input;
+use crate::revocation::Watch;
+use crate::session_ws::{client_input, close, confirm_message, Refused};
 use crate::AppState;
 
 /// Where a session lives, from this node's point of view.
@@ -394,6 +395,7 @@ pub(crate) async fn serve(
     w: SessionWorkerRecord,
     resume: Option<(u64, i64)>,
     mut socket: WebSocket,
+    watch: Watch,
 ) {
     let stream = match state.links.open_stream(&host) {
         Ok(st) => st,
@@ -457,10 +459,9 @@ pub(crate) async fn serve(
     }
     let (mut sink, mut inbound) = socket.split();
     let mut stream = stream;
-    let shutdown = state.shutdown.clone();
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = watch.ended().cancelled() => break,
             f = stream.frames.recv() => match f.map(String::from_utf8) {
                 Some(Ok(json)) => {
                     if sink.send(Message::Text(json.into())).await.is_err() {
@@ -472,7 +473,14 @@ pub(crate) async fn serve(
                 // resumes from its offset when it attaches again.
                 None => break,
             },
-            msg = inbound.next() => match msg {
+            msg = inbound.next() => match confirm_message(msg, &watch).await {
+                Err(Refused::Lost) => break,
+                Err(Refused::Dropped(reply)) => {
+                    if sink.send(text(&reply)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(msg) => match msg {
                 Some(Ok(Message::Text(t))) => match client_input(t.as_str()) {
                     Ok(input) => {
                         if !stream.send(input).await {
@@ -492,10 +500,11 @@ pub(crate) async fn serve(
                 }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
                 Some(Ok(_)) => {}
+                },
             },
         }
     }
-    let _ = sink.close().await;
+    close(sink, &watch).await;
 }
 
 /// Closes a client's socket as "try again later" (1013): nothing ended,

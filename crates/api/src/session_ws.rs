@@ -10,7 +10,9 @@
 //! to keep up loses its place and is sent a fresh `history` rather than
 //! holding up the PTY or the other clients. Authentication and the Origin
 //! check happen in the middleware like any other route; browsers offer the
-//! `shepherd.v1` subprotocol, which is selected.
+//! `shepherd.v1` subprotocol, which is selected. The socket lasts only as
+//! long as that credential (`revocation`): one lost closes it with 4401 or
+//! 4403, and each input is checked before it reaches the tab.
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -30,6 +32,7 @@ use utoipa::IntoParams;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::error::{ApiQuery, ApiResult};
+use crate::revocation::{Credential, Watch};
 use crate::session_relay::{self as relay, Place};
 use crate::sessions::{manager, with_node};
 use crate::AppState;
@@ -60,6 +63,8 @@ pub struct AttachQuery {
     (status = 409, description = "session_on_other_node", body = crate::openapi::ErrorBody),
     (status = 422, description = "not_a_terminal", body = crate::openapi::ErrorBody),
     (status = 503, description = "host_offline: the tab lives on a runner's host that has no link now", body = crate::openapi::ErrorBody)))]
+// One argument per extractor: axum hands a handler what it names.
+#[allow(clippy::too_many_arguments)]
 pub async fn attach(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -67,6 +72,7 @@ pub async fn attach(
     Path((session_id, worker_id)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<AttachQuery>,
     slot: Option<Extension<crate::limits::StreamSlot>>,
+    credential: Option<Extension<Credential>>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     caller.require_operator()?;
@@ -121,7 +127,9 @@ pub async fn attach(
         )
     })?;
     let resume = q.offset.zip(q.epoch);
-    let shutdown = state.shutdown.clone();
+    // Typing into a shell lasts only as long as the credential that let
+    // the client in (and its role): see `revocation`.
+    let watch = crate::revocation::watch(&state, credential.map(|Extension(c)| c));
     Ok(ws
         .protocols([SUBPROTOCOL])
         .read_buffer_size(READ_BUFFER)
@@ -131,19 +139,19 @@ pub async fn attach(
             // The stream slot is freed when this socket ends.
             let _slot = slot;
             if let Some(host) = host {
-                return relay::serve(state, host, s, w, resume, socket).await;
+                return relay::serve(state, host, s, w, resume, socket, watch).await;
             }
             if let Some(peer) = peer {
                 let mut path = format!("/ws/session/{session_id}/worker/{worker_id}");
                 if let Some((offset, epoch)) = resume {
                     path.push_str(&format!("?offset={offset}&epoch={epoch}"));
                 }
-                return crate::node_relay::serve(peer, path, s.node_id, socket).await;
+                return crate::node_relay::serve(peer, path, s.node_id, socket, watch).await;
             }
             let attached = m.attach(&session_id, &worker_id).await;
             let mut socket = socket;
             match attached {
-                Ok(att) => serve(socket, att, resume, shutdown).await,
+                Ok(att) => serve(socket, att, resume, watch).await,
                 Err(e) => {
                     tracing::info!(session = session_id, worker = worker_id, error = %e, "attach failed");
                     let exit = ExitInfo {
@@ -161,12 +169,7 @@ fn text(m: &ServerMessage) -> Message {
     Message::Text(m.to_json().into())
 }
 
-async fn serve(
-    socket: WebSocket,
-    att: Attachment,
-    resume: Option<(u64, i64)>,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
+async fn serve(socket: WebSocket, att: Attachment, resume: Option<(u64, i64)>, watch: Watch) {
     let (mut sink, mut stream) = socket.split();
     let sub = att.output.subscribe(resume);
     let mut frames = sub.frames;
@@ -188,7 +191,7 @@ async fn serve(
     }
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = watch.ended().cancelled() => break,
             f = frames.recv() => match f {
                 Ok(f) => {
                     if sink.send(Message::Text(f.json.as_ref().into())).await.is_err() {
@@ -210,19 +213,82 @@ async fn serve(
             },
             msg = stream.next() => match msg {
                 Some(Ok(Message::Text(t))) => {
-                    if let Some(reply) = handle(&att, t.as_str()).await {
+                    let reply = match confirm(&watch).await {
+                        Ok(()) => handle(&att, t.as_str()).await,
+                        Err(Refused::Dropped(reply)) => Some(reply),
+                        Err(Refused::Lost) => break,
+                    };
+                    if let Some(reply) = reply {
                         if sink.send(text(&reply)).await.is_err() {
                             return;
                         }
                     }
                 }
-                Some(Ok(Message::Binary(b))) => att.input(&b).await,
+                Some(Ok(Message::Binary(b))) => match confirm(&watch).await {
+                    Ok(()) => att.input(&b).await,
+                    Err(Refused::Dropped(reply)) => {
+                        if sink.send(text(&reply)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(Refused::Lost) => break,
+                },
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
                 Some(Ok(_)) => {}
             },
         }
     }
-    let _ = sink.close().await;
+    close(sink, &watch).await;
+}
+
+/// Why a client's message may not reach the tab.
+pub(crate) enum Refused {
+    /// Not now: the credential could not be checked; the client is told.
+    Dropped(ServerMessage),
+    /// The credential is lost: the socket closes with its code.
+    Lost,
+}
+
+/// Checks the client's credential before its message reaches the tab.
+pub(crate) async fn confirm(watch: &Watch) -> Result<(), Refused> {
+    match watch.confirm().await {
+        Ok(()) => Ok(()),
+        Err(Some(_)) => Err(Refused::Lost),
+        Err(None) => Err(Refused::Dropped(ServerMessage::Error {
+            code: "unavailable".into(),
+            message: "your credential could not be checked just now; this input was dropped".into(),
+        })),
+    }
+}
+
+/// A client's message, once its credential allows it to reach the tab
+/// (text and binary messages are checked; others pass): `Err` says what
+/// to do instead.
+pub(crate) async fn confirm_message<M>(
+    msg: Option<Result<Message, M>>,
+    watch: &Watch,
+) -> Result<Option<Result<Message, M>>, Refused> {
+    if let Some(Ok(Message::Text(_) | Message::Binary(_))) = &msg {
+        confirm(watch).await?;
+    }
+    Ok(msg)
+}
+
+/// Closes a client's socket: with 4401/4403 and the reason when its
+/// credential was lost, else normally.
+pub(crate) async fn close<S>(mut sink: S, watch: &Watch)
+where
+    S: futures::Sink<Message> + Unpin,
+{
+    let frame = watch.lost().map(|lost| lost.close_frame());
+    match frame {
+        Some(frame) => {
+            let _ = sink.send(Message::Close(Some(frame))).await;
+        }
+        None => {
+            let _ = sink.close().await;
+        }
+    }
 }
 
 /// Acts on one client message; answers an `error` message for a bad one.
