@@ -144,6 +144,27 @@ test("a conversation is sent, cancelled mid-reply with its partial steps kept, a
     throw new Error(`page shows ${statuses}; API has ${api.state} ${api.messages.map((m) => `${m.role}:${m.status}`)}`);
   }, "the old conversation with both partial replies cancelled");
   await page.getByTestId("history-note").waitFor();
+
+  // Continuing an older conversation while another one is replying asks
+  // first: keeping it changes nothing, confirming cancels that reply.
+  await apiCall(server, "POST", `/api/v1/conversations/${newId}/messages`, { text: "A fourth row." });
+  await waitForText(page, `[data-testid="conversation-item"][data-conversation-id="${newId}"][data-state="processing"]`, "");
+  const dialog = page.getByRole("dialog", { name: "Stop the other reply?" });
+  await page.getByTestId("continue-btn").click();
+  await dialog.waitFor();
+  await waitForText(page, '[data-testid="confirm-dialog"]', "A fourth row.");
+  await expectAccessible("continue confirmation");
+  await dialog.getByRole("button", { name: "Keep it running" }).click();
+  await dialog.waitFor({ state: "detached" });
+  assert.equal((await apiCall(server, "GET", `/api/v1/conversations/${newId}`)).state, "processing");
+  await page.getByTestId("history-note").waitFor();
+  await page.getByTestId("continue-btn").click();
+  await dialog.getByRole("button", { name: "Cancel it and continue" }).click();
+  await page.getByTestId("send-input").waitFor();
+  await until(async () => {
+    const other = await apiCall(server, "GET", `/api/v1/conversations/${newId}`);
+    return other.state === "idle" && other.messages.at(-1).status === "cancelled";
+  }, "the other conversation's reply cancelled");
 });
 
 test("a sent message stays working until the reply ends, across New chat, an older conversation and Continue, repeatedly", async () => {

@@ -1,21 +1,57 @@
 // The send box of the active conversation: disabled with a cancel button
 // while the agent works; for an older conversation, "Continue this
-// conversation" instead.
+// conversation" instead, which asks first when another conversation of the
+// resource is still replying (continuing cancels that reply, as New chat
+// does).
 import { useState, type FormEvent } from "react";
-import type { ConversationDetail } from "@/api/types";
+import type { ConversationDetail, ConversationInfo } from "@/api/types";
+import { ConfirmDialog } from "@/components/ConfirmDialog";
 import { useConversationActions } from "@/features/conversations/api/conversations";
 
-export function Composer({ detail, resourceId }: { detail: ConversationDetail; resourceId: string }) {
+export function Composer({
+  detail,
+  resourceId,
+  replying,
+}: {
+  detail: ConversationDetail;
+  resourceId: string;
+  /** Another conversation of the resource whose reply is under way. */
+  replying?: ConversationInfo;
+}) {
   const { send, cancel, activate } = useConversationActions(resourceId);
   const [text, setText] = useState("");
+  const [asking, setAsking] = useState(false);
   const busy = detail.state !== "idle";
   if (!detail.active) {
+    const proceed = () => activate.mutate(detail.id, { onSettled: () => setAsking(false) });
     return (
       <div className="composer composer-history" data-testid="history-note">
         <span className="muted">You are reading an older conversation.</span>
-        <button type="button" className="btn btn-primary btn-small" onClick={() => activate.mutate(detail.id)} disabled={activate.isPending} data-testid="continue-btn">
+        <button
+          type="button"
+          className="btn btn-primary btn-small"
+          onClick={() => (replying ? setAsking(true) : proceed())}
+          disabled={activate.isPending}
+          data-testid="continue-btn"
+        >
           Continue this conversation
         </button>
+        {asking && replying && (
+          <ConfirmDialog
+            title="Stop the other reply?"
+            message={`"${replying.title ?? "Another conversation"}" is still being answered. Continuing this conversation cancels that reply; what it wrote so far is kept.`}
+            confirmLabel="Cancel it and continue"
+            dismissLabel="Keep it running"
+            busy={activate.isPending}
+            onConfirm={proceed}
+            onDismiss={() => setAsking(false)}
+          />
+        )}
+        {activate.error && (
+          <p className="error" role="alert">
+            {activate.error.message}
+          </p>
+        )}
       </div>
     );
   }

@@ -146,7 +146,11 @@ export function ConversationsPage({ resourceId, conversationId, view }: Props) {
               {/* A fresh list per conversation: its sizes and scroll are its own. */}
               <Messages key={detail.data.id} detail={detail.data} />
               <OperatorOnly fallback={<p className="muted composer-read-only">A viewer reads conversations; an operator writes in them.</p>}>
-                <Composer detail={detail.data} resourceId={resourceId!} />
+                <Composer
+                  detail={detail.data}
+                  resourceId={resourceId!}
+                  replying={conversations.find((c) => c.state === "processing" && c.id !== detail.data.id)}
+                />
               </OperatorOnly>
             </>
           )}
