@@ -160,12 +160,13 @@ pub async fn run(
     // a start-up error rather than a server that fails every handshake.
     let tls = match &config.tls {
         Some(files) => Some(
-            shepherd_api::tls::ServedCert::load(&files.cert, &files.key).map_err(|e| {
-                format!(
-                    "SHEPHERD_TLS_CERT / SHEPHERD_TLS_KEY: {} ({})",
-                    e.message, e.code
-                )
-            })?,
+            shepherd_api::tls::ServedCert::load_checked(&files.cert, &files.key, files.strict)
+                .map_err(|e| {
+                    format!(
+                        "SHEPHERD_TLS_CERT / SHEPHERD_TLS_KEY: {} ({})",
+                        e.message, e.code
+                    )
+                })?,
         ),
         None => None,
     };
