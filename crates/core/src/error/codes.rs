@@ -149,6 +149,7 @@ error_codes! {
     "provider_unavailable" => "The sign-in provider could not be reached.",
     "refused" => "The server refused the request.",
     "request_timeout" => "The request did not arrive in time.",
+    "reserved_user_name" => "The user name is one the audit trail uses for the server itself (system, timeout, run_ended, operator, ...) or holds a colon.",
     "resource_archived" => "The resource is archived.",
     "resource_busy" => "Another conversation of the resource is processing.",
     "resource_has_no_agent" => "The resource names no agent.",
