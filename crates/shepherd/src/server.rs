@@ -61,6 +61,7 @@ pub async fn open_store(config: &Config) -> anyhow_like::Result<Store> {
 pub fn settings(config: &Config, port: u16) -> anyhow_like::Result<Settings> {
     Ok(Settings {
         auth_token: config.auth_token.clone(),
+        host_enrollment_token: config.host_enrollment_token.clone(),
         body_limit_bytes: config.body_limit_bytes,
         heartbeat_timeout: config.heartbeat_timeout,
         claim_ttl: config.claim_ttl,
