@@ -6,10 +6,15 @@
 //! runner dials out, so a host behind NAT, with no port open, is reached
 //! all the same.
 //!
-//! [`HostLinks`] holds this node's links, one per host: a host that opens a
-//! new link (after a reconnect) replaces its old one, whose requests in
-//! flight fail as `host_offline` rather than wait for an answer that cannot
-//! come. A request to a host without a link on this node answers 503
+//! [`HostLinks`] holds this node's links, one per host. A second link for a
+//! host that has a live one never silently replaces it: the live one is
+//! pinged, and if it answers within [`PROBE_WAIT`] the newcomer is refused
+//! (409 `host_link_taken`: two runners share one host's token). Only a link
+//! that stays silent (half-open: the runner's end vanished without closing
+//! it, and the runner is reconnecting) is replaced; it is closed, and its
+//! requests in flight fail as `host_offline` rather than wait for an answer
+//! that cannot come. A registration that voids the host's token (a runner
+//! come back, an admin's replace) closes the link opened with it. A request to a host without a link on this node answers 503
 //! `host_offline` at once; one its host does not answer in time, 503
 //! `host_timeout`. Nothing here outlives the node: a link lost with a
 //! restart is opened again by the runner.
@@ -29,7 +34,8 @@ use futures::{SinkExt, StreamExt};
 use shepherd_core::{Error, ErrorKind};
 use shepherd_protocol::link_stream::{split_frame, TabInput};
 use shepherd_protocol::{HostEvent, LinkMessage, LinkReply, LinkRequest};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::Caller;
 use crate::error::ApiResult;
@@ -46,6 +52,9 @@ const QUEUE: usize = 64;
 const UNASKED: u64 = u64::MAX;
 /// The largest answer a host may send (a big diff).
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+/// How long a live link has to answer a ping before a newer link for its
+/// host may take its place.
+const PROBE_WAIT: Duration = Duration::from_secs(5);
 /// Frames waiting for one attached client. A client that lets this many
 /// pile up is disconnected (it resumes from its offset when it comes back)
 /// rather than holding up the link every other stream shares.
@@ -59,6 +68,8 @@ type Live = Arc<Mutex<HashSet<String>>>;
 enum Outbound {
     Message(LinkMessage),
     Binary(Vec<u8>),
+    /// A ping now: is the host still at the other end?
+    Probe,
 }
 
 struct Link {
@@ -70,6 +81,36 @@ struct Link {
     streams: Streams,
     /// The host's PTY tabs with a running process, as it last said.
     live: Live,
+    /// Woken by every message the host sends.
+    heard: Arc<Notify>,
+    /// Ends the link's loop (closing its socket): it was replaced, or its
+    /// token voided.
+    kill: CancellationToken,
+}
+
+/// A live link another wants to take the place of.
+struct Incumbent {
+    conn: u64,
+    tx: mpsc::Sender<Outbound>,
+    heard: Arc<Notify>,
+}
+
+impl Incumbent {
+    /// Whether its host answers a ping within `wait`.
+    async fn answers(&self, wait: Duration) -> bool {
+        let heard = self.heard.notified();
+        if self.tx.send(Outbound::Probe).await.is_err() {
+            return false;
+        }
+        tokio::time::timeout(wait, heard).await.is_ok()
+    }
+}
+
+/// A new link's end of its channels, for its loop.
+struct Opened {
+    conn: u64,
+    rx: mpsc::Receiver<Outbound>,
+    state: LinkState,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -196,9 +237,22 @@ impl HostLinks {
         }
     }
 
-    /// Takes `host`'s new link; an older one is dropped (its requests in
-    /// flight fail as `host_offline`).
-    fn open(&self, host: &str) -> (u64, mpsc::Receiver<Outbound>, LinkState) {
+    /// Takes `host`'s new link, unless it has a live one (other than
+    /// connection `displace`, found silent): that one is returned to be
+    /// probed. A link replaced is closed (its requests in flight fail as
+    /// `host_offline`).
+    fn try_open(&self, host: &str, displace: Option<u64>) -> Result<Opened, Incumbent> {
+        let mut links = self.lock();
+        if let Some(old) = links.get(host) {
+            if !old.tx.is_closed() && Some(old.conn) != displace {
+                return Err(Incumbent {
+                    conn: old.conn,
+                    tx: old.tx.clone(),
+                    heard: old.heard.clone(),
+                });
+            }
+            old.kill.cancel();
+        }
         let (tx, rx) = mpsc::channel(QUEUE);
         let conn = self.next.fetch_add(1, Ordering::Relaxed);
         let state = LinkState {
@@ -206,6 +260,8 @@ impl HostLinks {
             streams: Arc::default(),
             live: Arc::default(),
             tx: tx.clone(),
+            heard: Arc::default(),
+            kill: CancellationToken::new(),
         };
         let link = Link {
             conn,
@@ -213,9 +269,20 @@ impl HostLinks {
             pending: state.pending.clone(),
             streams: state.streams.clone(),
             live: state.live.clone(),
+            heard: state.heard.clone(),
+            kill: state.kill.clone(),
         };
-        self.lock().insert(host.to_owned(), link);
-        (conn, rx, state)
+        links.insert(host.to_owned(), link);
+        Ok(Opened { conn, rx, state })
+    }
+
+    /// Closes `host`'s link, if it has one: the token it was opened with
+    /// is no longer the host's.
+    pub fn drop_link(&self, host: &str) {
+        if let Some(old) = self.lock().remove(host) {
+            old.kill.cancel();
+            tracing::info!(host, "host link closed: the host was registered again");
+        }
     }
 
     /// Forgets `host`'s link if it is still connection `conn`.
@@ -225,6 +292,16 @@ impl HostLinks {
             links.remove(host);
         }
     }
+}
+
+fn link_taken(host: &str) -> Error {
+    Error::conflict(
+        "host_link_taken",
+        format!(
+            "host {host:?} already has a live link to this server: another runner holds this \
+             host's token (stop one of them, or give each its own data directory)"
+        ),
+    )
 }
 
 fn offline(host: &str) -> Error {
@@ -241,6 +318,8 @@ struct LinkState {
     live: Live,
     /// For telling the host a stream is dropped.
     tx: mpsc::Sender<Outbound>,
+    heard: Arc<Notify>,
+    kill: CancellationToken,
 }
 
 /// Removes a request from its link's waiting list when its asker is done.
@@ -288,7 +367,8 @@ pub fn remote_error(host: &str, status: u16, code: &str, message: String) -> Err
     (status = 101, description = "WebSocket: the server sends LinkMessage requests, the host replies"),
     (status = 400, description = "websocket_required", body = crate::openapi::ErrorBody),
     (status = 403, description = "not_your_host: only the host's own token opens its link", body = crate::openapi::ErrorBody),
-    (status = 404, description = "host_not_found", body = crate::openapi::ErrorBody)))]
+    (status = 404, description = "host_not_found", body = crate::openapi::ErrorBody),
+    (status = 409, description = "host_link_taken: the host has a live link (it answered a ping); a second one is refused", body = crate::openapi::ErrorBody)))]
 pub async fn open_link(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -314,6 +394,26 @@ pub async fn open_link(
             format!("this route is a WebSocket: {}", r.body_text()),
         )
     })?;
+    let opened = match state.links.try_open(&id, None) {
+        Ok(o) => o,
+        Err(incumbent) => {
+            if incumbent.answers(PROBE_WAIT).await {
+                tracing::warn!(
+                    host = id,
+                    "refused a second link for a host whose link is live"
+                );
+                return Err(link_taken(&id).into());
+            }
+            tracing::warn!(
+                host = id,
+                "the host's link answered no ping; the new link takes its place"
+            );
+            state
+                .links
+                .try_open(&id, Some(incumbent.conn))
+                .map_err(|_| link_taken(&id))?
+        }
+    };
     // Other nodes serve this host's sessions through the node it links to.
     match state.sessions.as_ref().map(|m| m.config().node_id.clone()) {
         Some(node) => state.store.host_linked(&id, &node).await?,
@@ -325,7 +425,11 @@ pub async fn open_link(
         .max_frame_size(MAX_MESSAGE)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
-            let (conn, rx, link) = state.links.open(&id);
+            let Opened {
+                conn,
+                rx,
+                state: link,
+            } = opened;
             tracing::info!(host = id, "host link open");
             serve(&id, socket, rx, link, &state.store, shutdown).await;
             state.links.close(&id, conn);
@@ -355,9 +459,11 @@ async fn serve(
     loop {
         tokio::select! {
             _ = done.cancelled() => break,
+            _ = link.kill.cancelled() => break,
             msg = inbound.next() => match msg {
                 Some(Ok(Message::Text(text))) => {
                     alive.store(true, Ordering::Relaxed);
+                    link.heard.notify_waiters();
                     match serde_json::from_str::<LinkMessage>(&text) {
                         Ok(LinkMessage::Reply { id, reply }) => {
                             let asker = lock(&link.pending).remove(&id);
@@ -378,6 +484,7 @@ async fn serve(
                 }
                 Some(Ok(Message::Binary(packet))) => {
                     alive.store(true, Ordering::Relaxed);
+                    link.heard.notify_waiters();
                     let Some((stream, frame)) = split_frame(&packet) else {
                         tracing::warn!("a host sent a malformed stream message; closing its link");
                         break;
@@ -394,7 +501,10 @@ async fn serve(
                         }
                     }
                 }
-                Some(Ok(Message::Pong(_) | Message::Ping(_))) => alive.store(true, Ordering::Relaxed),
+                Some(Ok(Message::Pong(_) | Message::Ping(_))) => {
+                    alive.store(true, Ordering::Relaxed);
+                    link.heard.notify_waiters();
+                }
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
             },
         }
@@ -425,6 +535,7 @@ async fn write_link(
             next = outbound.recv() => match next {
                 None => break,
                 Some(Outbound::Binary(b)) => Message::Binary(b.into()),
+                Some(Outbound::Probe) => Message::Ping(Default::default()),
                 Some(Outbound::Message(m)) => match serde_json::to_string(&m) {
                     Ok(t) => Message::Text(t.into()),
                     Err(e) => {
@@ -585,11 +696,52 @@ mod tests {
         let e = links.ask("nowhere", ask.clone()).await.unwrap_err();
         assert_eq!(e.code, "host_offline");
         // A link that ended (its receiver gone) answers the same at once.
-        let (conn, rx, _link) = links.open("h1");
+        let Ok(Opened { conn, rx, .. }) = links.try_open("h1", None) else {
+            panic!("no link yet")
+        };
         drop(rx);
         assert!(!links.connected("h1"));
         assert_eq!(links.ask("h1", ask).await.unwrap_err().code, "host_offline");
         links.close("h1", conn);
         assert!(links.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_live_link_is_not_replaced_and_a_silent_one_is_closed() {
+        let links = HostLinks::default();
+        let Ok(first) = links.try_open("h1", None) else {
+            panic!("no link yet")
+        };
+        // A second link finds the first: it is not taken over.
+        let Err(incumbent) = links.try_open("h1", None) else {
+            panic!("a live link was replaced")
+        };
+        assert_eq!(incumbent.conn, first.conn);
+        assert_eq!(links.lock()["h1"].conn, first.conn);
+        // Its host answers the probe (a message arrives): it stays.
+        let Opened { mut rx, state, .. } = first;
+        let probe = tokio::spawn(async move { incumbent.answers(Duration::from_secs(30)).await });
+        assert!(matches!(rx.recv().await, Some(Outbound::Probe)));
+        // The probe may not be waiting yet when the ping goes out: answer
+        // until it has heard.
+        while !probe.is_finished() {
+            state.heard.notify_waiters();
+            tokio::task::yield_now().await;
+        }
+        assert!(probe.await.unwrap());
+        // One that answers nothing is displaced, and its loop told to end.
+        let Err(incumbent) = links.try_open("h1", None) else {
+            panic!("replaced")
+        };
+        assert!(!incumbent.answers(Duration::from_millis(50)).await);
+        let Ok(second) = links.try_open("h1", Some(incumbent.conn)) else {
+            panic!("a silent link kept its place")
+        };
+        assert!(state.kill.is_cancelled());
+        assert_eq!(links.lock()["h1"].conn, second.conn);
+        // A registration that voids the token closes the link.
+        links.drop_link("h1");
+        assert!(second.state.kill.is_cancelled());
+        assert!(!links.connected("h1"));
     }
 }

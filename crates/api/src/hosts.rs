@@ -7,6 +7,13 @@
 //! authentication layer lets it reach only the routes
 //! [`crate::auth::host_token_may`] lists, and each checks that the host
 //! named is the token's own.
+//!
+//! Whoever is given a host's token holds its link, and so reads what people
+//! type into that host's terminals and answers for it. So a token is given
+//! only to whom the host's id is theirs: a new id to an admin (or to whoever
+//! presents the configured host enrollment token), an existing id to its
+//! current token's holder (the runner come back), or to an admin who says
+//! `replace` (whose registration closes the old link).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -14,6 +21,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use shepherd_core::model::Host;
+use shepherd_core::role::Role;
 use shepherd_core::time::to_rfc3339;
 use shepherd_core::Error;
 use shepherd_protocol::{
@@ -21,7 +29,7 @@ use shepherd_protocol::{
     LinkRequest, PruneBranchesBody, PruneBranchesReport, RegisterHostBody, RegisterHostResponse,
     HEARTBEAT_INTERVAL_SECS,
 };
-use shepherd_store::HostDeclaration;
+use shepherd_store::{HostClaim, HostDeclaration};
 
 use crate::auth::Caller;
 use crate::error::{ApiJson, ApiResult};
@@ -64,13 +72,16 @@ pub async fn list_hosts(
     }))
 }
 
-/// Register a runner's host (the operator token, as for a runner's
-/// workers). The answer carries the host's own token, once; registering
-/// the same id again (a runner that restarted with its data directory)
-/// keeps the host and replaces its token.
+/// Register a runner's host. The answer carries the host's own token, once.
+/// A new host: an admin, or a caller presenting the host enrollment token.
+/// The same id again (a runner that restarted with its data directory):
+/// with the host's current token (`host_token`), which keeps the host and
+/// replaces its token; or an admin's `replace`, which also closes the
+/// host's link.
 #[utoipa::path(post, path = "/api/v1/hosts", tag = "hosts", operation_id = "register_host", request_body = RegisterHostBody, responses(
     (status = 201, body = RegisterHostResponse),
-    (status = 409, description = "host_kind_conflict: the id is a server node's", body = ErrorBody),
+    (status = 403, description = "host_enrollment_required: a new host needs an admin or the enrollment token; forbidden: replace is for admins", body = ErrorBody),
+    (status = 409, description = "host_kind_conflict: the id is a server node's; host_exists: the id is registered and no current host token (nor an admin's replace) came with it", body = ErrorBody),
     (status = 422, description = "invalid_host_id, invalid_host_name, invalid_sessions_root, invalid_agents, invalid_agent_id, invalid_slots", body = ErrorBody)))]
 pub async fn register_host(
     State(state): State<AppState>,
@@ -78,6 +89,29 @@ pub async fn register_host(
     ApiJson(body): ApiJson<RegisterHostBody>,
 ) -> ApiResult<impl IntoResponse> {
     caller.require_operator()?;
+    let admin = caller.role() == Some(Role::Admin);
+    if body.replace && !admin {
+        return Err(Error::forbidden(
+            "forbidden",
+            "replacing a registered host (taking its link without its token) needs the admin role",
+        )
+        .into());
+    }
+    let enrolled = match (
+        &state.settings.host_enrollment_token,
+        &body.enrollment_token,
+    ) {
+        (Some(want), Some(got)) => shepherd_core::token::digests_equal(
+            &shepherd_core::token::hash_token(want),
+            &shepherd_core::token::hash_token(got),
+        ),
+        _ => false,
+    };
+    let claim = HostClaim {
+        may_create: admin || enrolled,
+        current_token: body.host_token,
+        replace: body.replace,
+    };
     let id = body.id.unwrap_or_else(shepherd_store::new_host_id);
     let decl = HostDeclaration {
         name: body.name.unwrap_or_else(|| id.clone()),
@@ -87,8 +121,15 @@ pub async fn register_host(
         agents: body.agents,
         slots: body.slots,
     };
-    let (host, host_token) = state.store.register_host(decl).await?;
-    tracing::info!(host = %host.id, name = %host.name, by = caller.actor(), "host registered");
+    let replace = claim.replace;
+    let registered = state.store.register_host(decl, claim).await?;
+    let (host, host_token) = (registered.host, registered.token);
+    if registered.existed {
+        // The old token is void: a link opened with it (a dead runner's, or
+        // the one an admin replaces) serves this host no more.
+        state.links.drop_link(&host.id);
+    }
+    tracing::info!(host = %host.id, name = %host.name, by = caller.actor(), replace, "host registered");
     Ok((
         StatusCode::CREATED,
         Json(RegisterHostResponse {

@@ -65,6 +65,9 @@ pub const CURSOR_HEADER: HeaderName = HeaderName::from_static("x-shepherd-cursor
 pub struct Settings {
     /// The operator token; `None` only on loopback.
     pub auth_token: Option<String>,
+    /// What a caller who is not an admin presents to register a new host
+    /// (`SHEPHERD_HOST_ENROLLMENT_TOKEN`); none: only admins may.
+    pub host_enrollment_token: Option<String>,
     pub body_limit_bytes: usize,
     pub heartbeat_timeout: Duration,
     pub claim_ttl: Duration,
@@ -123,6 +126,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             auth_token: None,
+            host_enrollment_token: None,
             body_limit_bytes: defaults::BODY_LIMIT_BYTES as usize,
             heartbeat_timeout: defaults::HEARTBEAT_TIMEOUT,
             claim_ttl: defaults::CLAIM_TTL,

@@ -13,6 +13,9 @@
 //! key that is not the certificate's) keeps the old certificate and logs
 //! why.
 //!
+//! A key file other users may read is served with a warning, as a token
+//! file is; with `tls_strict` it is refused, at start and on reload alike.
+//!
 //! [`serve`] is the TLS counterpart of `axum::serve`: the handshake runs in
 //! each connection's own task, bounded by a timeout, so a peer that never
 //! finishes it cannot hold up accepting others; HTTP/1.1 with upgrades
@@ -50,6 +53,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 pub struct ServedCert {
     cert_path: PathBuf,
     key_path: PathBuf,
+    /// Refuse a key file other users may read rather than warn.
+    strict: bool,
     provider: Arc<CryptoProvider>,
     current: RwLock<Arc<CertifiedKey>>,
     /// The files' metadata when they were last read, successfully or not:
@@ -77,13 +82,22 @@ fn stamp_of(paths: [&Path; 2]) -> Option<Stamp> {
 impl ServedCert {
     /// Reads the certificate chain at `cert` and its private key at `key`;
     /// an error names the file and what is wrong with it.
+    /// A key file other users may read is served with a warning.
     pub fn load(cert: &Path, key: &Path) -> Result<Arc<ServedCert>, Error> {
+        Self::load_checked(cert, key, false)
+    }
+
+    /// As [`ServedCert::load`]; with `strict`, a key file other users may
+    /// read is refused (now and at every reload).
+    pub fn load_checked(cert: &Path, key: &Path, strict: bool) -> Result<Arc<ServedCert>, Error> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let stamp = stamp_of([cert, key]);
+        check_key_private(key, strict)?;
         let certified = read_certified_key(cert, key, &provider)?;
         Ok(Arc::new(ServedCert {
             cert_path: cert.to_owned(),
             key_path: key.to_owned(),
+            strict,
             provider,
             current: RwLock::new(Arc::new(certified)),
             read_stamp: Mutex::new(stamp),
@@ -106,6 +120,7 @@ impl ServedCert {
         if let Ok(mut s) = self.read_stamp.lock() {
             *s = stamp;
         }
+        check_key_private(&self.key_path, self.strict)?;
         let certified = read_certified_key(&self.cert_path, &self.key_path, &self.provider)?;
         let new = Arc::new(certified);
         match self.current.write() {
@@ -187,6 +202,34 @@ impl ServedCert {
 impl ResolvesServerCert for ServedCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
+    }
+}
+
+/// What is wrong with the permissions of key file `key`, if anything: a
+/// private key other users may read is only as secret as they are.
+pub fn key_not_private(key: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(key).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "TLS key {shown} is open to other users (mode {mode:o}); make it private: chmod 600 {shown}",
+            shown = key.display()
+        )
+    })
+}
+
+/// Warns of a key file other users may read, or refuses it when `strict`.
+fn check_key_private(key: &Path, strict: bool) -> Result<(), Error> {
+    match key_not_private(key) {
+        Some(why) if strict => Err(Error::invalid(
+            "bad_tls_certificate",
+            format!("{why} (refused: tls_strict is on)"),
+        )),
+        Some(why) => {
+            tracing::warn!("{why}");
+            Ok(())
+        }
+        None => Ok(()),
     }
 }
 
@@ -431,6 +474,32 @@ mod tests {
         std::fs::write(&f.key, &key).unwrap();
         let served_now = ServedCert::load(&f.cert, &f.key).unwrap();
         assert_eq!(served(&served_now), der_of(&cert));
+    }
+
+    #[test]
+    fn a_key_other_users_may_read_is_warned_of_or_refused_when_strict() {
+        use std::os::unix::fs::PermissionsExt;
+        let f = Files::new("modes");
+        f.write(&leaf());
+        let mode = |m| std::fs::set_permissions(&f.key, std::fs::Permissions::from_mode(m));
+        mode(0o644).unwrap();
+        let why = key_not_private(&f.key).expect("a 0644 key is open to others");
+        assert!(why.contains("644") && why.contains("chmod 600"), "{why}");
+        // Served all the same without strict, refused with it.
+        let served = ServedCert::load(&f.cert, &f.key).unwrap();
+        let e = ServedCert::load_checked(&f.cert, &f.key, true).unwrap_err();
+        assert_eq!(e.code, "bad_tls_certificate");
+        assert!(
+            e.message.contains("tls_strict") && e.message.contains("644"),
+            "{e}"
+        );
+        mode(0o600).unwrap();
+        assert_eq!(key_not_private(&f.key), None);
+        let strict = ServedCert::load_checked(&f.cert, &f.key, true).unwrap();
+        // A reload of a strict server refuses a key opened up since.
+        mode(0o640).unwrap();
+        assert!(strict.reload().is_err());
+        served.reload().unwrap();
     }
 
     #[test]

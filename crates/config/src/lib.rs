@@ -53,6 +53,9 @@ const NUMBERS: &[&str] = &[
     "max_requests_per_token",
 ];
 
+/// Keys whose environment value is a switch (`1` or `0`).
+const BOOLS: &[&str] = &["tls_strict"];
+
 /// Keys read from `SHEPHERD_<KEY>` as they are (strings).
 const STRINGS: &[&str] = &[
     "listen",
@@ -68,6 +71,7 @@ const STRINGS: &[&str] = &[
     "metrics_listen",
     "tls_cert",
     "tls_key",
+    "host_enrollment_token",
 ];
 
 /// The layered shape: every key optional (defaults are applied after).
@@ -119,6 +123,8 @@ struct RawConfig {
     metrics_listen: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    tls_strict: Option<bool>,
+    host_enrollment_token: Option<String>,
     #[serde(default, with = "humantime_serde")]
     webhook_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -352,6 +358,10 @@ pub struct Config {
     /// Serve HTTPS with this certificate chain and key (PEM files), read
     /// again on SIGHUP and when either file changes; `None`: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// `host_enrollment_token`: lets someone who is not an admin register a
+    /// new host (a runner started with an operator's token presents it);
+    /// none: only admins register new hosts.
+    pub host_enrollment_token: Option<String>,
     /// The `[[webhooks]]` tables, checked.
     pub webhooks: Vec<WebhookConfig>,
     /// The `[oidc]` table, checked, its secret resolved.
@@ -378,6 +388,9 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// PEM: the certificate's private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
+    /// `tls_strict`: a key file other users may read stops the start (and
+    /// a reload) instead of being served with a warning.
+    pub strict: bool,
 }
 
 /// Where a configuration value came from.
@@ -632,6 +645,18 @@ impl EnvLayer {
                 }
             }
         }
+        // Switches: 1/true/yes or 0/false/no.
+        for key in BOOLS {
+            let name = env_name(key);
+            if let Some(v) = env(vars, &name) {
+                let b = match v.trim().to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" => true,
+                    "0" | "false" | "no" | "" => false,
+                    _ => return Err(err(format!("{name}: expected 1 or 0, got {v:?}"))),
+                };
+                dict.insert((*key).into(), Value::Bool(tag, b));
+            }
+        }
         // Lists are comma-separated in the environment.
         for key in ["allowed_origins", "allowed_hosts"] {
             if let Some(v) = env(vars, &env_name(key)) {
@@ -833,6 +858,12 @@ impl Config {
                 return Err(err("SHEPHERD_TOKEN: use at least 16 characters"));
             }
         }
+        let host_enrollment_token = file.host_enrollment_token.filter(|t| !t.is_empty());
+        if host_enrollment_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(err(
+                "SHEPHERD_HOST_ENROLLMENT_TOKEN: use at least 16 characters",
+            ));
+        }
         let sqlite_sync = match file.sqlite_sync.as_deref().unwrap_or("normal") {
             "normal" => SqliteSync::Normal,
             "full" => SqliteSync::Full,
@@ -893,7 +924,11 @@ impl Config {
             }
         }
         let tls = match (file.tls_cert, file.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert,
+                key,
+                strict: file.tls_strict.unwrap_or(false),
+            }),
             (None, None) => None,
             // One without the other would serve plain HTTP where the
             // operator asked for TLS: refuse rather than guess.
@@ -1015,6 +1050,7 @@ impl Config {
                 .unwrap_or(defaults::MAX_REQUESTS_PER_TOKEN)
                 as usize,
             tls,
+            host_enrollment_token,
             webhooks,
             oidc,
             webhook_timeout: dur(
@@ -1124,6 +1160,17 @@ impl Config {
                 "tls_key",
                 path(&self.tls.as_ref().map(|t| t.key.clone())).unwrap_or_default(),
             ),
+            (
+                "host_enrollment_token",
+                self.host_enrollment_token
+                    .as_ref()
+                    .map(|_| "***".into())
+                    .unwrap_or_default(),
+            ),
+            (
+                "tls_strict",
+                self.tls.as_ref().is_some_and(|t| t.strict).to_string(),
+            ),
         ];
         let mut out: Vec<Setting> = rows
             .into_iter()
@@ -1222,6 +1269,8 @@ const KEYS: &[&str] = &[
     "max_requests_per_token",
     "tls_cert",
     "tls_key",
+    "tls_strict",
+    "host_enrollment_token",
     "webhook_timeout",
     "webhook_retry_base",
     "webhook_retry_for",
@@ -1514,8 +1563,20 @@ mod tests {
             Some(TlsFiles {
                 cert: "/etc/shepherd/cert.pem".into(),
                 key: "/etc/shepherd/key.pem".into(),
+                strict: false,
             })
         );
+        let strict = load(&[
+            ("SHEPHERD_TLS_CERT", "/etc/shepherd/cert.pem"),
+            ("SHEPHERD_TLS_KEY", "/etc/shepherd/key.pem"),
+            ("SHEPHERD_TLS_STRICT", "1"),
+        ])
+        .unwrap();
+        assert!(strict.tls.as_ref().unwrap().strict);
+        let e = load(&[("SHEPHERD_TLS_STRICT", "maybe")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SHEPHERD_TLS_STRICT"), "{e}");
         let shown: BTreeMap<String, String> = c
             .effective()
             .into_iter()

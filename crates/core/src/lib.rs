@@ -6,6 +6,7 @@
 //! or a plain type, so the stores and the HTTP layer can share one meaning of
 //! every word without sharing any machinery.
 
+pub mod actor_names;
 pub mod adapters;
 pub mod agent_config;
 pub mod claiming;

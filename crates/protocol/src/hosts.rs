@@ -66,6 +66,19 @@ pub struct RegisterHostBody {
     /// Runs it may hold at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slots: Option<i64>,
+    /// Registering an `id` that is already a host's: the token that host
+    /// was last given, proving this is the same runner come back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_token: Option<String>,
+    /// Admins only: take over an existing host without its token (its
+    /// runner moved, or lost its data directory). The host's current link
+    /// is closed and its old token stops working.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
+    /// A new host registered by a non-admin: the server's
+    /// `host_enrollment_token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enrollment_token: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]

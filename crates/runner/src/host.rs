@@ -3,6 +3,11 @@
 //! registration with the operator token, and the heartbeats it sends with
 //! the host token it was given.
 //!
+//! The host token is kept in the data directory too (`runner/host-token`,
+//! mode 0600): registering an id that is already a host's takes its current
+//! token (or an admin's replace), so that nobody else can take the host's
+//! link over by registering its id.
+//!
 //! The runner always dials out: it registers and heartbeats over the same
 //! connector client as its workers, so a host behind NAT, with no port open
 //! to anyone, is a host like any other.
@@ -21,6 +26,42 @@ pub struct HostSetup {
     pub name: String,
     /// Where sessions on this host may live; none: it hosts no sessions.
     pub sessions_root: Option<PathBuf>,
+    /// The server's host enrollment token, for registering a new host with
+    /// a token that is not an admin's.
+    pub enrollment_token: Option<String>,
+    /// Take the host over without its token (an admin's token; the host's
+    /// runner moved or lost its data directory).
+    pub replace: bool,
+}
+
+fn token_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("runner").join("host-token")
+}
+
+/// The host token this data directory's runner was last given.
+pub fn kept_token(data_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(token_path(data_dir)).ok()?;
+    Some(text.trim().to_owned()).filter(|t| !t.is_empty())
+}
+
+/// Keeps the host token for the next start, readable by this user only.
+pub fn keep_token(data_dir: &Path, token: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = token_path(data_dir);
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(token.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| format!("cannot keep the host token in {}: {e}", path.display()))
 }
 
 /// The host's id: the one kept in the data directory, or a new one, kept.
@@ -48,18 +89,37 @@ fn random_hex(bytes: usize) -> Result<String, String> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Registers the host (again), retrying while the server cannot be
-/// reached; returns a client that carries the host token, or none when the
-/// server has no hosts at all (an older one).
+/// Registers the host (again, with the token kept in `data_dir`), retrying
+/// while the server cannot be reached; keeps the new token and returns a
+/// client that carries it, or none when the server has no hosts at all (an
+/// older one).
 pub async fn register(
     operator: &Client,
     body: &p::RegisterHostBody,
+    data_dir: &Path,
     shutdown: &CancellationToken,
 ) -> Result<Option<(p::HostView, Client)>, String> {
     let mut backoff = Duration::from_millis(200);
+    let mut body = body.clone();
+    body.host_token = kept_token(data_dir);
     loop {
-        match operator.register_host(body).await {
-            Ok(r) => return Ok(Some((r.host, operator.with_token(r.host_token)))),
+        match operator.register_host(&body).await {
+            Ok(r) => {
+                keep_token(data_dir, &r.host_token)?;
+                return Ok(Some((r.host, operator.with_token(r.host_token))));
+            }
+            Err(e) if e.code() == "host_exists" => {
+                return Err(format!(
+                    "registering the host: {e}. If this machine is now that host's runner, \
+                     start it once with an admin's token and --replace-host"
+                ))
+            }
+            Err(e) if e.code() == "host_enrollment_required" => {
+                return Err(format!(
+                    "registering the host: {e}. Start the runner with an admin's token, or set \
+                     SHEPHERD_HOST_ENROLLMENT_TOKEN to the server's host enrollment token"
+                ))
+            }
             Err(e) if e.status() == Some(404) && e.code() == "route_not_found" => return Ok(None),
             Err(e) if e.is_retryable() => {
                 tracing::warn!(error = %e, "cannot reach the server to register the host; retrying");
@@ -81,6 +141,7 @@ pub async fn register(
 pub async fn heartbeat_loop(
     operator: Client,
     body: p::RegisterHostBody,
+    data_dir: PathBuf,
     host: tokio::sync::watch::Sender<Client>,
     id: String,
     every: Duration,
@@ -102,7 +163,7 @@ pub async fn heartbeat_loop(
             }
             Err(e) if e.status() == Some(401) || e.code() == "host_not_found" => {
                 tracing::warn!(host = id, error = %e, "the host's token is refused; registering again");
-                match register(&operator, &body, &shutdown).await {
+                match register(&operator, &body, &data_dir, &shutdown).await {
                     Ok(Some((_, client))) => {
                         host.send_replace(client);
                     }

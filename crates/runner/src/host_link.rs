@@ -43,6 +43,8 @@ const MAX_DIFF: usize = 32 * 1024 * 1024;
 /// A link that hears nothing for this long (the server pings every 15 s)
 /// is taken for dead and opened again.
 const SILENCE: Duration = Duration::from_secs(45);
+/// The longest wait between tries of a link the server refused.
+const REFUSED_BACKOFF: Duration = Duration::from_secs(30);
 /// Messages waiting for the socket; a stream whose frames cannot get out
 /// falls behind its tab's window and is sent a fresh history instead.
 const OUTBOX: usize = 256;
@@ -367,6 +369,12 @@ fn failed(e: &shepherd_core::Error) -> LinkReply {
 
 /// Keeps the link of host `id` open until `shutdown`, with the newest
 /// host client `host` holds (registering again replaces the token).
+///
+/// A link the server refuses (another runner holds this host's live link:
+/// 409 `host_link_taken`; a token it no longer takes) is said once per
+/// reason, with the server's words, and tried again with a backoff that
+/// grows to [`REFUSED_BACKOFF`]: the other runner may stop, or an admin
+/// decide which one is the host.
 pub async fn keep_open(
     host: watch::Receiver<Client>,
     id: String,
@@ -375,23 +383,32 @@ pub async fn keep_open(
 ) {
     let path = format!("/api/v1/hosts/{id}/link");
     let mut backoff = Duration::from_millis(100);
-    let mut said_down = false;
+    let mut said: Option<String> = None;
     loop {
         let client = host.borrow().clone();
+        let mut most = Duration::from_secs(5);
         match client.open_websocket(&path).await {
             Ok(io) => {
                 backoff = Duration::from_millis(100);
-                if said_down {
+                if said.take().is_some() {
                     tracing::info!(host = id, "host link open again");
-                    said_down = false;
                 }
                 let ws = WebSocketStream::from_raw_socket(io, Role::Client, None).await;
                 serve(ws, server.clone(), &shutdown).await;
             }
             Err(e) => {
-                if !said_down {
-                    tracing::warn!(host = id, error = %e, "cannot open the host link; trying again");
-                    said_down = true;
+                let refused = e.status().is_some_and(|s| (400..500).contains(&s));
+                let reason = e.to_string();
+                if said.as_deref() != Some(reason.as_str()) {
+                    if refused {
+                        tracing::warn!(host = id, code = e.code(), error = %e, "the server refused the host link; trying again");
+                    } else {
+                        tracing::warn!(host = id, error = %e, "cannot open the host link; trying again");
+                    }
+                    said = Some(reason);
+                }
+                if refused {
+                    most = REFUSED_BACKOFF;
                 }
             }
         }
@@ -399,7 +416,7 @@ pub async fn keep_open(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff = (backoff * 2).min(most);
     }
 }
 

@@ -506,8 +506,11 @@ async fn register_host(
         agents: config.agents.keys().cloned().collect(),
         slots: (!config.agents.is_empty())
             .then(|| config.agents.values().map(AgentConfig::slots).sum()),
+        host_token: None,
+        replace: setup.replace,
+        enrollment_token: setup.enrollment_token.clone(),
     };
-    let (host, client) = match host::register(operator, &body, shutdown).await? {
+    let (host, client) = match host::register(operator, &body, &config.data_dir, shutdown).await? {
         Some(registered) => registered,
         None if config.agents.is_empty() => {
             return Err("the server knows no hosts (it is older than this runner): \
@@ -529,9 +532,16 @@ a runner without agents has nothing to do there"
         agents = host.agents.len(),
         "host registered"
     );
+    // A replace is done once: coming back later, the runner proves itself
+    // with the token it was given.
+    let body = p::RegisterHostBody {
+        replace: false,
+        ..body
+    };
     tracker.spawn(host::heartbeat_loop(
         operator.clone(),
         body,
+        config.data_dir.clone(),
         client_tx,
         id.clone(),
         config.heartbeat_interval,

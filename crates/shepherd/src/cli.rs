@@ -110,7 +110,11 @@ async fn run(cli: Cli) -> Result<()> {
     }
     match &cli.command {
         Command::Serve { listen } => admin::serve(g, listen.as_deref()).await,
-        Command::Runner { data_dir, .. } => admin::runner(g, data_dir.clone()).await,
+        Command::Runner {
+            data_dir,
+            replace_host,
+            ..
+        } => admin::runner(g, data_dir.clone(), *replace_host).await,
         Command::Migrate => admin::migrate(g).await,
         Command::Prune {
             transcripts_older_than,

@@ -61,6 +61,7 @@ pub async fn open_store(config: &Config) -> anyhow_like::Result<Store> {
 pub fn settings(config: &Config, port: u16) -> anyhow_like::Result<Settings> {
     Ok(Settings {
         auth_token: config.auth_token.clone(),
+        host_enrollment_token: config.host_enrollment_token.clone(),
         body_limit_bytes: config.body_limit_bytes,
         heartbeat_timeout: config.heartbeat_timeout,
         claim_ttl: config.claim_ttl,
@@ -160,12 +161,13 @@ pub async fn run(
     // a start-up error rather than a server that fails every handshake.
     let tls = match &config.tls {
         Some(files) => Some(
-            shepherd_api::tls::ServedCert::load(&files.cert, &files.key).map_err(|e| {
-                format!(
-                    "SHEPHERD_TLS_CERT / SHEPHERD_TLS_KEY: {} ({})",
-                    e.message, e.code
-                )
-            })?,
+            shepherd_api::tls::ServedCert::load_checked(&files.cert, &files.key, files.strict)
+                .map_err(|e| {
+                    format!(
+                        "SHEPHERD_TLS_CERT / SHEPHERD_TLS_KEY: {} ({})",
+                        e.message, e.code
+                    )
+                })?,
         ),
         None => None,
     };

@@ -174,14 +174,20 @@ e2e!(
         let expected: Vec<String> = mine.into_iter().map(|(k, _)| k).collect();
         assert_eq!(streamed, expected);
 
-        // `system` is the server's name: no user may take it.
-        let (st, b) = s
-            .post(
-                "/api/v1/users",
-                Some(OPERATOR),
-                json!({ "name": "system", "role": "viewer" }),
-            )
-            .await;
-        assert_eq!((st, code(&b)), (422, "invalid_user_name"), "{b}");
+        // `system`, `timeout`, `run_ended` are the server's names in the
+        // audit trail (actors, `answered_by`): no user may take one.
+        for name in ["system", "timeout", "run_ended", "operator"] {
+            let (st, b) = s
+                .post(
+                    "/api/v1/users",
+                    Some(OPERATOR),
+                    json!({ "name": name, "role": "viewer" }),
+                )
+                .await;
+            assert_eq!((st, code(&b)), (422, "reserved_user_name"), "{name}: {b}");
+        }
+        let (st, b) = s.get("/api/v1/users", Some(OPERATOR)).await;
+        assert_eq!(st, 200, "{b}");
+        assert!(!b.to_string().contains("\"timeout\""), "{b}");
     }
 );

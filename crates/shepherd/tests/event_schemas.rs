@@ -421,14 +421,17 @@ async fn people(s: &Server) {
 
 /// A runner's host registered, and registered again after a restart.
 async fn hosts(s: &Server) {
+    let mut token = Value::Null;
     for _ in 0..2 {
-        ok(
+        let b = ok(
             s,
             "/api/v1/hosts",
             OP,
-            json!({ "id": "host-far", "sessions_root": "/srv/far", "agents": ["claude"] }),
+            json!({ "id": "host-far", "sessions_root": "/srv/far", "agents": ["claude"],
+                    "host_token": token }),
         )
         .await;
+        token = b["host_token"].clone();
     }
 }
 

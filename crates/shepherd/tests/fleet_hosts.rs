@@ -274,12 +274,26 @@ async fn registry_over_http(kind: Kind) {
     let ids: Vec<String> = hosts(&s).await.into_iter().map(|h| h.id).collect();
     assert_eq!(ids, ["node-main", "host-far", "host-other"]);
 
-    // Registering again replaces the token: the old one is refused.
+    // Registering again takes the host's current token (even an admin's
+    // registration: only an explicit replace goes without), and replaces
+    // it: the old one is refused.
+    let (st, err) = s
+        .post(
+            "/api/v1/hosts",
+            Some(OPERATOR),
+            json!({ "id": "host-far", "name": "far away" }),
+        )
+        .await;
+    assert_eq!(
+        (st, err["error"]["code"].as_str()),
+        (409, Some("host_exists")),
+        "{err}"
+    );
     let (st, again) = s
         .post_as::<p::RegisterHostResponse>(
             "/api/v1/hosts",
             Some(OPERATOR),
-            json!({ "id": "host-far", "name": "far away" }),
+            json!({ "id": "host-far", "name": "far away", "host_token": host_token }),
         )
         .await;
     assert_eq!(st, 201);

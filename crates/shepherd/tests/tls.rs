@@ -697,3 +697,25 @@ fn serve_refuses_a_half_or_unreadable_tls_setting() {
         "{err}"
     );
 }
+
+#[test]
+fn serve_refuses_a_key_other_users_may_read_when_tls_is_strict() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new(Kind::Sqlite);
+    let (cert, key) = (env.dir.join("cert.pem"), env.dir.join("key.pem"));
+    Ca::new().issue(&cert, &key);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
+    let err = refused_start(
+        &env,
+        &[
+            ("SHEPHERD_TLS_CERT", cert_s.as_str()),
+            ("SHEPHERD_TLS_KEY", key_s.as_str()),
+            ("SHEPHERD_TLS_STRICT", "1"),
+        ],
+    );
+    assert!(
+        err.contains(&key_s) && err.contains("644") && err.contains("chmod 600"),
+        "{err}"
+    );
+}

@@ -13,7 +13,7 @@
 use std::future::Future;
 
 /// The actor of changes no request asked for.
-pub const SYSTEM: &str = "system";
+pub const SYSTEM: &str = shepherd_core::actor_names::SYSTEM;
 
 tokio::task_local! {
     static ACTING: String;

@@ -5,7 +5,7 @@
 use shepherd_core::model::Host;
 use shepherd_core::Error;
 
-use crate::ops::hosts::{self, HostDeclaration};
+use crate::ops::hosts::{self, HostClaim, HostDeclaration, HostRegistration};
 use crate::Store;
 
 impl Store {
@@ -16,10 +16,15 @@ impl Store {
             .await
     }
 
-    /// Registers a runner's host; returns it and its new host token.
-    pub async fn register_host(&self, decl: HostDeclaration) -> Result<(Host, String), Error> {
+    /// Registers a runner's host, if `claim` entitles the caller to its
+    /// id; returns it and its new host token.
+    pub async fn register_host(
+        &self,
+        decl: HostDeclaration,
+        claim: HostClaim,
+    ) -> Result<HostRegistration, Error> {
         let now = self.now();
-        self.write(move |db| Box::pin(hosts::register_runner(db, now, decl)))
+        self.write(move |db| Box::pin(hosts::register_runner(db, now, decl, claim)))
             .await
     }
 

@@ -78,7 +78,9 @@ pub use ops::conversations::{
     ClaimConversation, Conversation, ConversationView, Message, MessageView, Multitask, Resource,
     SendOutcome,
 };
-pub use ops::hosts::{new_host_id, HostDeclaration, HOST_TOKEN_PREFIX};
+pub use ops::hosts::{
+    new_host_id, HostClaim, HostDeclaration, HostRegistration, HOST_TOKEN_PREFIX,
+};
 pub use ops::input_requests::{InputFilter, NewInputRequest};
 pub use ops::logins::{
     LoginAttempt, NewWebSession, SessionLifetimes, SignIn, WebSession, LOGIN_ATTEMPT_TTL_MS,

@@ -1,6 +1,7 @@
 //! Hosts on both databases: a server node's own record, a runner's
-//! registration (again after a restart: same host, new token, old token
-//! dead), heartbeats, the kinds kept apart, bad declarations refused with
+//! registration (a new one only when the caller may make hosts; again
+//! after a restart only with the host's current token or an admin's
+//! replace: same host, new token, old token dead), heartbeats, the kinds kept apart, bad declarations refused with
 //! nothing written, and what the list counts (sessions, running runs of the
 //! host's workers).
 
@@ -8,7 +9,9 @@ mod common;
 
 use shepherd_core::status::HostKind;
 use shepherd_core::ErrorKind;
-use shepherd_store::{HostDeclaration, NewSession, NewTask, Registration, Store};
+use shepherd_store::{
+    HostClaim, HostDeclaration, HostRegistration, NewSession, NewTask, Registration, Store,
+};
 
 use common::{Kind, TestDb};
 
@@ -20,6 +23,14 @@ fn decl(id: &str, name: &str) -> HostDeclaration {
         sessions_root: Some("/srv/work".into()),
         agents: vec!["claude".into()],
         slots: Some(4),
+    }
+}
+
+/// A claim that may make a new host (an admin's).
+fn create() -> HostClaim {
+    HostClaim {
+        may_create: true,
+        ..HostClaim::default()
     }
 }
 
@@ -51,10 +62,24 @@ async fn registration_and_heartbeats(kind: Kind) {
 
     // A runner registers; its token is its own and works.
     clock.advance(1000);
-    let (h, token) = store
-        .register_host(decl("host-1", "build-box"))
+    let err = store
+        .register_host(decl("host-1", "build-box"), HostClaim::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind, err.code),
+        (ErrorKind::Forbidden, "host_enrollment_required"),
+        "a new host needs may_create"
+    );
+    let HostRegistration {
+        host: h,
+        token,
+        existed,
+    } = store
+        .register_host(decl("host-1", "build-box"), create())
         .await
         .unwrap();
+    assert!(!existed);
     assert_eq!(h.kind, HostKind::Runner);
     assert_eq!((h.registered_at, h.last_seen_at), (1_001_000, 1_001_000));
     assert_eq!(h.agents, vec!["claude".to_owned()]);
@@ -87,7 +112,37 @@ async fn registration_and_heartbeats(kind: Kind) {
     // registration time kept, a new token; the old one is dead.
     let mut again = decl("host-1", "build-box");
     again.sessions_root = None;
-    let (h2, token2) = store.register_host(again).await.unwrap();
+    // Not without proof: no token, a wrong one, even for a caller who may
+    // make hosts; nothing changes.
+    for claim in [
+        create(),
+        HostClaim {
+            current_token: Some("shk_not-it".into()),
+            ..create()
+        },
+    ] {
+        let err = store.register_host(again.clone(), claim).await.unwrap_err();
+        assert_eq!((err.kind, err.code), (ErrorKind::Conflict, "host_exists"));
+    }
+    assert_eq!(
+        store.host_for_token(&token).await.unwrap().as_deref(),
+        Some("host-1")
+    );
+    let HostRegistration {
+        host: h2,
+        token: token2,
+        existed,
+    } = store
+        .register_host(
+            again.clone(),
+            HostClaim {
+                current_token: Some(token.clone()),
+                ..HostClaim::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(existed);
     assert_eq!(h2.registered_at, 1_001_000);
     assert_eq!(h2.sessions_root, None);
     assert_ne!(token, token2);
@@ -96,8 +151,21 @@ async fn registration_and_heartbeats(kind: Kind) {
         store.host_for_token(&token2).await.unwrap().as_deref(),
         Some("host-1")
     );
+    // An admin's replace needs no token; the one before is void.
+    let replaced = store
+        .register_host(
+            again,
+            HostClaim {
+                replace: true,
+                ..HostClaim::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(replaced.existed);
+    assert_eq!(store.host_for_token(&token2).await.unwrap(), None);
     let registered = events_of(&store, "host.registered").await;
-    assert_eq!(registered.len(), 2, "{registered:?}");
+    assert_eq!(registered.len(), 3, "{registered:?}");
     assert_eq!(registered[0]["re_registered"], false);
     assert_eq!(registered[1]["re_registered"], true);
     assert_eq!(registered[1]["host_id"], "host-1");
@@ -105,7 +173,7 @@ async fn registration_and_heartbeats(kind: Kind) {
     // The kinds stay apart: a runner cannot take a node's id, nor a node a
     // runner's.
     let err = store
-        .register_host(decl("node-a", "impostor"))
+        .register_host(decl("node-a", "impostor"), create())
         .await
         .unwrap_err();
     assert_eq!(
@@ -148,7 +216,7 @@ async fn registration_and_heartbeats(kind: Kind) {
             "invalid_slots",
         ),
     ] {
-        let err = store.register_host(bad).await.unwrap_err();
+        let err = store.register_host(bad, create()).await.unwrap_err();
         assert_eq!((err.kind, err.code), (ErrorKind::Invalid, code));
     }
     let err = store.host("host-2").await.unwrap_err();

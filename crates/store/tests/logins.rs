@@ -128,6 +128,23 @@ async fn sign_in_binds_a_user_to_one_identity(kind: Kind) {
         .await
         .unwrap_err();
     assert_eq!(e.code, "invalid_user_name");
+    // Names the audit trail uses for the server itself are nobody's: a
+    // provider account called `timeout` would answer requests exactly as
+    // an expiry records them.
+    for name in ["timeout", "run_ended", "system", "operator"] {
+        let e = store
+            .sign_in(who(&format!("iss|{name}"), name, Role::Admin), LIFETIMES)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "reserved_user_name", "{name}: {e:?}");
+        assert!(e.message.contains("reserved"), "{e:?}");
+    }
+    assert!(store
+        .users()
+        .await
+        .unwrap()
+        .iter()
+        .all(|u| u.name != "timeout" && u.name != "run_ended"));
 
     // A disabled user stays out, whatever the provider says.
     store

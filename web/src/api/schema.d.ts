@@ -219,10 +219,12 @@ export interface paths {
         get: operations["list_hosts"];
         put?: never;
         /**
-         * Register a runner's host (the operator token, as for a runner's
-         *     workers). The answer carries the host's own token, once; registering
-         *     the same id again (a runner that restarted with its data directory)
-         *     keeps the host and replaces its token.
+         * Register a runner's host. The answer carries the host's own token, once.
+         *     A new host: an admin, or a caller presenting the host enrollment token.
+         *     The same id again (a runner that restarted with its data directory):
+         *     with the host's current token (`host_token`), which keeps the host and
+         *     replaces its token; or an admin's `replace`, which also closes the
+         *     host's link.
          */
         post: operations["register_host"];
         delete?: never;
@@ -1891,8 +1893,11 @@ export interface components {
              *     - `git_failed`: A git command failed.
              *     - `git_timeout`: A git command took too long.
              *     - `headers_too_large`: The request headers are larger than the server accepts.
+             *     - `host_enrollment_required`: Registering a new host needs an admin, or the server's host enrollment token.
+             *     - `host_exists`: The host id is registered already: re-registering needs the host's current token, or an admin's replace.
              *     - `host_failed`: The host could not answer the request (its error was not one of the API's).
              *     - `host_kind_conflict`: The host id belongs to a host of the other kind (a server node or a runner).
+             *     - `host_link_taken`: The host already has a live link; a second one is refused rather than replacing it.
              *     - `host_not_allowed`: The request's Host is not a name this server is known by.
              *     - `host_not_found`: No host has that id.
              *     - `host_offline`: The host has no link to this server now: its runner is stopped, unreachable or connected to another node.
@@ -1986,6 +1991,7 @@ export interface components {
              *     - `provider_unavailable`: The sign-in provider could not be reached.
              *     - `refused`: The server refused the request.
              *     - `request_timeout`: The request did not arrive in time.
+             *     - `reserved_user_name`: The user name is one the audit trail uses for the server itself (system, timeout, run_ended, operator, ...) or holds a colon.
              *     - `resource_archived`: The resource is archived.
              *     - `resource_busy`: Another conversation of the resource is processing.
              *     - `resource_has_no_agent`: The resource names no agent.
@@ -2039,7 +2045,7 @@ export interface components {
              *     - `wrong_agent`: The task is for another agent.
              * @enum {string}
              */
-            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "csrf_token_invalid" | "database_not_found" | "database_unavailable" | "diff_too_large" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_failed" | "host_kind_conflict" | "host_not_allowed" | "host_not_found" | "host_offline" | "host_timeout" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_agents" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_host_id" | "invalid_host_name" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_runs" | "invalid_session_id" | "invalid_sessions_root" | "invalid_since" | "invalid_size" | "invalid_slots" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_wait_ms" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "login_failed" | "login_name_taken" | "login_not_allowed" | "login_state_mismatch" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_host" | "not_your_run" | "not_your_worker" | "oidc_not_configured" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "provider_error" | "provider_unavailable" | "refused" | "request_timeout" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "csrf_token_invalid" | "database_not_found" | "database_unavailable" | "diff_too_large" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_enrollment_required" | "host_exists" | "host_failed" | "host_kind_conflict" | "host_link_taken" | "host_not_allowed" | "host_not_found" | "host_offline" | "host_timeout" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_agents" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_host_id" | "invalid_host_name" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_runs" | "invalid_session_id" | "invalid_sessions_root" | "invalid_since" | "invalid_size" | "invalid_slots" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_wait_ms" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "login_failed" | "login_name_taken" | "login_not_allowed" | "login_state_mismatch" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_host" | "not_your_run" | "not_your_worker" | "oidc_not_configured" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "provider_error" | "provider_unavailable" | "refused" | "request_timeout" | "reserved_user_name" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -2570,12 +2576,28 @@ export interface components {
             /** @description The agents it runs. */
             agents?: string[];
             /**
+             * @description A new host registered by a non-admin: the server's
+             *     `host_enrollment_token`.
+             */
+            enrollment_token?: string | null;
+            /**
+             * @description Registering an `id` that is already a host's: the token that host
+             *     was last given, proving this is the same runner come back.
+             */
+            host_token?: string | null;
+            /**
              * @description The id it had before (kept in its data directory); a new one is
              *     made when absent.
              */
             id?: string | null;
             /** @description A name for people (the machine's host name, say); the id when absent. */
             name?: string | null;
+            /**
+             * @description Admins only: take over an existing host without its token (its
+             *     runner moved, or lost its data directory). The host's current link
+             *     is closed and its old token stops working.
+             */
+            replace?: boolean;
             /** @description Where its sessions may live (absolute); absent: it hosts none. */
             sessions_root?: string | null;
             /**
@@ -5088,7 +5110,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
+            /** @description host_enrollment_required: a new host needs an admin or the enrollment token; forbidden: replace is for admins */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5106,7 +5128,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description host_kind_conflict: the id is a server node's */
+            /** @description host_kind_conflict: the id is a server node's; host_exists: the id is registered and no current host token (nor an admin's replace) came with it */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5266,6 +5288,15 @@ export interface operations {
             };
             /** @description host_not_found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_link_taken: the host has a live link (it answered a ping); a second one is refused */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -117,7 +117,7 @@ pub async fn serve(g: &Global, listen: Option<&str>) -> Result<()> {
     crate::server::run(config, listener, crate::server::shutdown_signal()).await
 }
 
-pub async fn runner(g: &Global, data_dir: Option<PathBuf>) -> Result<()> {
+pub async fn runner(g: &Global, data_dir: Option<PathBuf>, replace_host: bool) -> Result<()> {
     let config = load_config(g)?;
     init_tracing(&config);
     if config.agents.is_empty() && config.sessions_root.is_none() {
@@ -139,6 +139,8 @@ in shepherd.toml, or set sessions_root (SHEPHERD_SESSIONS_ROOT) to host sessions
     rc.host = shepherd_runner::HostMode::Register(shepherd_runner::host::HostSetup {
         name: rc.name.clone(),
         sessions_root: config.sessions_root.clone(),
+        enrollment_token: config.host_enrollment_token.clone(),
+        replace: replace_host,
     });
     let stop = tokio_util::sync::CancellationToken::new();
     let signal_stop = stop.clone();

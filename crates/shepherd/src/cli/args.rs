@@ -287,6 +287,11 @@ pub enum Command {
         /// Where process-group records and step spools live (default: SHEPHERD_DATA_DIR).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Take over this data directory's host id although another runner
+        /// registered it (needs an admin's token): that runner's link is
+        /// closed and its host token stops working.
+        #[arg(long)]
+        replace_host: bool,
     },
     /// Create, list, inspect, cancel and watch tasks.
     Task {

@@ -33,6 +33,29 @@ pub struct HostDeclaration {
     pub slots: Option<i64>,
 }
 
+/// What entitles a registration to its host id, judged against the stored
+/// host in the same unit of work (so two registrations of one id cannot both
+/// pass a check made before either wrote).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostClaim {
+    /// The caller may make a host that does not exist yet (an admin, or
+    /// someone holding the enrollment token).
+    pub may_create: bool,
+    /// The token the host was last given: the same runner come back.
+    pub current_token: Option<String>,
+    /// An admin takes the host over without its token.
+    pub replace: bool,
+}
+
+/// How a registration went: the host, its new token, and whether it
+/// existed before (its old token, and any link opened with it, are void).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostRegistration {
+    pub host: Host,
+    pub token: String,
+    pub existed: bool,
+}
+
 const HOST_COLUMNS: &str = "h.id, h.name, h.kind, h.address, h.sessions_root, h.agents, h.slots, \
     h.registered_at, h.last_seen_at, \
     (SELECT COUNT(*) FROM sessions s WHERE s.node_id = h.id), \
@@ -166,7 +189,8 @@ pub async fn register_runner<D: Db>(
     db: &mut D,
     now: Millis,
     decl: HostDeclaration,
-) -> Result<(Host, String), Error> {
+    claim: HostClaim,
+) -> Result<HostRegistration, Error> {
     check(&decl)?;
     let existing = get(db, &decl.id).await?;
     if existing
@@ -177,6 +201,49 @@ pub async fn register_runner<D: Db>(
             "host_kind_conflict",
             format!(
                 "host {:?} is a server node; a runner needs an id of its own",
+                decl.id
+            ),
+        ));
+    }
+    if existing.is_some() && !claim.replace {
+        // Whoever registers an existing id is given the host's token, and
+        // with it the host's link and terminals: only the host itself (its
+        // current token) or an admin's explicit replace may.
+        let stored = db
+            .query_opt(
+                "SELECT token_hash FROM hosts WHERE id = $1",
+                params![&decl.id],
+            )
+            .await?
+            .map(|r| r.opt_string(0))
+            .transpose()?
+            .flatten();
+        let proven = match (&claim.current_token, &stored) {
+            (Some(t), Some(h)) => shepherd_core::token::digests_equal(&hash_token(t), h),
+            _ => false,
+        };
+        if !proven {
+            let why = if claim.current_token.is_some() {
+                "the host token given is not its current one"
+            } else {
+                "no host token was given"
+            };
+            return Err(Error::conflict(
+                "host_exists",
+                format!(
+                    "host {:?} is already registered and {why}: a runner coming back presents its \
+                     current host token; an admin can take the host over with replace",
+                    decl.id
+                ),
+            ));
+        }
+    }
+    if existing.is_none() && !claim.may_create {
+        return Err(Error::forbidden(
+            "host_enrollment_required",
+            format!(
+                "host {:?} is new: only an admin registers a new host, or a runner that \
+                 presents the server's host enrollment token",
                 decl.id
             ),
         ));
@@ -216,7 +283,11 @@ pub async fn register_runner<D: Db>(
             },
         ),
     );
-    Ok((host, token))
+    Ok(HostRegistration {
+        host,
+        token,
+        existed: existing.is_some(),
+    })
 }
 
 /// Records that a host is still there.

@@ -90,12 +90,16 @@ pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
-    if name == crate::actor::SYSTEM {
-        // Events written by the server's own loops name `system` as their
-        // actor; a person of that name would be indistinguishable.
+    if shepherd_core::actor_names::reserved(name) {
+        // The audit trail names the server's own changes and answers with
+        // these; a person of such a name would be indistinguishable.
         return Err(Error::invalid(
-            "invalid_user_name",
-            "the name \"system\" is reserved for the server's own changes",
+            "reserved_user_name",
+            format!(
+                "the name {name:?} is reserved: the audit trail uses it for the server's own \
+                 changes and answers (reserved: {}, and any name with a colon)",
+                shepherd_core::actor_names::RESERVED.join(", ")
+            ),
         ));
     }
     if ok {
