@@ -66,7 +66,7 @@ fn delivery_to_wire(a: WebhookAttempt, show_error: bool) -> WebhookDelivery {
 /// the secret is shown in this answer only.
 #[utoipa::path(post, path = "/api/v1/webhooks", tag = "webhooks", request_body = CreateWebhook, responses(
     (status = 201, body = CreatedWebhook),
-    (status = 403, description = "forbidden (allow_private without the admin role)", body = ErrorBody),
+    (status = 403, description = "origin_not_allowed, operator_only, forbidden (a user whose role is below the route's, or allow_private without the admin role)", body = ErrorBody),
     (status = 422, description = "invalid_webhook_url, invalid_webhook_events, invalid_webhook_secret, invalid_webhook_format", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
