@@ -240,7 +240,18 @@ async fn identify_credential(
     let caller = match (token, &state.settings.auth_token) {
         // A server with single sign-on has people to tell apart: nobody is
         // the operator by default there, token or no token.
-        (None, None) if state.oidc.is_none() => Caller::Operator,
+        (None, None) if state.oidc.is_none() => {
+            if is_webhook_delivery(headers) {
+                return Err(Error::forbidden(
+                    "webhook_request_refused",
+                    "this looks like a webhook delivery (Standard Webhooks headers or the \
+                     Shepherd-Webhooks user agent); a server without a token does not take \
+                     it for the operator",
+                )
+                .into());
+            }
+            Caller::Operator
+        }
         (None, None) => return Err(unauthorized("sign in first (/auth/login) or send a token")),
         (None, Some(_)) => {
             return Err(unauthorized(
@@ -271,6 +282,29 @@ async fn identify_credential(
         },
     };
     Ok((caller, None, secret))
+}
+
+/// Whether a request looks like a webhook delivery: it carries one of the
+/// Standard Webhooks headers every delivery carries, or Shepherd's delivery
+/// User-Agent.
+///
+/// A server without a token takes any request from loopback for the
+/// operator, and a webhook aimed at the server's own routes (by an
+/// operator, or by anyone who can subscribe one) would then act as the
+/// operator with whatever the log puts in its body. A delivery always
+/// carries these headers and never a token, and no client of the API sends
+/// them, so refusing on them is simple and cannot be dodged by the URL (a
+/// name that resolves to the server, another port, a proxy on the way).
+/// The address rule of deliveries (no loopback without `allow_private`)
+/// keeps them away too; this holds even when an admin allowed loopback.
+pub fn is_webhook_delivery(headers: &HeaderMap) -> bool {
+    ["webhook-id", "webhook-signature", "webhook-timestamp"]
+        .iter()
+        .any(|h| headers.contains_key(*h))
+        || headers
+            .get(axum::http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ua| ua.starts_with("Shepherd-Webhooks/"))
 }
 
 /// Refuses a cookie-authenticated request that changes something without

@@ -5,12 +5,15 @@
 //!
 //! Operator only: a subscription decides where the log's contents (tool
 //! inputs, prompts) are sent, so neither a worker nor an agent may make one.
+//! Letting deliveries reach loopback and private addresses
+//! (`allow_private`) and reading why a delivery failed are the admin's.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
+use shepherd_core::role::Role;
 use shepherd_core::time::to_rfc3339;
 use shepherd_core::webhook_events::{validate_events, DEFAULT_EVENTS};
 use shepherd_core::webhook_signature::WebhookSecret;
@@ -35,19 +38,24 @@ pub fn to_wire(row: &WebhookRow) -> Webhook {
         format: row.format.clone(),
         state: row.state.clone(),
         source: row.source.clone(),
+        allow_private: row.allow_private,
         cursor: row.cursor_seq,
         created_at: to_rfc3339(row.created_at),
     }
 }
 
-fn delivery_to_wire(a: WebhookAttempt) -> WebhookDelivery {
+/// An attempt as listed; `error` only for admins: what a failed connection
+/// says ("connection refused", "no answer within …") tells which addresses
+/// and ports answer from the server's side, a port scanner for whoever can
+/// point a webhook somewhere and read the result.
+fn delivery_to_wire(a: WebhookAttempt, show_error: bool) -> WebhookDelivery {
     WebhookDelivery {
         seq: a.seq,
         kind: a.event_type,
         attempt: a.attempt,
         outcome: a.outcome,
         http_status: a.http_status,
-        error: a.error,
+        error: a.error.filter(|_| show_error),
         started_at: to_rfc3339(a.started_at),
         finished_at: to_rfc3339(a.finished_at),
         next_attempt_at: a.next_attempt_at.map(to_rfc3339),
@@ -58,6 +66,7 @@ fn delivery_to_wire(a: WebhookAttempt) -> WebhookDelivery {
 /// the secret is shown in this answer only.
 #[utoipa::path(post, path = "/api/v1/webhooks", tag = "webhooks", request_body = CreateWebhook, responses(
     (status = 201, body = CreatedWebhook),
+    (status = 403, description = "origin_not_allowed, operator_only, forbidden (a user whose role is below the route's, or allow_private without the admin role)", body = ErrorBody),
     (status = 422, description = "invalid_webhook_url, invalid_webhook_events, invalid_webhook_secret, invalid_webhook_format", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
@@ -66,6 +75,14 @@ pub async fn create(
 ) -> ApiResult<impl IntoResponse> {
     caller.require_operator()?;
     validate_url(&body.url)?;
+    // Reaching the server's own machine and network is the admin's call.
+    if body.allow_private && caller.role() != Some(Role::Admin) {
+        return Err(Error::forbidden(
+            "forbidden",
+            "allow_private (deliveries to loopback and private addresses) needs the admin role",
+        )
+        .into());
+    }
     let events = body
         .events
         .unwrap_or_else(|| DEFAULT_EVENTS.iter().map(|e| (*e).to_owned()).collect());
@@ -85,6 +102,7 @@ pub async fn create(
             secret: secret.clone(),
             format,
             source: "api".into(),
+            allow_private: body.allow_private,
         })
         .await?;
     tracing::info!(webhook = %row.id, url = %row.url, "webhook subscribed");
@@ -157,8 +175,12 @@ pub async fn deliveries(
         return Err(Error::bad_request("invalid_limit", "limit must be between 1 and 500").into());
     }
     let attempts = state.store.webhook_deliveries(&id, limit).await?;
+    let admin = caller.role() == Some(Role::Admin);
     Ok(Json(WebhookDeliveryList {
-        deliveries: attempts.into_iter().map(delivery_to_wire).collect(),
+        deliveries: attempts
+            .into_iter()
+            .map(|a| delivery_to_wire(a, admin))
+            .collect(),
     }))
 }
 

@@ -277,6 +277,10 @@ pub struct WebhookConfig {
     /// `standard` (default) or `slack`.
     #[serde(default)]
     pub format: Option<String>,
+    /// Deliveries may go to loopback and private addresses (never to
+    /// link-local or unspecified ones).
+    #[serde(default)]
+    pub allow_private: bool,
 }
 
 /// How hard SQLite tries to survive power loss (`sqlite_sync`); the store's

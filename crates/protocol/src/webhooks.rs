@@ -21,6 +21,12 @@ pub struct CreateWebhook {
     /// `standard` (default) or `slack`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
+    /// Whether deliveries may go to loopback and private addresses (a
+    /// receiver on the server's machine or its private network); admins
+    /// only. Link-local and unspecified addresses are refused whatever this
+    /// says. Default false.
+    #[serde(default)]
+    pub allow_private: bool,
 }
 
 /// A subscription as listed: never its secret.
@@ -35,6 +41,9 @@ pub struct Webhook {
     pub state: String,
     /// `api`, or `config` for subscriptions from `shepherd.toml` (not deletable through the API).
     pub source: String,
+    /// Whether deliveries may go to loopback and private addresses.
+    #[serde(default)]
+    pub allow_private: bool,
     /// The last event sequence number delivered or given up.
     pub cursor: i64,
     /// RFC 3339.
@@ -70,6 +79,8 @@ pub struct WebhookDelivery {
     pub outcome: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<i64>,
+    /// What went wrong; shown to admins only (to others it would say
+    /// which addresses and ports answer, from where the server is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// RFC 3339.

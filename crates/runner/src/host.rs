@@ -12,6 +12,7 @@
 //! connector client as its workers, so a host behind NAT, with no port open
 //! to anyone, is a host like any other.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -67,7 +68,16 @@ pub fn keep_token(data_dir: &Path, token: &str) -> Result<(), String> {
 /// The host's id: the one kept in the data directory, or a new one, kept.
 pub fn host_id(data_dir: &Path) -> Result<String, String> {
     let path = data_dir.join("runner").join("host-id");
-    if let Ok(text) = std::fs::read_to_string(&path) {
+    // Never through a link: the data directory's files are read as they are.
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .and_then(|mut f| {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut f, &mut s).map(|_| s)
+        });
+    if let Ok(text) = read {
         let id = text.trim();
         if !id.is_empty() {
             return Ok(id.to_owned());

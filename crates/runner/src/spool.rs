@@ -15,6 +15,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -70,6 +71,9 @@ impl Spool {
             .truncate(true)
             .read(true)
             .write(true)
+            // A link in the data directory is never followed (its steps
+            // would be read from, or written over, a file elsewhere).
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)?;
         Ok(Spool {
             path,
@@ -98,6 +102,9 @@ impl Spool {
             .truncate(false)
             .read(true)
             .write(true)
+            // A link in the data directory is never followed (its steps
+            // would be read from, or written over, a file elsewhere).
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)?;
         let mut offsets = Vec::new();
         let mut end = 0u64;

@@ -7,10 +7,16 @@
 //! next offset after a restart is the last segment's name plus its length:
 //! no database write per chunk of output. The oldest segments are deleted
 //! once a worker's files pass their cap.
+//!
+//! What is read back is served to every client of the terminal, so a link
+//! in the directory (planted, or restored from a crafted backup) is never
+//! followed: only regular files count as segments, and each is opened with
+//! `O_NOFOLLOW`; a worker directory that is itself a link is refused.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Sizes of a worker's history.
@@ -54,9 +60,19 @@ fn segment_path(dir: &Path, start: u64) -> PathBuf {
 impl Segments {
     fn open(dir: &Path) -> std::io::Result<Segments> {
         std::fs::create_dir_all(dir)?;
+        if std::fs::symlink_metadata(dir)?.file_type().is_symlink() {
+            return Err(std::io::Error::other(format!(
+                "{} is a symbolic link, not a directory of scrollback segments",
+                dir.display()
+            )));
+        }
         let mut list = Vec::new();
         for e in std::fs::read_dir(dir)? {
             let e = e?;
+            // The entry's own type (a link is not a file): never followed.
+            if !e.file_type()?.is_file() {
+                continue;
+            }
             let name = e.file_name();
             let Some(start) = name
                 .to_str()
@@ -92,7 +108,10 @@ impl Segments {
             if s.start + s.len <= from {
                 continue;
             }
-            let mut f = File::open(segment_path(&self.dir, s.start))?;
+            let mut f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(segment_path(&self.dir, s.start))?;
             let skip = from.saturating_sub(s.start);
             f.seek(SeekFrom::Start(skip))?;
             first.get_or_insert(s.start + skip);
@@ -120,6 +139,7 @@ impl Segments {
                 OpenOptions::new()
                     .create(true)
                     .append(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                     .open(segment_path(&self.dir, start))?,
             );
             self.trim(limits);
@@ -255,5 +275,26 @@ mod tests {
         // The cap, plus the segment being written (which may pass its size by one push).
         assert!(on_disk <= 20 + 8 + 5, "disk use {on_disk} exceeds the cap");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_link_among_the_segments_is_not_followed() {
+        let root =
+            std::env::temp_dir().join(format!("shepherd-scrollback-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("wk_1");
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = root.join("secret");
+        std::fs::write(&secret, b"private").unwrap();
+        // Where the first segment of a worker's history would be.
+        std::os::unix::fs::symlink(&secret, segment_path(&dir, 0)).unwrap();
+        let s = Scrollback::open(&dir, small()).unwrap();
+        assert_eq!(s.end(), 0);
+        assert_eq!(s.range(0, u64::MAX), b"");
+        // A worker directory that is a link is refused, not read.
+        let linked = root.join("wk_2");
+        std::os::unix::fs::symlink(&dir, &linked).unwrap();
+        assert!(Scrollback::open(&linked, small()).is_err());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -6,8 +6,12 @@
 //! (finding 7 of issue 35). So the server-side verbs create what they
 //! create under the umask `077` (directories `0700`, files `0600`), set
 //! before any thread starts, and `serve` and `runner` take group and other
-//! permissions away from what an older version left behind (the directory
-//! and Shepherd's own entries in it), saying so in the log.
+//! permissions (and setuid, setgid and sticky bits) away from what an older
+//! version, a restore or anyone else left behind: the directory and every
+//! entry in it, known to Shepherd or not (the agents' checkouts in
+//! `worktrees` keep their modes), saying so in the log. Symbolic links are
+//! never followed, counted and reported instead: nothing in the data
+//! directory is meant to be one.
 //!
 //! The agents and terminals Shepherd starts get the umask the process was
 //! started with back ([`inherited_umask`]): what they create is the user's
@@ -44,45 +48,32 @@ pub struct Tightened {
     pub files: usize,
     /// Entries whose mode could not be read or changed.
     pub failed: usize,
+    /// Symbolic links found (left alone, never followed).
+    pub links: usize,
 }
 
-/// What Shepherd keeps in its data directory: the only entries [`tighten`]
-/// touches (with everything under the directories), so that a data
-/// directory set to one that holds other things (`.`, a home directory)
-/// does not have those changed.
-const OWN_FILES: &[&str] = &[
-    "shepherd.db",
-    "shepherd.db-wal",
-    "shepherd.db-shm",
-    "node-id",
-];
-const OWN_DIRS: &[&str] = &["runner", "sessions"];
 /// The agents' checkouts: the directory is made private, which closes them
 /// to others as well; what is in them (the user's work) keeps its modes.
 const WORKTREES: &str = "worktrees";
 
-/// Takes group and other permissions away from the data directory and
-/// what Shepherd keeps in it, and from a SQLite database kept elsewhere
-/// (with its `-wal` and `-shm`; not its directory, which is not
+/// Takes group and other permissions (and special bits) away from the data
+/// directory and everything in it, and from a SQLite database kept
+/// elsewhere (with its `-wal` and `-shm`; not its directory, which is not
 /// Shepherd's). Symbolic links are never followed.
 pub fn tighten(data_dir: &Path, database: Option<&Path>) -> Tightened {
     let mut t = Tightened::default();
     if data_dir.exists() && private(data_dir, true, &mut t) {
-        for name in OWN_FILES {
-            let p = data_dir.join(name);
-            if p.exists() {
-                private(&p, false, &mut t);
+        match std::fs::read_dir(data_dir) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    if entry.file_name() == WORKTREES {
+                        private(&entry.path(), true, &mut t);
+                    } else {
+                        one(&entry, &mut t);
+                    }
+                }
             }
-        }
-        for name in OWN_DIRS {
-            let p = data_dir.join(name);
-            if p.exists() {
-                walk(&p, &mut t);
-            }
-        }
-        let p = data_dir.join(WORKTREES);
-        if p.exists() {
-            private(&p, true, &mut t);
+            Err(_) => t.failed += 1,
         }
     }
     if let Some(db) = database.filter(|db| !db.starts_with(data_dir)) {
@@ -98,6 +89,20 @@ pub fn tighten(data_dir: &Path, database: Option<&Path>) -> Tightened {
     t
 }
 
+/// One entry, by its own type (a symbolic link is neither a file nor a
+/// directory: counted, not followed). Sockets and pipes are left alone.
+fn one(entry: &std::fs::DirEntry, t: &mut Tightened) {
+    match entry.file_type() {
+        Ok(ft) if ft.is_dir() => walk(&entry.path(), t),
+        Ok(ft) if ft.is_file() => {
+            private(&entry.path(), false, t);
+        }
+        Ok(ft) if ft.is_symlink() => t.links += 1,
+        Ok(_) => {}
+        Err(_) => t.failed += 1,
+    }
+}
+
 fn walk(dir: &Path, t: &mut Tightened) {
     if !private(dir, true, t) {
         return;
@@ -107,18 +112,11 @@ fn walk(dir: &Path, t: &mut Tightened) {
         return;
     };
     for entry in entries.flatten() {
-        // The entry's own type: a symbolic link is neither, and is skipped.
-        match entry.file_type() {
-            Ok(ft) if ft.is_dir() => walk(&entry.path(), t),
-            Ok(ft) if ft.is_file() => {
-                private(&entry.path(), false, t);
-            }
-            _ => {}
-        }
+        one(&entry, t);
     }
 }
 
-/// Removes group and other bits from one directory or regular file, through
+/// Removes group, other and special bits from one directory or regular file, through
 /// a descriptor opened without following a link (so a link put in its place
 /// meanwhile changes nothing elsewhere). False if it is not what was
 /// expected or cannot be opened.
@@ -139,8 +137,8 @@ fn private(path: &Path, dir: bool, t: &mut Tightened) -> bool {
         return false;
     }
     let mode = meta.permissions().mode() & 0o7777;
-    if mode & PRIVATE_UMASK != 0 {
-        match f.set_permissions(std::fs::Permissions::from_mode(mode & !PRIVATE_UMASK)) {
+    if mode & !0o700 != 0 {
+        match f.set_permissions(std::fs::Permissions::from_mode(mode & 0o700)) {
             Ok(()) if dir => t.dirs += 1,
             Ok(()) => t.files += 1,
             Err(_) => t.failed += 1,
@@ -165,6 +163,13 @@ pub fn tighten_and_log(data_dir: &Path, database: Option<&Path>) {
             data_dir = %data_dir.display(),
             entries = t.failed,
             "some entries of the data directory could not be made private; check their owner and mode"
+        );
+    }
+    if t.links > 0 {
+        tracing::warn!(
+            data_dir = %data_dir.display(),
+            links = t.links,
+            "the data directory holds symbolic links: Shepherd never follows them (what they lead to is neither served nor changed); remove them"
         );
     }
 }
@@ -204,7 +209,11 @@ mod tests {
             (data.join("worktrees/T-1/src/lib.rs"), 0o644),
             (root.join("elsewhere/secret"), 0o644),
             (data.join("notes.txt"), 0o644),
+            (data.join("restored/setuid"), 0o4777),
         ] {
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent).unwrap();
+            }
             std::fs::write(&p, "x").unwrap();
             set(&p, m);
         }
@@ -215,6 +224,7 @@ mod tests {
             &seg,
             &data.join("worktrees"),
             &data.join("worktrees/T-1"),
+            &data.join("restored"),
         ] {
             set(d, 0o755);
         }
@@ -224,9 +234,10 @@ mod tests {
         assert_eq!(
             t,
             Tightened {
-                dirs: 5,
-                files: 2,
-                failed: 0
+                dirs: 6,
+                files: 4,
+                failed: 0,
+                links: 1,
             }
         );
         assert_eq!(mode(&data), 0o700);
@@ -239,10 +250,20 @@ mod tests {
         assert_eq!(mode(&data.join("worktrees/T-1")), 0o755);
         assert_eq!(mode(&data.join("worktrees/T-1/src/lib.rs")), 0o644);
         assert_eq!(mode(&root.join("elsewhere/secret")), 0o644);
-        // What is not Shepherd's is left as it is.
-        assert_eq!(mode(&data.join("notes.txt")), 0o644);
-        // A second pass has nothing to do.
-        assert_eq!(tighten(&data, None), Tightened::default());
+        // Entries Shepherd does not know are made private too, special
+        // bits taken away.
+        assert_eq!(mode(&data.join("notes.txt")), 0o600);
+        assert_eq!(mode(&data.join("restored")), 0o700);
+        let special = std::fs::metadata(data.join("restored/setuid")).unwrap();
+        assert_eq!(special.permissions().mode() & 0o7777, 0o700);
+        // A second pass has nothing to do (the link is counted again).
+        assert_eq!(
+            tighten(&data, None),
+            Tightened {
+                links: 1,
+                ..Tightened::default()
+            }
+        );
         // A database outside the data directory: the file, not its directory.
         let db = root.join("elsewhere/app.db");
         std::fs::write(&db, "x").unwrap();

@@ -2,6 +2,7 @@
 //! session manager built from the configuration, and what the node says
 //! about itself in the host list.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -17,7 +18,16 @@ pub fn node_id(config: &Config) -> std::io::Result<String> {
         return Ok(id.clone());
     }
     let path = config.data_dir.join("node-id");
-    if let Ok(id) = std::fs::read_to_string(&path) {
+    // Never through a link: the data directory's files are read as they are.
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .and_then(|mut f| {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut f, &mut s).map(|_| s)
+        });
+    if let Ok(id) = read {
         let id = id.trim();
         if !id.is_empty() {
             return Ok(id.to_owned());

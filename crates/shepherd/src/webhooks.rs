@@ -14,6 +14,15 @@
 //! An endpoint that is down, slow or failing holds up only its own
 //! subscription, whose next attempt waits with exponential backoff.
 //!
+//! Only where it was meant to go: every address a delivery would connect
+//! to passes [`refused_address`] (no loopback or private address unless
+//! the subscription says `allow_private`, never a link-local or unspecified
+//! one). A host name is resolved by [`CheckedResolver`], which hands the
+//! HTTP client the checked addresses only, so the connection goes to what
+//! was checked, with no second lookup a DNS answer could change in between;
+//! an address in the URL is checked before the request. No proxy is used
+//! (it would connect for us, to addresses we never saw).
+//!
 //! Several nodes on one PostgreSQL database: a node leases the
 //! subscriptions it delivers; every write of an attempt is fenced by that
 //! lease, and a dead node's lease lapses after [`lease_ms`].
@@ -29,6 +38,7 @@ use shepherd_core::webhook_events::{
     delivered_name, slack_body, standard_body, RUN_FAILED, TASK_FINISHED,
 };
 use shepherd_core::webhook_signature::{message_id, WebhookSecret};
+use shepherd_core::webhook_target::refused_address;
 use shepherd_store::{NewWebhook, Store, WebhookAttempt, WebhookRow};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -100,32 +110,107 @@ fn from_config(w: &WebhookConfig) -> NewWebhook {
             .unwrap_or_else(shepherd_store::new_webhook_secret),
         format: w.format.clone().unwrap_or_else(|| "standard".into()),
         source: "config".into(),
+        allow_private: w.allow_private,
     }
+}
+
+/// The User-Agent of every delivery. The API refuses requests that carry
+/// it (or a delivery's signature headers) where they would otherwise be
+/// the operator's: see `shepherd_api::auth`.
+pub const USER_AGENT: &str = concat!("Shepherd-Webhooks/", env!("CARGO_PKG_VERSION"));
+
+/// Resolves a delivery's host name and keeps only the addresses it may
+/// connect to; the HTTP client connects to what this returns and nothing
+/// else.
+struct CheckedResolver {
+    allow_private: bool,
+}
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allow_private = self.allow_private;
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let found: Vec<std::net::SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let mut refused = None;
+            let allowed: Vec<std::net::SocketAddr> = found
+                .into_iter()
+                .filter(|a| match refused_address(a.ip(), allow_private) {
+                    None => true,
+                    Some(why) => {
+                        refused.get_or_insert((a.ip(), why));
+                        false
+                    }
+                })
+                .collect();
+            match (allowed.is_empty(), refused) {
+                (true, Some((ip, why))) => {
+                    Err(refusal(&format!("{host} resolves to {ip}"), why, allow_private).into())
+                }
+                (true, None) => Err(format!("{host} resolves to no address").into()),
+                (false, _) => Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs),
+            }
+        })
+    }
+}
+
+/// Why a delivery did not connect to an address.
+fn refusal(what: &str, why: &str, allow_private: bool) -> String {
+    if allow_private {
+        format!("refused: {what}, {why}, which webhooks never reach")
+    } else {
+        format!(
+            "refused: {what}, {why}; webhooks reach loopback and private addresses only with allow_private = true, link-local ones never"
+        )
+    }
+}
+
+/// The address a delivery URL names literally (`http://127.0.0.1/`, in any
+/// of the spellings the URL parser reads as one), which the client connects
+/// to without asking the resolver.
+fn literal_address(url: &str) -> Option<std::net::IpAddr> {
+    let url = reqwest::Url::parse(url).ok()?;
+    let host = url.host_str()?;
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
+fn client(tuning: &Tuning, allow_private: bool) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        // A redirect could point a delivery anywhere; a receiver that
+        // moved must be subscribed again at its new URL.
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .dns_resolver(Arc::new(CheckedResolver { allow_private }))
+        .timeout(tuning.timeout)
+        .connect_timeout(tuning.timeout.min(Duration::from_secs(5)))
+        .user_agent(USER_AGENT)
+        .build()
+        .map_err(|e| format!("webhook HTTP client: {e}"))
 }
 
 /// The delivery loop of one node.
 pub struct Delivery {
     store: Store,
     node: String,
+    /// Connects to public addresses only.
     http: reqwest::Client,
+    /// For `allow_private` subscriptions: loopback and private addresses too
+    /// (a client of its own, so that no pooled connection crosses over).
+    http_private: reqwest::Client,
     tuning: Tuning,
 }
 
 impl Delivery {
     pub fn new(store: Store, node: String, tuning: Tuning) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
-            // A redirect could point a delivery anywhere; a receiver that
-            // moved must be subscribed again at its new URL.
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(tuning.timeout)
-            .connect_timeout(tuning.timeout.min(Duration::from_secs(5)))
-            .user_agent(concat!("Shepherd-Webhooks/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("webhook HTTP client: {e}"))?;
         Ok(Delivery {
             store,
             node,
-            http,
+            http: client(&tuning, false)?,
+            http_private: client(&tuning, true)?,
             tuning,
         })
     }
@@ -314,16 +399,34 @@ impl Delivery {
         let id = message_id(&sub.id, event.seq);
         let started = self.store.now();
         let timestamp = started / 1000;
-        let sent = self
-            .http
-            .post(&sub.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header("webhook-id", &id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", secret.sign(&id, timestamp, &body))
-            .body(body)
-            .send()
-            .await;
+        let refused = literal_address(&sub.url).and_then(|ip| {
+            refused_address(ip, sub.allow_private)
+                .map(|why| refusal(&ip.to_string(), why, sub.allow_private))
+        });
+        let http = if sub.allow_private {
+            &self.http_private
+        } else {
+            &self.http
+        };
+        let sent = match refused {
+            Some(why) => Err(why),
+            None => http
+                .post(&sub.url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header("webhook-id", &id)
+                .header("webhook-timestamp", timestamp.to_string())
+                .header("webhook-signature", secret.sign(&id, timestamp, &body))
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| match e {
+                    e if e.is_timeout() => {
+                        format!("no answer within {} ms", self.tuning.timeout.as_millis())
+                    }
+                    e if e.is_connect() => format!("cannot connect: {}", root_cause(&e)),
+                    e => root_cause(&e),
+                }),
+        };
         let finished = self.store.now();
         let (status, error) = match sent {
             Ok(answer) if answer.status().is_success() => {
@@ -333,15 +436,7 @@ impl Delivery {
                 Some(answer.status().as_u16() as i64),
                 Some(format!("the receiver answered {}", answer.status())),
             ),
-            Err(e) if e.is_timeout() => (
-                None,
-                Some(format!(
-                    "no answer within {} ms",
-                    self.tuning.timeout.as_millis()
-                )),
-            ),
-            Err(e) if e.is_connect() => (None, Some(format!("cannot connect: {}", root_cause(&e)))),
-            Err(e) => (None, Some(root_cause(&e))),
+            Err(e) => (None, Some(e)),
         };
         let attempt = sub.attempts + 1;
         let (outcome, next_attempt_at) = match &error {

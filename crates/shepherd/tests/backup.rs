@@ -4,10 +4,15 @@
 //! (so cursors from before the backup still resume); restore refuses a
 //! non-empty directory without `--force`; on PostgreSQL the database goes
 //! through `pg_dump`/`pg_restore` and the files through `--files-only`.
+//! A crafted or damaged archive (links, devices, paths outside, special
+//! modes, wrong checksums or format) is refused before the target is
+//! touched, and what is restored is private (files 0600, directories 0700).
 
 mod common;
 
 use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -174,6 +179,12 @@ async fn a_backup_taken_while_serving_restores_everything_and_cursors_resume() {
         ],
     );
     assert!(ok, "{out}{err}");
+    // Everything restored is private: files 0600 (0700 if executable),
+    // directories 0700.
+    for (path, mode, body) in snapshot(&target) {
+        let want = if body.is_some() { 0o600 } else { 0o700 };
+        assert!(mode == want || mode == 0o700, "{path}: {mode:o}");
+    }
     restored.set("SHEPHERD_DATA_DIR", &target.display().to_string());
     let s = Server::spawn(&restored).await;
     // Every task from before the backup, as it was.
@@ -483,11 +494,333 @@ fn restore_never_writes_outside_the_data_directory_through_links_in_the_archive(
             env.dir.join("restored-h2").to_str().unwrap(),
         ],
     );
-    assert!(!ok && err.contains("neither a file"), "{err}");
+    assert!(!ok && err.contains("is a hard link"), "{err}");
+}
+
+/// Every entry under `dir`: its path, mode and (for a file) its bytes; a
+/// link shows as mode 0 with what it points to.
+fn snapshot(dir: &Path) -> Vec<(String, u32, Option<Vec<u8>>)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, u32, Option<Vec<u8>>)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.is_symlink() {
+                let to = std::fs::read_link(&path).unwrap();
+                out.push((rel, 0, Some(to.into_os_string().into_encoded_bytes())));
+            } else if meta.is_dir() {
+                out.push((rel, mode, None));
+                walk(root, &path, out);
+            } else {
+                out.push((rel, mode, Some(std::fs::read(&path).unwrap())));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// One raw entry of a crafted archive: any name (`..` and absolute ones
+/// too, written straight into the header), any type and mode.
+struct Raw {
+    name: &'static str,
+    kind: tar::EntryType,
+    mode: u32,
+    body: &'static [u8],
+    link: Option<&'static str>,
+}
+
+fn raw(name: &'static str, body: &'static [u8]) -> Raw {
+    Raw {
+        name,
+        kind: tar::EntryType::Regular,
+        mode: 0o600,
+        body,
+        link: None,
+    }
+}
+
+/// What the crafted archive's checksum list says.
+#[derive(Clone, Copy, PartialEq)]
+enum Sums {
+    /// The right checksums.
+    Right,
+    /// A file's checksum is wrong.
+    WrongFile,
+    /// The manifest's checksum is wrong.
+    WrongManifest,
+    /// No checksum list at all.
+    Missing,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// An archive in the layout `shepherd backup` writes (format `format`),
+/// with `entries` as an attacker or a damaged disk could make them.
+fn crafted(path: &Path, format: u32, entries: &[Raw], sums: Sums) {
+    let gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    let mut tar = tar::Builder::new(gz);
+    let manifest = serde_json::to_vec(&json!({
+        "format": format, "shepherd_version": "0.0.0", "created_at": "2026-01-01T00:00:00Z",
+        "database": "postgres", "database_file": null,
+    }))
+    .unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_size(manifest.len() as u64);
+    h.set_mode(0o600);
+    tar.append_data(&mut h, "shepherd-backup.json", manifest.as_slice())
+        .unwrap();
+    let mut files = serde_json::Map::new();
+    for e in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(e.kind);
+        h.set_size(e.body.len() as u64);
+        h.set_mode(e.mode);
+        let name = &mut h.as_old_mut().name;
+        name.fill(0);
+        name[..e.name.len()].copy_from_slice(e.name.as_bytes());
+        if let Some(to) = e.link {
+            h.set_link_name(to).unwrap();
+        }
+        if matches!(e.kind, tar::EntryType::Char) {
+            h.set_device_major(1).unwrap();
+            h.set_device_minor(3).unwrap();
+        }
+        h.set_cksum();
+        tar.append(&h, e.body).unwrap();
+        if e.kind == tar::EntryType::Regular {
+            let mut sum = sha256_hex(e.body);
+            if sums == Sums::WrongFile {
+                sum = sha256_hex(b"something else");
+            }
+            files.insert(e.name.into(), sum.into());
+        }
+    }
+    if sums != Sums::Missing {
+        let manifest_sum = match sums {
+            Sums::WrongManifest => sha256_hex(b"another manifest"),
+            _ => sha256_hex(&manifest),
+        };
+        let list =
+            serde_json::to_vec(&json!({ "manifest": manifest_sum, "files": files })).unwrap();
+        let mut h = tar::Header::new_gnu();
+        h.set_size(list.len() as u64);
+        h.set_mode(0o600);
+        tar.append_data(&mut h, "shepherd-backup.sha256.json", list.as_slice())
+            .unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap();
 }
 
 #[test]
-fn restore_keeps_links_that_stay_inside() {
+fn a_crafted_or_damaged_archive_is_refused_and_the_old_data_is_left_whole() {
+    let env = Env::new(Kind::Sqlite);
+    let target = env.dir.join("data");
+    let old_seg = target.join("sessions/ses_1/wk_1");
+    std::fs::create_dir_all(&old_seg).unwrap();
+    std::fs::write(target.join("shepherd.db"), b"the old database").unwrap();
+    std::fs::write(old_seg.join("00000000000000000000.seg"), b"old history").unwrap();
+    std::fs::write(target.join("node-id"), b"node-old").unwrap();
+    let before = snapshot(&target);
+    let seg = "data/sessions/ses_1/wk_1/00000000000000000000.seg";
+    let dir = |name| Raw {
+        name,
+        kind: tar::EntryType::Directory,
+        mode: 0o755,
+        body: b"",
+        link: None,
+    };
+    let special = |kind, link| Raw {
+        name: seg,
+        kind,
+        mode: 0o600,
+        body: b"",
+        link,
+    };
+    let cases: Vec<(&str, u32, Vec<Raw>, Sums)> = vec![
+        // Format 1 (no checksums) is still read, with every other check.
+        (
+            "is a symbolic link",
+            1,
+            vec![special(tar::EntryType::Symlink, Some("/etc/passwd"))],
+            Sums::Missing,
+        ),
+        (
+            "is a symbolic link",
+            2,
+            vec![
+                dir("data/sessions"),
+                special(tar::EntryType::Symlink, Some("/etc/passwd")),
+            ],
+            Sums::Right,
+        ),
+        (
+            "is a hard link",
+            2,
+            vec![special(tar::EntryType::Link, Some("/etc/passwd"))],
+            Sums::Right,
+        ),
+        (
+            "is a device",
+            2,
+            vec![special(tar::EntryType::Char, None)],
+            Sums::Right,
+        ),
+        (
+            "is a named pipe",
+            2,
+            vec![special(tar::EntryType::Fifo, None)],
+            Sums::Right,
+        ),
+        (
+            "outside the data directory",
+            2,
+            vec![raw("data/ok", b"fine"), raw("data/../escape", b"out")],
+            Sums::Right,
+        ),
+        (
+            "outside the data directory",
+            2,
+            vec![raw("/tmp/shepherd-restore-absolute", b"out")],
+            Sums::Right,
+        ),
+        (
+            "outside the data directory",
+            2,
+            vec![raw("elsewhere/x", b"out")],
+            Sums::Right,
+        ),
+        (
+            "setuid",
+            2,
+            vec![Raw {
+                mode: 0o4777,
+                ..raw("data/runner/tool", b"#!/bin/sh\n")
+            }],
+            Sums::Right,
+        ),
+        (
+            "does not match its checksum",
+            2,
+            vec![raw("data/node-id", b"node-new")],
+            Sums::WrongFile,
+        ),
+        (
+            "the manifest does not match its checksum",
+            2,
+            vec![raw("data/node-id", b"node-new")],
+            Sums::WrongManifest,
+        ),
+        (
+            "no checksum list",
+            2,
+            vec![raw("data/node-id", b"node-new")],
+            Sums::Missing,
+        ),
+        (
+            "format 99",
+            99,
+            vec![raw("data/node-id", b"node-new")],
+            Sums::Right,
+        ),
+        (
+            "appears twice",
+            2,
+            vec![raw("data/node-id", b"one"), raw("data/node-id", b"two")],
+            Sums::Right,
+        ),
+    ];
+    for (i, (want, format, entries, sums)) in cases.iter().enumerate() {
+        let archive = env.dir.join(format!("crafted-{i}.tar.gz"));
+        crafted(&archive, *format, entries, *sums);
+        let (ok, out, err) = shepherd(
+            &env,
+            &[
+                "restore",
+                archive.to_str().unwrap(),
+                "--data-dir",
+                target.to_str().unwrap(),
+                "--force",
+            ],
+        );
+        assert!(!ok, "{want}: restored\n{out}");
+        assert!(
+            err.contains(want) && err.contains("nothing was restored"),
+            "{want}: {err}"
+        );
+        assert_eq!(snapshot(&target), before, "{want}: the old data changed");
+    }
+    assert!(!Path::new("/tmp/shepherd-restore-absolute").exists());
+    assert!(!env.dir.join("escape").exists());
+
+    // A good archive replaces the old data, private whatever its modes said
+    // (only the owner's execute bit is kept: 0777 becomes 0700).
+    let archive = env.dir.join("good.tar.gz");
+    crafted(
+        &archive,
+        2,
+        &[
+            dir("data/sessions"),
+            Raw {
+                mode: 0o666,
+                ..raw(seg, b"new history")
+            },
+            Raw {
+                mode: 0o644,
+                ..raw("data/node-id", b"node-new")
+            },
+            Raw {
+                mode: 0o777,
+                ..raw("data/runner/tool", b"#!/bin/sh\n")
+            },
+        ],
+        Sums::Right,
+    );
+    let (ok, out, err) = shepherd(
+        &env,
+        &[
+            "restore",
+            archive.to_str().unwrap(),
+            "--data-dir",
+            target.to_str().unwrap(),
+            "--force",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let body = |b: &[u8]| Some(b.to_vec());
+    assert_eq!(
+        snapshot(&target),
+        vec![
+            ("node-id".into(), 0o600, body(b"node-new")),
+            ("runner".into(), 0o700, None),
+            ("runner/tool".into(), 0o700, body(b"#!/bin/sh\n")),
+            ("sessions".into(), 0o700, None),
+            ("sessions/ses_1".into(), 0o700, None),
+            ("sessions/ses_1/wk_1".into(), 0o700, None),
+            (
+                "sessions/ses_1/wk_1/00000000000000000000.seg".into(),
+                0o600,
+                body(b"new history")
+            ),
+        ]
+    );
+    let root = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+    assert_eq!(root & 0o077, 0, "{root:o}");
+}
+
+#[test]
+fn restore_refuses_links_even_inside() {
     let env = Env::new(Kind::Sqlite);
     let archive = env.dir.join("links.tar.gz");
     crafted_backup(
@@ -508,10 +841,7 @@ fn restore_keeps_links_that_stay_inside() {
             target.to_str().unwrap(),
         ],
     );
-    assert!(ok, "{out}{err}");
-    assert!(target.join("l").is_symlink());
-    assert_eq!(
-        std::fs::read_to_string(target.join("l/f")).unwrap(),
-        "inside"
-    );
+    assert!(!ok, "{out}");
+    assert!(err.contains("data/l is a symbolic link"), "{err}");
+    assert!(is_empty_dir(&target));
 }

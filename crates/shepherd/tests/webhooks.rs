@@ -4,7 +4,10 @@
 //! the server, giving up after the retry window and recovering, the
 //! configuration file's `[[webhooks]]`, and a `kill -9` of the server that
 //! loses nothing. Signatures are checked with the third-party verifier in
-//! `scripts/test.d/webhooks.sh`, not here.
+//! `scripts/test.d/webhooks.sh`, not here. The receivers listen on
+//! loopback, which a subscription reaches only with `allow_private`; the
+//! address rule itself (loopback, a name resolving to it, link-local, the
+//! server's own routes) and who reads delivery errors are tested last.
 
 mod common;
 
@@ -119,7 +122,12 @@ fn quick_env(kind: Kind) -> Env {
     env
 }
 
-async fn subscribe(s: &Server, body: Value) -> p::CreatedWebhook {
+/// Subscribes (on a server without a token). The receivers here listen on
+/// 127.0.0.1, so `allow_private` is true unless the body says otherwise.
+async fn subscribe(s: &Server, mut body: Value) -> p::CreatedWebhook {
+    if body.get("allow_private").is_none() {
+        body["allow_private"] = json!(true);
+    }
     let (st, made) = s.post("/api/v1/webhooks", None, body).await;
     assert_eq!(st, 201, "{made}");
     serde_json::from_value(made).unwrap()
@@ -503,15 +511,15 @@ async fn the_configuration_files_webhooks() {
     let url = receiver.start().await;
     let mut env = quick_env(Kind::Sqlite);
     env.with_config_file(&format!(
-        "[[webhooks]]\nurl = \"{url}\"\nevents = [\"task.created\"]\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n"
+        "[[webhooks]]\nurl = \"{url}\"\nevents = [\"task.created\"]\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nallow_private = true\n"
     ));
     let s = Server::start(&env).await;
     let (_, list): (u16, p::WebhookList) = s.get_as("/api/v1/webhooks", None).await;
     assert_eq!(list.webhooks.len(), 1);
     let hook = &list.webhooks[0];
     assert_eq!(
-        (hook.source.as_str(), hook.url.as_str()),
-        ("config", url.as_str())
+        (hook.source.as_str(), hook.url.as_str(), hook.allow_private),
+        ("config", url.as_str(), true)
     );
     let (st, b) = s
         .call(
@@ -611,7 +619,17 @@ async fn the_cli_manages_webhooks() {
     let s = Server::start(&env).await;
     let receiver = Receiver::default();
     let url = receiver.start().await;
-    let (ok, out, err) = cli(&s, &["webhooks", "add", &url, "--event", "task.created"]);
+    let (ok, out, err) = cli(
+        &s,
+        &[
+            "webhooks",
+            "add",
+            &url,
+            "--event",
+            "task.created",
+            "--allow-private",
+        ],
+    );
     assert!(ok, "{out}{err}");
     let id = out.split_whitespace().next().unwrap().to_owned();
     assert!(id.starts_with("wh_"), "{out}");
@@ -649,5 +667,196 @@ async fn the_cli_manages_webhooks() {
     let (ok, out, _) = cli(&s, &["webhooks", "list"]);
     assert!(ok);
     assert!(out.contains("no webhooks"), "{out}");
+    s.stop().await;
+}
+
+/// The newest attempt at one subscription that has an error, as an admin
+/// (here: the server without a token) reads it.
+async fn first_error(s: &Server, id: &str) -> p::WebhookDelivery {
+    wait_for("a failed attempt", WAIT, || async {
+        deliveries(s, id)
+            .await
+            .into_iter()
+            .find(|d| d.error.is_some())
+    })
+    .await
+}
+
+// Deliveries connect to checked addresses only: loopback (by address or
+// by a name that resolves to it) needs `allow_private`, link-local (the
+// cloud metadata address) is refused even with it, and no connection is
+// made to a refused one. The server's own routes refuse its deliveries
+// even with `allow_private`: on a server without a token they would act
+// as the operator.
+e2e!(deliveries_reach_only_allowed_addresses, |kind| async move {
+    let env = quick_env(kind);
+    let s = Server::start(&env).await;
+    let receiver = Receiver::default();
+    let url = receiver.start().await;
+    let port = url.split(':').nth(2).unwrap().split('/').next().unwrap();
+    let by_address = subscribe(
+        &s,
+        json!({ "url": url, "events": ["task.created"], "allow_private": false }),
+    )
+    .await;
+    assert!(!by_address.webhook.allow_private);
+    let by_name = subscribe(
+        &s,
+        json!({ "url": format!("http://localhost:{port}/hook"), "events": ["task.created"], "allow_private": false }),
+    )
+    .await;
+    let metadata = subscribe(
+        &s,
+        json!({ "url": "http://169.254.169.254/latest/meta-data/", "events": ["task.created"], "allow_private": true }),
+    )
+    .await;
+    let victim = "VICTIM-1";
+    create_task(&s, victim).await;
+    // Aimed at the server's own route, allowed to reach loopback: without
+    // the rule the delivery reaches the handler as the operator.
+    let own = subscribe(
+        &s,
+        json!({ "url": format!("{}/api/v1/tasks/{victim}/cancel", s.base), "events": ["task.created"], "allow_private": true }),
+    )
+    .await;
+    create_task(&s, "TRIGGER-1").await;
+
+    let refused = first_error(&s, &by_address.webhook.id).await;
+    let error = refused.error.unwrap();
+    assert!(
+        error.contains("127.0.0.1")
+            && error.contains("loopback")
+            && error.contains("allow_private"),
+        "{error}"
+    );
+    assert_eq!(refused.http_status, None);
+    let refused = first_error(&s, &by_name.webhook.id).await;
+    let error = refused.error.unwrap();
+    assert!(
+        error.contains("localhost resolves to") && error.contains("loopback"),
+        "{error}"
+    );
+    let refused = first_error(&s, &metadata.webhook.id).await;
+    let error = refused.error.unwrap();
+    assert!(
+        error.contains("169.254.169.254") && error.contains("link-local"),
+        "{error}"
+    );
+    let own_attempt = first_error(&s, &own.webhook.id).await;
+    assert_eq!(own_attempt.http_status, Some(403), "{own_attempt:?}");
+    let (_, task) = s.get(&format!("/api/v1/tasks/{victim}"), None).await;
+    assert_ne!(task["state"], "cancelled", "{task}");
+    // No connection reached the receiver.
+    assert!(receiver.all().is_empty(), "{:?}", receiver.all());
+    // The same rule for any client that sends a delivery's headers.
+    for (name, value) in [
+        ("webhook-id", "msg_x"),
+        ("user-agent", "Shepherd-Webhooks/0.1.0"),
+    ] {
+        let res = reqwest::Client::new()
+            .get(format!("{}/api/v1/tasks", s.base))
+            .header(name, value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 403, "{name}");
+        let body: Value = res.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "webhook_request_refused", "{body}");
+    }
+    s.stop().await;
+});
+
+/// Why a delivery failed says which addresses and ports answer from the
+/// server's side: admins read it, viewers and operators see the outcome
+/// only. Only an admin lets a subscription reach private addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_errors_are_for_admins() {
+    use common::OPERATOR;
+    let mut env = quick_env(Kind::Sqlite);
+    env.set("SHEPHERD_TOKEN", OPERATOR);
+    let s = Server::start(&env).await;
+    let mut tokens = Vec::new();
+    for (name, role) in [("vera", "viewer"), ("otto", "operator")] {
+        let (st, b) = s
+            .post(
+                "/api/v1/users",
+                Some(OPERATOR),
+                json!({ "name": name, "role": role }),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+        let (st, t) = s
+            .post(
+                "/api/v1/tokens",
+                Some(OPERATOR),
+                json!({ "name": "t", "user": name }),
+            )
+            .await;
+        assert_eq!(st, 201, "{t}");
+        tokens.push(t["token"].as_str().unwrap().to_owned());
+    }
+    let dead = format!("http://127.0.0.1:{}/hook", common::free_port());
+    let (st, made) = s
+        .post(
+            "/api/v1/webhooks",
+            Some(OPERATOR),
+            json!({ "url": dead, "events": ["task.created"], "allow_private": true }),
+        )
+        .await;
+    assert_eq!(st, 201, "{made}");
+    let id = made["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/v1/webhooks/{id}/deliveries");
+    let (st, b) = s
+        .post(
+            "/api/v1/tasks",
+            Some(OPERATOR),
+            common::task("E-1", "simple"),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let admin_view = wait_for("a failed attempt", WAIT, || async {
+        let (_, list): (u16, p::WebhookDeliveryList) = s.get_as(&path, Some(OPERATOR)).await;
+        list.deliveries.into_iter().find(|d| d.error.is_some())
+    })
+    .await;
+    assert!(
+        admin_view
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("cannot connect"),
+        "{admin_view:?}"
+    );
+    for token in &tokens {
+        let (st, list): (u16, p::WebhookDeliveryList) = s.get_as(&path, Some(token)).await;
+        assert_eq!(st, 200);
+        assert!(!list.deliveries.is_empty());
+        assert!(
+            list.deliveries.iter().all(|d| d.error.is_none()),
+            "{:?}",
+            list.deliveries
+        );
+    }
+    // An operator may subscribe, but not to private addresses.
+    let (st, b) = s
+        .post(
+            "/api/v1/webhooks",
+            Some(&tokens[1]),
+            json!({ "url": dead, "allow_private": true }),
+        )
+        .await;
+    assert_eq!(
+        (st, b["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{b}"
+    );
+    let (st, b) = s
+        .post(
+            "/api/v1/webhooks",
+            Some(&tokens[1]),
+            json!({ "url": "https://hooks.example.com/x" }),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
     s.stop().await;
 }

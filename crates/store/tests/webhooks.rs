@@ -19,6 +19,7 @@ fn new(id: &str, source: &str) -> NewWebhook {
         secret: "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".into(),
         format: "standard".into(),
         source: source.into(),
+        allow_private: false,
     }
 }
 

@@ -196,6 +196,7 @@ error_codes! {
     "validator_is_builder" => "The worker that built the task may not validate it.",
     "webhook_from_config" => "The webhook comes from shepherd.toml; remove it there, not through the API.",
     "webhook_not_found" => "No webhook has that id.",
+    "webhook_request_refused" => "A server without a token refuses requests that carry a webhook delivery's headers: its own deliveries never act as the operator.",
     "websocket_required" => "The route needs a WebSocket upgrade.",
     "worker_at_capacity" => "The worker holds as many claims as it may.",
     "worker_not_found" => "No worker has that id.",

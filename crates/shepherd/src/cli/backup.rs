@@ -2,19 +2,35 @@
 //! server's state, made while it runs, straight from the configured
 //! database and data directory (like `prune`, not through the server).
 //!
-//! The archive holds a manifest (`shepherd-backup.json`), the SQLite
+//! The archive holds a manifest (`shepherd-backup.json`, first), the SQLite
 //! database as SQLite's online backup API copied it (`database/…`: one
-//! committed state, whatever the server was writing), and every file of
-//! the data directory beside it (`data/…`: terminals' scrollback, the
-//! runner's spool and run directories, the node id). On PostgreSQL the
-//! database is backed up with `pg_dump`, and `--files-only` archives the
-//! data directory alone.
+//! committed state, whatever the server was writing), every regular file and
+//! directory of the data directory beside it (`data/…`: terminals'
+//! scrollback, the runner's spool and run directories, the node id), and
+//! last the SHA-256 of the manifest and of every file
+//! (`shepherd-backup.sha256.json`). On PostgreSQL the database is backed up
+//! with `pg_dump`, and `--files-only` archives the data directory alone.
+//!
+//! An archive is input from outside: a restore of a crafted one must not
+//! become a way to plant a link the server then follows, a setuid file, or
+//! a file outside the target. So a backup holds only regular files and
+//! directories (symbolic links are left out), and `restore` reads the whole
+//! archive once before it writes anything, refusing every other kind of
+//! entry, any path outside `data/` and `database/`, special mode bits, and
+//! a damaged or foreign archive (format, checksums); it then unpacks into a
+//! new directory inside the target, files `0600` (`0700` when the archive
+//! marks them executable) and directories `0700`, and swaps that in only
+//! once all of it is written: a restore that fails leaves the old data as
+//! it was.
 
-use std::fs::File;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use shepherd_store::DatabaseUrl;
 
 use super::admin::{human_bytes, load_config, progress};
@@ -36,8 +52,88 @@ struct Manifest {
     database_file: Option<PathBuf>,
 }
 
+/// The archive's last entry (from format 2): what its content must hash to,
+/// so that a damaged archive is refused before anything is replaced.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Checksums {
+    /// SHA-256 (hex) of the manifest entry's bytes.
+    manifest: String,
+    /// SHA-256 (hex) of every regular file, by its name in the archive.
+    files: BTreeMap<String, String>,
+}
+
 const MANIFEST: &str = "shepherd-backup.json";
-const FORMAT: u32 = 1;
+const CHECKSUMS: &str = "shepherd-backup.sha256.json";
+/// Format 2 added [`Checksums`] and holds no symbolic links; format 1
+/// archives (no checksums) are still restored, with every other check.
+const FORMAT: u32 = 2;
+const OLDEST_FORMAT: u32 = 1;
+/// Inside the target during a restore: the archive unpacked, then (while
+/// they are swapped) what the target held before.
+const STAGING: &str = ".shepherd-restore-new";
+const REPLACED: &str = ".shepherd-restore-old";
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A reader that hashes what passes through it.
+struct Hashing<R> {
+    inner: R,
+    hash: Sha256,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// Appends one regular file with the given name and mode, returning the
+/// SHA-256 of what was written. Exactly the size read from the open file
+/// is written (zeros make up for a file that shrank meanwhile; what it
+/// grew by is left out), so the entry's header never lies about its size.
+fn append_file<W: Write>(
+    tar: &mut tar::Builder<W>,
+    name: &Path,
+    file: File,
+    meta: &std::fs::Metadata,
+) -> std::io::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let size = meta.len();
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_size(size);
+    // Only the owner's execute bit says anything worth keeping.
+    header.set_mode(if meta.permissions().mode() & 0o100 != 0 {
+        0o700
+    } else {
+        0o600
+    });
+    header.set_mtime(
+        meta.modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    );
+    let mut reader = Hashing {
+        inner: file.take(size).chain(std::io::repeat(0)).take(size),
+        hash: Sha256::new(),
+    };
+    tar.append_data(&mut header, name, &mut reader)?;
+    Ok(hex(&reader.hash.finalize()))
+}
+
+/// Opens a file of the data directory for reading without following a link.
+fn open_nofollow(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+}
 
 /// Whether `path` is the database or one of SQLite's files beside it.
 fn is_database_file(path: &Path, db: Option<&Path>) -> bool {
@@ -50,8 +146,9 @@ fn is_database_file(path: &Path, db: Option<&Path>) -> bool {
             .any(|s| name == format!("{db}{s}"))
 }
 
-/// Every file, directory and symbolic link under `root`, parents first.
-fn walk(root: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+/// Every regular file and directory under `root`, parents first, and how
+/// many symbolic links were left out.
+fn walk(root: &Path, out: &mut Vec<PathBuf>, links: &mut usize) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(root)?.collect::<std::io::Result<_>>()?;
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
@@ -59,9 +156,13 @@ fn walk(root: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         let kind = e.file_type()?;
         if kind.is_dir() {
             out.push(path.clone());
-            walk(&path, out)?;
-        } else if kind.is_file() || kind.is_symlink() {
+            walk(&path, out, links)?;
+        } else if kind.is_file() {
             out.push(path);
+        } else if kind.is_symlink() {
+            // Never restored (a link in the data directory could lead the
+            // server anywhere), so not archived either.
+            *links += 1;
         }
         // Sockets and pipes (a live terminal's) are not data.
     }
@@ -117,6 +218,10 @@ the README), and the data directory with `shepherd backup --files-only FILE`"
     let mut tar = tar::Builder::new(gz);
     tar.follow_symlinks(false);
     let text = serde_json::to_vec_pretty(&manifest)?;
+    let mut sums = Checksums {
+        manifest: hex(&Sha256::digest(&text)),
+        files: BTreeMap::new(),
+    };
     let mut header = tar::Header::new_gnu();
     header.set_size(text.len() as u64);
     header.set_mode(0o600);
@@ -136,13 +241,18 @@ the README), and the data directory with `shepherd backup --files-only FILE`"
             let _ = std::fs::remove_file(&partial);
             return Err(e.into());
         }
-        db_bytes = std::fs::metadata(&copy)?.len();
-        tar.append_path_with_name(&copy, Path::new("database").join(name))?;
+        let f = File::open(&copy)?;
+        let meta = f.metadata()?;
+        db_bytes = meta.len();
+        let entry = Path::new("database").join(name);
+        let sum = append_file(&mut tar, &entry, f, &meta)?;
+        sums.files.insert(entry.display().to_string(), sum);
         std::fs::remove_file(&copy)?;
     }
 
     let mut paths = Vec::new();
-    walk(&data_dir, &mut paths)?;
+    let mut links = 0;
+    walk(&data_dir, &mut paths, &mut links)?;
     let bar = progress("archiving the data directory".into(), true);
     let (mut files, mut bytes) = (0u64, 0u64);
     for path in &paths {
@@ -151,77 +261,70 @@ the README), and the data directory with `shepherd backup --files-only FILE`"
         }
         let rel = path.strip_prefix(&data_dir).expect("walked under it");
         let name = Path::new("data").join(rel);
-        let meta = std::fs::symlink_metadata(path)?;
+        // A file that went away while the archive was made (a run that
+        // ended) is simply not in it; one replaced by a link is not
+        // followed.
+        let opened = open_nofollow(path).and_then(|f| f.metadata().map(|m| (f, m)));
+        let (f, meta) = match opened {
+            Ok(x) => x,
+            Err(e) if std::fs::symlink_metadata(path).is_err() => {
+                tracing::debug!(error = %e, "gone while archiving");
+                continue;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                links += 1;
+                continue;
+            }
+            Err(e) => return Err(format!("{}: {e}", path.display()).into()),
+        };
         if meta.is_dir() {
-            tar.append_dir(&name, path)?;
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Directory);
+            h.set_size(0);
+            h.set_mode(0o700);
+            tar.append_data(&mut h, &name, std::io::empty())?;
             continue;
         }
-        // A file that went away while the archive was made (a run that
-        // ended) is simply not in it.
-        match tar.append_path_with_name(path, &name) {
-            Ok(()) => {
-                files += 1;
-                bytes += meta.len();
-            }
-            Err(e) if !path.exists() => tracing::debug!(error = %e, "gone while archiving"),
-            Err(e) => return Err(format!("{}: {e}", path.display()).into()),
+        if !meta.is_file() {
+            continue;
         }
+        let sum = append_file(&mut tar, &name, f, &meta)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        sums.files.insert(name.display().to_string(), sum);
+        files += 1;
+        bytes += meta.len();
         bar.set_message(format!("archiving the data directory: {files} files"));
     }
     bar.finish_and_clear();
+    let text = serde_json::to_vec_pretty(&sums)?;
+    let mut header = tar::Header::new_gnu();
+    header.set_size(text.len() as u64);
+    header.set_mode(0o600);
+    header.set_mtime(shepherd_store::now_ms() as u64 / 1000);
+    tar.append_data(&mut header, CHECKSUMS, text.as_slice())?;
     let mut gz = tar.into_inner()?;
     gz.flush()?;
     gz.finish()?.sync_all()?;
     std::fs::rename(&partial, &out_path)?;
+    let links_note = match links {
+        0 => String::new(),
+        n => format!(" ({n} symbolic links left out: a backup holds files and directories only)"),
+    };
     match &manifest.database_file {
         Some(_) => println!(
-            "backed up the database ({}) and {files} files ({}) of {} to {}",
+            "backed up the database ({}) and {files} files ({}) of {} to {}{links_note}",
             human_bytes(db_bytes as i64),
             human_bytes(bytes as i64),
             data_dir.display(),
             out_path.display()
         ),
         None => println!(
-            "backed up {files} files ({}) of {} to {} (files only: back up the database with pg_dump)",
+            "backed up {files} files ({}) of {} to {} (files only: back up the database with pg_dump){links_note}",
             human_bytes(bytes as i64),
             data_dir.display(),
             out_path.display()
         ),
     }
-    Ok(())
-}
-
-/// Where an archive entry goes under `data_dir`: entries live under `data/`
-/// (the data directory) or `database/` (the SQLite file).
-fn restore_target(file: &Path, path: &Path, data_dir: &Path) -> Result<PathBuf> {
-    entry_path(path, "data")
-        .or_else(|| entry_path(path, "database"))
-        .map(|rel| data_dir.join(rel))
-        .ok_or_else(|| format!("{}: unexpected entry {}", file.display(), path.display()).into())
-}
-
-/// Creates `target`'s parent directories and makes sure they resolve under
-/// `root` (the canonical data directory), whatever links lie on the way.
-fn create_parent_inside(target: &Path, root: &Path, file: &Path) -> Result<()> {
-    let Some(parent) = target.parent() else {
-        return Ok(());
-    };
-    // Checked before anything is created: the deepest part of the path that
-    // exists decides where the new directories would land.
-    let existing = parent
-        .ancestors()
-        .find(|a| a.symlink_metadata().is_ok())
-        .unwrap_or(Path::new("/"));
-    if !existing.canonicalize()?.starts_with(root) {
-        return Err(format!(
-            "{}: {} would be written outside {}",
-            file.display(),
-            target.display(),
-            root.display()
-        )
-        .into());
-    }
-    std::fs::create_dir_all(parent)?;
     Ok(())
 }
 
@@ -234,91 +337,351 @@ fn entry_path(path: &Path, top: &str) -> Option<PathBuf> {
         .then(|| rel.to_owned())
 }
 
-pub fn restore(file: &Path, data_dir: &Path, force: bool) -> Result<()> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(File::open(file)?));
-    archive.set_preserve_permissions(true);
-    let mut entries = archive.entries()?;
-    let manifest: Manifest = match entries.next() {
-        Some(first) => {
-            let mut first = first?;
-            if first.path()?.as_ref() != Path::new(MANIFEST) {
-                return Err(format!("{} is not a shepherd backup", file.display()).into());
-            }
-            let mut text = String::new();
-            first.read_to_string(&mut text)?;
-            serde_json::from_str(&text)
-                .map_err(|e| format!("{}: unreadable manifest: {e}", file.display()))?
-        }
-        None => return Err(format!("{} is empty", file.display()).into()),
+/// What an entry becomes: a directory, or a file with the mode it gets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    File(u32),
+}
+
+/// What a checked archive holds.
+struct Checked {
+    manifest: Manifest,
+    files: u64,
+}
+
+/// Reads the archive through, checking every entry and (from format 2)
+/// every checksum, and writes its files and directories under `into` when
+/// given. Without `into` nothing is written anywhere: that is the check a
+/// restore makes before it touches the target.
+fn read_archive(file: &Path, into: Option<&Path>) -> Result<Checked> {
+    let refuse = |what: String| -> crate::server::anyhow_like::Error {
+        format!("{}: {what}; nothing was restored", file.display()).into()
     };
-    if manifest.format != FORMAT {
-        return Err(format!(
-            "{} is a backup of format {}; this shepherd reads format {FORMAT}",
-            file.display(),
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(File::open(file)?));
+    let mut entries = archive
+        .entries()
+        .map_err(|e| refuse(format!("not a shepherd backup ({e})")))?;
+    let (manifest, manifest_sum): (Manifest, String) = match entries.next() {
+        Some(first) => {
+            let mut first = first.map_err(|e| refuse(format!("not a shepherd backup ({e})")))?;
+            if first.path()?.as_ref() != Path::new(MANIFEST) {
+                return Err(refuse("not a shepherd backup (no manifest)".into()));
+            }
+            let mut text = Vec::new();
+            first.read_to_end(&mut text)?;
+            let manifest = serde_json::from_slice(&text)
+                .map_err(|e| refuse(format!("unreadable manifest: {e}")))?;
+            (manifest, hex(&Sha256::digest(&text)))
+        }
+        None => return Err(refuse("empty".into())),
+    };
+    if !(OLDEST_FORMAT..=FORMAT).contains(&manifest.format) {
+        return Err(refuse(format!(
+            "a backup of format {}; this shepherd reads formats {OLDEST_FORMAT} to {FORMAT}",
             manifest.format
+        )));
+    }
+    if !matches!(manifest.database.as_str(), "sqlite" | "postgres") {
+        return Err(refuse(format!(
+            "the manifest names an unknown database {:?}",
+            manifest.database
+        )));
+    }
+    let db_entry = match &manifest.database_file {
+        Some(db) => {
+            let ok = !db.as_os_str().is_empty()
+                && db.components().all(|c| matches!(c, Component::Normal(_)));
+            if !ok {
+                return Err(refuse(format!(
+                    "the manifest puts the database at {}, outside the data directory",
+                    db.display()
+                )));
+            }
+            Some(Path::new("database").join(db))
+        }
+        None => None,
+    };
+    // Every name unpacked so far, relative to the target, and whether it
+    // is a directory: a name twice, a file below a file, are refused.
+    let mut seen: HashMap<PathBuf, bool> = HashMap::new();
+    let mut sums: BTreeMap<String, String> = BTreeMap::new();
+    let mut listed: Option<Checksums> = None;
+    let mut files = 0u64;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| refuse(format!("damaged ({e})")))?;
+        let path = entry
+            .path()
+            .map_err(|e| refuse(format!("damaged ({e})")))?
+            .into_owned();
+        let shown = path.display().to_string();
+        if listed.is_some() {
+            return Err(refuse(format!(
+                "{shown} comes after the checksum list (damaged or not made by shepherd backup)"
+            )));
+        }
+        let header = entry.header();
+        let kind = match header.entry_type() {
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                let mode = header
+                    .mode()
+                    .map_err(|e| refuse(format!("{shown}: unreadable mode ({e})")))?;
+                if mode & 0o7000 != 0 {
+                    return Err(refuse(format!(
+                        "{shown} has mode {mode:04o}: a backup holds no setuid, setgid or sticky bits"
+                    )));
+                }
+                Kind::File(if mode & 0o100 != 0 { 0o700 } else { 0o600 })
+            }
+            tar::EntryType::Directory => Kind::Dir,
+            other => {
+                let what = match other {
+                    tar::EntryType::Symlink => "a symbolic link",
+                    tar::EntryType::Link => "a hard link",
+                    tar::EntryType::Char | tar::EntryType::Block => "a device",
+                    tar::EntryType::Fifo => "a named pipe",
+                    _ => "an entry of an unknown type",
+                };
+                return Err(refuse(format!(
+                    "{shown} is {what}: a backup holds only regular files and directories"
+                )));
+            }
+        };
+        if manifest.format >= 2 && kind != Kind::Dir && path == Path::new(CHECKSUMS) {
+            let mut text = Vec::new();
+            entry.read_to_end(&mut text)?;
+            listed = Some(
+                serde_json::from_slice(&text)
+                    .map_err(|e| refuse(format!("unreadable checksum list: {e}")))?,
+            );
+            continue;
+        }
+        let rel = entry_path(&path, "data")
+            .or_else(|| entry_path(&path, "database"))
+            .ok_or_else(|| {
+                refuse(format!(
+                    "{shown} is outside the data directory (entries are data/… and database/…)"
+                ))
+            })?;
+        // Every directory above it must be (or become) a directory.
+        for parent in rel.ancestors().skip(1) {
+            if parent.as_os_str().is_empty() {
+                break;
+            }
+            if *seen.entry(parent.to_owned()).or_insert(true) {
+                continue;
+            }
+            return Err(refuse(format!("{shown} is below a file of the same name")));
+        }
+        match (seen.get(&rel), kind) {
+            (None, _) | (Some(true), Kind::Dir) => {}
+            _ => return Err(refuse(format!("{shown} appears twice"))),
+        }
+        let target = into.map(|root| root.join(&rel));
+        match kind {
+            Kind::Dir => {
+                seen.insert(rel, true);
+                if let Some(target) = target {
+                    DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(&target)
+                        .map_err(|e| format!("{}: {e}", target.display()))?;
+                }
+            }
+            Kind::File(mode) => {
+                if rel.as_os_str().is_empty() {
+                    return Err(refuse(format!("{shown} is a file in place of a directory")));
+                }
+                seen.insert(rel, false);
+                let mut hashing = Hashing {
+                    inner: &mut entry,
+                    hash: Sha256::new(),
+                };
+                let copied = match &target {
+                    Some(target) => {
+                        if let Some(parent) = target.parent() {
+                            DirBuilder::new()
+                                .recursive(true)
+                                .mode(0o700)
+                                .create(parent)?;
+                        }
+                        // A new file, never a link followed: the staging
+                        // directory holds only what this loop made.
+                        let mut out = OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .mode(mode)
+                            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                            .open(target)
+                            .map_err(|e| format!("{}: {e}", target.display()))?;
+                        std::io::copy(&mut hashing, &mut out)
+                            .and_then(|_| out.sync_all())
+                            .map_err(|e| format!("{}: {e}", target.display()))
+                    }
+                    None => std::io::copy(&mut hashing, &mut std::io::sink())
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
+                };
+                copied.map_err(|e| refuse(format!("{shown}: {e}")))?;
+                sums.insert(shown, hex(&hashing.hash.finalize()));
+                files += 1;
+            }
+        }
+    }
+    if let Some(db) = &db_entry {
+        if !seen.contains_key(&entry_path(db, "database").expect("checked above")) {
+            return Err(refuse(format!(
+                "the manifest names the database {} but the archive does not hold it",
+                db.display()
+            )));
+        }
+    }
+    if manifest.format >= 2 {
+        let listed = listed.ok_or_else(|| {
+            refuse("no checksum list at its end (cut short, or not made by shepherd backup)".into())
+        })?;
+        if listed.manifest != manifest_sum {
+            return Err(refuse(
+                "the manifest does not match its checksum (damaged)".into(),
+            ));
+        }
+        for (name, sum) in &sums {
+            match listed.files.get(name) {
+                Some(want) if want == sum => {}
+                Some(_) => {
+                    return Err(refuse(format!(
+                        "{name} does not match its checksum (damaged)"
+                    )))
+                }
+                None => return Err(refuse(format!("{name} is not in the checksum list"))),
+            }
+        }
+        if let Some(name) = listed.files.keys().find(|n| !sums.contains_key(*n)) {
+            return Err(refuse(format!(
+                "{name} is in the checksum list but not in the archive (damaged)"
+            )));
+        }
+    }
+    Ok(Checked { manifest, files })
+}
+
+/// The entries of `dir` but the restore's own.
+fn own_entries(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let name = e?.file_name();
+        if name != STAGING && name != REPLACED {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// Moves the entries named from one directory to another, moving them back
+/// if one fails (the rename of an entry within one directory tree is
+/// atomic, and the staging directory is inside the target, so on the same
+/// file system even when the target is a mount point).
+fn move_all(names: &[std::ffi::OsString], from: &Path, to: &Path) -> std::io::Result<()> {
+    for (i, name) in names.iter().enumerate() {
+        if let Err(e) = std::fs::rename(from.join(name), to.join(name)) {
+            for done in &names[..i] {
+                let _ = std::fs::rename(to.join(done), from.join(done));
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Puts what `staging` holds in place of what `data_dir` held. Until the
+/// last step the old entries are whole in `REPLACED`, and put back when a
+/// rename fails.
+fn swap_in(data_dir: &Path, staging: &Path) -> Result<()> {
+    let old = data_dir.join(REPLACED);
+    let before = own_entries(data_dir)?;
+    let new = own_entries(staging)?;
+    DirBuilder::new().mode(0o700).create(&old)?;
+    if let Err(e) = move_all(&before, data_dir, &old) {
+        let _ = std::fs::remove_dir(&old);
+        return Err(format!("cannot move the old data aside: {e}").into());
+    }
+    if let Err(e) = move_all(&new, staging, data_dir) {
+        let back = move_all(&before, &old, data_dir);
+        if back.is_ok() {
+            let _ = std::fs::remove_dir(&old);
+        }
+        return Err(format!(
+            "cannot move the restored data in: {e}{}",
+            match back {
+                Ok(()) => String::new(),
+                Err(b) => format!("; the old data is in {} ({b})", old.display()),
+            }
         )
         .into());
     }
-    if data_dir.exists() && std::fs::read_dir(data_dir)?.next().is_some() {
-        if !force {
-            return Err(format!(
-                "{} is not empty: restore into an empty directory, or add --force to replace \
+    let _ = std::fs::remove_dir(staging);
+    if let Err(e) = std::fs::remove_dir_all(&old) {
+        eprintln!(
+            "restored; the old data could not all be removed from {}: {e}",
+            old.display()
+        );
+    }
+    Ok(())
+}
+
+pub fn restore(file: &Path, data_dir: &Path, force: bool) -> Result<()> {
+    let data_dir = std::path::absolute(data_dir)?;
+    if data_dir.join(REPLACED).symlink_metadata().is_ok() {
+        return Err(format!(
+            "{} holds the data an interrupted restore replaced: move it back or away first",
+            data_dir.join(REPLACED).display()
+        )
+        .into());
+    }
+    let replacing = data_dir.exists() && !own_entries(&data_dir)?.is_empty();
+    if replacing && !force {
+        return Err(format!(
+            "{} is not empty: restore into an empty directory, or add --force to replace \
 what is in it",
-                data_dir.display()
-            )
-            .into());
-        }
-        // Replaced, not merged: a database's leftover WAL beside the
-        // restored file would be read into it.
-        for e in std::fs::read_dir(data_dir)? {
-            let path = e?.path();
-            if path.is_dir() && !path.is_symlink() {
-                std::fs::remove_dir_all(&path)?;
-            } else {
-                std::fs::remove_file(&path)?;
-            }
-        }
+            data_dir.display()
+        )
+        .into());
     }
-    std::fs::create_dir_all(data_dir)?;
-    let root = data_dir.canonicalize()?;
-    let mut files = 0u64;
-    // Symbolic links are made after every file and directory, so no entry
-    // is ever written through one: an archive that names a link `data/x`
-    // pointing at /etc and then a file `data/x/passwd` cannot reach /etc.
-    let mut links = Vec::new();
-    for entry in entries {
-        let mut entry = entry?;
-        let path = entry.path()?.into_owned();
-        let target = restore_target(file, &path, data_dir)?;
-        let kind = entry.header().entry_type();
-        if kind.is_symlink() {
-            let points_to = entry.link_name()?.ok_or_else(|| {
-                format!("{}: link {} has no target", file.display(), path.display())
-            })?;
-            links.push((target, points_to.into_owned()));
-            continue;
-        }
-        if !(kind.is_file() || kind.is_dir()) {
-            // A backup holds files, directories and symbolic links only;
-            // a hard link or a device here was not made by `shepherd backup`.
-            return Err(format!(
-                "{}: {} is neither a file, a directory nor a symbolic link",
-                file.display(),
-                path.display()
-            )
-            .into());
-        }
-        create_parent_inside(&target, &root, file)?;
-        entry.unpack(&target)?;
-        if kind.is_file() {
-            files += 1;
-        }
+    // The whole archive is checked before the target is touched: a crafted
+    // or damaged one changes nothing.
+    read_archive(file, None)?;
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&data_dir)?;
+    let staging = data_dir.join(STAGING);
+    // What an interrupted restore left unpacked is only ever a copy.
+    if staging.symlink_metadata().is_ok() {
+        std::fs::remove_dir_all(&staging)?;
     }
-    for (target, points_to) in links {
-        create_parent_inside(&target, &root, file)?;
-        std::os::unix::fs::symlink(&points_to, &target)
-            .map_err(|e| format!("{}: link {}: {e}", file.display(), target.display()))?;
+    DirBuilder::new().mode(0o700).create(&staging)?;
+    // Read again, written this time; checked again, for the file could
+    // have changed since.
+    let checked = match read_archive(file, Some(&staging)) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    // Replaced, not merged: a database's leftover WAL beside the restored
+    // file would be read into it.
+    if let Err(e) = swap_in(&data_dir, &staging) {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
     }
+    // The data directory is private, as `serve` would make it.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let Checked { manifest, files } = checked;
     let db_note = match (&manifest.database_file, manifest.database.as_str()) {
         (Some(db), _) => format!(
             "; the database is {} (the default place when it is shepherd.db)",

@@ -45,6 +45,9 @@ pub struct AddWebhook {
     /// `standard` (default) or `slack`.
     #[arg(long)]
     pub format: Option<String>,
+    /// Let deliveries go to loopback and private addresses (admin only).
+    #[arg(long)]
+    pub allow_private: bool,
 }
 
 pub async fn run(g: &Global, cmd: &WebhookCommand) -> Result<()> {
@@ -57,6 +60,7 @@ pub async fn run(g: &Global, cmd: &WebhookCommand) -> Result<()> {
                     events: (!a.events.is_empty()).then(|| a.events.clone()),
                     secret: a.secret.clone(),
                     format: a.format.clone(),
+                    allow_private: a.allow_private,
                 })
                 .await
                 .map_err(explain)?;

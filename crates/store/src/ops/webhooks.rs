@@ -31,6 +31,8 @@ pub struct WebhookRow {
     /// Attempts made at `pending_seq` so far.
     pub attempts: i64,
     pub next_attempt_at: Option<Millis>,
+    /// Deliveries may go to loopback and private addresses.
+    pub allow_private: bool,
 }
 
 /// A subscription to record; its checks (URL, secret, events) are the
@@ -43,10 +45,11 @@ pub struct NewWebhook {
     pub secret: String,
     pub format: String,
     pub source: String,
+    pub allow_private: bool,
 }
 
 const COLUMNS: &str = "id, url, events, secret, format, source, state, cursor_seq, created_at, \
-                       pending_seq, pending_since, attempts, next_attempt_at";
+                       pending_seq, pending_since, attempts, next_attempt_at, allow_private";
 
 fn from_row(r: &Row) -> Result<WebhookRow, Error> {
     Ok(WebhookRow {
@@ -63,6 +66,7 @@ fn from_row(r: &Row) -> Result<WebhookRow, Error> {
         pending_since: r.opt_i64(10)?,
         attempts: r.i64(11)?,
         next_attempt_at: r.opt_i64(12)?,
+        allow_private: r.bool(13)?,
     })
 }
 
@@ -80,7 +84,8 @@ pub async fn create<D: Db>(
     let events = serde_json::to_string(&new.events).map_err(|e| Error::internal(e.to_string()))?;
     db.execute(
         "INSERT INTO webhooks (id, url, events, secret, format, source, state, cursor_seq, \
-         created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, 'active', $7, $8, $8)",
+         created_at, updated_at, allow_private) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'active', $7, $8, $8, $9)",
         params![
             new.id.as_str(),
             new.url.as_str(),
@@ -89,7 +94,8 @@ pub async fn create<D: Db>(
             new.format.as_str(),
             new.source.as_str(),
             head,
-            now
+            now,
+            new.allow_private as i64
         ],
     )
     .await?;
@@ -168,19 +174,23 @@ pub async fn sync_config<D: Db>(
     for new in wanted {
         match existing.iter().find(|w| w.url == new.url) {
             Some(old) => {
-                if old.events != new.events || old.secret != new.secret || old.format != new.format
+                if old.events != new.events
+                    || old.secret != new.secret
+                    || old.format != new.format
+                    || old.allow_private != new.allow_private
                 {
                     let events = serde_json::to_string(&new.events)
                         .map_err(|e| Error::internal(e.to_string()))?;
                     db.execute(
                         "UPDATE webhooks SET events = $2, secret = $3, format = $4, \
-                         updated_at = $5 WHERE id = $1",
+                         updated_at = $5, allow_private = $6 WHERE id = $1",
                         params![
                             old.id.as_str(),
                             events.as_str(),
                             new.secret.as_str(),
                             new.format.as_str(),
-                            now
+                            now,
+                            new.allow_private as i64
                         ],
                     )
                     .await?;

@@ -25,6 +25,7 @@ const MIGRATIONS: &[Migration] = &[
     (16, include_str!("0016_web_sessions.sql")),
     (17, include_str!("0017_hosts.sql")),
     (18, include_str!("0018_host_links.sql")),
+    (19, include_str!("0019_webhook_allow_private.sql")),
 ];
 const MIGRATION_LOCK: i64 = 0x5348_4550_0002;
 

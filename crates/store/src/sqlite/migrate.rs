@@ -24,6 +24,7 @@ const MIGRATIONS: &[Migration] = &[
     (16, include_str!("0016_web_sessions.sql")),
     (17, include_str!("0017_hosts.sql")),
     (18, include_str!("0018_host_links.sql")),
+    (19, include_str!("0019_webhook_allow_private.sql")),
 ];
 
 /// Brings the database up to this build's schema. One `BEGIN IMMEDIATE`
