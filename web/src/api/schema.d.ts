@@ -34,6 +34,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/channels/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The Workers page contract's status snapshot: every running run, per
+         *     channel, with its live status and tool-call count. A worker sees only
+         *     its own runs.
+         */
+        get: operations["channels_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/events": {
         parameters: {
             query?: never;
@@ -1256,6 +1277,21 @@ export interface components {
             /** @enum {string} */
             type: "tool_call";
         };
+        /**
+         * @description A running run ("worker") as the status snapshot has it: the same live
+         *     status and tool-call count the list route merges into its running rows.
+         */
+        ActiveWorker: {
+            agent_id: string;
+            id: string;
+            started_at: string;
+            /** @description The live status text, if the run set one. */
+            status?: string | null;
+            task: string;
+            /** Format: int64 */
+            tool_calls: number;
+            vtid: string;
+        };
         /** @enum {string} */
         ActivityState: "active" | "idle";
         AddWorker: {
@@ -1432,6 +1468,24 @@ export interface components {
         };
         ChannelList: {
             channels: components["schemas"]["Channel"][];
+        };
+        /** @description One channel's running runs. */
+        ChannelStatus: {
+            active_workers: components["schemas"]["ActiveWorker"][];
+            channel_id?: string | null;
+            channel_name?: string | null;
+        };
+        /**
+         * @description `GET /api/channels/status`: what runs now, per channel (the Workers page
+         *     contract's status snapshot, which a client reads on load and on
+         *     reconnecting its event stream).
+         */
+        ChannelStatusResponse: {
+            /**
+             * @description Channels with a running run, by id; runs in no channel come under
+             *     `channel_id: null`.
+             */
+            channels: components["schemas"]["ChannelStatus"][];
         };
         /** @description A lease of one task by one worker. */
         Claim: {
@@ -1830,6 +1884,13 @@ export interface components {
         /** @description `POST /api/v1/webhooks`. */
         CreateWebhook: {
             /**
+             * @description Whether deliveries may go to loopback and private addresses (a
+             *     receiver on the server's machine or its private network); admins
+             *     only. Link-local and unspecified addresses are refused whatever this
+             *     says. Default false.
+             */
+            allow_private?: boolean;
+            /**
              * @description Event types (`run.completed`), prefix wildcards (`run.*`) or the
              *     derived `run.failed` and `task.finished`. Omitted: `input.requested`,
              *     `run.stuck`, `run.failed`, `task.finished`.
@@ -2035,6 +2096,7 @@ export interface components {
              *     - `validator_is_builder`: The worker that built the task may not validate it.
              *     - `webhook_from_config`: The webhook comes from shepherd.toml; remove it there, not through the API.
              *     - `webhook_not_found`: No webhook has that id.
+             *     - `webhook_request_refused`: A server without a token refuses requests that carry a webhook delivery's headers: its own deliveries never act as the operator.
              *     - `websocket_required`: The route needs a WebSocket upgrade.
              *     - `worker_at_capacity`: The worker holds as many claims as it may.
              *     - `worker_not_found`: No worker has that id.
@@ -2045,7 +2107,7 @@ export interface components {
              *     - `wrong_agent`: The task is for another agent.
              * @enum {string}
              */
-            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "csrf_token_invalid" | "database_not_found" | "database_unavailable" | "diff_too_large" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_enrollment_required" | "host_exists" | "host_failed" | "host_kind_conflict" | "host_link_taken" | "host_not_allowed" | "host_not_found" | "host_offline" | "host_timeout" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_agents" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_host_id" | "invalid_host_name" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_runs" | "invalid_session_id" | "invalid_sessions_root" | "invalid_since" | "invalid_size" | "invalid_slots" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_wait_ms" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "login_failed" | "login_name_taken" | "login_not_allowed" | "login_state_mismatch" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_host" | "not_your_run" | "not_your_worker" | "oidc_not_configured" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "provider_error" | "provider_unavailable" | "refused" | "request_timeout" | "reserved_user_name" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
+            code: "agent_at_capacity" | "agent_not_found" | "agent_not_interactive" | "already_answered" | "already_claimed" | "already_dispatched" | "bad_body" | "bad_database_url" | "bad_request" | "bad_schema" | "bad_tls_certificate" | "body_timeout" | "builtin_user" | "channel_archived" | "channel_not_found" | "claim_stale" | "conflict" | "constraint_violation" | "conversation_busy" | "conversation_idle" | "conversation_not_found" | "csrf_token_invalid" | "database_not_found" | "database_unavailable" | "diff_too_large" | "forbidden" | "git_failed" | "git_timeout" | "headers_too_large" | "host_enrollment_required" | "host_exists" | "host_failed" | "host_kind_conflict" | "host_link_taken" | "host_not_allowed" | "host_not_found" | "host_offline" | "host_timeout" | "input_request_not_found" | "internal" | "invalid_after" | "invalid_agent_id" | "invalid_agent_session_id" | "invalid_agents" | "invalid_answer" | "invalid_body" | "invalid_capabilities" | "invalid_channel_id" | "invalid_cursor" | "invalid_email" | "invalid_event" | "invalid_expires_in" | "invalid_group_by" | "invalid_host_id" | "invalid_host_name" | "invalid_input_request" | "invalid_limit" | "invalid_location" | "invalid_max" | "invalid_max_attempts" | "invalid_max_concurrent" | "invalid_message" | "invalid_name" | "invalid_offset" | "invalid_page_token" | "invalid_path" | "invalid_priority" | "invalid_query" | "invalid_reason" | "invalid_reports" | "invalid_resource_id" | "invalid_retry_backoff" | "invalid_run_at" | "invalid_runs" | "invalid_session_id" | "invalid_sessions_root" | "invalid_since" | "invalid_size" | "invalid_slots" | "invalid_stale_threshold" | "invalid_start_index" | "invalid_state" | "invalid_status" | "invalid_text" | "invalid_title" | "invalid_token_name" | "invalid_transition" | "invalid_usage" | "invalid_user_name" | "invalid_vtid" | "invalid_wait_ms" | "invalid_webhook_events" | "invalid_webhook_format" | "invalid_webhook_secret" | "invalid_webhook_url" | "invalid_worker_id" | "invalid_worker_type" | "invalid_workspace" | "length_required" | "login_failed" | "login_name_taken" | "login_not_allowed" | "login_state_mismatch" | "malformed_json" | "max_above_capacity" | "method_not_allowed" | "migrate_store_failed" | "migration_changed" | "missing_capabilities" | "missing_worker_id" | "not_a_git_diff_worker" | "not_a_terminal" | "not_acceptable" | "not_found" | "not_your_host" | "not_your_run" | "not_your_worker" | "oidc_not_configured" | "operator_only" | "origin_not_allowed" | "outside_sessions_root" | "overloaded" | "payload_too_large" | "provider_error" | "provider_unavailable" | "refused" | "request_timeout" | "reserved_user_name" | "resource_archived" | "resource_busy" | "resource_has_no_agent" | "resource_not_found" | "restore_failed" | "route_not_found" | "run_has_no_workspace" | "run_not_found" | "run_not_running" | "schema_too_new" | "session_not_found" | "session_on_other_node" | "sessions_unavailable" | "shutting_down" | "spawn_failed" | "step_gap" | "task_cancelled" | "task_exists" | "task_finished" | "task_not_claimable" | "task_not_dispatched" | "task_not_due" | "task_not_failed" | "task_not_found" | "token_not_found" | "too_many_requests" | "too_many_steps" | "too_many_streams" | "transcript_corrupt" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_event" | "unknown_event_type" | "unknown_workflow" | "unsupported_media_type" | "uri_too_long" | "user_disabled" | "user_exists" | "user_not_found" | "validator_is_builder" | "webhook_from_config" | "webhook_not_found" | "webhook_request_refused" | "websocket_required" | "worker_at_capacity" | "worker_not_found" | "worker_terminated" | "workspace_branch_gone" | "workspace_repo_gone" | "workspace_repo_not_allowed" | "wrong_agent";
             message: string;
         };
         /** @description A committed event. `seq` is its cursor: strictly increasing in commit order. */
@@ -2769,6 +2831,11 @@ export interface components {
             status: components["schemas"]["RunStatus"];
             /** Format: int64 */
             steps: number;
+            /**
+             * @description True exactly when the run ended `done` (the Workers page contract's
+             *     completion flag: a failed or cancelled run is not a success).
+             */
+            success: boolean;
         };
         /** @description An event of type `run.completed`. */
         RunCompletedEvent: components["schemas"]["EventEnvelope"] & {
@@ -3186,7 +3253,12 @@ export interface components {
             reason?: string | null;
             /** @description Present (`true`) when a restore failed. */
             restore_failed?: boolean | null;
-            signal?: string | null;
+            /**
+             * Format: int64
+             * @description The number of the signal that ended the process, if one did (as in
+             *     the WebSocket's `exit` message).
+             */
+            signal?: number | null;
         };
         /** @description An event of type `session.worker.exited`. */
         SessionWorkerExitedEvent: components["schemas"]["EventEnvelope"] & {
@@ -3660,6 +3732,8 @@ export interface components {
         };
         /** @description A subscription as listed: never its secret. */
         Webhook: {
+            /** @description Whether deliveries may go to loopback and private addresses. */
+            allow_private?: boolean;
             /** @description RFC 3339. */
             created_at: string;
             /**
@@ -3684,6 +3758,10 @@ export interface components {
              * @description 1 for the first attempt at this event.
              */
             attempt: number;
+            /**
+             * @description What went wrong; shown to admins only (to others it would say
+             *     which addresses and ports answer, from where the server is).
+             */
             error?: string | null;
             /** @description RFC 3339. */
             finished_at: string;
@@ -4159,6 +4237,61 @@ export interface operations {
             };
             /** @description transcript_corrupt */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    channels_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ChannelStatusResponse"];
+                };
+            };
+            /** @description unauthorized: a token is needed (or it is wrong) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description host_not_allowed */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description too_many_requests (its token's requests in flight) */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9135,7 +9268,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's) */
+            /** @description origin_not_allowed, operator_only, forbidden (a user whose role is below the route's, or allow_private without the admin role) */
             403: {
                 headers: {
                     [name: string]: unknown;
