@@ -100,7 +100,11 @@ impl Drop for LogLine {
 }
 
 pub(super) fn load_config(global: &Global) -> Result<Config> {
-    Ok(Config::load(global.config.as_deref())?)
+    // The secret settings are no longer in the environment (`own_secrets`).
+    Ok(Config::load_with(
+        global.config.as_deref(),
+        &crate::own_secrets::var,
+    )?)
 }
 
 pub async fn serve(g: &Global, listen: Option<&str>) -> Result<()> {

@@ -566,6 +566,8 @@ pub fn runner_host(
         .env("SHEPHERD_DATA_DIR", data_dir)
         .env("SHEPHERD_SESSIONS_ROOT", root)
         .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
+        // So that tests may read its descriptors (`fleet_hosts`).
+        .env("SHEPHERD_DUMPABLE", "1")
         .env(
             "SHEPHERD_LOG",
             std::env::var("FLEET_LOG").unwrap_or("warn".into()),
