@@ -68,6 +68,7 @@ const STRINGS: &[&str] = &[
     "metrics_listen",
     "tls_cert",
     "tls_key",
+    "secrets_key_file",
 ];
 
 /// The layered shape: every key optional (defaults are applied after).
@@ -119,6 +120,7 @@ struct RawConfig {
     metrics_listen: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    secrets_key_file: Option<PathBuf>,
     #[serde(default, with = "humantime_serde")]
     webhook_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -352,6 +354,10 @@ pub struct Config {
     /// Serve HTTPS with this certificate chain and key (PEM files), read
     /// again on SIGHUP and when either file changes; `None`: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// The file holding the key the database's secrets are sealed with;
+    /// `None`: `secret.key` in the data directory, made on first start.
+    /// Every server of one database needs the same key.
+    pub secrets_key_file: Option<PathBuf>,
     /// The `[[webhooks]]` tables, checked.
     pub webhooks: Vec<WebhookConfig>,
     /// The `[oidc]` table, checked, its secret resolved.
@@ -1015,6 +1021,7 @@ impl Config {
                 .unwrap_or(defaults::MAX_REQUESTS_PER_TOKEN)
                 as usize,
             tls,
+            secrets_key_file: file.secrets_key_file,
             webhooks,
             oidc,
             webhook_timeout: dur(
@@ -1124,6 +1131,11 @@ impl Config {
                 "tls_key",
                 path(&self.tls.as_ref().map(|t| t.key.clone())).unwrap_or_default(),
             ),
+            // A path as well: which file holds the secrets key.
+            (
+                "secrets_key_file",
+                path(&self.secrets_key_file).unwrap_or_default(),
+            ),
         ];
         let mut out: Vec<Setting> = rows
             .into_iter()
@@ -1222,6 +1234,7 @@ const KEYS: &[&str] = &[
     "max_requests_per_token",
     "tls_cert",
     "tls_key",
+    "secrets_key_file",
     "webhook_timeout",
     "webhook_retry_base",
     "webhook_retry_for",

@@ -172,7 +172,7 @@ pub async fn migrate(g: &Global) -> Result<()> {
         ),
         true,
     );
-    let store = shepherd_store::Store::open(&crate::config::store_config(&config)).await;
+    let store = shepherd_store::Store::open(&crate::config::store_config(&config)?).await;
     spinner.finish_and_clear();
     let store = store?;
     println!(
@@ -254,7 +254,7 @@ at the server's data",
             config.data_dir.display()
         );
     }
-    let store = shepherd_store::Store::open(&crate::config::store_config(&config)).await?;
+    let store = shepherd_store::Store::open(&crate::config::store_config(&config)?).await?;
     let now = shepherd_store::now_ms();
     let mut report = PruneReport {
         database,
