@@ -52,10 +52,7 @@ pub fn is_setting(name: &std::ffi::OsStr) -> bool {
 pub fn inherited_settings(
     names: impl IntoIterator<Item = std::ffi::OsString>,
 ) -> Vec<std::ffi::OsString> {
-    let mut out: Vec<std::ffi::OsString> = names
-        .into_iter()
-        .filter(|n| is_setting(n))
-        .collect();
+    let mut out: Vec<std::ffi::OsString> = names.into_iter().filter(|n| is_setting(n)).collect();
     for name in SECRET_ENV {
         if !out.iter().any(|n| n == name) {
             out.push(name.into());
@@ -70,8 +67,14 @@ mod tests {
 
     #[test]
     fn every_shepherd_setting_is_removed_and_nothing_else() {
-        let names = ["SHEPHERD_CONFIG", "SHEPHERD_DATA_DIR", "PATH", "HOME", "shepherd_x"]
-            .map(std::ffi::OsString::from);
+        let names = [
+            "SHEPHERD_CONFIG",
+            "SHEPHERD_DATA_DIR",
+            "PATH",
+            "HOME",
+            "shepherd_x",
+        ]
+        .map(std::ffi::OsString::from);
         let removed = inherited_settings(names);
         for name in ["SHEPHERD_CONFIG", "SHEPHERD_DATA_DIR", "SHEPHERD_TOKEN"] {
             assert!(removed.iter().any(|n| n == name), "{name}");

@@ -343,7 +343,10 @@ mv {out}.tmp {out}
     // holds the token (readable here only to a root test).
     if let Ok(environ) = std::fs::read(format!("/proc/{}/environ", server.pid())) {
         let text = String::from_utf8_lossy(&environ);
-        assert!(!text.contains(OPERATOR), "the server's environ holds the token");
+        assert!(
+            !text.contains(OPERATOR),
+            "the server's environ holds the token"
+        );
         assert!(!text.contains("webhook-secret-value"), "{text}");
     }
     // SAFETY: kill(2) on our own child's pid.

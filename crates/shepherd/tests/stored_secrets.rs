@@ -137,114 +137,122 @@ fn forms(secret: &str) -> [String; 2] {
     ]
 }
 
-e2e!(stored_secrets_are_sealed_and_still_sign, |kind| async move {
-    let mut env = Env::new(kind);
-    // The data directory's own key, made at the first start.
-    env.vars.remove("SHEPHERD_SECRETS_KEY_FILE");
-    let (url, inbox) = receiver().await;
-    // A subscription an older version stored: its secret in clear (a store
-    // opened without a key stores it as it is).
-    let old_secret = format!("whsec_{}", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
-    let run_key = {
-        let config = env.config();
-        let mut clear = shepherd_store::StoreConfig::new(config.database_url);
-        clear.pg_schema = config.pg_schema;
-        let store = shepherd_store::Store::open(&clear).await.unwrap();
-        // The run-token key, as an older version kept it.
-        let run_key = store.run_token_key().await.unwrap();
-        assert!(!shepherd_store::is_sealed(&run_key));
-        store
-            .create_webhook(shepherd_store::NewWebhook {
-                id: "wh_older".into(),
-                url: url.clone(),
-                events: vec!["task.created".into()],
-                secret: old_secret.clone(),
-                format: "standard".into(),
-                source: "api".into(),
-            })
-            .await
-            .unwrap();
-        store.close();
-        run_key
-    };
-    let stored = stored_text(&env, kind).await;
-    assert!(stored.contains(&old_secret) && stored.contains(&run_key));
+e2e!(
+    stored_secrets_are_sealed_and_still_sign,
+    |kind| async move {
+        let mut env = Env::new(kind);
+        // The data directory's own key, made at the first start.
+        env.vars.remove("SHEPHERD_SECRETS_KEY_FILE");
+        let (url, inbox) = receiver().await;
+        // A subscription an older version stored: its secret in clear (a store
+        // opened without a key stores it as it is).
+        let old_secret = format!("whsec_{}", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let run_key = {
+            let config = env.config();
+            let mut clear = shepherd_store::StoreConfig::new(config.database_url);
+            clear.pg_schema = config.pg_schema;
+            let store = shepherd_store::Store::open(&clear).await.unwrap();
+            // The run-token key, as an older version kept it.
+            let run_key = store.run_token_key().await.unwrap();
+            assert!(!shepherd_store::is_sealed(&run_key));
+            store
+                .create_webhook(shepherd_store::NewWebhook {
+                    id: "wh_older".into(),
+                    url: url.clone(),
+                    events: vec!["task.created".into()],
+                    secret: old_secret.clone(),
+                    format: "standard".into(),
+                    source: "api".into(),
+                })
+                .await
+                .unwrap();
+            store.close();
+            run_key
+        };
+        let stored = stored_text(&env, kind).await;
+        assert!(stored.contains(&old_secret) && stored.contains(&run_key));
 
-    let s = Server::spawn(&env).await;
-    // The key is in the data directory, the owner's alone.
-    let key = env.dir.join("secret.key");
-    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o600, "{} is {mode:o}", key.display());
+        let s = Server::spawn(&env).await;
 
-    let new_secret = format!("whsec_{}", "dGhpcyBpcyBhIG5ldyBzZWNyZXQga2V5IQ==");
-    let (st, made) = s
-        .post(
-            "/api/v1/webhooks",
-            None,
-            json!({ "url": url, "secret": new_secret, "events": ["task.created"] }),
+        let new_secret = format!("whsec_{}", "dGhpcyBpcyBhIG5ldyBzZWNyZXQga2V5IQ==");
+        let (st, made) = s
+            .post(
+                "/api/v1/webhooks",
+                None,
+                json!({ "url": url, "secret": new_secret, "events": ["task.created"] }),
+            )
+            .await;
+        assert_eq!(st, 201, "{made}");
+        let new_id = made["id"].as_str().unwrap().to_owned();
+        // The key is in the data directory, the owner's alone.
+        let key = env.dir.join("secret.key");
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{} is {mode:o}", key.display());
+        let (st, b) = s
+            .post("/api/v1/tasks", None, common::task("SEAL-1", "simple"))
+            .await;
+        assert_eq!(st, 201, "{b}");
+
+        // Both subscriptions get the task, each signed with its own secret.
+        for (id, secret) in [("wh_older", &old_secret), (new_id.as_str(), &new_secret)] {
+            assert_signed_with(&delivery_to(&inbox, id, "SEAL-1").await, secret);
+        }
+        s.stop().await;
+
+        // No secret is in the database in clear, in any form; every stored
+        // secret is sealed. The run-token key is the one it was.
+        let stored = stored_text(&env, kind).await;
+        for secret in [&old_secret, &new_secret] {
+            for form in forms(secret) {
+                assert!(!stored.contains(&form), "{form} is stored in clear");
+            }
+        }
+        assert!(
+            !stored.contains(&run_key),
+            "the run-token key is stored in clear"
+        );
+        {
+            let store = shepherd_store::Store::open(&env.store_config())
+                .await
+                .unwrap();
+            assert_eq!(store.run_token_key().await.unwrap(), run_key);
+            store.close();
+        }
+        if kind == Kind::Postgres {
+            for line in stored.lines() {
+                let value = line.split_once(' ').unwrap().1;
+                assert!(shepherd_store::is_sealed(value), "not sealed: {line}");
+            }
+        }
+
+        // Started again, it still signs with the right secret.
+        let s = Server::spawn(&env).await;
+        let (st, b) = s
+            .post("/api/v1/tasks", None, common::task("SEAL-2", "simple"))
+            .await;
+        assert_eq!(st, 201, "{b}");
+        for (id, secret) in [("wh_older", &old_secret), (new_id.as_str(), &new_secret)] {
+            assert_signed_with(&delivery_to(&inbox, id, "SEAL-2").await, secret);
+        }
+        s.stop().await;
+
+        // Another key does not open them: the server refuses to start.
+        let other = env.dir.join("other.key");
+        std::fs::write(
+            &other,
+            format!("shepherd-secrets-key v1\n{}\n", "ab".repeat(32)),
         )
-        .await;
-    assert_eq!(st, 201, "{made}");
-    let new_id = made["id"].as_str().unwrap().to_owned();
-    let (st, b) = s
-        .post("/api/v1/tasks", None, common::task("SEAL-1", "simple"))
-        .await;
-    assert_eq!(st, 201, "{b}");
-
-    // Both subscriptions get the task, each signed with its own secret.
-    for (id, secret) in [("wh_older", &old_secret), (new_id.as_str(), &new_secret)] {
-        assert_signed_with(&delivery_to(&inbox, id, "SEAL-1").await, secret);
-    }
-    s.stop().await;
-
-    // No secret is in the database in clear, in any form; every stored
-    // secret is sealed. The run-token key is the one it was.
-    let stored = stored_text(&env, kind).await;
-    for secret in [&old_secret, &new_secret] {
-        for form in forms(secret) {
-            assert!(!stored.contains(&form), "{form} is stored in clear");
-        }
-    }
-    assert!(!stored.contains(&run_key), "the run-token key is stored in clear");
-    {
-        let store = shepherd_store::Store::open(&env.store_config()).await.unwrap();
-        assert_eq!(store.run_token_key().await.unwrap(), run_key);
-        store.close();
-    }
-    if kind == Kind::Postgres {
-        for line in stored.lines() {
-            let value = line.split_once(' ').unwrap().1;
-            assert!(shepherd_store::is_sealed(value), "not sealed: {line}");
-        }
-    }
-
-    // Started again, it still signs with the right secret.
-    let s = Server::spawn(&env).await;
-    let (st, b) = s
-        .post("/api/v1/tasks", None, common::task("SEAL-2", "simple"))
-        .await;
-    assert_eq!(st, 201, "{b}");
-    for (id, secret) in [("wh_older", &old_secret), (new_id.as_str(), &new_secret)] {
-        assert_signed_with(&delivery_to(&inbox, id, "SEAL-2").await, secret);
-    }
-    s.stop().await;
-
-    // Another key does not open them: the server refuses to start.
-    let other = env.dir.join("other.key");
-    std::fs::write(
-        &other,
-        format!("shepherd-secrets-key v1\n{}\n", "ab".repeat(32)),
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
-        .arg("migrate")
-        .envs(&env.vars)
-        .env("SHEPHERD_SECRETS_KEY_FILE", &other)
-        .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("secrets_key_mismatch"),
-        "{err}"
-    );
-});
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .arg("migrate")
+            .envs(&env.vars)
+            .env("SHEPHERD_SECRETS_KEY_FILE", &other)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("secrets_key_mismatch"),
+            "{err}"
+        );
+    }
+);

@@ -71,7 +71,7 @@ impl Store {
         self.write(move |db| {
             Box::pin(async move { input_requests::run_token_key(db, &sealer, now).await })
         })
-            .await
+        .await
     }
 }
 

@@ -31,8 +31,8 @@ mod inflated;
 pub(crate) mod log;
 mod migrations;
 mod ops;
-mod sealed;
 mod postgres;
+mod sealed;
 pub(crate) mod sql;
 mod sqlite;
 mod statement_costs;
@@ -85,7 +85,6 @@ pub use ops::logins::{
     LoginAttempt, NewWebSession, SessionLifetimes, SignIn, WebSession, LOGIN_ATTEMPT_TTL_MS,
 };
 pub use ops::random_hex;
-pub use sealed::{is_sealed, SecretsKey, SEALED_PREFIX};
 pub use ops::runs::{RunFilter, RunWorkspaceRow, StepsAck};
 pub use ops::sessions::{
     NewSession, NewSessionWorker, SessionRecord, SessionWorkerRecord, StartReason,
@@ -101,6 +100,7 @@ pub use postgres::PgOptions;
 /// `seq` is drawn.
 pub use postgres::EVENT_LOCK as POSTGRES_EVENT_LOCK;
 pub use run_store::StepAppend;
+pub use sealed::{is_sealed, SecretsKey, SEALED_PREFIX};
 pub use sqlite::backup::backup as backup_sqlite;
 pub use sqlite::SyncMode;
 #[cfg(feature = "test-hooks")]
@@ -238,9 +238,9 @@ impl Store {
             let (sealer, now) = (store.sealer(), store.now());
             let sealed = store
                 .write(move |db| {
-                    Box::pin(async move {
-                        ops::stored_secrets::seal_at_open(db, &sealer, now).await
-                    })
+                    Box::pin(
+                        async move { ops::stored_secrets::seal_at_open(db, &sealer, now).await },
+                    )
                 })
                 .await;
             match sealed {

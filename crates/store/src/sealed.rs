@@ -195,11 +195,20 @@ mod tests {
     fn a_sealed_secret_opens_only_with_its_key_and_its_label() {
         let (k, other) = (Sealer::new(Some(key())), Sealer::new(Some(key())));
         let sealed = k.seal("webhooks.secret:wh_1", "whsec_abc").unwrap();
-        assert!(is_sealed(&sealed) && !sealed.contains("whsec_abc"), "{sealed}");
-        assert_eq!(k.open("webhooks.secret:wh_1", &sealed).unwrap(), "whsec_abc");
+        assert!(
+            is_sealed(&sealed) && !sealed.contains("whsec_abc"),
+            "{sealed}"
+        );
+        assert_eq!(
+            k.open("webhooks.secret:wh_1", &sealed).unwrap(),
+            "whsec_abc"
+        );
         // Each seal has its own nonce.
         assert_ne!(k.seal("webhooks.secret:wh_1", "whsec_abc").unwrap(), sealed);
-        for (sealer, label) in [(&other, "webhooks.secret:wh_1"), (&k, "webhooks.secret:wh_2")] {
+        for (sealer, label) in [
+            (&other, "webhooks.secret:wh_1"),
+            (&k, "webhooks.secret:wh_2"),
+        ] {
             let e = sealer.open(label, &sealed).unwrap_err();
             assert_eq!(e.code, "secrets_key_mismatch");
         }

@@ -137,7 +137,7 @@ impl Store {
         self.read(move |db| {
             Box::pin(async move { webhooks::deliveries(db, &sealer, &id, limit).await })
         })
-            .await
+        .await
     }
 }
 
