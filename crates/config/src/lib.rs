@@ -72,6 +72,7 @@ const STRINGS: &[&str] = &[
     "tls_cert",
     "tls_key",
     "host_enrollment_token",
+    "secrets_key_file",
 ];
 
 /// The layered shape: every key optional (defaults are applied after).
@@ -125,6 +126,7 @@ struct RawConfig {
     tls_key: Option<PathBuf>,
     tls_strict: Option<bool>,
     host_enrollment_token: Option<String>,
+    secrets_key_file: Option<PathBuf>,
     #[serde(default, with = "humantime_serde")]
     webhook_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -366,6 +368,10 @@ pub struct Config {
     /// new host (a runner started with an operator's token presents it);
     /// none: only admins register new hosts.
     pub host_enrollment_token: Option<String>,
+    /// The file holding the key the database's secrets are sealed with;
+    /// `None`: `secret.key` in the data directory, made on first start.
+    /// Every server of one database needs the same key.
+    pub secrets_key_file: Option<PathBuf>,
     /// The `[[webhooks]]` tables, checked.
     pub webhooks: Vec<WebhookConfig>,
     /// The `[oidc]` table, checked, its secret resolved.
@@ -1055,6 +1061,7 @@ impl Config {
                 as usize,
             tls,
             host_enrollment_token,
+            secrets_key_file: file.secrets_key_file,
             webhooks,
             oidc,
             webhook_timeout: dur(
@@ -1175,6 +1182,11 @@ impl Config {
                 "tls_strict",
                 self.tls.as_ref().is_some_and(|t| t.strict).to_string(),
             ),
+            // A path as well: which file holds the secrets key.
+            (
+                "secrets_key_file",
+                path(&self.secrets_key_file).unwrap_or_default(),
+            ),
         ];
         let mut out: Vec<Setting> = rows
             .into_iter()
@@ -1275,6 +1287,7 @@ const KEYS: &[&str] = &[
     "tls_key",
     "tls_strict",
     "host_enrollment_token",
+    "secrets_key_file",
     "webhook_timeout",
     "webhook_retry_base",
     "webhook_retry_for",

@@ -374,12 +374,20 @@ fn shim_command(
         cmd.arg("--umask").arg(format!("{mask:o}"));
     }
     cmd.arg("--").args(argv);
-    // Shepherd's own secrets stay with Shepherd: neither the shim nor the
-    // agent under it inherits them (the shim passes its environment on).
-    // Removed before the agent's configured `env` is added, so the operator
-    // can still hand an agent one of them on purpose.
-    for name in shepherd_core::secrets::SECRET_ENV {
+    // Shepherd's own settings stay with Shepherd: neither the shim nor the
+    // agent under it inherits any `SHEPHERD_*` variable (the secrets, and
+    // the ones that lead to the configuration file and the database); the
+    // shim passes its environment on. Removed before the agent's configured
+    // `env` is added, so the operator can still hand an agent one of them
+    // on purpose; what the agent is told about its run is set below.
+    let inherited = std::env::vars_os().map(|(name, _)| name);
+    for name in shepherd_core::secrets::inherited_settings(inherited) {
         cmd.env_remove(name);
+    }
+    // The client's trust, so that `shepherd ask` reaches a server whose
+    // certificate a private CA signed (a path, not a secret).
+    if let Some(ca) = std::env::var_os(shepherd_client::CA_CERT_ENV) {
+        cmd.env(shepherd_client::CA_CERT_ENV, ca);
     }
     cmd.envs(&ctx.agent.env)
         .env("SHEPHERD_TASK_ID", &a.vtid)

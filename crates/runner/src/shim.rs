@@ -311,9 +311,12 @@ fn supervise(args: ShimArgs, watched: &libc::sigset_t) -> i32 {
         Err(_) => Stdio::null(),
     };
     // The environment passes on as the runner gave it to the shim:
-    // Shepherd's secrets (`shepherd_core::secrets::SECRET_ENV`) already
-    // removed, then the agent's configured `env` added. Removing them here
-    // again would undo what the operator set for the agent on purpose.
+    // Shepherd's settings (`shepherd_core::secrets::inherited_settings`)
+    // already removed, then the agent's configured `env` and its run's
+    // variables added. Removing them here again would undo what the
+    // operator set for the agent on purpose. (The shim itself is not
+    // dumpable, so other agents cannot read this environment out of it;
+    // the agent's exec makes the agent dumpable again.)
     let mut cmd = std::process::Command::new(program);
     cmd.args(rest)
         .stdin(stdin)

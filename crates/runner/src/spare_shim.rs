@@ -130,8 +130,9 @@ impl SpareShims {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         // It learns the agent's environment with its run; until then it
-        // has no business with Shepherd's secrets.
-        for name in shepherd_core::secrets::SECRET_ENV {
+        // has no business with Shepherd's settings or secrets.
+        let inherited = std::env::vars_os().map(|(name, _)| name);
+        for name in shepherd_core::secrets::inherited_settings(inherited) {
             cmd.env_remove(name);
         }
         match cmd.spawn() {

@@ -65,7 +65,8 @@ pub(crate) async fn git_raw(dir: &Path, args: &[&str]) -> Result<String, String>
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
-    for name in shepherd_core::secrets::SECRET_ENV {
+    let inherited = std::env::vars_os().map(|(name, _)| name);
+    for name in shepherd_core::secrets::inherited_settings(inherited) {
         cmd.env_remove(name);
     }
     let out = cmd

@@ -22,7 +22,8 @@ pub async fn location_diff(launcher: &Launcher<'_>, location: &str) -> Result<Gi
 
 async fn git(dir: &str, args: &[&str]) -> Result<String, Error> {
     let mut cmd = tokio::process::Command::new("git");
-    for name in shepherd_core::secrets::SECRET_ENV {
+    let inherited = std::env::vars_os().map(|(name, _)| name);
+    for name in shepherd_core::secrets::inherited_settings(inherited) {
         cmd.env_remove(name);
     }
     let run = cmd

@@ -335,10 +335,13 @@ impl PtyProcess {
         let mut cmd = pty_process::Command::new(&spec.program)
             .args(&spec.args)
             .current_dir(&spec.cwd);
-        // A terminal or agent tab does not inherit Shepherd's own secrets
-        // (what it prints is kept in scrollback). The spec's env comes
-        // after: an agent's configured `env` may set one on purpose.
-        for name in shepherd_core::secrets::SECRET_ENV {
+        // A terminal or agent tab inherits none of Shepherd's settings:
+        // not its secrets (what it prints is kept in scrollback), nor the
+        // ones that lead to its configuration and database. The spec's env
+        // comes after: what the tab is told about itself, and an agent's
+        // configured `env`, which may set one on purpose.
+        let inherited = std::env::vars_os().map(|(name, _)| name);
+        for name in shepherd_core::secrets::inherited_settings(inherited) {
             cmd = cmd.env_remove(name);
         }
         for (k, v) in &spec.env {

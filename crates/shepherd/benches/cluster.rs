@@ -79,6 +79,14 @@ impl Node {
             ("SHEPHERD_DATABASE_URL", url.into()),
             ("SHEPHERD_PG_SCHEMA", schema.into()),
             ("SHEPHERD_NODE_ID", name.into()),
+            // The nodes of one database share its secrets key.
+            (
+                "SHEPHERD_SECRETS_KEY_FILE",
+                std::env::temp_dir()
+                    .join(format!("shepherd-cluster-bench-{schema}.key"))
+                    .display()
+                    .to_string(),
+            ),
             ("SHEPHERD_MAX_REQUESTS", "0".into()),
             ("SHEPHERD_MAX_REQUESTS_PER_TOKEN", "0".into()),
         ] {

@@ -32,6 +32,10 @@ pub use args::*;
 
 /// Runs `shepherd shim`: one synchronous loop around one child, no runtime.
 pub fn run_shim(flags: &ShimFlags) -> ExitCode {
+    // Before it reads a run (a spare) or starts its agent: its environment
+    // holds the agent's, run token included, and its directory the run's
+    // files. The agent's exec makes the agent dumpable again.
+    crate::own_secrets::not_dumpable();
     let code = if flags.stand_by {
         shepherd_runner::shim::stand_by(ShimFlags::parse_job)
     } else {
@@ -65,6 +69,9 @@ pub fn main(cli: Cli) -> ExitCode {
             | Command::MigrateStore { .. }
     ) {
         crate::private_data::restrict_umask();
+        // Not readable through `/proc` by the agents it runs as the same
+        // user, and its secret settings out of its environment.
+        crate::own_secrets::protect();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

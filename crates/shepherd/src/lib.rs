@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod config;
 pub mod maintenance;
+pub mod own_secrets;
 pub mod private_data;
 pub mod render;
 pub mod server;

@@ -36,7 +36,7 @@ fn oidc_provider(o: &shepherd_config::OidcConfig) -> Result<shepherd_api::oidc::
 }
 
 pub async fn open_store(config: &Config) -> anyhow_like::Result<Store> {
-    let store = Store::open(&crate::config::store_config(config)).await?;
+    let store = Store::open(&crate::config::store_config(config)?).await?;
     for (name, agent) in &config.agents {
         store
             .upsert_agent(

@@ -367,7 +367,10 @@ fn hosts_cli(base: &str, extra: &[&str]) -> String {
 /// /proc/net/tcp{,6} shows in state LISTEN).
 fn listening_sockets(pid: u32) -> Vec<String> {
     let mut mine = std::collections::HashSet::new();
-    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+    // Both processes were started with `SHEPHERD_DUMPABLE=1`: a process
+    // that is not dumpable shows its descriptors to root alone.
+    {
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the process's descriptors");
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {
                 let t = target.display().to_string();
@@ -394,7 +397,8 @@ fn listening_sockets(pid: u32) -> Vec<String> {
 async fn a_runner_host_comes_and_goes(kind: Kind) {
     let mut env = Env::new(kind);
     env.set("SHEPHERD_TOKEN", OPERATOR)
-        .set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "3");
+        .set("SHEPHERD_HEARTBEAT_TIMEOUT_SECS", "3")
+        .set("SHEPHERD_DUMPABLE", "1");
     let s = Server::spawn(&env).await;
     // The runner's machine: its own data directory, HOME and sessions root.
     let far = env.dir.join("far-host");

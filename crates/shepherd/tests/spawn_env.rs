@@ -2,9 +2,18 @@
 //! (`shepherd serve`, its environment holding the operator token and the
 //! other secret settings) runs an agent through the built-in runner and its
 //! shim, a terminal tab and an agent tab on real PTYs, each of which writes
-//! its environment to a file. None holds Shepherd's own secrets; what the
-//! agent's configuration sets explicitly is there. The agent is told the
-//! listener's address, which the built-in runner itself does not use.
+//! its environment to a file. None holds Shepherd's own secrets, nor any
+//! other `SHEPHERD_*` setting (such as `SHEPHERD_CONFIG` and
+//! `SHEPHERD_DATA_DIR`, which lead to the configuration file and the
+//! database); what the agent's configuration sets explicitly is there. The
+//! agent is told the listener's address, which the built-in runner itself
+//! does not use.
+//!
+//! And what an agent can read of the server through `/proc`: the server
+//! and the agent's shim are not dumpable, so an agent running as the same
+//! user reads neither's `environ` (the server runs as an unprivileged user
+//! when the test runs as root, whose `CAP_SYS_PTRACE` reads anything); the
+//! server's own copy of its environment no longer holds the token.
 
 mod common;
 
@@ -42,10 +51,12 @@ fn has(env: &[String], name: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix(&format!("{name}=")).map(str::to_owned))
 }
 
-/// How many of `pid`'s own sockets are TCP connections it opened to
-/// `port` on this machine (`/proc/<pid>/net/tcp*` rows whose inode is one
-/// of its descriptors).
-fn connections_to(pid: i32, port: u16) -> usize {
+/// How many TCP connections to `port` on this machine some process other
+/// than this test opened (`/proc/net/tcp*` rows whose inode is none of this
+/// process's descriptors). The server's own descriptors are not readable:
+/// it is not dumpable.
+fn connections_to(port: u16) -> usize {
+    let pid = std::process::id();
     let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
@@ -54,7 +65,6 @@ fn connections_to(pid: i32, port: u16) -> usize {
             Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
         })
         .collect();
-    assert!(!inodes.is_empty(), "the server holds no socket at all");
     let remote_port = format!(":{port:04X}");
     ["tcp", "tcp6"]
         .iter()
@@ -66,7 +76,7 @@ fn connections_to(pid: i32, port: u16) -> usize {
             cols.len() > 9
                 && cols[2].ends_with(&remote_port)
                 && cols[3] == "01"
-                && inodes.contains(cols[9])
+                && !inodes.contains(cols[9])
         })
         .count()
 }
@@ -184,6 +194,17 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
             );
         }
         assert_eq!(has(&seen, "SHEPHERD_AUTH_TOKEN"), None, "{file}");
+        // Nor any other setting of the server's: they lead to its
+        // configuration file (which may hold secrets) and its database.
+        for name in [
+            "SHEPHERD_CONFIG",
+            "SHEPHERD_DATA_DIR",
+            "SHEPHERD_LOG",
+            "SHEPHERD_LISTEN",
+            "SHEPHERD_SHIM_PROGRAM",
+        ] {
+            assert_eq!(has(&seen, name), None, "{file} inherited {name}");
+        }
         if configured {
             assert_eq!(
                 has(&seen, "AGENT_SETTING").as_deref(),
@@ -205,7 +226,7 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
     );
     let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
     assert_eq!(
-        connections_to(server.pid(), port),
+        connections_to(port),
         0,
         "the built-in runner connected to its own server's listener"
     );
@@ -221,6 +242,113 @@ env = {{ AGENT_SETTING = "chosen", SHEPHERD_WEBHOOK_SECRET = "given-on-purpose" 
         "the agent runs in the server's session"
     );
     // A graceful stop ends the tabs' processes with the server.
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(server.pid(), libc::SIGTERM);
+    }
+    let start = Instant::now();
+    while server.child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < WAIT, "the server did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The uid and gid the server runs as in [`an_agent_reads_nothing_of_the_server_through_proc`]
+/// when the test runs as root: `nobody`'s.
+const UNPRIVILEGED: u32 = 65534;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_reads_nothing_of_the_server_through_proc() {
+    use std::os::unix::process::CommandExt;
+
+    let mut env = Env::new(Kind::Sqlite);
+    // The data directory's own key, which the server's user can read.
+    env.vars.remove("SHEPHERD_SECRETS_KEY_FILE");
+    let dir = env.dir.clone();
+    let out = dir.join("proc-check");
+    // The agent tries the server's environment (its pid in a file the test
+    // writes) and its shim's (its parent), then writes its own.
+    let agent = env.script(
+        "agent.sh",
+        &format!(
+            r#"#!/bin/sh
+pid=$(cat {dir}/server.pid)
+{{
+  if cat /proc/$pid/environ > {dir}/server.environ 2>/dev/null; then echo SERVER=read; else echo SERVER=refused; fi
+  if cat /proc/$PPID/environ > /dev/null 2>&1; then echo SHIM=read; else echo SHIM=refused; fi
+  env
+  echo DUMP_DONE=1
+}} > {out}.tmp
+mv {out}.tmp {out}
+"#,
+            dir = dir.display(),
+            out = out.display()
+        ),
+    );
+    env.with_config_file(&format!(
+        "[agents.prober]\ncommand = [\"sh\", \"{agent}\"]\n"
+    ));
+    let mut cmd = env.serve_command();
+    cmd.env("SHEPHERD_TOKEN", OPERATOR)
+        .env("SHEPHERD_WEBHOOK_SECRET", "webhook-secret-value")
+        .env("HOME", &dir)
+        .stderr(Stdio::inherit());
+    // SAFETY: geteuid(2) reads this process's credentials.
+    if unsafe { libc::geteuid() } == 0 {
+        // Root reads every process's `environ`, dumpable or not: the server
+        // and its agents run as an ordinary user, as they would in use.
+        let status = std::process::Command::new("chown")
+            .args(["-R", &format!("{UNPRIVILEGED}:{UNPRIVILEGED}")])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        // (std drops root's supplementary groups with the uid.)
+        cmd.uid(UNPRIVILEGED).gid(UNPRIVILEGED);
+    }
+    let mut server = Served::spawn(&mut cmd);
+    let base = server.base.clone();
+    let pid_file = dir.join("server.pid");
+    std::fs::write(&pid_file, server.pid().to_string()).unwrap();
+    let start = Instant::now();
+    while operator_call(&base, "/readyz", None).await.0 != 200 {
+        assert!(start.elapsed() < WAIT, "the server did not become ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (st, b) = operator_call(
+        &base,
+        "/api/v1/tasks",
+        Some(json!({ "vtid": "PROC-1", "title": "proc", "spec": "go", "agent_id": "prober" })),
+    )
+    .await;
+    assert_eq!(st, 201, "{b}");
+    let seen = env_of(&out).await;
+    let leaked = std::fs::read(dir.join("server.environ")).unwrap_or_default();
+    assert_eq!(
+        has(&seen, "SERVER").as_deref(),
+        Some("refused"),
+        "the agent read the server's environment: {}",
+        String::from_utf8_lossy(&leaked)
+    );
+    assert_eq!(
+        has(&seen, "SHIM").as_deref(),
+        Some("refused"),
+        "the agent read its shim's environment"
+    );
+    for name in ["SHEPHERD_TOKEN", "SHEPHERD_CONFIG", "SHEPHERD_DATA_DIR"] {
+        assert_eq!(has(&seen, name), None, "the agent inherited {name}");
+    }
+    assert!(!seen.iter().any(|l| l.contains(OPERATOR)), "{seen:?}");
+    // What is left of the server's environment in its memory no longer
+    // holds the token (readable here only to a root test).
+    if let Ok(environ) = std::fs::read(format!("/proc/{}/environ", server.pid())) {
+        let text = String::from_utf8_lossy(&environ);
+        assert!(
+            !text.contains(OPERATOR),
+            "the server's environ holds the token"
+        );
+        assert!(!text.contains("webhook-secret-value"), "{text}");
+    }
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
         libc::kill(server.pid(), libc::SIGTERM);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use shepherd_core::Error;
 
-use crate::{Clock, SyncMode};
+use crate::{Clock, SecretsKey, SyncMode};
 
 /// Which database to open and how.
 #[derive(Debug, Clone)]
@@ -24,6 +24,10 @@ pub struct StoreConfig {
     pub pg_analyze_growing_tables: bool,
     /// What every operation takes as "now"; [`Clock::system`] by default.
     pub clock: Clock,
+    /// The key stored secrets are sealed with (see `sealed`). `None` (the
+    /// default, for tests and tools) keeps new ones in clear; the server
+    /// always gives one.
+    pub secrets_key: Option<SecretsKey>,
 }
 
 impl StoreConfig {
@@ -35,6 +39,7 @@ impl StoreConfig {
             pg_pool_size: 16,
             pg_analyze_growing_tables: true,
             clock: Clock::system(),
+            secrets_key: None,
         }
     }
 }

@@ -67,8 +67,11 @@ impl Store {
     /// The key run tokens are derived from (made on first use).
     pub async fn run_token_key(&self) -> Result<String, Error> {
         let now = self.now();
-        self.write(move |db| Box::pin(input_requests::run_token_key(db, now)))
-            .await
+        let sealer = self.sealer();
+        self.write(move |db| {
+            Box::pin(async move { input_requests::run_token_key(db, &sealer, now).await })
+        })
+        .await
     }
 }
 

@@ -32,6 +32,7 @@ pub(crate) mod log;
 mod migrations;
 mod ops;
 mod postgres;
+mod sealed;
 pub(crate) mod sql;
 mod sqlite;
 mod statement_costs;
@@ -101,6 +102,7 @@ pub use postgres::PgOptions;
 /// `seq` is drawn.
 pub use postgres::EVENT_LOCK as POSTGRES_EVENT_LOCK;
 pub use run_store::StepAppend;
+pub use sealed::{is_sealed, SecretsKey, SEALED_PREFIX};
 pub use sqlite::backup::backup as backup_sqlite;
 pub use sqlite::SyncMode;
 #[cfg(feature = "test-hooks")]
@@ -122,6 +124,8 @@ struct Inner {
     url: String,
     /// What every operation takes as "now" (see [`Store::now`]).
     clock: Clock,
+    /// How stored secrets are sealed and opened (see `sealed`).
+    sealer: sealed::Sealer,
 }
 
 /// The hub hears of every commit from the backend's writer.
@@ -216,6 +220,7 @@ impl Store {
                 shutdown: shutdown.clone(),
                 url: redact_url(&config.url),
                 clock: config.clock.clone(),
+                sealer: sealed::Sealer::new(config.secrets_key.clone()),
             }),
         };
         // Before the store is handed out, so before anything can be written
@@ -229,7 +234,40 @@ impl Store {
         };
         store.hub().start(head);
         tokio::spawn(hub::pump(store.clone(), shutdown));
+        // Before anything reads a secret: the key is the database's, and no
+        // secret stays in clear.
+        if store.inner.sealer.has_key() {
+            let (sealer, now) = (store.sealer(), store.now());
+            let sealed = store
+                .write(move |db| {
+                    Box::pin(
+                        async move { ops::stored_secrets::seal_at_open(db, &sealer, now).await },
+                    )
+                })
+                .await;
+            match sealed {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(secrets = n, "sealed the secrets stored in clear");
+                    // Their old pages must not linger in SQLite's WAL.
+                    if let Backend::Sqlite(b) = &store.inner.backend {
+                        if let Err(e) = b.truncate_wal().await {
+                            tracing::warn!(error = %e, "the WAL still holds the secrets' clear pages");
+                        }
+                    }
+                }
+                Err(e) => {
+                    store.close();
+                    return Err(e);
+                }
+            }
+        }
         Ok(store)
+    }
+
+    /// How this store seals and opens its secrets.
+    pub(crate) fn sealer(&self) -> sealed::Sealer {
+        self.inner.sealer.clone()
     }
 
     /// "Now" for this store's operations: the system clock, unless a test

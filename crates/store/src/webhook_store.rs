@@ -10,31 +10,33 @@ use crate::{log, Store};
 impl Store {
     /// Records a subscription; it receives the events logged from now on.
     pub async fn create_webhook(&self, new: NewWebhook) -> Result<WebhookRow, Error> {
-        let now = self.now();
+        let (now, sealer) = (self.now(), self.sealer());
         self.write(move |db| {
             Box::pin(async move {
                 let head = log::head(db).await?;
-                webhooks::create(db, now, head, new).await
+                webhooks::create(db, &sealer, now, head, new).await
             })
         })
         .await
     }
 
     pub async fn webhook(&self, id: &str) -> Result<WebhookRow, Error> {
-        let id = id.to_owned();
-        self.read(move |db| Box::pin(async move { webhooks::get(db, &id).await }))
+        let (id, sealer) = (id.to_owned(), self.sealer());
+        self.read(move |db| Box::pin(async move { webhooks::get(db, &sealer, &id).await }))
             .await
     }
 
     /// Every subscription, oldest first.
     pub async fn webhooks(&self) -> Result<Vec<WebhookRow>, Error> {
-        self.read(move |db| Box::pin(webhooks::list(db))).await
+        let sealer = self.sealer();
+        self.read(move |db| Box::pin(async move { webhooks::list(db, &sealer).await }))
+            .await
     }
 
     /// Deletes an API-made subscription; config-made ones are refused.
     pub async fn delete_webhook(&self, id: &str) -> Result<(), Error> {
-        let id = id.to_owned();
-        self.write(move |db| Box::pin(async move { webhooks::delete(db, &id).await }))
+        let (id, sealer) = (id.to_owned(), self.sealer());
+        self.write(move |db| Box::pin(async move { webhooks::delete(db, &sealer, &id).await }))
             .await
     }
 
@@ -44,11 +46,11 @@ impl Store {
         &self,
         wanted: Vec<NewWebhook>,
     ) -> Result<(usize, usize, usize), Error> {
-        let now = self.now();
+        let (now, sealer) = (self.now(), self.sealer());
         self.write(move |db| {
             Box::pin(async move {
                 let head = log::head(db).await?;
-                webhooks::sync_config(db, now, head, wanted).await
+                webhooks::sync_config(db, &sealer, now, head, wanted).await
             })
         })
         .await
@@ -82,11 +84,11 @@ impl Store {
         if !due {
             return Ok(Vec::new());
         }
-        let node = node.to_owned();
+        let (node, sealer) = (node.to_owned(), self.sealer());
         self.write(move |db| {
             Box::pin(async move {
                 let head = log::head(db).await?;
-                webhooks::lease_due(db, now, &node, now + lease_ms, head).await
+                webhooks::lease_due(db, &sealer, now, &node, now + lease_ms, head).await
             })
         })
         .await
@@ -131,9 +133,11 @@ impl Store {
 
     /// A subscription's delivery attempts, newest first.
     pub async fn webhook_deliveries(&self, id: &str, limit: i64) -> Result<Vec<Attempt>, Error> {
-        let id = id.to_owned();
-        self.read(move |db| Box::pin(async move { webhooks::deliveries(db, &id, limit).await }))
-            .await
+        let (id, sealer) = (id.to_owned(), self.sealer());
+        self.read(move |db| {
+            Box::pin(async move { webhooks::deliveries(db, &sealer, &id, limit).await })
+        })
+        .await
     }
 }
 

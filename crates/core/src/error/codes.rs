@@ -163,6 +163,8 @@ error_codes! {
     "run_not_found" => "No run has that id.",
     "run_not_running" => "The run has ended; it can no longer ask or be asked for anything.",
     "schema_too_new" => "The database was migrated by a newer shepherd than this one; the server refuses to start on it.",
+    "secrets_key_mismatch" => "A stored secret does not open with this server's secrets key (`secret.key` in the data directory, or `secrets_key_file`): the database's secrets were sealed under another key; a server refuses to start on it.",
+    "secrets_key_missing" => "A stored secret is sealed and the store was opened without a secrets key.",
     "session_not_found" => "No session has that id.",
     "session_on_other_node" => "The session lives on another server node.",
     "sessions_unavailable" => "This server does not host sessions.",

@@ -100,7 +100,11 @@ impl Drop for LogLine {
 }
 
 pub(super) fn load_config(global: &Global) -> Result<Config> {
-    Ok(Config::load(global.config.as_deref())?)
+    // The secret settings are no longer in the environment (`own_secrets`).
+    Ok(Config::load_with(
+        global.config.as_deref(),
+        &crate::own_secrets::var,
+    )?)
 }
 
 pub async fn serve(g: &Global, listen: Option<&str>) -> Result<()> {
@@ -170,7 +174,7 @@ pub async fn migrate(g: &Global) -> Result<()> {
         ),
         true,
     );
-    let store = shepherd_store::Store::open(&crate::config::store_config(&config)).await;
+    let store = shepherd_store::Store::open(&crate::config::store_config(&config)?).await;
     spinner.finish_and_clear();
     let store = store?;
     println!(
@@ -252,7 +256,7 @@ at the server's data",
             config.data_dir.display()
         );
     }
-    let store = shepherd_store::Store::open(&crate::config::store_config(&config)).await?;
+    let store = shepherd_store::Store::open(&crate::config::store_config(&config)?).await?;
     let now = shepherd_store::now_ms();
     let mut report = PruneReport {
         database,

@@ -59,6 +59,17 @@ impl Env {
         vars.insert("SHELL".to_string(), "/bin/sh".to_string());
         vars.insert("SHEPHERD_DATA_DIR".to_string(), dir.display().to_string());
         vars.insert("SHEPHERD_LOG".to_string(), "warn".to_string());
+        // One secrets key for every test's servers, as a cluster's nodes
+        // share one: tests start several nodes, and restored copies, on one
+        // database. (`stored_secrets` and `spawn_env` remove it to use the
+        // data directory's own.)
+        vars.insert(
+            "SHEPHERD_SECRETS_KEY_FILE".to_string(),
+            std::env::temp_dir()
+                .join("shepherd-tests-secrets.key")
+                .display()
+                .to_string(),
+        );
         if kind == Kind::Postgres {
             vars.insert("SHEPHERD_DATABASE_URL".into(), pg_url());
             vars.insert("SHEPHERD_PG_SCHEMA".into(), format!("t_{}", unique()));
@@ -107,7 +118,7 @@ impl Env {
 
     /// The store settings of [`Env::config`], to open the server's database alongside it.
     pub fn store_config(&self) -> shepherd_store::StoreConfig {
-        shepherd::config::store_config(&self.config())
+        shepherd::config::store_config(&self.config()).unwrap()
     }
 }
 
@@ -566,6 +577,8 @@ pub fn runner_host(
         .env("SHEPHERD_DATA_DIR", data_dir)
         .env("SHEPHERD_SESSIONS_ROOT", root)
         .env("SHEPHERD_RUNNER_HEARTBEAT_SECS", "1")
+        // So that tests may read its descriptors (`fleet_hosts`).
+        .env("SHEPHERD_DUMPABLE", "1")
         .env(
             "SHEPHERD_LOG",
             std::env::var("FLEET_LOG").unwrap_or("warn".into()),

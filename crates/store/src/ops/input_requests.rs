@@ -536,9 +536,14 @@ pub(crate) async fn withdraw<D: Db>(
 }
 
 /// The key run tokens are derived from: made once per database, the same
-/// for every node.
-pub async fn run_token_key<D: Db>(db: &mut D, now: Millis) -> Result<String, Error> {
+/// for every node; the database holds it sealed (see `sealed`).
+pub async fn run_token_key<D: Db>(
+    db: &mut D,
+    sealer: &crate::sealed::Sealer,
+    now: Millis,
+) -> Result<String, Error> {
     const NAME: &str = "run_token";
+    let label = crate::ops::stored_secrets::server_key_label(NAME);
     if let Some(row) = db
         .query_opt(
             "SELECT value FROM server_keys WHERE name = $1",
@@ -546,18 +551,20 @@ pub async fn run_token_key<D: Db>(db: &mut D, now: Millis) -> Result<String, Err
         )
         .await?
     {
-        return row.string(0);
+        return sealer.open(&label, &row.string(0)?);
     }
-    let value = random_hex(32);
+    let value = sealer.seal(&label, &random_hex(32))?;
     db.execute(
         "INSERT INTO server_keys (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
         params![NAME, &value, now],
     )
     .await?;
-    db.query_one(
-        "SELECT value FROM server_keys WHERE name = $1",
-        params![NAME],
-    )
-    .await?
-    .string(0)
+    let stored = db
+        .query_one(
+            "SELECT value FROM server_keys WHERE name = $1",
+            params![NAME],
+        )
+        .await?
+        .string(0)?;
+    sealer.open(&label, &stored)
 }

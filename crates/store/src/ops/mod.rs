@@ -14,6 +14,7 @@ pub mod restart;
 pub(crate) mod retries;
 pub mod runs;
 pub mod sessions;
+pub(crate) mod stored_secrets;
 pub mod tasks;
 pub mod usage;
 pub mod users;

@@ -10,9 +10,16 @@ use shepherd_core::time::Millis;
 use shepherd_core::Error;
 
 use crate::params;
+use crate::sealed::Sealer;
 use crate::sql::{Db, Row};
 
-/// A subscription as stored (the secret included: signing needs it).
+/// What a subscription's secret is sealed for (see `sealed`): its row.
+fn secret_label(id: &str) -> String {
+    format!("webhooks.secret:{id}")
+}
+
+/// A subscription as stored (the secret included, opened: signing needs
+/// it; the database holds it sealed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WebhookRow {
     pub id: String,
@@ -51,12 +58,14 @@ pub struct NewWebhook {
 const COLUMNS: &str = "id, url, events, secret, format, source, state, cursor_seq, created_at, \
                        pending_seq, pending_since, attempts, next_attempt_at, allow_private";
 
-fn from_row(r: &Row) -> Result<WebhookRow, Error> {
+fn from_row(sealer: &Sealer, r: &Row) -> Result<WebhookRow, Error> {
+    let id = r.string(0)?;
+    let secret = sealer.open(&secret_label(&id), &r.string(3)?)?;
     Ok(WebhookRow {
-        id: r.string(0)?,
+        id,
         url: r.string(1)?,
         events: r.json(2)?,
-        secret: r.string(3)?,
+        secret,
         format: r.string(4)?,
         source: r.string(5)?,
         state: r.string(6)?,
@@ -77,11 +86,13 @@ fn not_found(id: &str) -> Error {
 /// Records a subscription starting at `head`, the log's last sequence number.
 pub async fn create<D: Db>(
     db: &mut D,
+    sealer: &Sealer,
     now: Millis,
     head: i64,
     new: NewWebhook,
 ) -> Result<WebhookRow, Error> {
     let events = serde_json::to_string(&new.events).map_err(|e| Error::internal(e.to_string()))?;
+    let secret = sealer.seal(&secret_label(&new.id), &new.secret)?;
     db.execute(
         "INSERT INTO webhooks (id, url, events, secret, format, source, state, cursor_seq, \
          created_at, updated_at, allow_private) \
@@ -90,7 +101,7 @@ pub async fn create<D: Db>(
             new.id.as_str(),
             new.url.as_str(),
             events.as_str(),
-            new.secret.as_str(),
+            secret.as_str(),
             new.format.as_str(),
             new.source.as_str(),
             head,
@@ -99,10 +110,10 @@ pub async fn create<D: Db>(
         ],
     )
     .await?;
-    get(db, &new.id).await
+    get(db, sealer, &new.id).await
 }
 
-pub async fn get<D: Db>(db: &mut D, id: &str) -> Result<WebhookRow, Error> {
+pub async fn get<D: Db>(db: &mut D, sealer: &Sealer, id: &str) -> Result<WebhookRow, Error> {
     let row = db
         .query_opt(
             &format!("SELECT {COLUMNS} FROM webhooks WHERE id = $1"),
@@ -110,25 +121,25 @@ pub async fn get<D: Db>(db: &mut D, id: &str) -> Result<WebhookRow, Error> {
         )
         .await?
         .ok_or_else(|| not_found(id))?;
-    from_row(&row)
+    from_row(sealer, &row)
 }
 
 /// Every subscription, oldest first.
-pub async fn list<D: Db>(db: &mut D) -> Result<Vec<WebhookRow>, Error> {
+pub async fn list<D: Db>(db: &mut D, sealer: &Sealer) -> Result<Vec<WebhookRow>, Error> {
     db.query(
         &format!("SELECT {COLUMNS} FROM webhooks ORDER BY created_at, id"),
         params![],
     )
     .await?
     .iter()
-    .map(from_row)
+    .map(|r| from_row(sealer, r))
     .collect()
 }
 
 /// Deletes an API-made subscription (its attempts go with it); one from the
 /// configuration file is refused, since the next start would bring it back.
-pub async fn delete<D: Db>(db: &mut D, id: &str) -> Result<(), Error> {
-    let found = get(db, id).await?;
+pub async fn delete<D: Db>(db: &mut D, sealer: &Sealer, id: &str) -> Result<(), Error> {
+    let found = get(db, sealer, id).await?;
     if found.source == "config" {
         return Err(Error::conflict(
             "webhook_from_config",
@@ -155,11 +166,12 @@ async fn remove<D: Db>(db: &mut D, id: &str) -> Result<(), Error> {
 /// were added, changed and removed.
 pub async fn sync_config<D: Db>(
     db: &mut D,
+    sealer: &Sealer,
     now: Millis,
     head: i64,
     wanted: Vec<NewWebhook>,
 ) -> Result<(usize, usize, usize), Error> {
-    let existing: Vec<WebhookRow> = list(db)
+    let existing: Vec<WebhookRow> = list(db, sealer)
         .await?
         .into_iter()
         .filter(|w| w.source == "config")
@@ -181,13 +193,14 @@ pub async fn sync_config<D: Db>(
                 {
                     let events = serde_json::to_string(&new.events)
                         .map_err(|e| Error::internal(e.to_string()))?;
+                    let secret = sealer.seal(&secret_label(&old.id), &new.secret)?;
                     db.execute(
                         "UPDATE webhooks SET events = $2, secret = $3, format = $4, \
                          updated_at = $5, allow_private = $6 WHERE id = $1",
                         params![
                             old.id.as_str(),
                             events.as_str(),
-                            new.secret.as_str(),
+                            secret.as_str(),
                             new.format.as_str(),
                             now,
                             new.allow_private as i64
@@ -198,7 +211,7 @@ pub async fn sync_config<D: Db>(
                 }
             }
             None => {
-                create(db, now, head, new).await?;
+                create(db, sealer, now, head, new).await?;
                 added += 1;
             }
         }
@@ -211,6 +224,7 @@ pub async fn sync_config<D: Db>(
 /// come) that no other node holds a live lease on, and returns them.
 pub async fn lease_due<D: Db>(
     db: &mut D,
+    sealer: &Sealer,
     now: Millis,
     node: &str,
     until: Millis,
@@ -233,7 +247,7 @@ pub async fn lease_due<D: Db>(
     )
     .await?
     .iter()
-    .map(from_row)
+    .map(|r| from_row(sealer, r))
     .collect()
 }
 
@@ -379,8 +393,13 @@ pub async fn release<D: Db>(db: &mut D, node: &str, id: &str) -> Result<(), Erro
 }
 
 /// A subscription's attempts, newest first, at most `limit`.
-pub async fn deliveries<D: Db>(db: &mut D, id: &str, limit: i64) -> Result<Vec<Attempt>, Error> {
-    get(db, id).await?;
+pub async fn deliveries<D: Db>(
+    db: &mut D,
+    sealer: &Sealer,
+    id: &str,
+    limit: i64,
+) -> Result<Vec<Attempt>, Error> {
+    get(db, sealer, id).await?;
     db.query(
         "SELECT webhook_id, seq, event_type, attempt, outcome, http_status, error, \
          started_at, finished_at, next_attempt_at FROM webhook_deliveries \
@@ -404,4 +423,27 @@ pub async fn deliveries<D: Db>(db: &mut D, id: &str, limit: i64) -> Result<Vec<A
         })
     })
     .collect()
+}
+
+/// Seals every subscription secret stored in clear (by a version before
+/// sealing); returns how many there were.
+pub async fn seal_clear_secrets<D: Db>(db: &mut D, sealer: &Sealer) -> Result<usize, Error> {
+    let rows = db
+        .query("SELECT id, secret FROM webhooks ORDER BY id", params![])
+        .await?;
+    let mut sealed = 0;
+    for r in rows {
+        let (id, stored) = (r.string(0)?, r.string(1)?);
+        if crate::sealed::is_sealed(&stored) {
+            continue;
+        }
+        let secret = sealer.seal(&secret_label(&id), &stored)?;
+        db.execute(
+            "UPDATE webhooks SET secret = $2 WHERE id = $1",
+            params![id.as_str(), secret.as_str()],
+        )
+        .await?;
+        sealed += 1;
+    }
+    Ok(sealed)
 }

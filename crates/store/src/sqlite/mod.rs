@@ -63,6 +63,8 @@ pub struct SqliteBackend {
     jobs: std::sync::mpsc::Sender<Vec<Job>>,
     readers: Arc<Mutex<Vec<SqliteDb>>>,
     permits: Arc<Semaphore>,
+    path: std::path::PathBuf,
+    sync: SyncMode,
 }
 
 fn closed() -> Error {
@@ -145,6 +147,11 @@ fn open_conn(path: &Path, read_only: bool, sync: SyncMode) -> Result<Connection,
         // re-reading them out of the WAL. Readers keep SQLite's default.
         conn.pragma_update(None, "cache_size", -32768)
             .map_err(map_err)?;
+        // A row rewritten in place (a secret sealed where it was stored in
+        // clear) leaves no old copy in its page's free space: SQLite zeroes
+        // what it frees wherever that costs no extra write.
+        conn.pragma_update(None, "secure_delete", "FAST")
+            .map_err(map_err)?;
     }
     conn.set_prepared_statement_cache_capacity(128);
     Ok(conn)
@@ -190,7 +197,24 @@ impl SqliteBackend {
             jobs,
             readers: Arc::new(Mutex::new(readers)),
             permits: Arc::new(Semaphore::new(READERS)),
+            path: path.to_owned(),
+            sync,
         })
+    }
+
+    /// Copies the WAL into the database file and empties it, so that no
+    /// page version older than the last commit stays in either file (after
+    /// secrets stored in clear were sealed). Best effort: a reader that
+    /// holds an old snapshot keeps the WAL as it is.
+    pub async fn truncate_wal(&self) -> Result<(), Error> {
+        let (path, sync) = (self.path.clone(), self.sync);
+        tokio::task::spawn_blocking(move || {
+            let conn = open_conn(&path, false, sync)?;
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(map_err)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("checkpoint task failed: {e}")))?
     }
 
     /// Runs `f` on the write connection, inside a transaction shared with
