@@ -163,6 +163,8 @@ e2e!(
                     secret: old_secret.clone(),
                     format: "standard".into(),
                     source: "api".into(),
+                    // The receiver is this test, on loopback.
+                    allow_private: true,
                 })
                 .await
                 .unwrap();
@@ -179,7 +181,7 @@ e2e!(
             .post(
                 "/api/v1/webhooks",
                 None,
-                json!({ "url": url, "secret": new_secret, "events": ["task.created"] }),
+                json!({ "url": url, "secret": new_secret, "events": ["task.created"], "allow_private": true }),
             )
             .await;
         assert_eq!(st, 201, "{made}");
