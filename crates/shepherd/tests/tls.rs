@@ -702,7 +702,11 @@ fn serve_refuses_a_half_or_unreadable_tls_setting() {
 fn serve_refuses_a_key_other_users_may_read_when_tls_is_strict() {
     use std::os::unix::fs::PermissionsExt;
     let env = Env::new(Kind::Sqlite);
-    let (cert, key) = (env.dir.join("cert.pem"), env.dir.join("key.pem"));
+    // Outside the data directory: the server makes everything in there
+    // private as it starts, a key file too.
+    let keys = std::env::temp_dir().join(format!("shepherd-tls-keys-{}", common::unique()));
+    std::fs::create_dir_all(&keys).unwrap();
+    let (cert, key) = (keys.join("cert.pem"), keys.join("key.pem"));
     Ca::new().issue(&cert, &key);
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
@@ -718,4 +722,5 @@ fn serve_refuses_a_key_other_users_may_read_when_tls_is_strict() {
         err.contains(&key_s) && err.contains("644") && err.contains("chmod 600"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&keys);
 }

@@ -362,46 +362,8 @@ fn read_archive(file: &Path, into: Option<&Path>) -> Result<Checked> {
     let mut entries = archive
         .entries()
         .map_err(|e| refuse(format!("not a shepherd backup ({e})")))?;
-    let (manifest, manifest_sum): (Manifest, String) = match entries.next() {
-        Some(first) => {
-            let mut first = first.map_err(|e| refuse(format!("not a shepherd backup ({e})")))?;
-            if first.path()?.as_ref() != Path::new(MANIFEST) {
-                return Err(refuse("not a shepherd backup (no manifest)".into()));
-            }
-            let mut text = Vec::new();
-            first.read_to_end(&mut text)?;
-            let manifest = serde_json::from_slice(&text)
-                .map_err(|e| refuse(format!("unreadable manifest: {e}")))?;
-            (manifest, hex(&Sha256::digest(&text)))
-        }
-        None => return Err(refuse("empty".into())),
-    };
-    if !(OLDEST_FORMAT..=FORMAT).contains(&manifest.format) {
-        return Err(refuse(format!(
-            "a backup of format {}; this shepherd reads formats {OLDEST_FORMAT} to {FORMAT}",
-            manifest.format
-        )));
-    }
-    if !matches!(manifest.database.as_str(), "sqlite" | "postgres") {
-        return Err(refuse(format!(
-            "the manifest names an unknown database {:?}",
-            manifest.database
-        )));
-    }
-    let db_entry = match &manifest.database_file {
-        Some(db) => {
-            let ok = !db.as_os_str().is_empty()
-                && db.components().all(|c| matches!(c, Component::Normal(_)));
-            if !ok {
-                return Err(refuse(format!(
-                    "the manifest puts the database at {}, outside the data directory",
-                    db.display()
-                )));
-            }
-            Some(Path::new("database").join(db))
-        }
-        None => None,
-    };
+    let (manifest, manifest_sum) = read_manifest(entries.next()).map_err(refuse)?;
+    let db_entry = check_manifest(&manifest).map_err(refuse)?;
     // Every name unpacked so far, relative to the target, and whether it
     // is a directory: a name twice, a file below a file, are refused.
     let mut seen: HashMap<PathBuf, bool> = HashMap::new();
@@ -420,33 +382,7 @@ fn read_archive(file: &Path, into: Option<&Path>) -> Result<Checked> {
                 "{shown} comes after the checksum list (damaged or not made by shepherd backup)"
             )));
         }
-        let header = entry.header();
-        let kind = match header.entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let mode = header
-                    .mode()
-                    .map_err(|e| refuse(format!("{shown}: unreadable mode ({e})")))?;
-                if mode & 0o7000 != 0 {
-                    return Err(refuse(format!(
-                        "{shown} has mode {mode:04o}: a backup holds no setuid, setgid or sticky bits"
-                    )));
-                }
-                Kind::File(if mode & 0o100 != 0 { 0o700 } else { 0o600 })
-            }
-            tar::EntryType::Directory => Kind::Dir,
-            other => {
-                let what = match other {
-                    tar::EntryType::Symlink => "a symbolic link",
-                    tar::EntryType::Link => "a hard link",
-                    tar::EntryType::Char | tar::EntryType::Block => "a device",
-                    tar::EntryType::Fifo => "a named pipe",
-                    _ => "an entry of an unknown type",
-                };
-                return Err(refuse(format!(
-                    "{shown} is {what}: a backup holds only regular files and directories"
-                )));
-            }
-        };
+        let kind = entry_kind(entry.header(), &shown).map_err(refuse)?;
         if manifest.format >= 2 && kind != Kind::Dir && path == Path::new(CHECKSUMS) {
             let mut text = Vec::new();
             entry.read_to_end(&mut text)?;
@@ -463,24 +399,10 @@ fn read_archive(file: &Path, into: Option<&Path>) -> Result<Checked> {
                     "{shown} is outside the data directory (entries are data/… and database/…)"
                 ))
             })?;
-        // Every directory above it must be (or become) a directory.
-        for parent in rel.ancestors().skip(1) {
-            if parent.as_os_str().is_empty() {
-                break;
-            }
-            if *seen.entry(parent.to_owned()).or_insert(true) {
-                continue;
-            }
-            return Err(refuse(format!("{shown} is below a file of the same name")));
-        }
-        match (seen.get(&rel), kind) {
-            (None, _) | (Some(true), Kind::Dir) => {}
-            _ => return Err(refuse(format!("{shown} appears twice"))),
-        }
+        claim_name(&mut seen, &rel, kind, &shown).map_err(refuse)?;
         let target = into.map(|root| root.join(&rel));
         match kind {
             Kind::Dir => {
-                seen.insert(rel, true);
                 if let Some(target) = target {
                     DirBuilder::new()
                         .recursive(true)
@@ -490,41 +412,9 @@ fn read_archive(file: &Path, into: Option<&Path>) -> Result<Checked> {
                 }
             }
             Kind::File(mode) => {
-                if rel.as_os_str().is_empty() {
-                    return Err(refuse(format!("{shown} is a file in place of a directory")));
-                }
-                seen.insert(rel, false);
-                let mut hashing = Hashing {
-                    inner: &mut entry,
-                    hash: Sha256::new(),
-                };
-                let copied = match &target {
-                    Some(target) => {
-                        if let Some(parent) = target.parent() {
-                            DirBuilder::new()
-                                .recursive(true)
-                                .mode(0o700)
-                                .create(parent)?;
-                        }
-                        // A new file, never a link followed: the staging
-                        // directory holds only what this loop made.
-                        let mut out = OpenOptions::new()
-                            .write(true)
-                            .create_new(true)
-                            .mode(mode)
-                            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                            .open(target)
-                            .map_err(|e| format!("{}: {e}", target.display()))?;
-                        std::io::copy(&mut hashing, &mut out)
-                            .and_then(|_| out.sync_all())
-                            .map_err(|e| format!("{}: {e}", target.display()))
-                    }
-                    None => std::io::copy(&mut hashing, &mut std::io::sink())
-                        .map(|_| ())
-                        .map_err(|e| e.to_string()),
-                };
-                copied.map_err(|e| refuse(format!("{shown}: {e}")))?;
-                sums.insert(shown, hex(&hashing.hash.finalize()));
+                let sum = unpack_file(&mut entry, target.as_deref(), mode)
+                    .map_err(|e| refuse(format!("{shown}: {e}")))?;
+                sums.insert(shown, sum);
                 files += 1;
             }
         }
@@ -538,32 +428,185 @@ fn read_archive(file: &Path, into: Option<&Path>) -> Result<Checked> {
         }
     }
     if manifest.format >= 2 {
-        let listed = listed.ok_or_else(|| {
-            refuse("no checksum list at its end (cut short, or not made by shepherd backup)".into())
-        })?;
-        if listed.manifest != manifest_sum {
-            return Err(refuse(
-                "the manifest does not match its checksum (damaged)".into(),
-            ));
-        }
-        for (name, sum) in &sums {
-            match listed.files.get(name) {
-                Some(want) if want == sum => {}
-                Some(_) => {
-                    return Err(refuse(format!(
-                        "{name} does not match its checksum (damaged)"
-                    )))
-                }
-                None => return Err(refuse(format!("{name} is not in the checksum list"))),
-            }
-        }
-        if let Some(name) = listed.files.keys().find(|n| !sums.contains_key(*n)) {
-            return Err(refuse(format!(
-                "{name} is in the checksum list but not in the archive (damaged)"
-            )));
-        }
+        check_sums(&manifest_sum, listed, &sums).map_err(refuse)?;
     }
     Ok(Checked { manifest, files })
+}
+
+/// The archive's first entry, which must be its manifest: the manifest and
+/// its checksum.
+fn read_manifest<R: Read>(
+    first: Option<std::io::Result<tar::Entry<'_, R>>>,
+) -> std::result::Result<(Manifest, String), String> {
+    let mut first = match first {
+        Some(first) => first.map_err(|e| format!("not a shepherd backup ({e})"))?,
+        None => return Err("empty".into()),
+    };
+    if first.path().map_err(|e| e.to_string())?.as_ref() != Path::new(MANIFEST) {
+        return Err("not a shepherd backup (no manifest)".into());
+    }
+    let mut text = Vec::new();
+    first.read_to_end(&mut text).map_err(|e| e.to_string())?;
+    let manifest =
+        serde_json::from_slice(&text).map_err(|e| format!("unreadable manifest: {e}"))?;
+    Ok((manifest, hex(&Sha256::digest(&text))))
+}
+
+/// A manifest this build can restore: its format, its database, and where
+/// the database file goes (inside the data directory), if it has one.
+fn check_manifest(manifest: &Manifest) -> std::result::Result<Option<PathBuf>, String> {
+    if !(OLDEST_FORMAT..=FORMAT).contains(&manifest.format) {
+        return Err(format!(
+            "a backup of format {}; this shepherd reads formats {OLDEST_FORMAT} to {FORMAT}",
+            manifest.format
+        ));
+    }
+    if !matches!(manifest.database.as_str(), "sqlite" | "postgres") {
+        return Err(format!(
+            "the manifest names an unknown database {:?}",
+            manifest.database
+        ));
+    }
+    let Some(db) = &manifest.database_file else {
+        return Ok(None);
+    };
+    let inside =
+        !db.as_os_str().is_empty() && db.components().all(|c| matches!(c, Component::Normal(_)));
+    if !inside {
+        return Err(format!(
+            "the manifest puts the database at {}, outside the data directory",
+            db.display()
+        ));
+    }
+    Ok(Some(Path::new("database").join(db)))
+}
+
+/// What an entry's header makes it: only regular files (without special
+/// mode bits) and directories are restored.
+fn entry_kind(header: &tar::Header, shown: &str) -> std::result::Result<Kind, String> {
+    match header.entry_type() {
+        tar::EntryType::Regular | tar::EntryType::Continuous => {
+            let mode = header
+                .mode()
+                .map_err(|e| format!("{shown}: unreadable mode ({e})"))?;
+            if mode & 0o7000 != 0 {
+                return Err(format!(
+                    "{shown} has mode {mode:04o}: a backup holds no setuid, setgid or sticky bits"
+                ));
+            }
+            Ok(Kind::File(if mode & 0o100 != 0 { 0o700 } else { 0o600 }))
+        }
+        tar::EntryType::Directory => Ok(Kind::Dir),
+        other => {
+            let what = match other {
+                tar::EntryType::Symlink => "a symbolic link",
+                tar::EntryType::Link => "a hard link",
+                tar::EntryType::Char | tar::EntryType::Block => "a device",
+                tar::EntryType::Fifo => "a named pipe",
+                _ => "an entry of an unknown type",
+            };
+            Err(format!(
+                "{shown} is {what}: a backup holds only regular files and directories"
+            ))
+        }
+    }
+}
+
+/// Records `rel` as unpacked (a directory, or a file), refusing a name
+/// seen before (a directory may repeat), a file below a file, and a file
+/// in place of the target itself.
+fn claim_name(
+    seen: &mut HashMap<PathBuf, bool>,
+    rel: &Path,
+    kind: Kind,
+    shown: &str,
+) -> std::result::Result<(), String> {
+    // Every directory above it must be (or become) a directory.
+    for parent in rel.ancestors().skip(1) {
+        if parent.as_os_str().is_empty() {
+            break;
+        }
+        if !*seen.entry(parent.to_owned()).or_insert(true) {
+            return Err(format!("{shown} is below a file of the same name"));
+        }
+    }
+    match (seen.get(rel), kind) {
+        (None, _) | (Some(true), Kind::Dir) => {}
+        _ => return Err(format!("{shown} appears twice")),
+    }
+    if kind != Kind::Dir && rel.as_os_str().is_empty() {
+        return Err(format!("{shown} is a file in place of a directory"));
+    }
+    seen.insert(rel.to_owned(), kind == Kind::Dir);
+    Ok(())
+}
+
+/// Copies a file entry to a new file at `target` with `mode` (or reads it
+/// through, without a target); the entry's SHA-256.
+fn unpack_file(
+    entry: &mut impl Read,
+    target: Option<&Path>,
+    mode: u32,
+) -> std::result::Result<String, String> {
+    let mut hashing = Hashing {
+        inner: entry,
+        hash: Sha256::new(),
+    };
+    match target {
+        Some(target) => {
+            if let Some(parent) = target.parent() {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)
+                    .map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+            // A new file, never a link followed: the staging directory
+            // holds only what the restore made.
+            let mut out = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(target)
+                .map_err(|e| format!("{}: {e}", target.display()))?;
+            std::io::copy(&mut hashing, &mut out)
+                .and_then(|_| out.sync_all())
+                .map_err(|e| format!("{}: {e}", target.display()))?;
+        }
+        None => {
+            std::io::copy(&mut hashing, &mut std::io::sink()).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(hex(&hashing.hash.finalize()))
+}
+
+/// The checksum list (format 2 on) against the manifest's and every file's
+/// checksum, both ways.
+fn check_sums(
+    manifest_sum: &str,
+    listed: Option<Checksums>,
+    sums: &BTreeMap<String, String>,
+) -> std::result::Result<(), String> {
+    let listed = listed.ok_or_else(|| {
+        "no checksum list at its end (cut short, or not made by shepherd backup)".to_owned()
+    })?;
+    if listed.manifest != manifest_sum {
+        return Err("the manifest does not match its checksum (damaged)".into());
+    }
+    for (name, sum) in sums {
+        match listed.files.get(name) {
+            Some(want) if want == sum => {}
+            Some(_) => return Err(format!("{name} does not match its checksum (damaged)")),
+            None => return Err(format!("{name} is not in the checksum list")),
+        }
+    }
+    if let Some(name) = listed.files.keys().find(|n| !sums.contains_key(*n)) {
+        return Err(format!(
+            "{name} is in the checksum list but not in the archive (damaged)"
+        ));
+    }
+    Ok(())
 }
 
 /// The entries of `dir` but the restore's own.
