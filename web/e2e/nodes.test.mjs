@@ -7,6 +7,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { join } from "node:path";
 import { apiCall, axe, launchBrowser, makeWorkspace, startServer, until, waitForText } from "./lib.mjs";
 
 const PG_URL = process.env.SHEPHERD_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -26,9 +27,16 @@ let b;
 let browser;
 
 before(async () => {
-  const shared = { SHEPHERD_DATABASE_URL: PG_URL, SHEPHERD_PG_SCHEMA: SCHEMA, SHEPHERD_PG_POOL_SIZE: "4" };
-  // One after the other: the first migrates the fresh schema.
   wsA = makeWorkspace();
+  // Every node of one database seals its secrets with the same key: the
+  // first node makes the file, the second reads it.
+  const shared = {
+    SHEPHERD_DATABASE_URL: PG_URL,
+    SHEPHERD_PG_SCHEMA: SCHEMA,
+    SHEPHERD_PG_POOL_SIZE: "4",
+    SHEPHERD_SECRETS_KEY_FILE: join(wsA.dir, "cluster-secret.key"),
+  };
+  // One after the other: the first migrates the fresh schema.
   a = await startServer(wsA, { env: { ...shared, SHEPHERD_NODE_ID: "node-a" } });
   b = await startServer(makeWorkspace(), { env: { ...shared, SHEPHERD_NODE_ID: "node-b" } });
   browser = await launchBrowser();
